@@ -1,0 +1,18 @@
+// Package doc holds Tandem's documents: one room per automerge document with
+// the peers that sync it, the automerge sync loop between them, and the
+// storage that makes accepted changes durable.
+//
+// A Hub owns the rooms. It loads a document from its Store on first use,
+// writes accepted changes back in batches (every change is on disk within
+// Config.FlushInterval plus one write), and evicts a room from memory a
+// while after its last peer leaves.
+//
+// Concurrency: Hub methods are safe for concurrent use. Each room has one
+// mutex that guards its automerge document and its peers' sync states, so a
+// sync exchange (receive, then generate for every peer) is one critical
+// section. Peer methods are called with that mutex held and must not block:
+// they queue the message or drop the peer.
+//
+// This package knows nothing of WebSocket, CBOR or HTTP; package transport
+// adapts sockets to the Peer interface.
+package doc

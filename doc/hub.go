@@ -1,0 +1,271 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Config configures a Hub. Zero fields take the documented defaults.
+type Config struct {
+	// Store keeps documents durable. Required.
+	Store Store
+	// Logger receives the hub's logs; default slog.Default().
+	Logger *slog.Logger
+	// FlushInterval is how often accepted changes are written to the
+	// store; default 200ms. An accepted change is durable within this
+	// interval plus the time of one write.
+	FlushInterval time.Duration
+	// EvictAfter is how long a room stays in memory after its last peer
+	// leaves; default 1 minute.
+	EvictAfter time.Duration
+	// CompactAfter is how many incremental chunks a document collects
+	// before it is rewritten as one snapshot; default 64.
+	CompactAfter int
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return errors.New("doc: Config.Store is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = 200 * time.Millisecond
+	}
+	if c.EvictAfter <= 0 {
+		c.EvictAfter = time.Minute
+	}
+	if c.CompactAfter <= 0 {
+		c.CompactAfter = 64
+	}
+	return nil
+}
+
+// Hub owns the rooms of the documents in use on this node.
+type Hub struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex // guards rooms and closed
+	rooms  map[string]*room
+	closed bool
+
+	dirtyMu sync.Mutex // guards dirty; taken after a room's lock, never before
+	dirty   map[*room]struct{}
+
+	flushMu sync.Mutex // serializes flushes: one writer per document at a time
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewHub starts a hub and its flush loop. Close stops it.
+func NewHub(cfg Config) (*Hub, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	h := &Hub{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		rooms: make(map[string]*room),
+		dirty: make(map[*room]struct{}),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	go h.run()
+	return h, nil
+}
+
+// Sync handles a sync or request message from peer for the document:
+// it applies the changes it carries, answers the peer, and sends every other
+// peer of the room what changed. A request for a document that nobody has
+// is answered with doc-unavailable; the peer stays in the room and receives
+// the document if another peer creates it later.
+func (h *Hub) Sync(ctx context.Context, p Peer, documentID string, data []byte, isRequest bool) error {
+	for {
+		r, err := h.acquire(ctx, documentID)
+		if err != nil {
+			return err
+		}
+		changed, err := r.receiveSync(p, data, isRequest)
+		if errors.Is(err, errEvicted) {
+			continue
+		}
+		if changed {
+			h.markDirty(r)
+		}
+		return err
+	}
+}
+
+// Ephemeral relays an ephemeral message from p to every other peer of the
+// document, and makes p a peer of the room if it was not yet.
+func (h *Hub) Ephemeral(ctx context.Context, p Peer, documentID string, e Ephemeral) error {
+	for {
+		r, err := h.acquire(ctx, documentID)
+		if err != nil {
+			return err
+		}
+		if err := r.relayEphemeral(p, e); !errors.Is(err, errEvicted) {
+			return err
+		}
+	}
+}
+
+// Leave removes p from the document's room. A peer that has since been
+// replaced by a newer connection with the same peer id is left alone.
+func (h *Hub) Leave(p Peer, documentID string) {
+	h.mu.Lock()
+	r := h.rooms[documentID]
+	h.mu.Unlock()
+	if r != nil {
+		r.leave(p)
+	}
+}
+
+// Stats counts what the hub holds in memory.
+type Stats struct {
+	Rooms int
+	Peers int
+}
+
+// Stats returns the current counts.
+func (h *Hub) Stats() Stats {
+	h.mu.Lock()
+	rooms := make([]*room, 0, len(h.rooms))
+	for _, r := range h.rooms {
+		rooms = append(rooms, r)
+	}
+	h.mu.Unlock()
+	s := Stats{Rooms: len(rooms)}
+	for _, r := range rooms {
+		r.mu.Lock()
+		s.Peers += len(r.members)
+		r.mu.Unlock()
+	}
+	return s
+}
+
+// acquire returns the loaded room of a document, loading it on first use.
+func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, ErrClosed
+	}
+	r, ok := h.rooms[documentID]
+	if !ok {
+		r = newRoom(documentID)
+		h.rooms[documentID] = r
+	}
+	h.mu.Unlock()
+	if !ok {
+		r.load(ctx, h.cfg.Store, h)
+	}
+	select {
+	case <-r.loaded:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if r.loadErr != nil {
+		h.mu.Lock()
+		if h.rooms[documentID] == r {
+			delete(h.rooms, documentID)
+		}
+		h.mu.Unlock()
+		return nil, fmt.Errorf("load document %s: %w", documentID, r.loadErr)
+	}
+	return r, nil
+}
+
+func (h *Hub) markDirty(r *room) {
+	h.dirtyMu.Lock()
+	h.dirty[r] = struct{}{}
+	h.dirtyMu.Unlock()
+}
+
+// run flushes dirty rooms and evicts idle ones until Close.
+func (h *Hub) run() {
+	defer close(h.done)
+	t := time.NewTicker(h.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			if err := h.Flush(context.Background()); err != nil {
+				h.log.Error("flush documents", "err", err)
+			}
+			h.evictIdle(time.Now())
+		}
+	}
+}
+
+// Flush writes every accepted change not yet stored, in one batch.
+func (h *Hub) Flush(ctx context.Context) error {
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+
+	h.dirtyMu.Lock()
+	rooms := make([]*room, 0, len(h.dirty))
+	for r := range h.dirty {
+		rooms = append(rooms, r)
+	}
+	clear(h.dirty)
+	h.dirtyMu.Unlock()
+	if len(rooms) == 0 {
+		return nil
+	}
+
+	batch := make([]Write, 0, len(rooms))
+	for _, r := range rooms {
+		batch = append(batch, r.takeWrite(h.cfg.CompactAfter))
+	}
+	start := time.Now()
+	err := h.cfg.Store.Write(ctx, batch)
+	for i, r := range rooms {
+		r.wrote(batch[i], err == nil)
+		if err != nil {
+			h.markDirty(r) // try again on the next tick
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %d documents: %w", len(batch), err)
+	}
+	h.log.Debug("flushed documents", "count", len(batch), "took", time.Since(start))
+	return nil
+}
+
+// evictIdle drops rooms whose last peer left more than EvictAfter ago and
+// whose changes are all stored.
+func (h *Hub) evictIdle(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, r := range h.rooms {
+		if r.evictable(now, h.cfg.EvictAfter) {
+			delete(h.rooms, id)
+		}
+	}
+}
+
+// Close stops the flush loop, writes every pending change and closes the
+// store. It is safe to call more than once.
+func (h *Hub) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		h.mu.Unlock()
+		close(h.stop)
+		<-h.done
+		h.closeErr = errors.Join(h.Flush(ctx), h.cfg.Store.Close())
+	})
+	return h.closeErr
+}

@@ -1,0 +1,238 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/automerge/automerge-go"
+)
+
+const testDoc = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
+
+// fakePeer records what a room sends it.
+type fakePeer struct {
+	id string
+
+	mu          sync.Mutex // guards the slices
+	syncs       [][]byte
+	unavailable []string
+	ephemerals  []Ephemeral
+}
+
+func (p *fakePeer) ID() string { return p.id }
+func (p *fakePeer) SendSync(_ string, data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.syncs = append(p.syncs, data)
+}
+func (p *fakePeer) SendDocUnavailable(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unavailable = append(p.unavailable, id)
+}
+func (p *fakePeer) SendEphemeral(_ string, e Ephemeral) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ephemerals = append(p.ephemerals, e)
+}
+
+func (p *fakePeer) takeSyncs() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.syncs
+	p.syncs = nil
+	return s
+}
+
+// client plays an automerge-repo client: its own document and sync state.
+type client struct {
+	peer  *fakePeer
+	doc   *automerge.Doc
+	state *automerge.SyncState
+}
+
+func newClient(id string) *client {
+	d := automerge.New()
+	return &client{peer: &fakePeer{id: id}, doc: d, state: automerge.NewSyncState(d)}
+}
+
+func (c *client) setText(t testing.TB, key, value string) {
+	t.Helper()
+	if err := c.doc.RootMap().Set(key, value); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.doc.Commit("edit"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *client) get(t testing.TB, key string) string {
+	t.Helper()
+	v, err := c.doc.RootMap().Get(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind() != automerge.KindStr {
+		return ""
+	}
+	return v.Str()
+}
+
+// sync runs the sync loop with the hub until neither side has anything to
+// send. The hub sends synchronously, so no waiting is needed.
+func (c *client) sync(t testing.TB, h *Hub, isRequest bool) {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		progressed := false
+		for _, data := range c.peer.takeSyncs() {
+			if _, err := c.state.ReceiveMessage(data); err != nil {
+				t.Fatal(err)
+			}
+			progressed = true
+		}
+		if m, ok := c.state.GenerateMessage(); ok {
+			if err := h.Sync(context.Background(), c.peer, testDoc, m.Bytes(), isRequest); err != nil {
+				t.Fatal(err)
+			}
+			progressed = true
+		}
+		if !progressed {
+			return
+		}
+	}
+	t.Fatal("sync did not settle")
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newTestHub(t testing.TB, s Store, cfg Config) *Hub {
+	t.Helper()
+	cfg.Store = s
+	cfg.Logger = quietLogger()
+	h, err := NewHub(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	return h
+}
+
+func openStore(t testing.TB, dir string) *BoltStore {
+	t.Helper()
+	s, err := OpenBoltStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestCreateThenFind(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "title", "hello")
+	a.sync(t, h, false)
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "hello" {
+		t.Fatalf("b sees %q, want hello", got)
+	}
+	if len(b.peer.unavailable) != 0 {
+		t.Fatal("b was told the document is unavailable")
+	}
+}
+
+func TestConcurrentEditsConverge(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "x", "0")
+	a.sync(t, h, false)
+	b.sync(t, h, true)
+	a.setText(t, "from-a", "1")
+	b.setText(t, "from-b", "2")
+	a.sync(t, h, false)
+	b.sync(t, h, false)
+	a.sync(t, h, false)
+	for _, c := range []*client{a, b} {
+		if c.get(t, "from-a") != "1" || c.get(t, "from-b") != "2" {
+			t.Fatalf("%s did not converge", c.peer.id)
+		}
+	}
+}
+
+func TestUnavailableThenCreatedLater(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	b := newClient("b")
+	b.sync(t, h, true)
+	if len(b.peer.unavailable) != 1 {
+		t.Fatalf("b got %d doc-unavailable, want 1", len(b.peer.unavailable))
+	}
+	a := newClient("a")
+	a.setText(t, "title", "late")
+	a.sync(t, h, false)
+	// The hub pushed the new document to b without b asking again.
+	if len(b.peer.syncs) == 0 {
+		t.Fatal("b was not sent the document when it appeared")
+	}
+	b.sync(t, h, false)
+	if got := b.get(t, "title"); got != "late" {
+		t.Fatalf("b sees %q, want late", got)
+	}
+}
+
+func TestBadSyncMessageLeavesDocumentIntact(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a := newClient("a")
+	a.setText(t, "title", "safe")
+	a.sync(t, h, false)
+	for _, junk := range [][]byte{{0x42}, {0x00, 0x01}, []byte("not automerge at all")} {
+		err := h.Sync(context.Background(), newClient("m").peer, testDoc, junk, false)
+		if !errors.Is(err, ErrBadSyncMessage) {
+			t.Fatalf("junk %x: err = %v, want ErrBadSyncMessage", junk, err)
+		}
+	}
+	b := newClient("b")
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "safe" {
+		t.Fatalf("after junk, b sees %q", got)
+	}
+}
+
+func TestEphemeralNotEchoed(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, b, c := newClient("a"), newClient("b"), newClient("c")
+	for _, cl := range []*client{a, b, c} {
+		cl.sync(t, h, true)
+	}
+	e := Ephemeral{SenderID: "a", SessionID: "s", Count: 1, Data: []byte{0xa0}}
+	if err := h.Ephemeral(context.Background(), a.peer, testDoc, e); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.peer.ephemerals) != 0 {
+		t.Error("the sender got its own ephemeral")
+	}
+	for _, cl := range []*client{b, c} {
+		if len(cl.peer.ephemerals) != 1 || cl.peer.ephemerals[0].SenderID != "a" {
+			t.Errorf("%s got %+v", cl.peer.id, cl.peer.ephemerals)
+		}
+	}
+}
+
+func TestReplacedPeerLeaveKeepsNewConnection(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	old := newClient("a")
+	old.sync(t, h, true)
+	fresh := newClient("a") // same peer id, new connection
+	fresh.sync(t, h, true)
+	h.Leave(old.peer, testDoc)
+	if s := h.Stats(); s.Peers != 1 {
+		t.Fatalf("peers = %d, want the new connection to stay", s.Peers)
+	}
+	h.Leave(fresh.peer, testDoc)
+	if s := h.Stats(); s.Peers != 0 {
+		t.Fatalf("peers = %d, want 0", s.Peers)
+	}
+}

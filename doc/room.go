@@ -1,0 +1,226 @@
+package doc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/automerge/automerge-go"
+)
+
+// errEvicted tells a caller that raced with eviction to look the room up
+// again.
+var errEvicted = errors.New("room evicted")
+
+// room is one document in memory with the peers syncing it.
+type room struct {
+	id      string
+	loaded  chan struct{} // closed once doc is loaded (or loadErr set)
+	loadErr error         // written before loaded is closed
+
+	mu         sync.Mutex // guards everything below
+	doc        *automerge.Doc
+	exists     bool // the document has content: stored, or changes received
+	members    map[string]*member
+	emptySince time.Time
+	evicted    bool
+
+	// Persistence. pending holds chunks taken out of doc but not yet
+	// stored; chunks counts what the store holds after its snapshot.
+	dirty        bool
+	pending      [][]byte
+	chunks       int
+	forceCompact bool
+}
+
+// member is a peer of the room and the sync state the server keeps with it.
+type member struct {
+	peer  Peer
+	state *automerge.SyncState
+}
+
+func newRoom(id string) *room {
+	return &room{
+		id:         id,
+		loaded:     make(chan struct{}),
+		members:    make(map[string]*member),
+		emptySince: time.Now(),
+	}
+}
+
+// load reads the document from the store. A chunk that does not load is
+// logged and skipped, so one damaged write cannot make a document
+// unreadable.
+func (r *room) load(ctx context.Context, s Store, h *Hub) {
+	defer close(r.loaded)
+	stored, err := s.Load(context.WithoutCancel(ctx), r.id)
+	if errors.Is(err, ErrNotFound) {
+		r.doc = automerge.New()
+		return
+	}
+	if err != nil {
+		r.loadErr = err
+		return
+	}
+	if stored.Snapshot != nil {
+		r.doc, err = automerge.Load(stored.Snapshot)
+		if err != nil {
+			r.loadErr = fmt.Errorf("snapshot: %w", err)
+			return
+		}
+	} else {
+		r.doc = automerge.New()
+	}
+	for i, c := range stored.Chunks {
+		if err := r.doc.LoadIncremental(c); err != nil {
+			h.log.Error("skipping a stored chunk that does not load",
+				"document", r.id, "chunk", i, "err", err)
+			r.forceCompact = true
+		}
+	}
+	r.chunks = len(stored.Chunks)
+	r.exists = len(r.doc.Heads()) > 0
+	// What was loaded is already stored: start incremental saves from here.
+	r.doc.SaveIncremental()
+}
+
+// join returns p's membership, adding p with a fresh sync state if it is new
+// or replaces an older connection with the same peer id.
+func (r *room) join(p Peer) *member {
+	m := r.members[p.ID()]
+	if m == nil || m.peer != p {
+		m = &member{peer: p, state: automerge.NewSyncState(r.doc)}
+		r.members[p.ID()] = m
+	}
+	return m
+}
+
+// receiveSync applies a sync message from p and answers the room. It
+// reports whether the document changed.
+func (r *room) receiveSync(p Peer, data []byte, isRequest bool) (changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted {
+		return false, errEvicted
+	}
+	m := r.join(p)
+	before := r.doc.Heads()
+	if _, err := m.state.ReceiveMessage(data); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	}
+	changed = !sameHeads(before, r.doc.Heads())
+	if changed {
+		r.exists = true
+		r.dirty = true
+	}
+	sendSync(r.id, m)
+	if isRequest && !r.exists {
+		p.SendDocUnavailable(r.id)
+	}
+	if changed {
+		for id, other := range r.members {
+			if id != p.ID() {
+				sendSync(r.id, other)
+			}
+		}
+	}
+	return changed, nil
+}
+
+func sendSync(documentID string, m *member) {
+	if msg, ok := m.state.GenerateMessage(); ok {
+		m.peer.SendSync(documentID, msg.Bytes())
+	}
+}
+
+// relayEphemeral sends e to every peer of the room but its sender.
+func (r *room) relayEphemeral(p Peer, e Ephemeral) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted {
+		return errEvicted
+	}
+	r.join(p)
+	for id, m := range r.members {
+		if id != p.ID() {
+			m.peer.SendEphemeral(r.id, e)
+		}
+	}
+	return nil
+}
+
+func (r *room) leave(p Peer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.members[p.ID()]; m != nil && m.peer == p {
+		delete(r.members, p.ID())
+		if len(r.members) == 0 {
+			r.emptySince = time.Now()
+		}
+	}
+}
+
+// takeWrite takes the changes not yet stored out of the document.
+func (r *room) takeWrite(compactAfter int) Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := Write{DocumentID: r.id}
+	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter {
+		// Save resets the incremental baseline: the snapshot holds all.
+		w.Snapshot = r.doc.Save()
+		r.pending = nil
+		r.forceCompact = false
+	} else if r.dirty {
+		if c := r.doc.SaveIncremental(); len(c) > 0 {
+			r.pending = append(r.pending, c)
+		}
+	}
+	r.dirty = false
+	w.Chunks = r.pending
+	return w
+}
+
+// wrote records the outcome of storing w.
+func (r *room) wrote(w Write, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !ok {
+		if w.Snapshot != nil {
+			r.forceCompact = true // the chunks it replaced are gone from pending
+		}
+		return
+	}
+	if w.Snapshot != nil {
+		r.chunks = 0
+	}
+	r.chunks += len(w.Chunks)
+	r.pending = r.pending[len(w.Chunks):]
+}
+
+// evictable reports whether the room can leave memory; if so it marks it
+// evicted so that late callers look it up again.
+func (r *room) evictable(now time.Time, after time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact ||
+		now.Sub(r.emptySince) < after {
+		return false
+	}
+	r.evicted = true
+	return true
+}
+
+func sameHeads(a, b []automerge.ChangeHash) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !bytes.Equal(a[i][:], b[i][:]) {
+			return false
+		}
+	}
+	return true
+}

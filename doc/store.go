@@ -1,0 +1,34 @@
+package doc
+
+import "context"
+
+// Store keeps documents durable. A document is stored as an optional
+// snapshot (automerge Save) plus the incremental chunks
+// (automerge SaveIncremental) appended after it; loading the snapshot and
+// applying the chunks in order gives the document back.
+//
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// Load returns what is stored for the document, or ErrNotFound.
+	Load(ctx context.Context, documentID string) (Stored, error)
+	// Write applies a batch of writes atomically where the store can, and
+	// durably (synced to disk) before it returns.
+	Write(ctx context.Context, batch []Write) error
+	// Close releases the store. It is safe to call twice.
+	Close() error
+}
+
+// Stored is a document as a Store holds it.
+type Stored struct {
+	Snapshot []byte
+	Chunks   [][]byte
+}
+
+// Write is one document's part of a batch. A non-nil Snapshot replaces
+// everything stored for the document (compaction) before Chunks are
+// appended.
+type Write struct {
+	DocumentID string
+	Snapshot   []byte
+	Chunks     [][]byte
+}

@@ -1,0 +1,151 @@
+package doc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// BoltStore is the embedded store: one bbolt file under the data directory,
+// pure Go, nothing to install. Each document is a bucket holding a snapshot
+// under "s" and incremental chunks under "c" + an 8-byte sequence number.
+type BoltStore struct {
+	db        *bolt.DB
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Store = (*BoltStore)(nil)
+
+var (
+	bucketDocs = []byte("docs")
+	bucketMeta = []byte("meta")
+	keySnap    = []byte("s")
+	chunkTag   = byte('c')
+	keyStorage = []byte("storage-id")
+)
+
+// OpenBoltStore opens (creating if needed) the store in dir.
+func OpenBoltStore(dir string) (*BoltStore, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	path := filepath.Join(dir, "tandem.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketDocs, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return &BoltStore{db: db}, nil
+}
+
+// Load implements Store.
+func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
+	var out Stored
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketDocs).Bucket([]byte(documentID))
+		if b == nil {
+			return ErrNotFound
+		}
+		// bbolt's memory is only valid inside the transaction: copy out.
+		return b.ForEach(func(k, v []byte) error {
+			switch {
+			case string(k) == string(keySnap):
+				out.Snapshot = append([]byte(nil), v...)
+			case len(k) == 9 && k[0] == chunkTag:
+				out.Chunks = append(out.Chunks, append([]byte(nil), v...))
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Write implements Store: the whole batch is one transaction and one fsync.
+func (s *BoltStore) Write(_ context.Context, batch []Write) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		docs := tx.Bucket(bucketDocs)
+		for _, w := range batch {
+			key := []byte(w.DocumentID)
+			if w.Snapshot != nil {
+				if err := docs.DeleteBucket(key); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+					return err
+				}
+			}
+			b, err := docs.CreateBucketIfNotExists(key)
+			if err != nil {
+				return err
+			}
+			if w.Snapshot != nil {
+				if err := b.Put(keySnap, w.Snapshot); err != nil {
+					return err
+				}
+			}
+			for _, c := range w.Chunks {
+				seq, err := b.NextSequence()
+				if err != nil {
+					return err
+				}
+				var k [9]byte
+				k[0] = chunkTag
+				binary.BigEndian.PutUint64(k[1:], seq)
+				if err := b.Put(k[:], c); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// StorageID returns this store's stable identity, made on first use. The
+// server announces it as its storageId in the peer handshake.
+func (s *BoltStore) StorageID() (string, error) {
+	var id string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(keyStorage); v != nil {
+			id = string(v)
+			return nil
+		}
+		var u [16]byte
+		if _, err := rand.Read(u[:]); err != nil {
+			return err
+		}
+		u[6] = u[6]&0x0f | 0x40 // version 4
+		u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
+		h := hex.EncodeToString(u[:])
+		id = h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+		return meta.Put(keyStorage, []byte(id))
+	})
+	return id, err
+}
+
+// Close implements Store.
+func (s *BoltStore) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	return s.closeErr
+}

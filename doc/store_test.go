@@ -1,0 +1,199 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func storedHas(t testing.TB, s Store, key, want string) bool {
+	t.Helper()
+	c := newClient("reader")
+	stored, err := s.Load(context.Background(), testDoc)
+	if errors.Is(err, ErrNotFound) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Snapshot != nil {
+		if err := c.doc.LoadIncremental(stored.Snapshot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ch := range stored.Chunks {
+		if err := c.doc.LoadIncremental(ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.get(t, key) == want
+}
+
+func TestChangesReachDiskWithinFlushInterval(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{FlushInterval: 50 * time.Millisecond})
+	a := newClient("a")
+	a.setText(t, "title", "durable")
+	a.sync(t, h, false)
+	// The bound is generous for a shared machine; the design target is
+	// FlushInterval plus one fsync.
+	waitFor(t, "the change on disk", 2*time.Second, func() bool { return storedHas(t, s, "title", "durable") })
+}
+
+func TestDocumentSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	h := newTestHub(t, s, Config{})
+	a := newClient("a")
+	for i := 0; i < 10; i++ {
+		a.setText(t, "n", fmt.Sprint(i))
+		a.sync(t, h, false)
+	}
+	if err := h.Close(context.Background()); err != nil { // flushes and closes the store
+		t.Fatal(err)
+	}
+	h2 := newTestHub(t, openStore(t, dir), Config{})
+	b := newClient("b")
+	b.sync(t, h2, true)
+	if got := b.get(t, "n"); got != "9" {
+		t.Fatalf("after restart b sees %q, want 9", got)
+	}
+}
+
+func TestCompaction(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{CompactAfter: 4})
+	a := newClient("a")
+	for i := 0; i < 10; i++ {
+		a.setText(t, "n", fmt.Sprint(i))
+		a.sync(t, h, false)
+		if err := h.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Snapshot == nil || len(stored.Chunks) >= 4 {
+		t.Fatalf("snapshot %d bytes, %d chunks: want a snapshot and fewer than 4 chunks",
+			len(stored.Snapshot), len(stored.Chunks))
+	}
+	if !storedHas(t, s, "n", "9") {
+		t.Fatal("compacted document lost the last change")
+	}
+}
+
+func TestEvictionAndReload(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{FlushInterval: 10 * time.Millisecond, EvictAfter: 20 * time.Millisecond})
+	a := newClient("a")
+	a.setText(t, "title", "kept")
+	a.sync(t, h, false)
+	h.Leave(a.peer, testDoc)
+	waitFor(t, "eviction", 5*time.Second, func() bool { return h.Stats().Rooms == 0 })
+	b := newClient("b")
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "kept" {
+		t.Fatalf("after eviction b sees %q", got)
+	}
+}
+
+func TestDamagedChunkIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	h := newTestHub(t, s, Config{})
+	a := newClient("a")
+	a.setText(t, "title", "whole")
+	a.sync(t, h, false)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{[]byte("garbage")}}}); err != nil {
+		t.Fatal(err)
+	}
+	h2 := newTestHub(t, s, Config{})
+	b := newClient("b")
+	b.sync(t, h2, true)
+	if got := b.get(t, "title"); got != "whole" {
+		t.Fatalf("b sees %q", got)
+	}
+}
+
+// failingStore fails its first n writes.
+type failingStore struct {
+	Store
+	mu    sync.Mutex
+	fails int
+}
+
+func (f *failingStore) Write(ctx context.Context, b []Write) error {
+	f.mu.Lock()
+	if f.fails > 0 {
+		f.fails--
+		f.mu.Unlock()
+		return errors.New("disk on fire")
+	}
+	f.mu.Unlock()
+	return f.Store.Write(ctx, b)
+}
+
+func TestFailedWriteIsRetried(t *testing.T) {
+	for _, compactAfter := range []int{1, 64} { // with and without compaction
+		t.Run(fmt.Sprint("compactAfter=", compactAfter), func(t *testing.T) {
+			s := &failingStore{Store: openStore(t, t.TempDir()), fails: 2}
+			h := newTestHub(t, s, Config{CompactAfter: compactAfter})
+			a := newClient("a")
+			a.setText(t, "first", "1")
+			a.sync(t, h, false)
+			if err := h.Flush(context.Background()); err == nil {
+				t.Fatal("flush should fail")
+			}
+			a.setText(t, "second", "2")
+			a.sync(t, h, false)
+			if err := h.Flush(context.Background()); err == nil {
+				t.Fatal("flush should fail")
+			}
+			if err := h.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if !storedHas(t, s, "first", "1") || !storedHas(t, s, "second", "2") {
+				t.Fatal("a change was lost across failed writes")
+			}
+		})
+	}
+}
+
+func TestStorageIDIsStable(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	id, err := s.StorageID()
+	if err != nil || len(id) != 36 {
+		t.Fatalf("id %q, err %v", id, err)
+	}
+	s.Close()
+	again, err := openStore(t, dir).StorageID()
+	if err != nil || again != id {
+		t.Fatalf("after reopen %q (err %v), want %q", again, err, id)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tandem.db")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,110 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Message types of the automerge-repo protocol, version 1.
+const (
+	TypeJoin                     = "join"
+	TypePeer                     = "peer"
+	TypeError                    = "error"
+	TypeSync                     = "sync"
+	TypeRequest                  = "request"
+	TypeDocUnavailable           = "doc-unavailable"
+	TypeEphemeral                = "ephemeral"
+	TypeRemoteSubscriptionChange = "remote-subscription-change"
+	TypeRemoteHeadsChanged       = "remote-heads-changed"
+)
+
+// ProtocolV1 is the only protocol version of automerge-repo 2.x.
+const ProtocolV1 = "1"
+
+// Message is one frame of the protocol. One struct serves every type; the
+// fields a type does not use stay empty and are left out of the encoding.
+// Fields of remote-heads gossip (add, remove, newHeads) are accepted on
+// decode and ignored: Tandem does not gossip remote heads.
+type Message struct {
+	Type       string `cbor:"type"`
+	SenderID   string `cbor:"senderId,omitempty"`
+	TargetID   string `cbor:"targetId,omitempty"`
+	DocumentID string `cbor:"documentId,omitempty"`
+	// Data is an automerge sync message for sync and request, and the CBOR
+	// encoding of an application payload for ephemeral.
+	Data Bytes `cbor:"data,omitempty"`
+	// Count and SessionID order the ephemeral messages of one sender
+	// session: a receiver drops a count not higher than the last it saw.
+	Count     uint64 `cbor:"count,omitempty"`
+	SessionID string `cbor:"sessionId,omitempty"`
+
+	PeerMetadata *PeerMetadata `cbor:"peerMetadata,omitempty"`
+	// SupportedProtocolVersions is nil when a join leaves it out, which
+	// means version 1; an empty non-nil list supports nothing.
+	SupportedProtocolVersions []string `cbor:"supportedProtocolVersions,omitempty"`
+	SelectedProtocolVersion   string   `cbor:"selectedProtocolVersion,omitempty"`
+
+	// ErrorMessage is the text of an error message.
+	ErrorMessage string `cbor:"message,omitempty"`
+}
+
+// PeerMetadata describes a peer in join and peer messages.
+type PeerMetadata struct {
+	StorageID   string `cbor:"storageId,omitempty"`
+	IsEphemeral bool   `cbor:"isEphemeral"`
+}
+
+// Bytes is a CBOR byte string. On decode it also accepts the typed-array tag
+// 64 (a Uint8Array) that some encoders put around byte strings.
+type Bytes []byte
+
+// SupportsV1 reports whether a join message accepts protocol version 1.
+func (m *Message) SupportsV1() bool {
+	if m.SupportedProtocolVersions == nil {
+		return true
+	}
+	for _, v := range m.SupportedProtocolVersions {
+		if v == ProtocolV1 {
+			return true
+		}
+	}
+	return false
+}
+
+// Validation errors name the field that is wrong.
+var (
+	ErrMissingSender = errors.New("message has no senderId")
+	ErrMissingData   = errors.New("message has no data")
+	ErrMissingClock  = errors.New("ephemeral message has no sessionId or count")
+	ErrUnknownType   = errors.New("unknown message type")
+	ErrNotFromClient = errors.New("message type is not sent by clients")
+)
+
+// Validate checks that a message received from a client carries what its
+// type needs. Gossip of remote heads is accepted as it is.
+func (m *Message) Validate() error {
+	if m.SenderID == "" {
+		return ErrMissingSender
+	}
+	switch m.Type {
+	case TypeJoin, TypeRemoteSubscriptionChange, TypeError:
+		return nil
+	case TypeSync, TypeRequest, TypeEphemeral:
+		if err := ValidateDocumentID(m.DocumentID); err != nil {
+			return err
+		}
+		if len(m.Data) == 0 {
+			return ErrMissingData
+		}
+		if m.Type == TypeEphemeral && (m.SessionID == "" || m.Count == 0) {
+			return ErrMissingClock
+		}
+		return nil
+	case TypeDocUnavailable, TypeRemoteHeadsChanged:
+		return ValidateDocumentID(m.DocumentID)
+	case TypePeer:
+		return ErrNotFromClient
+	default:
+		return fmt.Errorf("%w %q", ErrUnknownType, m.Type)
+	}
+}
