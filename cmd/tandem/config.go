@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// config is the command line of cmd/tandem. Every flag has a TANDEM_*
+// environment equivalent (--data-dir is TANDEM_DATA_DIR); a flag given on
+// the command line wins over the environment.
+type config struct {
+	Addr            string
+	DataDir         string
+	LogLevel        slog.Level
+	PingInterval    time.Duration
+	MaxMessageBytes int64
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("tandem", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", ":8080", "address to listen on")
+	fs.StringVar(&c.DataDir, "data-dir", "./tandem-data", "directory of the embedded document store")
+	fs.TextVar(&c.LogLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.DurationVar(&c.PingInterval, "ping-interval", 5*time.Second,
+		"mean WebSocket ping interval (±10% jitter); a socket missing 3 pongs is closed")
+	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
+		fs.PrintDefaults()
+	}
+
+	// The environment sets defaults; the command line overrides them.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "TANDEM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.PingInterval < 100*time.Millisecond {
+		return c, fmt.Errorf("--ping-interval %v is too short (minimum 100ms)", c.PingInterval)
+	}
+	if c.MaxMessageBytes < 1024 {
+		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)
+	}
+	return c, nil
+}

@@ -1,0 +1,76 @@
+// Helpers that run the real tandem binary for the end-to-end tests.
+import { spawn, execFileSync } from "node:child_process"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { fileURLToPath } from "node:url"
+import { once } from "node:events"
+import { createInterface } from "node:readline"
+
+const root = resolve(fileURLToPath(import.meta.url), "../../../..")
+let built
+
+// binary returns the path of the tandem binary: $TANDEM_BIN if set,
+// otherwise one built once for this test process.
+export function binary() {
+  if (process.env.TANDEM_BIN) return process.env.TANDEM_BIN
+  if (!built) {
+    const dir = mkdtempSync(join(tmpdir(), "tandem-bin-"))
+    built = join(dir, "tandem")
+    execFileSync("go", ["build", "-o", built, "./cmd/tandem"], { cwd: root, stdio: "inherit" })
+  }
+  return built
+}
+
+export function tempDir(t) {
+  const dir = mkdtempSync(join(tmpdir(), "tandem-e2e-"))
+  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  return dir
+}
+
+// start runs tandem on a free port and resolves once it serves.
+// The returned object has url (ws://…/ws), http (http://…), logs and stop().
+export async function start(t, { dataDir, args = [] } = {}) {
+  dataDir ??= tempDir(t)
+  const proc = spawn(binary(), ["--addr", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "debug", ...args], {
+    stdio: ["ignore", "inherit", "pipe"],
+  })
+  const logs = []
+  const lines = createInterface({ input: proc.stderr })
+  const exited = once(proc, "exit")
+  const addr = await new Promise((resolveAddr, reject) => {
+    const timer = setTimeout(() => reject(new Error("tandem did not start in 20s:\n" + logs.join("\n"))), 20000)
+    proc.on("exit", code => { clearTimeout(timer); reject(new Error(`tandem exited (${code}):\n${logs.join("\n")}`)) })
+    lines.on("line", line => {
+      logs.push(line)
+      try {
+        const rec = JSON.parse(line)
+        if (rec.msg === "tandem serving") { clearTimeout(timer); resolveAddr(rec.addr) }
+      } catch { /* not JSON: keep it in logs */ }
+    })
+  })
+  const node = {
+    proc, dataDir, logs,
+    url: `ws://${addr}/ws`,
+    http: `http://${addr}`,
+    async kill(signal = "SIGKILL") {
+      if (proc.exitCode !== null || proc.signalCode !== null) return
+      proc.kill(signal)
+      await exited
+    },
+  }
+  t.after(() => node.kill())
+  return node
+}
+
+// until polls cond every 10 ms until it returns a truthy value or the
+// timeout passes.
+export async function until(what, cond, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const v = await cond()
+    if (v) return v
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+    await new Promise(r => setTimeout(r, 10))
+  }
+}

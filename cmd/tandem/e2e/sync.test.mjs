@@ -1,0 +1,109 @@
+// End-to-end: stock automerge-repo 2.5.x clients sync through the real
+// tandem binary, with no change to the client.
+import { test } from "node:test"
+import assert from "node:assert/strict"
+import { Repo } from "@automerge/automerge-repo"
+import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
+import * as A from "@automerge/automerge"
+import { start, until } from "./server.mjs"
+
+// client returns a stock Repo syncing through url. close() shuts it down
+// once; the test's end does it for clients still open.
+function client(t, url) {
+  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
+  let open = true
+  repo.close = () => { if (open) { open = false; return repo.shutdown() } }
+  t.after(() => repo.close())
+  return repo
+}
+
+// connected resolves once the repo has the server as a peer.
+async function connected(repo) {
+  await until("the server peer", () => repo.peers.length > 0)
+  return repo
+}
+
+test("client A creates, client B finds", async t => {
+  const node = await start(t)
+  const a = await connected(client(t, node.url))
+  const handle = a.create({ title: "Roadmap", items: ["sync"] })
+  const b = client(t, node.url)
+  const found = await b.find(handle.url)
+  assert.deepEqual(found.doc(), { title: "Roadmap", items: ["sync"] })
+})
+
+test("concurrent edits from both clients converge", async t => {
+  const node = await start(t)
+  const a = await connected(client(t, node.url))
+  const ha = a.create({ text: "middle" })
+  const b = client(t, node.url)
+  const hb = await b.find(ha.url)
+  // Both edit at once, without waiting for each other.
+  for (let i = 0; i < 20; i++) {
+    ha.change(d => A.splice(d, ["text"], 0, 0, "a"))
+    hb.change(d => A.splice(d, ["text"], hb.doc().text.length, 0, "b"))
+  }
+  const want = "a".repeat(20) + "middle" + "b".repeat(20)
+  await until("both converge", () => ha.doc().text === want && hb.doc().text === want)
+})
+
+test("an edit survives SIGKILL 1.5 s after it was made", async t => {
+  const first = await start(t)
+  const a = await connected(client(t, first.url))
+  const handle = a.create({ count: 0 })
+  handle.change(d => { d.count = 42; d.note = "written just before the crash" })
+  const editedAt = Date.now()
+  // Make sure the server has the edit (another client sees it), then kill
+  // it 1.5 s after the edit, without any chance of a graceful flush.
+  const witness = client(t, first.url)
+  const seen = await witness.find(handle.url)
+  await until("the witness sees the edit", () => seen.doc().count === 42)
+  await new Promise(r => setTimeout(r, Math.max(0, editedAt + 1500 - Date.now())))
+  await first.kill("SIGKILL")
+  a.close()
+  witness.close()
+
+  const second = await start(t, { dataDir: first.dataDir })
+  const fresh = client(t, second.url)
+  const found = await fresh.find(handle.url)
+  assert.equal(found.doc().count, 42)
+  assert.equal(found.doc().note, "written just before the crash")
+})
+
+test("an ephemeral message from A reaches B and never A", async t => {
+  const node = await start(t)
+  const a = await connected(client(t, node.url))
+  const ha = a.create({})
+  const b = client(t, node.url)
+  const hb = await b.find(ha.url)
+  const atA = [], atB = []
+  ha.on("ephemeral-message", e => atA.push(e.message))
+  hb.on("ephemeral-message", e => atB.push(e.message))
+  ha.broadcast({ hello: "from A" })
+  await until("B receives A's message", () => atB.length > 0)
+  assert.deepEqual(atB, [{ hello: "from A" }])
+  // B answers; once A has B's answer, A's own message would have come first.
+  hb.broadcast({ hello: "from B" })
+  await until("A receives B's answer", () => atA.length > 0)
+  assert.deepEqual(atA, [{ hello: "from B" }])
+})
+
+test("finding a never-created document reports it unavailable", async t => {
+  const node = await start(t)
+  const b = await connected(client(t, node.url))
+  await assert.rejects(b.find("automerge:2gzyVEWRbEhwBcRvStKvD3gBE5pp"), /unavailable/)
+})
+
+test("a peer waiting on an unavailable document receives it once created", async t => {
+  const node = await start(t)
+  const b = await connected(client(t, node.url))
+  const url = "automerge:4NMNnkMhL8jXrdJ9jamS58PAVdXu"
+  await assert.rejects(b.find(url), /unavailable/)
+  const waiting = b.findWithProgress(url).handle
+
+  const a = await connected(client(t, node.url))
+  const source = A.change(A.init(), d => { d.title = "appeared later" })
+  a.import(A.save(source), { docId: "4NMNnkMhL8jXrdJ9jamS58PAVdXu" })
+  await waiting.whenReady()
+  assert.equal(waiting.doc().title, "appeared later")
+})

@@ -1,0 +1,129 @@
+// Command tandem runs a Tandem node: an automerge-repo sync server with
+// presence, serving its demo page and WebSocket endpoint on one address.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport"
+	"github.com/tandemhq/tandem/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tandem:", err)
+		os.Exit(1)
+	}
+}
+
+// shutdownTimeout bounds a graceful stop: closing sockets and flushing
+// every document.
+const shutdownTimeout = 10 * time.Second
+
+// run serves until ctx ends, then shuts down gracefully. If ready is not
+// nil it receives the listening address once the node serves.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- net.Addr) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	store, err := doc.OpenBoltStore(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	storageID, err := store.StorageID()
+	if err != nil {
+		return fmt.Errorf("read storage id: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: log})
+	if err != nil {
+		return err
+	}
+	peerID := "tandem-" + randomSuffix()
+	ws, err := transport.NewServer(transport.Config{
+		Documents:       hub,
+		PeerID:          peerID,
+		StorageID:       storageID,
+		Logger:          log,
+		Registerer:      reg,
+		MaxMessageBytes: cfg.MaxMessageBytes,
+		PingInterval:    cfg.PingInterval,
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           web.NewRouter(web.Config{WebSocket: ws, Gatherer: reg, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("tandem serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir,
+		"peer_id", peerID, "storage_id", storageID)
+	if ready != nil {
+		ready <- ln.Addr()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err = errors.Join(
+		srv.Shutdown(sctx),
+		ws.Shutdown(sctx),
+		hub.Close(sctx), // flushes every document
+	)
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
+
+func randomSuffix() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "node"
+	}
+	var b [3]byte
+	rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,340 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// maxSessions bounds the ephemeral clocks a connection remembers. A stock
+// client has one session per page load.
+const maxSessions = 64
+
+// conn is one WebSocket connection. It implements doc.Peer.
+type conn struct {
+	srv    *Server
+	ws     *websocket.Conn
+	remote string
+
+	send       chan []byte   // frames for the writer; bounded
+	closed     chan struct{} // closed by close
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	reason     CloseReason // set once, before closed is closed
+	drain      bool        // write what is queued before the close frame
+
+	// Owned by the reader goroutine. peerID is set once at join, before
+	// the connection is handed to any room, and never changes.
+	peerID string
+	docs   map[string]struct{}
+	clocks map[string]uint64 // last ephemeral count per sessionId
+}
+
+var _ doc.Peer = (*conn)(nil)
+
+func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
+	return &conn{
+		srv:        s,
+		ws:         ws,
+		remote:     remote,
+		send:       make(chan []byte, s.cfg.SendQueue),
+		closed:     make(chan struct{}),
+		writerDone: make(chan struct{}),
+		docs:       make(map[string]struct{}),
+		clocks:     make(map[string]uint64),
+	}
+}
+
+// serve runs the connection: the writer in its own goroutine, the reader in
+// this one, then the cleanup.
+func (c *conn) serve(_ context.Context) {
+	// The request context of a hijacked connection says nothing useful:
+	// the connection lives until close.
+	ctx, cancel := context.WithCancel(context.Background())
+	go c.serveWriter()
+	c.close(c.readLoop(ctx), false)
+	cancel()
+	for id := range c.docs {
+		c.srv.cfg.Documents.Leave(c, id)
+	}
+	c.srv.forget(c)
+	<-c.writerDone
+	c.srv.metrics.disconnects.WithLabelValues(c.reason.Name).Inc()
+	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote, "reason", c.reason.Name)
+}
+
+// close ends the connection once; the first reason wins. With drain, the
+// writer first sends what is already queued (an error message, say).
+func (c *conn) close(r CloseReason, drain bool) {
+	c.closeOnce.Do(func() {
+		c.reason = r
+		c.drain = drain
+		close(c.closed)
+	})
+}
+
+func (c *conn) readDeadline() time.Time {
+	// Three jittered ping intervals plus room for the round trip.
+	return time.Now().Add(c.srv.cfg.PingInterval * 7 / 2)
+}
+
+func (c *conn) readLoop(ctx context.Context) CloseReason {
+	c.ws.SetReadLimit(c.srv.cfg.MaxMessageBytes)
+	c.ws.SetReadDeadline(c.readDeadline())
+	c.ws.SetPongHandler(func(string) error {
+		return c.ws.SetReadDeadline(c.readDeadline())
+	})
+	for {
+		mt, data, err := c.ws.ReadMessage()
+		if err != nil {
+			return readFailure(err)
+		}
+		c.handle(ctx, mt, data)
+	}
+}
+
+func readFailure(err error) CloseReason {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, websocket.ErrReadLimit):
+		return ReasonTooBig
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return ReasonPingTimeout
+	case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):
+		return ReasonClientGone
+	default:
+		return ReasonReadFailed
+	}
+}
+
+// handle dispatches one inbound frame.
+func (c *conn) handle(ctx context.Context, mt int, data []byte) {
+	if mt != websocket.BinaryMessage {
+		c.protocolError(errTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
+		return
+	}
+	m, err := wire.Decode(data)
+	if err != nil {
+		c.protocolError(errMalformed, err.Error())
+		return
+	}
+	c.srv.metrics.received.WithLabelValues(typeLabel(m.Type)).Inc()
+	if err := m.Validate(); err != nil {
+		c.protocolError(errInvalid, fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err))
+		return
+	}
+	if c.peerID == "" {
+		if m.Type != wire.TypeJoin {
+			c.protocolError(errNotJoined, "send join before any other message")
+			return
+		}
+		c.join(m)
+		return
+	}
+	if m.Type == wire.TypeJoin {
+		if m.SenderID == c.peerID {
+			c.sendPeer() // a repeated join is answered again
+		} else {
+			c.protocolError(errRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
+		}
+		return
+	}
+	if m.SenderID != c.peerID {
+		if m.Type == wire.TypeEphemeral {
+			// Stock clients pass on ephemerals they received, under
+			// the original sender: that sender already got it to us.
+			c.srv.metrics.dropped.WithLabelValues(dropForeignSender).Inc()
+			return
+		}
+		c.protocolError(errWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
+		return
+	}
+	switch m.Type {
+	case wire.TypeSync, wire.TypeRequest:
+		c.docs[m.DocumentID] = struct{}{}
+		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, m.DocumentID, m.Data, m.Type == wire.TypeRequest))
+	case wire.TypeEphemeral:
+		last, seen := c.clocks[m.SessionID]
+		if seen && m.Count <= last {
+			c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
+			return
+		}
+		if !seen && len(c.clocks) >= maxSessions {
+			clear(c.clocks)
+		}
+		c.clocks[m.SessionID] = m.Count
+		c.docs[m.DocumentID] = struct{}{}
+		c.documentError(m.DocumentID, c.srv.cfg.Documents.Ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
+			SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+		}))
+	default:
+		// doc-unavailable, remote-heads gossip and error messages from a
+		// client need no answer.
+		c.srv.log.Debug("ignored message", "peer", c.peerID, "type", m.Type)
+	}
+}
+
+func (c *conn) join(m *wire.Message) {
+	c.peerID = m.SenderID
+	if !m.SupportsV1() {
+		c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: "unsupported protocol version"})
+		c.close(ReasonUnsupported, true)
+		return
+	}
+	c.srv.bind(c)
+	c.sendPeer()
+	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
+}
+
+func (c *conn) sendPeer() {
+	c.sendMessage(&wire.Message{
+		Type:                    wire.TypePeer,
+		PeerMetadata:            &wire.PeerMetadata{StorageID: c.srv.cfg.StorageID},
+		SelectedProtocolVersion: wire.ProtocolV1,
+	})
+}
+
+// documentError tells the client what went wrong with a document.
+func (c *conn) documentError(documentID string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, doc.ErrBadSyncMessage):
+		c.protocolError(errBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
+	case errors.Is(err, doc.ErrClosed):
+		c.close(ReasonShutdown, false)
+	default:
+		c.srv.log.Error("document operation failed", "document", documentID, "peer", c.peerID, "err", err)
+		c.protocolError(errLoad, fmt.Sprintf("document %s is not available right now", documentID))
+	}
+}
+
+// protocolError sends the client an error message and counts it.
+func (c *conn) protocolError(reason, text string) {
+	c.srv.metrics.errors.WithLabelValues(reason).Inc()
+	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote, "reason", reason, "detail", text)
+	c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: text})
+}
+
+// ID implements doc.Peer.
+func (c *conn) ID() string { return c.peerID }
+
+// SendSync implements doc.Peer.
+func (c *conn) SendSync(documentID string, data []byte) {
+	if len(data) == 0 {
+		return // stock clients throw on empty data
+	}
+	c.sendMessage(&wire.Message{Type: wire.TypeSync, DocumentID: documentID, Data: data})
+}
+
+// SendDocUnavailable implements doc.Peer.
+func (c *conn) SendDocUnavailable(documentID string) {
+	c.sendMessage(&wire.Message{Type: wire.TypeDocUnavailable, DocumentID: documentID})
+}
+
+// SendEphemeral implements doc.Peer.
+func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
+	c.sendMessage(&wire.Message{
+		Type: wire.TypeEphemeral, SenderID: e.SenderID, DocumentID: documentID,
+		SessionID: e.SessionID, Count: e.Count, Data: e.Data,
+	})
+}
+
+// sendMessage addresses m to this peer, encodes it and queues it.
+func (c *conn) sendMessage(m *wire.Message) {
+	if m.SenderID == "" {
+		m.SenderID = c.srv.cfg.PeerID
+	}
+	m.TargetID = c.peerID
+	b, err := wire.Encode(m)
+	if err != nil {
+		c.srv.log.Error("encode message", "type", m.Type, "err", err)
+		return
+	}
+	select {
+	case <-c.closed:
+		return
+	default:
+	}
+	select {
+	case c.send <- b:
+		c.srv.metrics.sent.WithLabelValues(m.Type).Inc()
+	default:
+		c.srv.log.Warn("disconnecting slow consumer", "peer", c.peerID, "remote", c.remote, "queued", len(c.send))
+		c.close(ReasonSlow, false)
+	}
+}
+
+// serveWriter is the only goroutine that writes to the socket.
+func (c *conn) serveWriter() {
+	defer close(c.writerDone)
+	defer c.ws.Close()
+	ping := time.NewTimer(c.pingDelay())
+	defer ping.Stop()
+	for {
+		select {
+		case b := <-c.send:
+			if err := c.write(b); err != nil {
+				c.close(ReasonWriteFailed, false)
+				return
+			}
+		case <-ping.C:
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
+				c.close(ReasonWriteFailed, false)
+				return
+			}
+			ping.Reset(c.pingDelay())
+		case <-c.closed:
+			if c.drain {
+				c.drainQueue()
+			}
+			msg := websocket.FormatCloseMessage(c.reason.Code, c.reason.Text)
+			c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+			return
+		}
+	}
+}
+
+func (c *conn) drainQueue() {
+	for {
+		select {
+		case b := <-c.send:
+			if c.write(b) != nil {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (c *conn) write(b []byte) error {
+	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	return c.ws.WriteMessage(websocket.BinaryMessage, b)
+}
+
+// pingDelay is the ping interval jittered by ±10%, so that many
+// connections opened together do not ping in step.
+func (c *conn) pingDelay() time.Duration {
+	d := c.srv.cfg.PingInterval
+	return d*9/10 + rand.N(d/5+1)
+}
+
+// typeLabel bounds the metric label set to the protocol's types.
+func typeLabel(t string) string {
+	switch t {
+	case wire.TypeJoin, wire.TypePeer, wire.TypeError, wire.TypeSync, wire.TypeRequest,
+		wire.TypeDocUnavailable, wire.TypeEphemeral, wire.TypeRemoteSubscriptionChange,
+		wire.TypeRemoteHeadsChanged:
+		return t
+	}
+	return "unknown"
+}

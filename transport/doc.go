@@ -1,0 +1,16 @@
+// Package transport carries the automerge-repo protocol over WebSocket.
+//
+// A Server upgrades HTTP requests to WebSocket connections. Each connection
+// has exactly two goroutines: a reader that decodes frames and hands them to
+// the document layer (the Documents interface), and a writer that alone
+// writes to the socket and sends the liveness pings. Outbound frames wait in
+// a bounded queue; a peer too slow to drain it is disconnected with the
+// reason "slow consumer", because document sync must never drop a message.
+//
+// The wire format lives in the subpackage wire; its PROTOCOL.md says what
+// Tandem accepts and sends.
+//
+// Concurrency: Server methods are safe for concurrent use. The doc.Peer
+// methods of a connection never block: they encode and queue a frame, or
+// close the connection when its queue is full.
+package transport

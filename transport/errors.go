@@ -1,0 +1,40 @@
+package transport
+
+import "github.com/gorilla/websocket"
+
+// CloseReason says why a connection ended. Code and Text go to the client
+// in the close frame; Name labels tandem_disconnects_total.
+type CloseReason struct {
+	Code int
+	Name string
+	Text string
+}
+
+// Close reasons. Codes 4000-4999 are Tandem's own.
+var (
+	ReasonShutdown    = CloseReason{websocket.CloseGoingAway, "shutdown", "server shutting down"}
+	ReasonTooBig      = CloseReason{websocket.CloseMessageTooBig, "too_big", "message too big"}
+	ReasonReplaced    = CloseReason{4000, "replaced", "replaced by a newer connection of the same peer"}
+	ReasonSlow        = CloseReason{4001, "slow_consumer", "slow consumer: send queue full"}
+	ReasonUnsupported = CloseReason{4002, "unsupported_version", "unsupported protocol version"}
+	ReasonPingTimeout = CloseReason{4003, "ping_timeout", "no pong within three ping intervals"}
+	ReasonClientGone  = CloseReason{websocket.CloseNormalClosure, "client_closed", "client closed"}
+	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
+	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
+)
+
+// Reasons for protocol errors sent to a client (tandem_protocol_errors_total)
+// and for messages dropped quietly (tandem_messages_dropped_total).
+const (
+	errTextFrame   = "text_frame"
+	errMalformed   = "malformed"
+	errInvalid     = "invalid"
+	errNotJoined   = "not_joined"
+	errWrongSender = "wrong_sender"
+	errRejoin      = "rejoin_other_peer"
+	errBadSync     = "bad_sync"
+	errLoad        = "load_failed"
+
+	dropStale         = "stale_ephemeral"
+	dropForeignSender = "foreign_sender"
+)

@@ -1,0 +1,46 @@
+package transport
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are a Server's Prometheus collectors.
+type metrics struct {
+	connections *prometheus.GaugeVec
+	received    *prometheus.CounterVec
+	sent        *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	dropped     *prometheus.CounterVec
+	disconnects *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tandem_connections",
+			Help: "Open WebSocket connections, by whether they have joined.",
+		}, []string{"state"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_messages_received_total",
+			Help: "Protocol messages received, by type.",
+		}, []string{"type"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_messages_sent_total",
+			Help: "Protocol messages queued for sending, by type.",
+		}, []string{"type"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_protocol_errors_total",
+			Help: "Bad input answered with an error message, by reason.",
+		}, []string{"reason"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_messages_dropped_total",
+			Help: "Messages dropped without an error to the client (normal protocol noise), by reason.",
+		}, []string{"reason"}),
+		disconnects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_disconnects_total",
+			Help: "Closed connections, by reason.",
+		}, []string{"reason"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects)
+	}
+	return m
+}

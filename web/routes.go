@@ -1,0 +1,52 @@
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config configures the router.
+type Config struct {
+	// WebSocket serves the automerge-repo endpoint at /ws. Required.
+	WebSocket http.Handler
+	// Gatherer is exposed at /metrics; nil serves no metrics.
+	Gatherer prometheus.Gatherer
+	// Logger receives request errors; default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewRouter returns the HTTP handler of a Tandem node.
+func NewRouter(cfg Config) http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	r.Handle("/ws", cfg.WebSocket)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	if cfg.Gatherer != nil {
+		r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	pages, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	r.Handle("/*", http.FileServerFS(pages))
+	return r
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
