@@ -13,6 +13,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // BoltStore is the embedded store: one bbolt file under the data directory,
@@ -91,7 +92,7 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 		for _, w := range batch {
 			key := []byte(w.DocumentID)
 			if w.Snapshot != nil {
-				if err := docs.DeleteBucket(key); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				if err := docs.DeleteBucket(key); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 					return err
 				}
 			}

@@ -79,6 +79,11 @@ func (c *conn) close(r CloseReason, drain bool) {
 		c.reason = r
 		c.drain = drain
 		close(c.closed)
+		if r == ReasonSlow || r == ReasonPingTimeout {
+			// The peer is not reading: a write to it may be blocked
+			// for the whole WriteTimeout. Cut it short now.
+			c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
+		}
 	})
 }
 

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are a Server's Prometheus collectors.
 type metrics struct {
-	connections *prometheus.GaugeVec
+	connections prometheus.Gauge
 	received    *prometheus.CounterVec
 	sent        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
@@ -14,10 +14,10 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_connections",
-			Help: "Open WebSocket connections, by whether they have joined.",
-		}, []string{"state"}),
+			Help: "Open WebSocket connections.",
+		}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_messages_received_total",
 			Help: "Protocol messages received, by type.",

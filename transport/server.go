@@ -17,7 +17,7 @@ type Server struct {
 	metrics  *metrics
 	upgrader websocket.Upgrader
 
-	mu      sync.Mutex // guards peers, conns and closing
+	mu      sync.Mutex       // guards peers, conns and closing
 	peers   map[string]*conn // joined connections by peer id
 	conns   map[*conn]struct{}
 	closing bool
@@ -74,8 +74,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
-	s.metrics.connections.WithLabelValues("open").Inc()
-	defer s.metrics.connections.WithLabelValues("open").Dec()
+	s.metrics.connections.Inc()
+	defer s.metrics.connections.Dec()
 	c.serve(r.Context())
 }
 

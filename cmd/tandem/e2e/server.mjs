@@ -22,9 +22,25 @@ export function binary() {
   return built
 }
 
+// defer registers fn to run when test t ends, last registered first, so
+// that clients close before the server they talk to is stopped (a stock
+// client whose server vanishes schedules reconnects that outlive it).
+const stacks = new WeakMap()
+export function defer(t, fn) {
+  let stack = stacks.get(t)
+  if (!stack) {
+    stack = []
+    stacks.set(t, stack)
+    t.after(async () => {
+      while (stack.length) await stack.pop()()
+    })
+  }
+  stack.push(fn)
+}
+
 export function tempDir(t) {
   const dir = mkdtempSync(join(tmpdir(), "tandem-e2e-"))
-  t.after(() => rmSync(dir, { recursive: true, force: true }))
+  defer(t, () => rmSync(dir, { recursive: true, force: true }))
   return dir
 }
 
@@ -59,7 +75,7 @@ export async function start(t, { dataDir, args = [] } = {}) {
       await exited
     },
   }
-  t.after(() => node.kill())
+  defer(t, () => node.kill())
   return node
 }
 

@@ -5,7 +5,7 @@ import assert from "node:assert/strict"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import * as A from "@automerge/automerge"
-import { start, until } from "./server.mjs"
+import { defer, start, until } from "./server.mjs"
 
 // client returns a stock Repo syncing through url. close() shuts it down
 // once; the test's end does it for clients still open.
@@ -13,7 +13,7 @@ function client(t, url) {
   const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
   let open = true
   repo.close = () => { if (open) { open = false; return repo.shutdown() } }
-  t.after(() => repo.close())
+  defer(t, () => repo.close())
   return repo
 }
 
@@ -58,10 +58,12 @@ test("an edit survives SIGKILL 1.5 s after it was made", async t => {
   const witness = client(t, first.url)
   const seen = await witness.find(handle.url)
   await until("the witness sees the edit", () => seen.doc().count === 42)
-  await new Promise(r => setTimeout(r, Math.max(0, editedAt + 1500 - Date.now())))
-  await first.kill("SIGKILL")
+  // The clients leave first: closing a socket makes the server write
+  // nothing, and a stock client outliving its server keeps reconnecting.
   a.close()
   witness.close()
+  await new Promise(r => setTimeout(r, Math.max(0, editedAt + 1500 - Date.now())))
+  await first.kill("SIGKILL")
 
   const second = await start(t, { dataDir: first.dataDir })
   const fresh = client(t, second.url)

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	env := map[string]string{"TANDEM_ADDR": ":9000", "TANDEM_LOG_LEVEL": "debug", "TANDEM_PING_INTERVAL": "2s"}
+	c, err := parseConfig([]string{"--addr", ":9999"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != ":9999" {
+		t.Errorf("flag should win over env: addr = %q", c.Addr)
+	}
+	if c.LogLevel != slog.LevelDebug || c.PingInterval != 2*time.Second {
+		t.Errorf("env not applied: %+v", c)
+	}
+	if c.DataDir != "./tandem-data" {
+		t.Errorf("default data dir = %q", c.DataDir)
+	}
+
+	bad := []struct {
+		args []string
+		env  map[string]string
+	}{
+		{[]string{"--ping-interval", "1ms"}, nil},
+		{nil, map[string]string{"TANDEM_PING_INTERVAL": "soon"}},
+		{[]string{"--log-level", "loud"}, nil},
+		{[]string{"stray"}, nil},
+	}
+	for _, b := range bad {
+		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {
+			t.Errorf("args %v env %v: want an error", b.args, b.env)
+		}
+	}
+}
+
+// TestRunServesAndStops starts the node, checks its HTTP surface and stops
+// it as SIGTERM would.
+func TestRunServesAndStops(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir()},
+			func(string) string { return "" }, io.Discard, ready)
+	}()
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run returned early: %v", err)
+	}
+	base := "http://" + addr.String()
+	for path, want := range map[string]string{
+		"/healthz": `"status":"ok"`,
+		"/":        "automerge-repo",
+		"/metrics": "tandem_connections",
+	} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+}

@@ -1,0 +1,367 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	testDoc   = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
+	serverID  = "tandem-test"
+	storageID = "8f1e4e1c-5a7e-4c1b-9a43-2c1f0d3b6a55"
+)
+
+type testServer struct {
+	*Server
+	url string
+	hub *doc.Hub
+}
+
+func newTestServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	store, err := doc.OpenBoltStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Documents = hub
+	cfg.PeerID = serverID
+	cfg.StorageID = storageID
+	cfg.Logger = logger
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.Shutdown(context.Background())
+		hs.Close()
+		hub.Close(context.Background())
+	})
+	return &testServer{Server: s, url: "ws" + strings.TrimPrefix(hs.URL, "http"), hub: hub}
+}
+
+func dial(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
+}
+
+func send(t *testing.T, ws *websocket.Conn, m *wire.Message) {
+	t.Helper()
+	b, err := wire.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteMessage(websocket.BinaryMessage, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recv(t *testing.T, ws *websocket.Conn) *wire.Message {
+	t.Helper()
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	mt, b, err := ws.ReadMessage()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if mt != websocket.BinaryMessage {
+		t.Fatalf("server sent frame type %d", mt)
+	}
+	m, err := wire.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// recvError reads one message and checks it is an error mentioning text.
+func recvError(t *testing.T, ws *websocket.Conn, text string) {
+	t.Helper()
+	m := recv(t, ws)
+	if m.Type != wire.TypeError || !strings.Contains(m.ErrorMessage, text) {
+		t.Fatalf("got %s %q, want an error containing %q", m.Type, m.ErrorMessage, text)
+	}
+}
+
+// expectClose reads until the server closes and checks the close code.
+func expectClose(t *testing.T, ws *websocket.Conn, code int) {
+	t.Helper()
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := ws.ReadMessage()
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != code {
+			t.Fatalf("connection ended with %v, want close code %d", err, code)
+		}
+		return
+	}
+}
+
+func join(t *testing.T, ws *websocket.Conn, peerID string) {
+	t.Helper()
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: peerID,
+		PeerMetadata: &wire.PeerMetadata{IsEphemeral: true}, SupportedProtocolVersions: []string{"1"}})
+	m := recv(t, ws)
+	if m.Type != wire.TypePeer {
+		t.Fatalf("got %s %q, want peer", m.Type, m.ErrorMessage)
+	}
+}
+
+func TestHandshake(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: "alice", SupportedProtocolVersions: []string{"1"}})
+	m := recv(t, ws)
+	if m.Type != wire.TypePeer || m.SenderID != serverID || m.TargetID != "alice" ||
+		m.SelectedProtocolVersion != "1" || m.PeerMetadata == nil ||
+		m.PeerMetadata.StorageID != storageID || m.PeerMetadata.IsEphemeral {
+		t.Fatalf("unexpected peer message %+v (metadata %+v)", m, m.PeerMetadata)
+	}
+}
+
+func TestUnsupportedVersionIsRefused(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: "alice", SupportedProtocolVersions: []string{"2"}})
+	recvError(t, ws, "unsupported protocol version")
+	expectClose(t, ws, ReasonUnsupported.Code)
+}
+
+// TestBadInputKeepsConnection sends each kind of bad frame and checks that
+// the client is told why and can go on using the connection.
+func TestBadInputKeepsConnection(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+
+	send(t, ws, &wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte{0x42}})
+	recvError(t, ws, "send join before")
+	join(t, ws, "alice")
+
+	cases := []struct {
+		name  string
+		frame func() (int, []byte)
+		want  string
+	}{
+		{"text frame", func() (int, []byte) { return websocket.TextMessage, []byte(`{"type":"sync"}`) }, "binary frames"},
+		{"garbage", func() (int, []byte) { return websocket.BinaryMessage, []byte{0xff, 0x13, 0x37} }, "malformed"},
+		{"empty frame", func() (int, []byte) { return websocket.BinaryMessage, nil }, "malformed"},
+		{"deep nesting", func() (int, []byte) {
+			b := []byte{0xa2, 0x64, 't', 'y', 'p', 'e', 0x64, 's', 'y', 'n', 'c', 0x61, 'x'}
+			return websocket.BinaryMessage, append(append(b, bytes.Repeat([]byte{0x81}, 5000)...), 0)
+		}, "malformed"},
+		{"unknown type", frame(&wire.Message{Type: "teleport", SenderID: "alice"}), "unknown message type"},
+		{"invalid document id", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: "../../etc", Data: []byte{0x42}}), "invalid document id"},
+		{"sync without data", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc}), "no data"},
+		{"forged sender", frame(&wire.Message{Type: wire.TypeSync, SenderID: "mallory", DocumentID: testDoc, Data: []byte{0x42}}), "does not match"},
+		{"join as another peer", frame(&wire.Message{Type: wire.TypeJoin, SenderID: "mallory"}), "joined as"},
+		{"sync data that is not automerge", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte("hello")}), "not an automerge sync message"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			mt, b := c.frame()
+			if err := ws.WriteMessage(mt, b); err != nil {
+				t.Fatal(err)
+			}
+			recvError(t, ws, c.want)
+		})
+	}
+	// Still served: a repeated join is answered.
+	join(t, ws, "alice")
+	if n := sum(t, s.metrics.errors); n != float64(len(cases)+1) {
+		t.Errorf("tandem_protocol_errors_total = %v, want %d", n, len(cases)+1)
+	}
+}
+
+// sum adds up every series of a counter vector.
+func sum(t *testing.T, cv *prometheus.CounterVec) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	cv.Collect(ch)
+	close(ch)
+	var total float64
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		total += pb.GetCounter().GetValue()
+	}
+	return total
+}
+
+func frame(m *wire.Message) func() (int, []byte) {
+	return func() (int, []byte) {
+		b, err := wire.Encode(m)
+		if err != nil {
+			panic(err)
+		}
+		return websocket.BinaryMessage, b
+	}
+}
+
+func TestRejoinReplacesOldSocket(t *testing.T) {
+	s := newTestServer(t, Config{})
+	old := dial(t, s.url)
+	join(t, old, "alice")
+	fresh := dial(t, s.url)
+	join(t, fresh, "alice")
+	expectClose(t, old, ReasonReplaced.Code)
+	// The new socket is the peer now: its request is answered.
+	send(t, fresh, &wire.Message{Type: wire.TypeRequest, SenderID: "alice", DocumentID: testDoc, Data: emptySyncMessage(t)})
+	if m := recv(t, fresh); m.Type != wire.TypeDocUnavailable || m.TargetID != "alice" {
+		t.Fatalf("got %s for %s, want doc-unavailable", m.Type, m.TargetID)
+	}
+}
+
+func TestOversizedFrameCloses(t *testing.T) {
+	s := newTestServer(t, Config{MaxMessageBytes: 4096})
+	ws := dial(t, s.url)
+	join(t, ws, "alice")
+	if err := ws.WriteMessage(websocket.BinaryMessage, make([]byte, 8192)); err != nil {
+		t.Fatal(err)
+	}
+	expectClose(t, ws, websocket.CloseMessageTooBig)
+}
+
+func TestSilentPeerIsClosedAfterMissedPongs(t *testing.T) {
+	s := newTestServer(t, Config{PingInterval: 50 * time.Millisecond})
+	ws := dial(t, s.url)
+	ws.SetPingHandler(func(string) error { return nil }) // a frozen client: no pongs
+	join(t, ws, "frozen")
+	expectClose(t, ws, ReasonPingTimeout.Code)
+
+	// A client that answers pings stays connected across many intervals.
+	live := dial(t, s.url)
+	join(t, live, "live")
+	done := make(chan error, 1)
+	go func() {
+		// Reading makes gorilla answer pings.
+		live.SetReadDeadline(time.Now().Add(time.Second))
+		_, _, err := live.ReadMessage()
+		done <- err
+	}()
+	var ne interface{ Timeout() bool }
+	if err := <-done; !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("live client's connection ended: %v", err)
+	}
+}
+
+func TestSlowConsumerIsDisconnected(t *testing.T) {
+	s := newTestServer(t, Config{SendQueue: 4})
+	slow := dial(t, s.url)
+	join(t, slow, "slow")
+	fast := dial(t, s.url)
+	join(t, fast, "fast")
+	sendEphemeral(t, slow, "slow", 1, []byte{0xa0}) // slow joins the room
+	waitFor(t, "slow in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	big := bytes.Repeat([]byte{0x40}, 256<<10)
+	// slow never reads: the kernel buffers fill, then the queue.
+	for i := uint64(1); i <= 200; i++ {
+		sendEphemeral(t, fast, "fast", i, big)
+		if testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1 {
+			break
+		}
+	}
+	waitFor(t, "slow consumer disconnect", func() bool {
+		return testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1
+	})
+	// The fast peer is unaffected.
+	join(t, fast, "fast")
+}
+
+func TestEphemeralRelay(t *testing.T) {
+	s := newTestServer(t, Config{})
+	a, b := dial(t, s.url), dial(t, s.url)
+	join(t, a, "a")
+	join(t, b, "b")
+	sendEphemeral(t, b, "b", 1, []byte{0xa0}) // b joins the room; a is not in it yet
+	waitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	sendEphemeral(t, a, "a", 5, []byte{0x01})
+	m := recv(t, b)
+	if m.Type != wire.TypeEphemeral || m.SenderID != "a" || m.TargetID != "b" ||
+		m.SessionID != "session-a" || m.Count != 5 || !bytes.Equal(m.Data, []byte{0x01}) {
+		t.Fatalf("b got %+v", m)
+	}
+	// A repeated or older count is dropped, a newer one relayed.
+	sendEphemeral(t, a, "a", 5, []byte{0x02})
+	sendEphemeral(t, a, "a", 3, []byte{0x03})
+	sendEphemeral(t, a, "a", 6, []byte{0x04})
+	if m := recv(t, b); m.Count != 6 {
+		t.Fatalf("b got count %d, want 6 (5 repeated and 3 stale are dropped)", m.Count)
+	}
+	// b passing a's message back (as stock clients do) is dropped quietly.
+	send(t, b, &wire.Message{Type: wire.TypeEphemeral, SenderID: "a", TargetID: serverID,
+		DocumentID: testDoc, SessionID: "session-a", Count: 7, Data: []byte{0x05}})
+	sendEphemeral(t, b, "b", 2, []byte{0x06})
+	if m := recv(t, a); m.SenderID != "b" || m.Count != 2 {
+		t.Fatalf("a got %+v, want b's own message and nothing echoed", m)
+	}
+	if n := testutil.ToFloat64(s.metrics.dropped.WithLabelValues(dropStale)); n != 2 {
+		t.Errorf("stale drops = %v, want 2", n)
+	}
+}
+
+func TestShutdownClosesConnections(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	join(t, ws, "alice")
+	go s.Shutdown(context.Background())
+	expectClose(t, ws, websocket.CloseGoingAway)
+	waitFor(t, "no connections", func() bool { return s.Connections() == 0 })
+}
+
+func sendEphemeral(t *testing.T, ws *websocket.Conn, peer string, count uint64, data []byte) {
+	t.Helper()
+	send(t, ws, &wire.Message{Type: wire.TypeEphemeral, SenderID: peer, TargetID: serverID,
+		DocumentID: testDoc, SessionID: "session-" + peer, Count: count, Data: data})
+}
+
+func emptySyncMessage(t *testing.T) []byte {
+	t.Helper()
+	// The first sync message of an empty automerge document, as a stock
+	// client sends it in a request (captured).
+	return []byte{0x42, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x02, 0x84}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
