@@ -197,7 +197,10 @@ func TestBadInputKeepsConnection(t *testing.T) {
 			recvError(t, ws, c.want)
 		})
 	}
-	// Still served: a repeated join is answered.
+	// Gossip of remote heads is accepted without an answer or an error.
+	send(t, ws, &wire.Message{Type: wire.TypeRemoteSubscriptionChange, SenderID: "alice", TargetID: serverID})
+	send(t, ws, &wire.Message{Type: wire.TypeRemoteHeadsChanged, SenderID: "alice", TargetID: serverID, DocumentID: testDoc})
+	// Still served: a repeated join is answered (and is the next message).
 	join(t, ws, "alice")
 	if n := sum(t, s.metrics.errors); n != float64(len(cases)+1) {
 		t.Errorf("tandem_protocol_errors_total = %v, want %d", n, len(cases)+1)
