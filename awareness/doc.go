@@ -1,0 +1,25 @@
+// Package awareness is Tandem's presence: who is in each document, where
+// their cursors are, whether they are online, away or offline, and who is
+// typing.
+//
+// Each document's presence is a state-based CRDT (State): per peer, a map
+// of channels (user, cursor, selection, status, typing, or any channel an
+// application adds), each a last-writer-wins register ordered by the
+// sender's clock. Removing a peer is a tombstone with a higher clock.
+// Merging states is commutative, associative and idempotent, so replicas
+// that see the same updates in any order, with duplicates, agree.
+//
+// A Hub speaks automerge-repo's Presence protocol (ephemeral messages whose
+// payload is {"__presence": ...}) on top of that CRDT: it tells newcomers
+// the state of every live peer at once, coalesces each peer's updates per
+// channel to one per tick (newest wins), drives status and typing expiry
+// from one heartbeat/TTL table, and speaks goodbye for peers that vanish.
+//
+// The package knows nothing of sockets: peers are the small Peer interface,
+// time comes from Config.Now, and tests drive Hub.Tick by hand.
+//
+// Concurrency: Hub methods are safe for concurrent use. Peer methods are
+// called with the hub's lock held and must not block. Watch callbacks
+// (subscription lists) are called with the lock held too: they must only
+// queue.
+package awareness

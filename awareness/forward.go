@@ -1,0 +1,171 @@
+package awareness
+
+import (
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// How presence reaches the other peers.
+//
+// Receivers drop an ephemeral whose count is not higher than the last one
+// they saw for its (senderId, sessionId). Coalescing reorders a peer's
+// messages across channels (a held-back cursor goes out after a later
+// typing flag), and the server speaks for peers (goodbye, status, typing
+// cleared), so forwarding the peer's own clock would get messages dropped
+// or poison the peer's session. Instead the hub sends every presence
+// message under its own RelaySession, with one counter that only grows:
+// each receiver sees one ordered stream per peer, whatever the reordering.
+// Application ephemerals that are not presence keep their own clock and
+// are relayed untouched by the document layer.
+
+// heartbeatChannel is the pseudo-channel under which heartbeats coalesce.
+const heartbeatChannel = "\x00heartbeat"
+
+// room is the presence of one document.
+type room struct {
+	id      string
+	state   State
+	members map[string]Peer      // by peer id
+	typing  map[string]time.Time // peer id → when its typing flag expires
+	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
+	// current tick; pending those waiting for the tick's trailing edge.
+	sent    map[string]map[string]struct{}
+	pending map[string]map[string]struct{}
+}
+
+func newRoom(id string) *room {
+	return &room{
+		id:      id,
+		state:   State{},
+		members: make(map[string]Peer),
+		typing:  make(map[string]time.Time),
+		sent:    make(map[string]map[string]struct{}),
+		pending: make(map[string]map[string]struct{}),
+	}
+}
+
+func (r *room) drop(peer string) {
+	delete(r.members, peer)
+	delete(r.typing, peer)
+	delete(r.sent, peer)
+	delete(r.pending, peer)
+}
+
+func mark(set map[string]map[string]struct{}, peer, channel string) {
+	m := set[peer]
+	if m == nil {
+		m = make(map[string]struct{})
+		set[peer] = m
+	}
+	m[channel] = struct{}{}
+}
+
+// schedule forwards a changed channel now if it was not forwarded in this
+// tick (the leading edge), or at the end of the tick otherwise (the
+// trailing edge, carrying the newest value).
+func (h *Hub) schedule(r *room, peer, channel string) {
+	if _, done := r.sent[peer][channel]; done {
+		mark(r.pending, peer, channel)
+		h.metrics.updates.WithLabelValues("coalesced").Inc()
+		return
+	}
+	mark(r.sent, peer, channel)
+	h.forward(r, peer, []string{channel})
+}
+
+// flush ends the tick of a room: what is pending goes out, and only those
+// channels count as sent in the next tick.
+func (h *Hub) flush(r *room) {
+	r.sent = r.pending
+	r.pending = make(map[string]map[string]struct{}, len(r.sent))
+	for peer, chans := range r.sent {
+		list := make([]string, 0, len(chans))
+		for ch := range chans {
+			list = append(list, ch)
+		}
+		h.forward(r, peer, list)
+	}
+}
+
+// forward sends the current values of a peer's channels to the room's
+// other members: an update for one channel, a snapshot for several.
+func (h *Hub) forward(r *room, peer string, channels []string) {
+	p := r.state[peer]
+	if p == nil || !p.Visible() {
+		return
+	}
+	var m *presenceMessage
+	state := make(map[string][]byte, len(channels))
+	heartbeat := false
+	for _, ch := range channels {
+		if ch == heartbeatChannel {
+			heartbeat = true
+			continue
+		}
+		if v, ok := p.Get(ch); ok {
+			state[ch] = v
+		}
+	}
+	switch {
+	case len(state) == 0 && heartbeat:
+		m = &presenceMessage{Type: TypeHeartbeat}
+	case len(state) == 0:
+		return
+	case len(state) == 1:
+		for ch, v := range state {
+			m = &presenceMessage{Type: TypeUpdate, Channel: ch, Value: v}
+		}
+	default:
+		m = &presenceMessage{Type: TypeSnapshot, State: rawState(state)}
+	}
+	h.broadcast(r, peer, m)
+}
+
+// sendGoodbye tells the room's other members that peer is gone.
+func (h *Hub) sendGoodbye(r *room, peer string) {
+	delete(r.pending, peer)
+	delete(r.sent, peer)
+	h.broadcast(r, peer, &presenceMessage{Type: TypeGoodbye})
+}
+
+// broadcast sends m in peer's name to every other member of the room,
+// encoded once and under one relay count.
+func (h *Hub) broadcast(r *room, peer string, m *presenceMessage) {
+	data := encodePresence(m)
+	h.relayCount++
+	for id, member := range r.members {
+		if id == peer {
+			continue
+		}
+		member.SendPresence(r.id, Message{SenderID: peer, SessionID: h.cfg.RelaySession, Count: h.relayCount, Data: data})
+		h.metrics.sent.WithLabelValues(m.Type).Inc()
+	}
+}
+
+// sendRoomTo sends a newcomer a snapshot of every other live peer.
+func (h *Hub) sendRoomTo(r *room, to Peer) {
+	for id, p := range r.state {
+		if id == to.ID() || !p.Visible() {
+			continue
+		}
+		state := make(map[string][]byte, len(p.Channels))
+		for ch := range p.Channels {
+			if v, ok := p.Get(ch); ok {
+				state[ch] = v
+			}
+		}
+		h.relayCount++
+		data := encodePresence(&presenceMessage{Type: TypeSnapshot, State: rawState(state)})
+		to.SendPresence(r.id, Message{SenderID: id, SessionID: h.cfg.RelaySession, Count: h.relayCount, Data: data})
+		h.metrics.sent.WithLabelValues(TypeSnapshot).Inc()
+	}
+}
+
+func rawState(s map[string][]byte) map[string]cbor.RawMessage {
+	out := make(map[string]cbor.RawMessage, len(s))
+	for k, v := range s {
+		out[k] = v
+	}
+	return out
+}

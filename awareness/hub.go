@@ -1,0 +1,320 @@
+package awareness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Peer is one connection's peer as presence sees it. SendPresence queues an
+// ephemeral message to the peer and must not block: it is called with the
+// hub's lock held.
+type Peer interface {
+	ID() string
+	SendPresence(documentID string, m Message)
+}
+
+// Config configures a Hub. Zero fields take the documented defaults.
+type Config struct {
+	// Tick is the coalescing period: per peer and channel at most one
+	// update is forwarded per tick, the newest; default 50ms.
+	Tick time.Duration
+	// TTL removes a peer not heard from (no pong, no message) for this
+	// long; default 17.5s (3.5 pings at the default ping interval).
+	TTL time.Duration
+	// AwayAfter makes a peer away after this long without activity;
+	// default 5 minutes.
+	AwayAfter time.Duration
+	// TypingTimeout clears a typing flag not renewed for this long;
+	// default 3s.
+	TypingTimeout time.Duration
+	// RelaySession is the ephemeral session under which the hub sends
+	// presence in peers' names; default random per hub. See forward.go.
+	RelaySession string
+	// LastSeen stores when users went offline; nil keeps it in memory only.
+	LastSeen LastSeenStore
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives the hub's logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the hub's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.Tick <= 0 {
+		c.Tick = 50 * time.Millisecond
+	}
+	if c.TTL <= 0 {
+		c.TTL = 17500 * time.Millisecond
+	}
+	if c.AwayAfter <= 0 {
+		c.AwayAfter = 5 * time.Minute
+	}
+	if c.TypingTimeout <= 0 {
+		c.TypingTimeout = 3 * time.Second
+	}
+	if c.RelaySession == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		c.RelaySession = "tandem-" + hex.EncodeToString(b[:])
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Hub holds the presence of every document in use on this node.
+type Hub struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	mu         sync.Mutex           // guards everything below
+	rooms      map[string]*room     // by document id
+	peers      map[string]*peerInfo // by peer id
+	users      map[string]*userInfo // by user id
+	watchers   map[string]map[*watcher]struct{}
+	relayCount uint64 // count of the last message sent under RelaySession
+}
+
+// peerInfo is one connected peer (a tab) across the documents it is in.
+type peerInfo struct {
+	id         string
+	conn       Peer
+	user       string // user id: the user channel's id, else the peer id
+	lastHeard  time.Time
+	lastActive time.Time
+	clientAway bool   // the peer said status "away"
+	status     Status // effective status
+	clock      Clock  // the newest clock seen from the peer
+	serverSeq  uint64 // writes the server made in the peer's name
+	docs       map[string]struct{}
+}
+
+// New returns a Hub. Run drives its ticks.
+func New(cfg Config) *Hub {
+	cfg.setDefaults()
+	return &Hub{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  newMetrics(cfg.Registerer),
+		rooms:    make(map[string]*room),
+		peers:    make(map[string]*peerInfo),
+		users:    make(map[string]*userInfo),
+		watchers: make(map[string]map[*watcher]struct{}),
+	}
+}
+
+// Run ticks until ctx ends: it forwards coalesced updates and applies
+// typing expiry, status changes and TTLs.
+func (h *Hub) Run(ctx context.Context) {
+	t := time.NewTicker(h.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.Tick()
+		}
+	}
+}
+
+// Join makes p a peer of the document, if it is not yet, and sends it the
+// state of every live peer there at once, as ephemerals in their names.
+func (h *Hub) Join(p Peer, documentID string) {
+	var fx effects
+	h.mu.Lock()
+	h.join(p, documentID, &fx)
+	h.mu.Unlock()
+	fx.run(h)
+}
+
+func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
+	now := h.cfg.Now()
+	pi := h.peers[p.ID()]
+	if pi == nil {
+		pi = &peerInfo{id: p.ID(), user: p.ID(), lastHeard: now, lastActive: now,
+			status: StatusOnline, docs: make(map[string]struct{})}
+		h.peers[pi.id] = pi
+		h.userOf(pi.user).peers[pi.id] = pi
+		h.refreshUser(pi.user, fx)
+	}
+	if pi.conn != p {
+		pi.conn = p // a newer connection of the same peer
+		pi.lastHeard = now
+	}
+	r := h.rooms[documentID]
+	if r == nil {
+		r = newRoom(documentID)
+		h.rooms[documentID] = r
+	}
+	if r.members[pi.id] != p {
+		r.members[pi.id] = p
+		pi.docs[documentID] = struct{}{}
+		h.sendRoomTo(r, p)
+	}
+	return pi, r
+}
+
+// Receive handles an ephemeral message from p. It reports false, with no
+// error, if the message is not presence: the caller relays it as it is.
+func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
+	pm, err := parsePresence(m.Data)
+	if err != nil || pm == nil {
+		return false, err
+	}
+	var fx effects
+	h.mu.Lock()
+	h.receive(p, documentID, m, pm, &fx)
+	h.mu.Unlock()
+	fx.run(h)
+	return true, nil
+}
+
+func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage, fx *effects) {
+	pi, r := h.join(p, documentID, fx)
+	now := h.cfg.Now()
+	pi.lastHeard = now
+	c := Clock{Count: m.Count, Session: m.SessionID}
+	if pi.clock.Less(c) {
+		pi.clock = c
+	}
+	switch pm.Type {
+	case TypeHeartbeat:
+		h.schedule(r, pi.id, heartbeatChannel)
+	case TypeGoodbye:
+		if r.state.Remove(pi.id, c) {
+			h.sendGoodbye(r, pi.id)
+		}
+		delete(r.typing, pi.id)
+	case TypeUpdate:
+		h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx)
+	case TypeSnapshot:
+		for ch, v := range pm.State {
+			h.set(r, pi, ch, Register{Clock: c, Value: v}, fx)
+		}
+	}
+	h.metrics.received.WithLabelValues(pm.Type).Inc()
+	h.refreshPeer(pi, fx)
+}
+
+// set writes one channel of a peer and schedules what changed.
+func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effects) {
+	took, changed := r.state.Set(pi.id, channel, reg)
+	if !took {
+		h.metrics.updates.WithLabelValues("stale").Inc()
+		return
+	}
+	switch channel {
+	case ChannelTyping:
+		if truthy(reg.Value) {
+			r.typing[pi.id] = h.cfg.Now().Add(h.cfg.TypingTimeout) // renewed even if unchanged
+		} else {
+			delete(r.typing, pi.id)
+		}
+	case ChannelStatus:
+		pi.clientAway = string(reg.Value) == string(encodeString(string(StatusAway)))
+	case ChannelUser:
+		if changed {
+			h.setUser(pi, userIDFrom(reg.Value, pi.id), fx)
+		}
+	}
+	if !changed {
+		h.metrics.updates.WithLabelValues("unchanged").Inc()
+		return
+	}
+	if channel != ChannelStatus {
+		pi.lastActive = h.cfg.Now()
+	}
+	h.schedule(r, pi.id, channel)
+}
+
+// serverClock returns the clock of a new server write in pi's name.
+func (h *Hub) serverClock(pi *peerInfo) Clock {
+	pi.serverSeq++
+	return pi.clock.Server(pi.serverSeq)
+}
+
+// Touch records that p is alive (a pong, say) without any activity.
+func (h *Hub) Touch(p Peer) {
+	h.mu.Lock()
+	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p {
+		pi.lastHeard = h.cfg.Now()
+	}
+	h.mu.Unlock()
+}
+
+// Leave removes p, whose connection closed, from every document: the other
+// peers are told goodbye in its name at once. A connection that has been
+// replaced by a newer one of the same peer is ignored.
+func (h *Hub) Leave(p Peer) {
+	var fx effects
+	h.mu.Lock()
+	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p {
+		h.remove(pi, &fx)
+	}
+	h.mu.Unlock()
+	fx.run(h)
+}
+
+// remove drops a peer everywhere and says goodbye for it.
+func (h *Hub) remove(pi *peerInfo, fx *effects) {
+	for id := range pi.docs {
+		r := h.rooms[id]
+		if r.state.Remove(pi.id, h.serverClock(pi)) {
+			h.sendGoodbye(r, pi.id)
+		}
+		r.drop(pi.id)
+		if len(r.members) == 0 {
+			delete(h.rooms, id)
+		}
+	}
+	delete(h.peers, pi.id)
+	pi.status = StatusOffline
+	if u := h.users[pi.user]; u != nil {
+		delete(u.peers, pi.id)
+	}
+	h.refreshUser(pi.user, fx)
+}
+
+// Tick forwards the trailing edge of coalesced updates, clears expired
+// typing flags, and applies status changes and TTLs.
+func (h *Hub) Tick() {
+	var fx effects
+	h.mu.Lock()
+	now := h.cfg.Now()
+	for _, pi := range h.peers {
+		if now.Sub(pi.lastHeard) > h.cfg.TTL {
+			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
+			h.metrics.expired.Inc()
+			h.remove(pi, &fx)
+			continue
+		}
+		h.refreshPeer(pi, &fx)
+	}
+	for _, r := range h.rooms {
+		for peer, until := range r.typing {
+			if now.Before(until) {
+				continue
+			}
+			delete(r.typing, peer)
+			if pi := h.peers[peer]; pi != nil {
+				r.state.Set(peer, ChannelTyping, Register{Clock: h.serverClock(pi), Value: cborFalse})
+				h.schedule(r, peer, ChannelTyping)
+			}
+		}
+		h.flush(r)
+	}
+	h.mu.Unlock()
+	fx.run(h)
+}

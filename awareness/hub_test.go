@@ -1,0 +1,433 @@
+package awareness
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+const doc1 = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
+
+// fakeClock is a hand-driven clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// received is one presence message a fake peer got.
+type received struct {
+	doc  string
+	msg  Message
+	body presenceMessage
+}
+
+type fakePeer struct {
+	id  string
+	mu  sync.Mutex
+	got []received
+}
+
+func (p *fakePeer) ID() string { return p.id }
+func (p *fakePeer) SendPresence(doc string, m Message) {
+	var env envelope
+	if err := cbor.Unmarshal(m.Data, &env); err != nil || env.Presence == nil {
+		panic("hub sent a payload that is not presence")
+	}
+	p.mu.Lock()
+	p.got = append(p.got, received{doc, m, *env.Presence})
+	p.mu.Unlock()
+}
+
+func (p *fakePeer) take() []received {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.got
+	p.got = nil
+	return g
+}
+
+// memLastSeen is an in-memory LastSeenStore.
+type memLastSeen struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (s *memLastSeen) SaveLastSeen(_ context.Context, u string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m[u] = at
+	return nil
+}
+func (s *memLastSeen) LastSeen(_ context.Context, u string) (time.Time, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.m[u]
+	return at, ok, nil
+}
+
+type fixture struct {
+	t     *testing.T
+	hub   *Hub
+	clock *fakeClock
+	seen  *memLastSeen
+	count map[string]uint64
+}
+
+func newFixture(t *testing.T) *fixture {
+	clock := &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	seen := &memLastSeen{m: map[string]time.Time{}}
+	h := New(Config{
+		Now: clock.Now, LastSeen: seen, RelaySession: "relay",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	return &fixture{t: t, hub: h, clock: clock, seen: seen, count: map[string]uint64{}}
+}
+
+// send delivers a presence message from p with its next clock.
+func (f *fixture) send(p *fakePeer, m presenceMessage) {
+	f.t.Helper()
+	f.count[p.id]++
+	data, err := cbor.Marshal(map[string]any{"__presence": m})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ok, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s-" + p.id, Count: f.count[p.id], Data: data})
+	if !ok || err != nil {
+		f.t.Fatalf("Receive: %v %v", ok, err)
+	}
+}
+
+func enc(v any) cbor.RawMessage {
+	b, err := cbor.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (f *fixture) update(p *fakePeer, channel string, v any) {
+	f.t.Helper()
+	f.send(p, presenceMessage{Type: TypeUpdate, Channel: channel, Value: enc(v)})
+}
+
+func (f *fixture) snapshot(p *fakePeer, state map[string]any) {
+	f.t.Helper()
+	raw := map[string]cbor.RawMessage{}
+	for k, v := range state {
+		raw[k] = enc(v)
+	}
+	f.send(p, presenceMessage{Type: TypeSnapshot, State: raw})
+}
+
+func value(t *testing.T, raw cbor.RawMessage) any {
+	t.Helper()
+	var v any
+	if err := cbor.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestNewcomerGetsEveryLivePeerAtOnce(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := &fakePeer{id: "a"}, &fakePeer{id: "b"}, &fakePeer{id: "c"}
+	f.snapshot(a, map[string]any{"user": map[string]any{"id": "ana", "name": "Ana"}, "cursor": "1@x"})
+	f.snapshot(b, map[string]any{"user": map[string]any{"id": "bo"}, "cursor": "2@y"})
+	a.take()
+	f.hub.Join(c, doc1) // c's first message for the document
+	got := c.take()
+	if len(got) != 2 {
+		t.Fatalf("newcomer got %d messages, want a snapshot from each of a and b", len(got))
+	}
+	for _, g := range got {
+		if g.body.Type != TypeSnapshot || g.msg.SessionID != "relay" {
+			t.Fatalf("got %+v", g)
+		}
+		want := map[string]string{"a": "1@x", "b": "2@y"}[g.msg.SenderID]
+		if value(t, g.body.State["cursor"]) != want {
+			t.Errorf("cursor of %s = %v, want %s", g.msg.SenderID, value(t, g.body.State["cursor"]), want)
+		}
+		if value(t, g.body.State["status"]) != "online" {
+			t.Errorf("status of %s missing", g.msg.SenderID)
+		}
+	}
+}
+
+func TestUpdatesReachOthersNeverTheSender(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(a, doc1)
+	f.hub.Join(b, doc1)
+	f.update(a, "cursor", "5@x")
+	if len(a.take()) != 0 {
+		t.Fatal("the sender got its own update")
+	}
+	got := b.take()
+	if len(got) == 0 || got[0].msg.SenderID != "a" || value(t, got[0].body.Value) != "5@x" && value(t, got[0].body.State["cursor"]) != "5@x" {
+		t.Fatalf("b got %+v", got)
+	}
+}
+
+// TestCoalescing: a burst inside one tick goes out as the leading update at
+// once and the newest value at the tick; nothing older than what was
+// delivered is delivered later.
+func TestCoalescing(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	f.update(a, "user", "ana")
+	f.hub.Tick()
+	b.take()
+	for i := 1; i <= 200; i++ {
+		f.update(a, "cursor", i)
+		if i%20 == 0 { // 20 updates per 50 ms tick, 400/s
+			f.clock.Advance(50 * time.Millisecond)
+			f.hub.Tick()
+		}
+	}
+	got := b.take()
+	var values []int64
+	lastCount := uint64(0)
+	for _, g := range got {
+		if g.msg.Count <= lastCount {
+			t.Fatalf("relay counts must grow: %d after %d", g.msg.Count, lastCount)
+		}
+		lastCount = g.msg.Count
+		if g.body.Type == TypeUpdate && g.body.Channel == "cursor" {
+			values = append(values, int64(value(t, g.body.Value).(uint64)))
+		}
+	}
+	if len(values) > 11 {
+		t.Errorf("forwarded %d cursor updates for 10 ticks, want at most about one per tick", len(values))
+	}
+	for i := 1; i < len(values); i++ {
+		if values[i] <= values[i-1] {
+			t.Fatalf("an older value was delivered after a newer one: %v", values)
+		}
+	}
+	if values[len(values)-1] != 200 {
+		t.Fatalf("last delivered cursor = %d, want the final 200", values[len(values)-1])
+	}
+}
+
+func TestStaleUpdateIsNotForwarded(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	data := func(v string) []byte {
+		d, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc(v)}})
+		return d
+	}
+	f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 5, Data: data("new")})
+	f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 3, Data: data("old")})
+	f.clock.Advance(time.Second)
+	f.hub.Tick()
+	for _, g := range b.take() {
+		if g.body.Type == TypeUpdate && g.body.Channel == "cursor" && value(t, g.body.Value) == "old" {
+			t.Fatal("a stale value was forwarded")
+		}
+	}
+}
+
+func TestLeaveSaysGoodbyeOnce(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	f.update(a, "cursor", "1@x")
+	b.take()
+	old := a
+	fresh := &fakePeer{id: "a"} // the same peer reconnects
+	f.hub.Join(fresh, doc1)
+	f.hub.Leave(old) // the old socket's close arrives late
+	if got := b.take(); len(got) != 0 {
+		t.Fatalf("b got %+v for a replaced connection", got)
+	}
+	f.hub.Leave(fresh)
+	got := b.take()
+	if len(got) != 1 || got[0].body.Type != TypeGoodbye || got[0].msg.SenderID != "a" {
+		t.Fatalf("b got %+v, want one goodbye from a", got)
+	}
+	f.hub.Leave(fresh)
+	if len(b.take()) != 0 {
+		t.Fatal("a second Leave said goodbye again")
+	}
+}
+
+func TestSilentPeerExpires(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.update(a, "cursor", "1@x")
+	f.update(b, "cursor", "2@y")
+	ttl := f.hub.cfg.TTL
+	for elapsed := time.Duration(0); elapsed < 2*ttl; elapsed += time.Second {
+		f.clock.Advance(time.Second)
+		f.hub.Touch(b) // b pongs; a is frozen
+		f.hub.Tick()
+	}
+	var bye int
+	for _, g := range b.take() {
+		if g.body.Type == TypeGoodbye && g.msg.SenderID == "a" {
+			bye++
+		}
+	}
+	if bye != 1 {
+		t.Fatalf("b got %d goodbyes from a, want 1", bye)
+	}
+	if views := f.hub.DocumentPresence(doc1); len(views) != 1 || views[0].PeerID != "b" {
+		t.Fatalf("document presence = %+v, want only b", views)
+	}
+}
+
+func TestAwayAndBack(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	f.update(a, "cursor", 1)
+	b.take()
+	statuses := func() []any {
+		var out []any
+		for _, g := range b.take() {
+			if g.body.Type == TypeUpdate && g.body.Channel == "status" {
+				out = append(out, value(t, g.body.Value))
+			}
+		}
+		return out
+	}
+	f.clock.Advance(f.hub.cfg.AwayAfter)
+	f.hub.Touch(a) // both connections stay alive (pongs) while idle
+	f.hub.Touch(b)
+	f.hub.Tick()
+	if s := statuses(); len(s) != 1 || s[0] != "away" {
+		t.Fatalf("after idling b saw statuses %v, want [away]", s)
+	}
+	f.update(a, "cursor", 2)
+	f.hub.Tick()
+	if s := statuses(); len(s) != 1 || s[0] != "online" {
+		t.Fatalf("after activity b saw %v, want [online]", s)
+	}
+	f.update(a, "status", "away") // the client says so (a hidden tab)
+	f.clock.Advance(time.Second)
+	f.hub.Tick()
+	if v := f.hub.UserPresence(context.Background(), "a"); v.Status != StatusAway {
+		t.Fatalf("user status = %s, want away", v.Status)
+	}
+}
+
+func TestTypingClearsAfterTimeout(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	f.update(a, "typing", true)
+	typing := func() []any {
+		var out []any
+		for _, g := range b.take() {
+			if g.body.Type == TypeUpdate && g.body.Channel == "typing" {
+				out = append(out, value(t, g.body.Value))
+			}
+		}
+		return out
+	}
+	if s := typing(); len(s) != 1 || s[0] != true {
+		t.Fatalf("b saw typing %v", s)
+	}
+	f.clock.Advance(2 * time.Second)
+	f.update(a, "typing", true) // renewed within the burst: not forwarded again
+	f.hub.Tick()
+	f.clock.Advance(2 * time.Second)
+	f.hub.Tick()
+	if s := typing(); len(s) != 0 {
+		t.Fatalf("renewed typing flag changed early: %v", s)
+	}
+	f.clock.Advance(1100 * time.Millisecond)
+	f.hub.Tick()
+	if s := typing(); len(s) != 1 || s[0] != false {
+		t.Fatalf("after 3 s without renewal b saw %v, want [false]", s)
+	}
+}
+
+func TestUserAggregationAndWatch(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	var events []Status
+	initial, stop := f.hub.Watch(context.Background(), []string{"ana"}, func(us UserStatus) {
+		mu.Lock()
+		events = append(events, us.Status)
+		mu.Unlock()
+	})
+	defer stop()
+	if len(initial) != 1 || initial[0].Status != StatusOffline {
+		t.Fatalf("initial = %+v", initial)
+	}
+	tab1, tab2 := &fakePeer{id: "t1"}, &fakePeer{id: "t2"}
+	f.update(tab1, "user", map[string]any{"id": "ana"})
+	f.update(tab2, "user", map[string]any{"id": "ana"})
+	f.update(tab2, "status", "away")
+	f.hub.Leave(tab1) // one tab left, the other is away
+	f.hub.Leave(tab2)
+	mu.Lock()
+	got := append([]Status(nil), events...)
+	mu.Unlock()
+	want := []Status{StatusOnline, StatusAway, StatusOffline}
+	if len(got) != len(want) {
+		t.Fatalf("watch events %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("watch events %v, want %v", got, want)
+		}
+	}
+	if _, ok, _ := f.seen.LastSeen(context.Background(), "ana"); !ok {
+		t.Fatal("last seen was not stored when ana went offline")
+	}
+	v := f.hub.UserPresence(context.Background(), "ana")
+	if v.Status != StatusOffline || v.LastSeen.IsZero() || len(v.Documents) != 0 {
+		t.Fatalf("user presence = %+v", v)
+	}
+}
+
+func TestNotPresenceAndBadPresence(t *testing.T) {
+	f := newFixture(t)
+	a := &fakePeer{id: "a"}
+	plain, _ := cbor.Marshal(map[string]any{"cursor": 1})
+	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: plain}); ok || err != nil {
+		t.Fatalf("an app ephemeral was taken as presence: %v %v", ok, err)
+	}
+	for _, bad := range []any{
+		map[string]any{"__presence": map[string]any{"type": "dance"}},
+		map[string]any{"__presence": map[string]any{"type": "update"}},
+		map[string]any{"__presence": map[string]any{"type": "snapshot", "state": 3}},
+		map[string]any{"__presence": 7},
+	} {
+		data, _ := cbor.Marshal(bad)
+		if _, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 2, Data: data}); !errors.Is(err, ErrBadPresence) {
+			t.Errorf("%v: err = %v, want ErrBadPresence", bad, err)
+		}
+	}
+}
+
+func TestHeartbeatsAreForwarded(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	f.update(a, "cursor", 1)
+	f.hub.Tick()
+	b.take()
+	f.send(a, presenceMessage{Type: TypeHeartbeat})
+	got := b.take()
+	if len(got) != 1 || got[0].body.Type != TypeHeartbeat {
+		t.Fatalf("b got %+v, want a heartbeat", got)
+	}
+}

@@ -1,0 +1,171 @@
+package awareness
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Message is an ephemeral message as presence sees it: its sender, the
+// sender's (SessionID, Count) clock, and Data, the CBOR payload.
+type Message struct {
+	SenderID  string
+	SessionID string
+	Count     uint64
+	Data      []byte
+}
+
+// Types of automerge-repo Presence messages.
+const (
+	TypeSnapshot  = "snapshot"
+	TypeUpdate    = "update"
+	TypeHeartbeat = "heartbeat"
+	TypeGoodbye   = "goodbye"
+)
+
+// Well-known channels. Any other channel is kept and relayed as it is.
+const (
+	ChannelUser   = "user"   // {id, name, color}
+	ChannelStatus = "status" // "online" or "away"
+	ChannelTyping = "typing" // truthy while typing
+)
+
+// ErrBadPresence is returned for a __presence payload that is not one of
+// the Presence message types.
+var ErrBadPresence = errors.New("bad presence message")
+
+// MaxPresenceNesting bounds how deeply a presence payload may nest.
+const MaxPresenceNesting = 16
+
+// presenceMessage is the value under "__presence".
+type presenceMessage struct {
+	Type    string                     `cbor:"type"`
+	Channel string                     `cbor:"channel,omitempty"`
+	Value   cbor.RawMessage            `cbor:"value,omitempty"`
+	State   map[string]cbor.RawMessage `cbor:"state,omitempty"`
+}
+
+type envelope struct {
+	Presence *presenceMessage `cbor:"__presence"`
+}
+
+var (
+	decMode cbor.DecMode
+	encMode cbor.EncMode
+)
+
+func init() {
+	var err error
+	decMode, err = cbor.DecOptions{
+		MaxNestedLevels: MaxPresenceNesting,
+		MaxMapPairs:     1024,
+		DefaultMapType:  reflect.TypeOf(map[string]any(nil)),
+	}.DecMode()
+	if err != nil {
+		panic(err)
+	}
+	encMode, err = cbor.EncOptions{}.EncMode()
+	if err != nil {
+		panic(err)
+	}
+}
+
+// parsePresence returns the presence message in an ephemeral payload, or
+// nil if the payload is not presence (an application's own ephemeral).
+func parsePresence(data []byte) (*presenceMessage, error) {
+	var probe map[string]cbor.RawMessage
+	if err := decMode.Unmarshal(data, &probe); err != nil {
+		return nil, nil // not a map with string keys: not presence
+	}
+	raw, ok := probe["__presence"]
+	if !ok {
+		return nil, nil
+	}
+	var m presenceMessage
+	if err := decMode.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
+	}
+	switch m.Type {
+	case TypeHeartbeat, TypeGoodbye:
+	case TypeUpdate:
+		if m.Channel == "" || len(m.Value) == 0 {
+			return nil, fmt.Errorf("%w: update needs a channel and a value", ErrBadPresence)
+		}
+	case TypeSnapshot:
+		if m.State == nil {
+			return nil, fmt.Errorf("%w: snapshot needs a state map", ErrBadPresence)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown type %q", ErrBadPresence, m.Type)
+	}
+	return &m, nil
+}
+
+// encodePresence returns the payload of an outbound presence message.
+func encodePresence(m *presenceMessage) []byte {
+	b, err := encMode.Marshal(envelope{Presence: m})
+	if err != nil {
+		panic(err) // raw values were checked on the way in
+	}
+	return b
+}
+
+var (
+	cborFalse = []byte{0xf4}
+	cborUndef = []byte{0xf7}
+)
+
+// truthy reports whether a CBOR value is true in JavaScript's sense, for
+// the common falsy encodings: false, null, undefined, 0 and "".
+func truthy(v []byte) bool {
+	if len(v) != 1 {
+		return len(v) > 1
+	}
+	switch v[0] {
+	case 0xf4, 0xf6, 0xf7, 0x00, 0x60:
+		return false
+	}
+	return true
+}
+
+// decodeValue turns a CBOR value into JSON-friendly Go values.
+func decodeValue(v []byte) any {
+	var out any
+	if err := decMode.Unmarshal(v, &out); err != nil {
+		return nil
+	}
+	return jsonable(out)
+}
+
+// jsonable converts maps with non-string keys, which encoding/json
+// rejects, into maps with string keys.
+func jsonable(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonable(e)
+		}
+		return x
+	case map[any]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[fmt.Sprint(k)] = jsonable(e)
+		}
+		return out
+	case []any:
+		for i, e := range x {
+			x[i] = jsonable(e)
+		}
+		return x
+	case cbor.SimpleValue:
+		return nil // undefined
+	}
+	return v
+}
+
+func encodeString(s string) []byte {
+	b, _ := encMode.Marshal(s)
+	return b
+}

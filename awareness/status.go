@@ -1,0 +1,163 @@
+package awareness
+
+import (
+	"context"
+	"time"
+)
+
+// Status is a peer's or a user's presence status.
+type Status string
+
+const (
+	StatusOnline  Status = "online"  // connected and active
+	StatusAway    Status = "away"    // connected, idle or said so
+	StatusOffline Status = "offline" // disconnected or silent past its TTL
+)
+
+func (s Status) rank() int {
+	switch s {
+	case StatusOnline:
+		return 2
+	case StatusAway:
+		return 1
+	}
+	return 0
+}
+
+// LastSeenStore keeps when each user was last seen, written when the user
+// goes offline (never per heartbeat). doc.BoltStore implements it.
+type LastSeenStore interface {
+	SaveLastSeen(ctx context.Context, userID string, at time.Time) error
+	LastSeen(ctx context.Context, userID string) (time.Time, bool, error)
+}
+
+// userInfo aggregates the tabs of one user.
+type userInfo struct {
+	id       string
+	peers    map[string]*peerInfo
+	status   Status
+	lastSeen time.Time // when the user went offline, if it did here
+}
+
+// UserStatus is a user's aggregate status as watchers receive it.
+type UserStatus struct {
+	UserID   string    `json:"userId"`
+	Status   Status    `json:"status"`
+	LastSeen time.Time `json:"lastSeen,omitzero"`
+}
+
+func (h *Hub) userOf(id string) *userInfo {
+	u := h.users[id]
+	if u == nil {
+		u = &userInfo{id: id, peers: make(map[string]*peerInfo), status: StatusOffline}
+		h.users[id] = u
+	}
+	return u
+}
+
+// refreshPeer recomputes a peer's status and, when it changed, writes it
+// into the status channel of every document the peer is visible in.
+func (h *Hub) refreshPeer(pi *peerInfo, fx *effects) {
+	now := h.cfg.Now()
+	status := StatusOnline
+	if pi.clientAway || now.Sub(pi.lastActive) >= h.cfg.AwayAfter {
+		status = StatusAway
+	}
+	value := encodeString(string(status))
+	for id := range pi.docs {
+		r := h.rooms[id]
+		p := r.state[pi.id]
+		if p == nil || !p.Visible() {
+			continue
+		}
+		if v, ok := p.Get(ChannelStatus); ok && string(v) == string(value) {
+			continue
+		}
+		if _, changed := r.state.Set(pi.id, ChannelStatus, Register{Clock: h.serverClock(pi), Value: value}); changed {
+			h.schedule(r, pi.id, ChannelStatus)
+		}
+	}
+	if status != pi.status {
+		pi.status = status
+		h.refreshUser(pi.user, fx)
+	}
+}
+
+// setUser moves a peer to another user id (its user channel changed).
+func (h *Hub) setUser(pi *peerInfo, userID string, fx *effects) {
+	if userID == pi.user {
+		return
+	}
+	old := pi.user
+	delete(h.userOf(old).peers, pi.id)
+	pi.user = userID
+	h.userOf(userID).peers[pi.id] = pi
+	h.refreshUser(old, fx)
+	h.refreshUser(userID, fx)
+}
+
+// refreshUser recomputes a user's aggregate status: online if any tab is,
+// else away if any tab is connected, else offline.
+func (h *Hub) refreshUser(id string, fx *effects) {
+	u := h.userOf(id)
+	status := StatusOffline
+	for _, pi := range u.peers {
+		if pi.status.rank() > status.rank() {
+			status = pi.status
+		}
+	}
+	if status == u.status {
+		if len(u.peers) == 0 && len(h.watchers[id]) == 0 {
+			delete(h.users, id)
+		}
+		return
+	}
+	u.status = status
+	us := UserStatus{UserID: id, Status: status}
+	if status == StatusOffline {
+		u.lastSeen = h.cfg.Now()
+		us.LastSeen = u.lastSeen
+		fx.lastSeen = append(fx.lastSeen, us)
+	}
+	for w := range h.watchers[id] {
+		w.fn(us) // under the lock, so that watchers see changes in order
+	}
+	if len(u.peers) == 0 && len(h.watchers[id]) == 0 {
+		delete(h.users, id)
+	}
+}
+
+// effects are what a locked section decided to do once the lock is
+// released: store last-seen times.
+type effects struct {
+	lastSeen []UserStatus
+}
+
+func (fx *effects) run(h *Hub) {
+	for _, us := range fx.lastSeen {
+		if h.cfg.LastSeen == nil {
+			break
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := h.cfg.LastSeen.SaveLastSeen(ctx, us.UserID, us.LastSeen); err != nil {
+			h.log.Error("presence: store last seen", "user", us.UserID, "err", err)
+		}
+		cancel()
+	}
+}
+
+// userIDFrom reads the id of a user channel value ({id: "..."} or a plain
+// string); a peer without one is its own user.
+func userIDFrom(v []byte, fallback string) string {
+	switch x := decodeValue(v).(type) {
+	case string:
+		if x != "" {
+			return x
+		}
+	case map[string]any:
+		if id, ok := x["id"].(string); ok && id != "" {
+			return id
+		}
+	}
+	return fallback
+}

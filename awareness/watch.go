@@ -1,0 +1,157 @@
+package awareness
+
+import (
+	"context"
+	"time"
+)
+
+// watcher is one subscription list: a set of user ids and a callback.
+type watcher struct {
+	users []string
+	fn    func(UserStatus)
+}
+
+// Watch subscribes fn to status changes of the given users (a contact
+// list), on any document or none. It returns the users' current statuses
+// and a function that ends the subscription. fn is called with the hub's
+// lock held, in the order changes happen, and must only queue.
+func (h *Hub) Watch(ctx context.Context, userIDs []string, fn func(UserStatus)) ([]UserStatus, func()) {
+	w := &watcher{users: userIDs, fn: fn}
+	h.mu.Lock()
+	initial := make([]UserStatus, 0, len(userIDs))
+	for _, id := range userIDs {
+		set := h.watchers[id]
+		if set == nil {
+			set = make(map[*watcher]struct{})
+			h.watchers[id] = set
+		}
+		set[w] = struct{}{}
+		initial = append(initial, h.userStatus(id))
+	}
+	h.mu.Unlock()
+	h.fillLastSeen(ctx, initial)
+	stop := func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, id := range w.users {
+			delete(h.watchers[id], w)
+			if len(h.watchers[id]) == 0 {
+				delete(h.watchers, id)
+				if u := h.users[id]; u != nil && len(u.peers) == 0 {
+					delete(h.users, id)
+				}
+			}
+		}
+	}
+	return initial, stop
+}
+
+// userStatus is what the hub knows of a user now; the caller holds mu.
+func (h *Hub) userStatus(id string) UserStatus {
+	us := UserStatus{UserID: id, Status: StatusOffline}
+	if u := h.users[id]; u != nil {
+		us.Status = u.status
+		if u.status == StatusOffline {
+			us.LastSeen = u.lastSeen
+		}
+	}
+	return us
+}
+
+// fillLastSeen reads the stored last-seen time of offline users the hub
+// has not seen go offline itself.
+func (h *Hub) fillLastSeen(ctx context.Context, list []UserStatus) {
+	if h.cfg.LastSeen == nil {
+		return
+	}
+	for i := range list {
+		if list[i].Status != StatusOffline || !list[i].LastSeen.IsZero() {
+			continue
+		}
+		at, ok, err := h.cfg.LastSeen.LastSeen(ctx, list[i].UserID)
+		if err != nil {
+			h.log.Warn("presence: read last seen", "user", list[i].UserID, "err", err)
+			continue
+		}
+		if ok {
+			list[i].LastSeen = at
+		}
+	}
+}
+
+// PeerView is one live peer of a document, for the REST API.
+type PeerView struct {
+	PeerID       string         `json:"peerId"`
+	UserID       string         `json:"userId"`
+	Name         any            `json:"name,omitempty"`
+	Color        any            `json:"color,omitempty"`
+	Status       Status         `json:"status"`
+	Cursor       any            `json:"cursor,omitempty"`
+	Selection    any            `json:"selection,omitempty"`
+	Typing       bool           `json:"typing"`
+	LastActivity time.Time      `json:"lastActivity"`
+	State        map[string]any `json:"state"`
+}
+
+// DocumentPresence returns the live peers of a document.
+func (h *Hub) DocumentPresence(documentID string) []PeerView {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[documentID]
+	if r == nil {
+		return []PeerView{}
+	}
+	out := []PeerView{}
+	for id, p := range r.state {
+		pi := h.peers[id]
+		if pi == nil || !p.Visible() {
+			continue
+		}
+		v := PeerView{PeerID: id, UserID: pi.user, Status: pi.status, LastActivity: pi.lastActive, State: map[string]any{}}
+		for ch := range p.Channels {
+			if raw, ok := p.Get(ch); ok {
+				v.State[ch] = decodeValue(raw)
+			}
+		}
+		if u, ok := v.State[ChannelUser].(map[string]any); ok {
+			v.Name, v.Color = u["name"], u["color"]
+		}
+		if c, ok := v.State["color"]; ok {
+			v.Color = c
+		}
+		v.Cursor, v.Selection = v.State["cursor"], v.State["selection"]
+		if raw, ok := p.Get(ChannelTyping); ok {
+			v.Typing = truthy(raw)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// UserView is a user's presence across documents, for the REST API.
+type UserView struct {
+	UserStatus
+	Documents []string `json:"documents"`
+}
+
+// UserPresence returns a user's status, last-seen time and open documents.
+func (h *Hub) UserPresence(ctx context.Context, userID string) UserView {
+	h.mu.Lock()
+	v := UserView{UserStatus: h.userStatus(userID), Documents: []string{}}
+	if u := h.users[userID]; u != nil {
+		seen := map[string]bool{}
+		for _, pi := range u.peers {
+			for d := range pi.docs {
+				if !seen[d] {
+					seen[d] = true
+					v.Documents = append(v.Documents, d)
+				}
+			}
+		}
+	}
+	h.mu.Unlock()
+	list := []UserStatus{v.UserStatus}
+	h.fillLastSeen(ctx, list)
+	v.UserStatus = list[0]
+	return v
+}
