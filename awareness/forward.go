@@ -32,6 +32,14 @@ type room struct {
 	// current tick; pending those waiting for the tick's trailing edge.
 	sent    map[string]map[string]struct{}
 	pending map[string]map[string]struct{}
+	// greeted holds the peers that were sent the room after their first
+	// presence message. A stock client starts its Presence only after it
+	// has the document, so the room sent at its first sync can go unheard.
+	greeted map[string]bool
+	// present holds the peers that speak presence here and have not said
+	// goodbye: the server keeps their status channel, so a peer with an
+	// empty state is still seen.
+	present map[string]bool
 }
 
 func newRoom(id string) *room {
@@ -42,6 +50,8 @@ func newRoom(id string) *room {
 		typing:  make(map[string]time.Time),
 		sent:    make(map[string]map[string]struct{}),
 		pending: make(map[string]map[string]struct{}),
+		greeted: make(map[string]bool),
+		present: make(map[string]bool),
 	}
 }
 
@@ -50,6 +60,8 @@ func (r *room) drop(peer string) {
 	delete(r.typing, peer)
 	delete(r.sent, peer)
 	delete(r.pending, peer)
+	delete(r.greeted, peer)
+	delete(r.present, peer)
 }
 
 func mark(set map[string]map[string]struct{}, peer, channel string) {

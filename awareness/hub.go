@@ -160,6 +160,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	}
 	if r.members[pi.id] != p {
 		r.members[pi.id] = p
+		r.greeted[pi.id] = false
 		pi.docs[documentID] = struct{}{}
 		h.sendRoomTo(r, p)
 	}
@@ -189,6 +190,13 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 	if pi.clock.Less(c) {
 		pi.clock = c
 	}
+	if !r.greeted[pi.id] {
+		r.greeted[pi.id] = true
+		h.sendRoomTo(r, p)
+	}
+	if pm.Type != TypeGoodbye {
+		r.present[pi.id] = true
+	}
 	switch pm.Type {
 	case TypeHeartbeat:
 		h.schedule(r, pi.id, heartbeatChannel)
@@ -197,6 +205,7 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 			h.sendGoodbye(r, pi.id)
 		}
 		delete(r.typing, pi.id)
+		delete(r.present, pi.id)
 	case TypeUpdate:
 		h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx)
 	case TypeSnapshot:

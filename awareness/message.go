@@ -112,10 +112,7 @@ func encodePresence(m *presenceMessage) []byte {
 	return b
 }
 
-var (
-	cborFalse = []byte{0xf4}
-	cborUndef = []byte{0xf7}
-)
+var cborFalse = []byte{0xf4}
 
 // truthy reports whether a CBOR value is true in JavaScript's sense, for
 // the common falsy encodings: false, null, undefined, 0 and "".

@@ -66,11 +66,10 @@ func (h *Hub) refreshPeer(pi *peerInfo, fx *effects) {
 	value := encodeString(string(status))
 	for id := range pi.docs {
 		r := h.rooms[id]
-		p := r.state[pi.id]
-		if p == nil || !p.Visible() {
+		if !r.present[pi.id] {
 			continue
 		}
-		if v, ok := p.Get(ChannelStatus); ok && string(v) == string(value) {
+		if v, ok := r.state.peer(pi.id).Get(ChannelStatus); ok && string(v) == string(value) {
 			continue
 		}
 		if _, changed := r.state.Set(pi.id, ChannelStatus, Register{Clock: h.serverClock(pi), Value: value}); changed {

@@ -197,3 +197,21 @@ func TestStorageIDIsStable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestLastSeen(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	if _, ok, err := s.LastSeen(ctx, "ana"); ok || err != nil {
+		t.Fatalf("unknown user: ok=%v err=%v", ok, err)
+	}
+	later := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	for _, at := range []time.Time{later, later.Add(-time.Hour)} { // an older write loses
+		if err := s.SaveLastSeen(ctx, "ana", at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, ok, err := s.LastSeen(ctx, "ana")
+	if err != nil || !ok || !got.Equal(later) {
+		t.Fatalf("LastSeen = %v %v %v, want %v", got, ok, err, later)
+	}
+}

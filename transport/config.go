@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 )
 
@@ -22,10 +23,28 @@ type Documents interface {
 
 var _ Documents = (*doc.Hub)(nil)
 
+// Presence is what the transport needs from the presence layer.
+// *awareness.Hub implements it.
+type Presence interface {
+	// Join is called on a connection's first message for a document.
+	Join(p awareness.Peer, documentID string)
+	// Receive takes an ephemeral message; false means it is not presence.
+	Receive(p awareness.Peer, documentID string, m awareness.Message) (bool, error)
+	// Touch is called on every pong.
+	Touch(p awareness.Peer)
+	// Leave is called once when the connection has closed.
+	Leave(p awareness.Peer)
+}
+
+var _ Presence = (*awareness.Hub)(nil)
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Documents receives the protocol messages. Required.
 	Documents Documents
+	// Presence handles presence ephemerals; nil relays them like any
+	// other ephemeral.
+	Presence Presence
 	// PeerID is the server's own automerge-repo peer id. Required.
 	PeerID string
 	// StorageID is announced in the peer handshake: the identity of the

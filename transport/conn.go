@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -39,7 +40,10 @@ type conn struct {
 	clocks map[string]uint64 // last ephemeral count per sessionId
 }
 
-var _ doc.Peer = (*conn)(nil)
+var (
+	_ doc.Peer       = (*conn)(nil)
+	_ awareness.Peer = (*conn)(nil)
+)
 
 func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
 	return &conn{
@@ -63,6 +67,9 @@ func (c *conn) serve(_ context.Context) {
 	go c.serveWriter()
 	c.close(c.readLoop(ctx), false)
 	cancel()
+	if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
+		p.Leave(c) // goodbye in the peer's name, before anything else
+	}
 	for id := range c.docs {
 		c.srv.cfg.Documents.Leave(c, id)
 	}
@@ -96,6 +103,9 @@ func (c *conn) readLoop(ctx context.Context) CloseReason {
 	c.ws.SetReadLimit(c.srv.cfg.MaxMessageBytes)
 	c.ws.SetReadDeadline(c.readDeadline())
 	c.ws.SetPongHandler(func(string) error {
+		if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
+			p.Touch(c)
+		}
 		return c.ws.SetReadDeadline(c.readDeadline())
 	})
 	for {
@@ -165,7 +175,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 	switch m.Type {
 	case wire.TypeSync, wire.TypeRequest:
-		c.docs[m.DocumentID] = struct{}{}
+		c.open(m.DocumentID)
 		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, m.DocumentID, m.Data, m.Type == wire.TypeRequest))
 	case wire.TypeEphemeral:
 		last, seen := c.clocks[m.SessionID]
@@ -177,7 +187,19 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 			clear(c.clocks)
 		}
 		c.clocks[m.SessionID] = m.Count
-		c.docs[m.DocumentID] = struct{}{}
+		c.open(m.DocumentID)
+		if p := c.srv.cfg.Presence; p != nil {
+			handled, err := p.Receive(c, m.DocumentID, awareness.Message{
+				SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+			})
+			if err != nil {
+				c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, err))
+				return
+			}
+			if handled {
+				return
+			}
+		}
 		c.documentError(m.DocumentID, c.srv.cfg.Documents.Ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
 			SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
 		}))
@@ -185,6 +207,18 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		// doc-unavailable, remote-heads gossip and error messages from a
 		// client need no answer.
 		c.srv.log.Debug("ignored message", "peer", c.peerID, "type", m.Type)
+	}
+}
+
+// open records the connection's first message for a document: presence
+// then sends the newcomer everyone already there.
+func (c *conn) open(documentID string) {
+	if _, ok := c.docs[documentID]; ok {
+		return
+	}
+	c.docs[documentID] = struct{}{}
+	if p := c.srv.cfg.Presence; p != nil {
+		p.Join(c, documentID)
 	}
 }
 
@@ -250,6 +284,14 @@ func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
 	c.sendMessage(&wire.Message{
 		Type: wire.TypeEphemeral, SenderID: e.SenderID, DocumentID: documentID,
 		SessionID: e.SessionID, Count: e.Count, Data: e.Data,
+	})
+}
+
+// SendPresence implements awareness.Peer.
+func (c *conn) SendPresence(documentID string, m awareness.Message) {
+	c.sendMessage(&wire.Message{
+		Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
+		SessionID: m.SessionID, Count: m.Count, Data: m.Data,
 	})
 }
 

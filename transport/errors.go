@@ -34,6 +34,7 @@ const (
 	errRejoin      = "rejoin_other_peer"
 	errBadSync     = "bad_sync"
 	errLoad        = "load_failed"
+	errBadPresence = "bad_presence"
 
 	dropStale         = "stale_ephemeral"
 	dropForeignSender = "foreign_sender"

@@ -20,6 +20,8 @@ var static embed.FS
 type Config struct {
 	// WebSocket serves the automerge-repo endpoint at /ws. Required.
 	WebSocket http.Handler
+	// Presence serves the presence API; nil serves none.
+	Presence Presence
 	// Gatherer is exposed at /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors; default slog.Default().
@@ -34,6 +36,14 @@ func NewRouter(cfg Config) http.Handler {
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	if cfg.Presence != nil {
+		a := &api{presence: cfg.Presence}
+		r.Route("/api", func(r chi.Router) {
+			r.Get("/docs/{documentID}/presence", a.documentPresence)
+			r.Get("/users/{userID}/presence", a.userPresence)
+			r.Get("/presence/watch", a.watchPresence)
+		})
+	}
 	if cfg.Gatherer != nil {
 		r.Handle("/metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
@@ -43,6 +53,15 @@ func NewRouter(cfg Config) http.Handler {
 	}
 	r.Handle("/*", http.FileServerFS(pages))
 	return r
+}
+
+// api holds what the REST handlers read.
+type api struct {
+	presence Presence
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

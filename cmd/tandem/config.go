@@ -18,6 +18,8 @@ type config struct {
 	LogLevel        slog.Level
 	PingInterval    time.Duration
 	MaxMessageBytes int64
+	PresenceTick    time.Duration
+	AwayAfter       time.Duration
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -30,6 +32,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PingInterval, "ping-interval", 5*time.Second,
 		"mean WebSocket ping interval (±10% jitter); a socket missing 3 pongs is closed")
 	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
+	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
+		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
+	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
 		fs.PrintDefaults()
@@ -56,6 +61,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.PingInterval < 100*time.Millisecond {
 		return c, fmt.Errorf("--ping-interval %v is too short (minimum 100ms)", c.PingInterval)
+	}
+	if c.PresenceTick < time.Millisecond || c.PresenceTick > 10*time.Second {
+		return c, fmt.Errorf("--presence-tick %v is out of range (1ms to 10s)", c.PresenceTick)
+	}
+	if c.AwayAfter < time.Second {
+		return c, fmt.Errorf("--away-after %v is too short (minimum 1s)", c.AwayAfter)
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/transport"
 	"github.com/tandemhq/tandem/web"
@@ -69,8 +70,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	peerID := "tandem-" + randomSuffix()
+	presence := awareness.New(awareness.Config{
+		Tick:       cfg.PresenceTick,
+		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
+		AwayAfter:  cfg.AwayAfter,
+		LastSeen:   store,
+		Logger:     log,
+		Registerer: reg,
+	})
+	presenceCtx, stopPresence := context.WithCancel(context.Background())
+	presenceDone := make(chan struct{})
+	go func() {
+		defer close(presenceDone)
+		presence.Run(presenceCtx)
+	}()
+	defer func() { stopPresence(); <-presenceDone }()
+
 	ws, err := transport.NewServer(transport.Config{
 		Documents:       hub,
+		Presence:        presence,
 		PeerID:          peerID,
 		StorageID:       storageID,
 		Logger:          log,
@@ -81,10 +99,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	// Requests derive from serveCtx, cancelled when shutdown begins, so
+	// that long-lived streams (presence watch) end instead of holding it up.
+	serveCtx, endRequests := context.WithCancel(context.Background())
+	defer endRequests()
 	srv := &http.Server{
-		Handler:           web.NewRouter(web.Config{WebSocket: ws, Gatherer: reg, Logger: log}),
+		Handler:           web.NewRouter(web.Config{WebSocket: ws, Presence: presence, Gatherer: reg, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return serveCtx },
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -104,6 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	case <-ctx.Done():
 	}
 	log.Info("shutting down")
+	endRequests()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err = errors.Join(
@@ -117,6 +141,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log.Info("stopped cleanly")
 	return nil
 }
+
+var _ awareness.LastSeenStore = (*doc.BoltStore)(nil)
 
 func randomSuffix() string {
 	host, err := os.Hostname()

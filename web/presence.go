@@ -1,0 +1,136 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// Presence is what the HTTP API reads of presence. *awareness.Hub
+// implements it.
+type Presence interface {
+	DocumentPresence(documentID string) []awareness.PeerView
+	UserPresence(ctx context.Context, userID string) awareness.UserView
+	Watch(ctx context.Context, userIDs []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func())
+}
+
+var _ Presence = (*awareness.Hub)(nil)
+
+// maxWatchedUsers bounds one subscription list.
+const maxWatchedUsers = 1000
+
+// watchKeepAlive is how often an idle status stream sends a comment, so
+// that proxies keep it open and a dead client is noticed.
+const watchKeepAlive = 15 * time.Second
+
+func (a *api) documentPresence(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "documentID")
+	if err := wire.ValidateDocumentID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid document id")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"documentId": id,
+		"peers":      a.presence.DocumentPresence(id),
+	})
+}
+
+func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "userID")
+	if id == "" || len(id) > 256 {
+		writeError(w, http.StatusBadRequest, "invalid user id")
+		return
+	}
+	writeJSON(w, http.StatusOK, a.presence.UserPresence(r.Context(), id))
+}
+
+// watchPresence streams status changes of a list of users as Server-Sent
+// Events: first one "status" event per user with the current status, then
+// one per change. Between changes a comment keeps the stream alive.
+func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
+	var users []string
+	seen := map[string]bool{}
+	for _, u := range strings.Split(r.URL.Query().Get("users"), ",") {
+		if u = strings.TrimSpace(u); u != "" && !seen[u] {
+			seen[u] = true
+			users = append(users, u)
+		}
+	}
+	if len(users) == 0 || len(users) > maxWatchedUsers {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("users must list 1 to %d user ids, comma-separated", maxWatchedUsers))
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+
+	// Changes are kept newest-per-user until the writer takes them: a
+	// slow client skips intermediate statuses, never the latest.
+	var mu sync.Mutex
+	latest := map[string]awareness.UserStatus{}
+	var order []string
+	wake := make(chan struct{}, 1)
+	initial, stop := a.presence.Watch(r.Context(), users, func(us awareness.UserStatus) {
+		mu.Lock()
+		if _, queued := latest[us.UserID]; !queued {
+			order = append(order, us.UserID)
+		}
+		latest[us.UserID] = us
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	for _, us := range initial {
+		writeEvent(w, us)
+	}
+	flusher.Flush()
+
+	keepAlive := time.NewTicker(watchKeepAlive)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+		case <-wake:
+			mu.Lock()
+			batch := make([]awareness.UserStatus, 0, len(order))
+			for _, id := range order {
+				batch = append(batch, latest[id])
+			}
+			clear(latest)
+			order = order[:0]
+			mu.Unlock()
+			for _, us := range batch {
+				writeEvent(w, us)
+			}
+		}
+		flusher.Flush()
+	}
+}
+
+func writeEvent(w http.ResponseWriter, us awareness.UserStatus) {
+	b, _ := json.Marshal(us)
+	fmt.Fprintf(w, "event: status\ndata: %s\n\n", b)
+}

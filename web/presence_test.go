@@ -1,0 +1,115 @@
+package web
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandemhq/tandem/awareness"
+)
+
+// fakePresence answers with fixed data and lets the test push changes.
+type fakePresence struct {
+	watch chan func(awareness.UserStatus)
+}
+
+func (f *fakePresence) DocumentPresence(string) []awareness.PeerView {
+	return []awareness.PeerView{{PeerID: "p1", UserID: "ana", Status: awareness.StatusOnline}}
+}
+func (f *fakePresence) UserPresence(_ context.Context, id string) awareness.UserView {
+	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway}, Documents: []string{}}
+}
+func (f *fakePresence) Watch(_ context.Context, ids []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func()) {
+	f.watch <- fn
+	out := make([]awareness.UserStatus, len(ids))
+	for i, id := range ids {
+		out[i] = awareness.UserStatus{UserID: id, Status: awareness.StatusOffline}
+	}
+	return out, func() {}
+}
+
+func newTestRouter(t *testing.T) (*httptest.Server, *fakePresence) {
+	t.Helper()
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp}))
+	t.Cleanup(srv.Close)
+	return srv, fp
+}
+
+func TestPresenceREST(t *testing.T) {
+	srv, _ := newTestRouter(t)
+	tests := []struct {
+		path   string
+		status int
+		want   string
+	}{
+		{"/api/docs/2gzyVEWRbEhwBcRvStKvD3gBE5pp/presence", 200, `"userId":"ana"`},
+		{"/api/docs/not-a-document/presence", 400, "invalid document id"},
+		{"/api/users/ana/presence", 200, `"status":"away"`},
+		{"/api/presence/watch", 400, "users must list"},
+		{"/api/presence/watch?users=" + manyUsers(1001), 400, "users must list"},
+	}
+	for _, tt := range tests {
+		resp, err := http.Get(srv.URL + tt.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body strings.Builder
+		bufio.NewReader(resp.Body).WriteTo(&body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.status || !strings.Contains(body.String(), tt.want) {
+			t.Errorf("GET %s: %d %s; want %d with %q", tt.path, resp.StatusCode, body.String(), tt.status, tt.want)
+		}
+	}
+}
+
+func manyUsers(n int) string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprint("u", i)
+	}
+	return strings.Join(ids, ",")
+}
+
+func TestWatchStreamsInitialThenChanges(t *testing.T) {
+	srv, fp := newTestRouter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users=ana,bo,ana", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	push := <-fp.watch
+	events := make(chan awareness.UserStatus)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var us awareness.UserStatus
+				json.Unmarshal([]byte(line), &us)
+				events <- us
+			}
+		}
+		close(events)
+	}()
+	for _, want := range []string{"ana", "bo"} { // duplicates are watched once
+		if us := <-events; us.UserID != want || us.Status != awareness.StatusOffline {
+			t.Fatalf("initial event %+v, want %s offline", us, want)
+		}
+	}
+	push(awareness.UserStatus{UserID: "bo", Status: awareness.StatusOnline})
+	if us := <-events; us.UserID != "bo" || us.Status != awareness.StatusOnline {
+		t.Fatalf("change event %+v", us)
+	}
+	cancel()
+	for range events {
+	}
+}
