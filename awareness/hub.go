@@ -93,10 +93,11 @@ type peerInfo struct {
 	user       string // user id: the user channel's id, else the peer id
 	lastHeard  time.Time
 	lastActive time.Time
-	clientAway bool   // the peer said status "away"
-	status     Status // effective status
-	clock      Clock  // the newest clock seen from the peer
-	serverSeq  uint64 // writes the server made in the peer's name
+	clientAway bool      // the peer said status "away"
+	status     Status    // effective status
+	identity   *Identity // verified identity, if the peer has one
+	clock      Clock     // the newest clock seen from the peer
+	serverSeq  uint64    // writes the server made in the peer's name
 	docs       map[string]struct{}
 }
 
@@ -144,7 +145,10 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	pi := h.peers[p.ID()]
 	if pi == nil {
 		pi = &peerInfo{id: p.ID(), user: p.ID(), lastHeard: now, lastActive: now,
-			status: StatusOnline, docs: make(map[string]struct{})}
+			status: StatusOnline, identity: identityOf(p), docs: make(map[string]struct{})}
+		if pi.identity != nil {
+			pi.user = pi.identity.UserID
+		}
 		h.peers[pi.id] = pi
 		h.userOf(pi.user).peers[pi.id] = pi
 		h.refreshUser(pi.user, fx)
@@ -194,8 +198,13 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 		r.greeted[pi.id] = true
 		h.sendRoomTo(r, p)
 	}
-	if pm.Type != TypeGoodbye {
+	if pm.Type != TypeGoodbye && !r.present[pi.id] {
 		r.present[pi.id] = true
+		if pi.identity != nil { // the verified identity, before anything else
+			if _, changed := r.state.Set(pi.id, ChannelUser, Register{Clock: h.serverClock(pi), Value: pi.identity.value()}); changed {
+				h.schedule(r, pi.id, ChannelUser)
+			}
+		}
 	}
 	switch pm.Type {
 	case TypeHeartbeat:
@@ -219,6 +228,9 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 
 // set writes one channel of a peer and schedules what changed.
 func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effects) {
+	if channel == ChannelUser && pi.identity != nil {
+		reg.Value = pi.identity.value() // a verified peer cannot rename itself
+	}
 	took, changed := r.state.Set(pi.id, channel, reg)
 	if !took {
 		h.metrics.updates.WithLabelValues("stale").Inc()

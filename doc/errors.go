@@ -7,6 +7,8 @@ var (
 	ErrClosed = errors.New("document hub closed")
 	// ErrBadSyncMessage is returned for sync data automerge cannot apply.
 	ErrBadSyncMessage = errors.New("not an automerge sync message")
+	// ErrReadOnly is returned when a read-only peer's changes were refused.
+	ErrReadOnly = errors.New("read-only access: changes refused")
 	// ErrNotFound is returned by a Store for a document it does not have.
 	ErrNotFound = errors.New("document not found")
 )

@@ -83,18 +83,30 @@ func NewHub(cfg Config) (*Hub, error) {
 	return h, nil
 }
 
+// SyncMessage is a sync or request message from a peer.
+type SyncMessage struct {
+	DocumentID string
+	// Data is the automerge sync message.
+	Data []byte
+	// Request is set when the peer asks for a document it does not have.
+	Request bool
+	// ReadOnly peers receive the document but their changes are refused.
+	ReadOnly bool
+}
+
 // Sync handles a sync or request message from peer for the document:
 // it applies the changes it carries, answers the peer, and sends every other
 // peer of the room what changed. A request for a document that nobody has
 // is answered with doc-unavailable; the peer stays in the room and receives
-// the document if another peer creates it later.
-func (h *Hub) Sync(ctx context.Context, p Peer, documentID string, data []byte, isRequest bool) error {
+// the document if another peer creates it later. A read-only peer's
+// changes are dropped and ErrReadOnly returned, after the peer was answered.
+func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 	for {
-		r, err := h.acquire(ctx, documentID)
+		r, err := h.acquire(ctx, m.DocumentID)
 		if err != nil {
 			return err
 		}
-		changed, err := r.receiveSync(p, data, isRequest)
+		changed, err := r.receiveSync(p, m)
 		if errors.Is(err, errEvicted) {
 			continue
 		}

@@ -86,6 +86,15 @@ func (c *client) get(t testing.TB, key string) string {
 // send. The hub sends synchronously, so no waiting is needed.
 func (c *client) sync(t testing.TB, h *Hub, isRequest bool) {
 	t.Helper()
+	if refused := c.syncWith(t, h, SyncMessage{Request: isRequest}); refused {
+		t.Fatal("changes refused")
+	}
+}
+
+// syncWith runs the sync loop with the given flags and reports whether the
+// hub refused changes (read-only).
+func (c *client) syncWith(t testing.TB, h *Hub, opts SyncMessage) (refused bool) {
+	t.Helper()
 	for i := 0; i < 50; i++ {
 		progressed := false
 		for _, data := range c.peer.takeSyncs() {
@@ -95,16 +104,21 @@ func (c *client) sync(t testing.TB, h *Hub, isRequest bool) {
 			progressed = true
 		}
 		if m, ok := c.state.GenerateMessage(); ok {
-			if err := h.Sync(context.Background(), c.peer, testDoc, m.Bytes(), isRequest); err != nil {
+			opts.DocumentID, opts.Data = testDoc, m.Bytes()
+			err := h.Sync(context.Background(), c.peer, opts)
+			if errors.Is(err, ErrReadOnly) {
+				refused = true
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			progressed = true
 		}
 		if !progressed {
-			return
+			return refused
 		}
 	}
 	t.Fatal("sync did not settle")
+	return refused
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -189,7 +203,7 @@ func TestBadSyncMessageLeavesDocumentIntact(t *testing.T) {
 	a.setText(t, "title", "safe")
 	a.sync(t, h, false)
 	for _, junk := range [][]byte{{0x42}, {0x00, 0x01}, []byte("not automerge at all")} {
-		err := h.Sync(context.Background(), newClient("m").peer, testDoc, junk, false)
+		err := h.Sync(context.Background(), newClient("m").peer, SyncMessage{DocumentID: testDoc, Data: junk})
 		if !errors.Is(err, ErrBadSyncMessage) {
 			t.Fatalf("junk %x: err = %v, want ErrBadSyncMessage", junk, err)
 		}
@@ -234,5 +248,38 @@ func TestReplacedPeerLeaveKeepsNewConnection(t *testing.T) {
 	h.Leave(fresh.peer, testDoc)
 	if s := h.Stats(); s.Peers != 0 {
 		t.Fatalf("peers = %d, want 0", s.Peers)
+	}
+}
+
+func TestReadOnlyPeerReadsButCannotWrite(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, reader, b := newClient("a"), newClient("reader"), newClient("b")
+	a.setText(t, "title", "v1")
+	a.sync(t, h, false)
+	if refused := reader.syncWith(t, h, SyncMessage{Request: true, ReadOnly: true}); refused {
+		t.Fatal("a read without changes was refused")
+	}
+	if got := reader.get(t, "title"); got != "v1" {
+		t.Fatalf("reader sees %q", got)
+	}
+	reader.setText(t, "title", "vandalized")
+	reader.setText(t, "extra", "x")
+	if refused := reader.syncWith(t, h, SyncMessage{ReadOnly: true}); !refused {
+		t.Fatal("the reader's changes were not refused")
+	}
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "v1" {
+		t.Fatalf("another peer sees %q: a read-only change was applied", got)
+	}
+	// The reader still receives what writers do.
+	a.setText(t, "title", "v2")
+	a.sync(t, h, false)
+	reader.syncWith(t, h, SyncMessage{ReadOnly: true})
+	if v, _ := reader.doc.RootMap().Get("extra"); v.Kind() != automerge.KindStr {
+		t.Fatal("the reader lost its own local edit")
+	}
+	b.sync(t, h, false)
+	if got := b.get(t, "title"); got != "v2" {
+		t.Fatalf("b sees %q, want v2", got)
 	}
 }

@@ -100,11 +100,19 @@ func (r *room) join(p Peer) *member {
 
 // receiveSync applies a sync message from p and answers the room. It
 // reports whether the document changed.
-func (r *room) receiveSync(p Peer, data []byte, isRequest bool) (changed bool, err error) {
+func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
 		return false, errEvicted
+	}
+	data := msg.Data
+	refused := false
+	if msg.ReadOnly {
+		data, refused, err = stripForReadOnly(data, r.known, r.heads())
+		if err != nil {
+			return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+		}
 	}
 	m := r.join(p)
 	before := r.doc.Heads()
@@ -117,7 +125,7 @@ func (r *room) receiveSync(p Peer, data []byte, isRequest bool) (changed bool, e
 		r.dirty = true
 	}
 	sendSync(r.id, m)
-	if isRequest && !r.exists {
+	if msg.Request && !r.exists {
 		p.SendDocUnavailable(r.id)
 	}
 	if changed {
@@ -127,7 +135,27 @@ func (r *room) receiveSync(p Peer, data []byte, isRequest bool) (changed bool, e
 			}
 		}
 	}
+	if refused {
+		return changed, ErrReadOnly
+	}
 	return changed, nil
+}
+
+func (r *room) heads() [][]byte {
+	hs := r.doc.Heads()
+	out := make([][]byte, len(hs))
+	for i := range hs {
+		out[i] = hs[i][:]
+	}
+	return out
+}
+
+// known reports whether the document has the change with this hash.
+func (r *room) known(hash []byte) bool {
+	var h automerge.ChangeHash
+	copy(h[:], hash)
+	_, err := r.doc.Change(h)
+	return err == nil
 }
 
 func sendSync(documentID string, m *member) {

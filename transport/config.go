@@ -5,18 +5,21 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/auth"
 )
 
 // Documents is what the transport needs from the document layer.
 // *doc.Hub implements it.
 type Documents interface {
-	Sync(ctx context.Context, p doc.Peer, documentID string, data []byte, isRequest bool) error
+	Sync(ctx context.Context, p doc.Peer, m doc.SyncMessage) error
 	Ephemeral(ctx context.Context, p doc.Peer, documentID string, e doc.Ephemeral) error
 	Leave(p doc.Peer, documentID string)
 }
@@ -66,8 +69,33 @@ type Config struct {
 	PingInterval time.Duration
 	// WriteTimeout bounds every write to a socket; default 10s.
 	WriteTimeout time.Duration
-	// CheckOrigin decides which Origins may connect; default any.
-	CheckOrigin func(r *http.Request) bool
+	// Auth verifies the token of every connection before the upgrade;
+	// nil runs open (anyone may connect, read and write).
+	Auth *auth.Verifier
+	// AllowedOrigins lists the browser Origins that may connect, such as
+	// "https://app.example.com"; "*" allows any. Requests without an
+	// Origin (non-browser clients) and same-host Origins are always
+	// allowed.
+	AllowedOrigins []string
+
+	// Limits. Each refusal is counted in a metric and told to the client.
+	// MaxDocumentsPerConn bounds the documents one connection opens;
+	// default 256.
+	MaxDocumentsPerConn int
+	// MaxPeersPerDocument bounds the connections open on one document on
+	// this node; default 1000.
+	MaxPeersPerDocument int
+	// MaxConnsPerIP bounds the open connections from one IP address;
+	// default 64.
+	MaxConnsPerIP int
+	// MaxEphemeralBytes bounds an ephemeral message's payload (presence
+	// included); default 64 KiB.
+	MaxEphemeralBytes int
+	// MessageRate and MessageBurst are a connection's token bucket:
+	// ephemerals beyond it are dropped, and a connection sending more
+	// than twice the rate for long is closed. Defaults 100/s and 200.
+	MessageRate  float64
+	MessageBurst int
 }
 
 func (c *Config) setDefaults() error {
@@ -92,8 +120,44 @@ func (c *Config) setDefaults() error {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
-	if c.CheckOrigin == nil {
-		c.CheckOrigin = func(*http.Request) bool { return true }
+	if c.MaxDocumentsPerConn <= 0 {
+		c.MaxDocumentsPerConn = 256
+	}
+	if c.MaxPeersPerDocument <= 0 {
+		c.MaxPeersPerDocument = 1000
+	}
+	if c.MaxConnsPerIP <= 0 {
+		c.MaxConnsPerIP = 64
+	}
+	if c.MaxEphemeralBytes <= 0 {
+		c.MaxEphemeralBytes = 64 << 10
+	}
+	if c.MessageRate <= 0 {
+		c.MessageRate = 100
+	}
+	if c.MessageBurst <= 0 {
+		c.MessageBurst = 200
 	}
 	return nil
+}
+
+// originAllowed implements the AllowedOrigins rule.
+func (c *Config) originAllowed(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, o := range c.AllowedOrigins {
+		if o == "*" || strings.EqualFold(strings.TrimSuffix(o, "/"), origin) {
+			return true
+		}
+	}
+	return false
 }

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -33,23 +35,33 @@ type conn struct {
 	reason     CloseReason // set once, before closed is closed
 	drain      bool        // write what is queued before the close frame
 
+	grant   *auth.Grant   // what the token allows; nil when running open
+	limiter *rate.Limiter // the message rate: excess ephemerals dropped
+	flood   *rate.Limiter // twice the rate: beyond it the connection closes
+
 	// Owned by the reader goroutine. peerID is set once at join, before
 	// the connection is handed to any room, and never changes.
-	peerID string
-	docs   map[string]struct{}
-	clocks map[string]uint64 // last ephemeral count per sessionId
+	peerID      string
+	docs        map[string]struct{}
+	clocks      map[string]uint64 // last ephemeral count per sessionId
+	lastRateErr time.Time         // when the client was last told it is rate limited
 }
 
 var (
-	_ doc.Peer       = (*conn)(nil)
-	_ awareness.Peer = (*conn)(nil)
+	_ doc.Peer             = (*conn)(nil)
+	_ awareness.Peer       = (*conn)(nil)
+	_ awareness.Identified = (*conn)(nil)
 )
 
-func newConn(s *Server, ws *websocket.Conn, remote string) *conn {
+func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *conn {
+	cfg := &s.cfg
 	return &conn{
 		srv:        s,
 		ws:         ws,
 		remote:     remote,
+		grant:      grant,
+		limiter:    rate.NewLimiter(rate.Limit(cfg.MessageRate), cfg.MessageBurst),
+		flood:      rate.NewLimiter(rate.Limit(2*cfg.MessageRate), 2*cfg.MessageBurst),
 		send:       make(chan []byte, s.cfg.SendQueue),
 		closed:     make(chan struct{}),
 		writerDone: make(chan struct{}),
@@ -133,6 +145,12 @@ func readFailure(err error) CloseReason {
 
 // handle dispatches one inbound frame.
 func (c *conn) handle(ctx context.Context, mt int, data []byte) {
+	if !c.flood.Allow() {
+		c.srv.log.Warn("closing a flooding connection", "peer", c.peerID, "remote", c.remote)
+		c.close(ReasonFlood, false)
+		return
+	}
+	overRate := !c.limiter.Allow()
 	if mt != websocket.BinaryMessage {
 		c.protocolError(errTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
 		return
@@ -175,9 +193,39 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 	switch m.Type {
 	case wire.TypeSync, wire.TypeRequest:
-		c.open(m.DocumentID)
-		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, m.DocumentID, m.Data, m.Type == wire.TypeRequest))
+		// Document sync is never dropped: the rate limit counts it only.
+		access := c.grant.Can(m.DocumentID)
+		if access == auth.None {
+			// Unavailable, whether it exists or not: nothing leaks.
+			c.srv.metrics.denied.Inc()
+			c.SendDocUnavailable(m.DocumentID)
+			return
+		}
+		if !c.open(m.DocumentID) {
+			return
+		}
+		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, doc.SyncMessage{
+			DocumentID: m.DocumentID, Data: m.Data,
+			Request: m.Type == wire.TypeRequest, ReadOnly: access == auth.Read,
+		}))
 	case wire.TypeEphemeral:
+		if c.grant.Can(m.DocumentID) == auth.None {
+			c.srv.metrics.denied.Inc()
+			c.srv.metrics.dropped.WithLabelValues(dropDenied).Inc()
+			return
+		}
+		if overRate {
+			c.srv.metrics.dropped.WithLabelValues(dropRateLimited).Inc()
+			if time.Since(c.lastRateErr) > time.Second {
+				c.lastRateErr = time.Now()
+				c.protocolError(errRateLimited, fmt.Sprintf("over %g messages/s: ephemeral messages are being dropped", c.srv.cfg.MessageRate))
+			}
+			return
+		}
+		if len(m.Data) > c.srv.cfg.MaxEphemeralBytes {
+			c.protocolError(errTooLarge, fmt.Sprintf("ephemeral payload of %d bytes is over the limit of %d", len(m.Data), c.srv.cfg.MaxEphemeralBytes))
+			return
+		}
 		last, seen := c.clocks[m.SessionID]
 		if seen && m.Count <= last {
 			c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
@@ -187,7 +235,9 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 			clear(c.clocks)
 		}
 		c.clocks[m.SessionID] = m.Count
-		c.open(m.DocumentID)
+		if !c.open(m.DocumentID) {
+			return
+		}
 		if p := c.srv.cfg.Presence; p != nil {
 			handled, err := p.Receive(c, m.DocumentID, awareness.Message{
 				SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
@@ -210,16 +260,26 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 }
 
-// open records the connection's first message for a document: presence
-// then sends the newcomer everyone already there.
-func (c *conn) open(documentID string) {
+// open records the connection's first message for a document, within the
+// limits: presence then sends the newcomer everyone already there. It
+// reports false, having told the client why, when a limit is reached.
+func (c *conn) open(documentID string) bool {
 	if _, ok := c.docs[documentID]; ok {
-		return
+		return true
+	}
+	if len(c.docs) >= c.srv.cfg.MaxDocumentsPerConn {
+		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", len(c.docs)))
+		return false
+	}
+	if !c.srv.openDocument(documentID) {
+		c.protocolError(errDocFull, fmt.Sprintf("document %s has %d peers on this server, the limit", documentID, c.srv.cfg.MaxPeersPerDocument))
+		return false
 	}
 	c.docs[documentID] = struct{}{}
 	if p := c.srv.cfg.Presence; p != nil {
 		p.Join(c, documentID)
 	}
+	return true
 }
 
 func (c *conn) join(m *wire.Message) {
@@ -229,7 +289,11 @@ func (c *conn) join(m *wire.Message) {
 		c.close(ReasonUnsupported, true)
 		return
 	}
-	c.srv.bind(c)
+	if !c.srv.bind(c) {
+		c.protocolError(errPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
+		c.peerID = ""
+		return
+	}
 	c.sendPeer()
 	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
 }
@@ -246,6 +310,8 @@ func (c *conn) sendPeer() {
 func (c *conn) documentError(documentID string, err error) {
 	switch {
 	case err == nil:
+	case errors.Is(err, doc.ErrReadOnly):
+		c.protocolError(errReadOnly, fmt.Sprintf("read-only access to document %s: your changes were not applied", documentID))
 	case errors.Is(err, doc.ErrBadSyncMessage):
 		c.protocolError(errBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
 	case errors.Is(err, doc.ErrClosed):
@@ -265,6 +331,14 @@ func (c *conn) protocolError(reason, text string) {
 
 // ID implements doc.Peer.
 func (c *conn) ID() string { return c.peerID }
+
+// Identity implements awareness.Identified: the user the token names.
+func (c *conn) Identity() awareness.Identity {
+	if c.grant == nil {
+		return awareness.Identity{}
+	}
+	return awareness.Identity{UserID: c.grant.UserID, Name: c.grant.Name, Color: c.grant.Color}
+}
 
 // SendSync implements doc.Peer.
 func (c *conn) SendSync(documentID string, data []byte) {
@@ -326,8 +400,16 @@ func (c *conn) serveWriter() {
 	defer c.ws.Close()
 	ping := time.NewTimer(c.pingDelay())
 	defer ping.Stop()
+	var expiry <-chan time.Time
+	if c.grant != nil && !c.grant.Expires.IsZero() {
+		t := time.NewTimer(time.Until(c.grant.Expires))
+		defer t.Stop()
+		expiry = t.C
+	}
 	for {
 		select {
+		case <-expiry:
+			c.close(ReasonExpired, false)
 		case b := <-c.send:
 			if err := c.write(b); err != nil {
 				c.close(ReasonWriteFailed, false)

@@ -21,6 +21,8 @@ var (
 	ReasonClientGone  = CloseReason{websocket.CloseNormalClosure, "client_closed", "client closed"}
 	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
+	ReasonExpired     = CloseReason{4004, "token_expired", "token expired"}
+	ReasonFlood       = CloseReason{4005, "flood", "message rate far above the limit"}
 )
 
 // Reasons for protocol errors sent to a client (tandem_protocol_errors_total)
@@ -35,7 +37,21 @@ const (
 	errBadSync     = "bad_sync"
 	errLoad        = "load_failed"
 	errBadPresence = "bad_presence"
+	errReadOnly    = "read_only"
+	errPeerTaken   = "peer_id_taken"
+	errTooManyDocs = "too_many_documents"
+	errDocFull     = "document_full"
+	errTooLarge    = "ephemeral_too_large"
+	errRateLimited = "rate_limited"
 
 	dropStale         = "stale_ephemeral"
 	dropForeignSender = "foreign_sender"
+	dropDenied        = "access_denied"
+	dropRateLimited   = "rate_limited"
+
+	// Reasons a connection is refused before the upgrade.
+	refuseUnauthorized = "unauthorized"
+	refuseOrigin       = "origin"
+	refusePerIP        = "per_ip_limit"
+	refuseShutdown     = "shutting_down"
 )

@@ -10,6 +10,8 @@ type metrics struct {
 	errors      *prometheus.CounterVec
 	dropped     *prometheus.CounterVec
 	disconnects *prometheus.CounterVec
+	refused     *prometheus.CounterVec
+	denied      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -38,9 +40,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_disconnects_total",
 			Help: "Closed connections, by reason.",
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_connections_refused_total",
+			Help: "Connections refused before the WebSocket upgrade, by reason.",
+		}, []string{"reason"}),
+		denied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_access_denied_total",
+			Help: "Messages for documents outside the peer's token, answered as unavailable.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects)
+		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied)
 	}
 	return m
 }

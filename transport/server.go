@@ -2,11 +2,15 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/internal/auth"
 )
 
 // Server accepts automerge-repo WebSocket connections. It implements
@@ -17,10 +21,12 @@ type Server struct {
 	metrics  *metrics
 	upgrader websocket.Upgrader
 
-	mu      sync.Mutex       // guards peers, conns and closing
-	peers   map[string]*conn // joined connections by peer id
-	conns   map[*conn]struct{}
-	closing bool
+	mu       sync.Mutex       // guards peers, conns, closing, perIP and docPeers
+	peers    map[string]*conn // joined connections by peer id
+	conns    map[*conn]struct{}
+	closing  bool
+	perIP    map[string]int // open connections by remote IP
+	docPeers map[string]int // connections on each document
 
 	wg sync.WaitGroup // one per connection handler
 }
@@ -37,11 +43,24 @@ func NewServer(cfg Config) (*Server, error) {
 		upgrader: websocket.Upgrader{
 			ReadBufferSize:  4096,
 			WriteBufferSize: 4096,
-			CheckOrigin:     cfg.CheckOrigin,
+			// Origins are checked before the upgrade, in ServeHTTP.
+			CheckOrigin: func(*http.Request) bool { return true },
 		},
-		peers: make(map[string]*conn),
-		conns: make(map[*conn]struct{}),
+		peers:    make(map[string]*conn),
+		conns:    make(map[*conn]struct{}),
+		perIP:    make(map[string]int),
+		docPeers: make(map[string]int),
 	}, nil
+}
+
+// refuse answers a request that may not upgrade.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, status int, reason, msg string) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
+	s.log.Info("connection refused", "remote", r.RemoteAddr, "reason", reason, "detail", msg)
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tandem"`)
+	}
+	http.Error(w, msg, status)
 }
 
 // ServeHTTP upgrades the request and serves the connection until it closes.
@@ -53,10 +72,42 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if closing {
-		http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+		s.refuse(w, r, http.StatusServiceUnavailable, refuseShutdown, "server shutting down")
 		return
 	}
 	defer s.wg.Done()
+
+	if !s.cfg.originAllowed(r) {
+		s.refuse(w, r, http.StatusForbidden, refuseOrigin, "origin not allowed")
+		return
+	}
+	var grant *auth.Grant
+	if s.cfg.Auth != nil {
+		var err error
+		if grant, err = s.cfg.Auth.Authenticate(r); err != nil {
+			s.refuse(w, r, http.StatusUnauthorized, refuseUnauthorized, err.Error())
+			return
+		}
+	}
+	ip := remoteIP(r)
+	s.mu.Lock()
+	full := s.perIP[ip] >= s.cfg.MaxConnsPerIP
+	if !full {
+		s.perIP[ip]++
+	}
+	s.mu.Unlock()
+	if full {
+		s.refuse(w, r, http.StatusTooManyRequests, refusePerIP,
+			fmt.Sprintf("too many connections from %s (limit %d)", ip, s.cfg.MaxConnsPerIP))
+		return
+	}
+	defer func() {
+		s.mu.Lock()
+		if s.perIP[ip]--; s.perIP[ip] <= 0 {
+			delete(s.perIP, ip)
+		}
+		s.mu.Unlock()
+	}()
 
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -64,7 +115,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	c := newConn(s, ws, r.RemoteAddr)
+	c := newConn(s, ws, r.RemoteAddr, grant)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -79,22 +130,46 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.serve(r.Context())
 }
 
-// bind makes c the connection of its peer id, closing any older one.
-func (s *Server) bind(c *conn) {
+// bind makes c the connection of its peer id, closing any older one. A
+// peer id held by another user's connection is refused: taking it over
+// would cut that user off and speak in their peer's name.
+func (s *Server) bind(c *conn) bool {
 	s.mu.Lock()
 	old := s.peers[c.peerID]
+	if old != nil && old != c && old.grant != nil && (c.grant == nil || old.grant.UserID != c.grant.UserID) {
+		s.mu.Unlock()
+		return false
+	}
 	s.peers[c.peerID] = c
 	s.mu.Unlock()
 	if old != nil && old != c {
 		s.log.Info("peer reconnected; closing its older connection", "peer", c.peerID)
 		old.close(ReasonReplaced, false)
 	}
+	return true
+}
+
+// openDocument counts c as a peer of a document unless the document is
+// full.
+func (s *Server) openDocument(documentID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.docPeers[documentID] >= s.cfg.MaxPeersPerDocument {
+		return false
+	}
+	s.docPeers[documentID]++
+	return true
 }
 
 // forget removes c once its handler is done.
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for id := range c.docs {
+		if s.docPeers[id]--; s.docPeers[id] <= 0 {
+			delete(s.docPeers, id)
+		}
+	}
 	delete(s.conns, c)
 	if c.peerID != "" && s.peers[c.peerID] == c {
 		delete(s.peers, c.peerID)
@@ -130,4 +205,14 @@ func (s *Server) Connections() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// remoteIP is the IP of the TCP peer. Tandem does not trust forwarding
+// headers: behind a proxy, limit per IP at the proxy.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }

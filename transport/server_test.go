@@ -282,7 +282,7 @@ func TestSilentPeerIsClosedAfterMissedPongs(t *testing.T) {
 }
 
 func TestSlowConsumerIsDisconnected(t *testing.T) {
-	s := newTestServer(t, Config{SendQueue: 4})
+	s := newTestServer(t, Config{SendQueue: 4, MaxEphemeralBytes: 1 << 20, MessageRate: 10000})
 	slow := dial(t, s.url)
 	join(t, slow, "slow")
 	fast := dial(t, s.url)

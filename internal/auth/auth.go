@@ -1,0 +1,194 @@
+// Package auth verifies the signed tokens (JWT) that admit clients to
+// Tandem and says what each token allows. A token names a user (sub, with
+// an optional name and color) and the documents it may read or write.
+//
+// Verifier is safe for concurrent use.
+package auth
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Access is what a grant allows on a document.
+type Access int
+
+const (
+	None  Access = iota // the document does not exist, as far as the peer can tell
+	Read                // receives the document; its changes are refused
+	Write               // reads and writes
+)
+
+func (a Access) String() string {
+	switch a {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	}
+	return "none"
+}
+
+// Grant is what a verified token allows. A nil *Grant is the open mode
+// (no auth configured): everything is allowed.
+type Grant struct {
+	UserID  string
+	Name    string
+	Color   string
+	Docs    map[string]Access // by document id; "*" for every document
+	Expires time.Time         // zero if the token does not expire
+}
+
+// Can returns the grant's access to a document.
+func (g *Grant) Can(documentID string) Access {
+	if g == nil {
+		return Write
+	}
+	if a, ok := g.Docs[documentID]; ok {
+		return a
+	}
+	return g.Docs["*"]
+}
+
+// Errors of Authenticate.
+var (
+	ErrNoToken      = errors.New("no token: pass ?token= or an Authorization: Bearer header")
+	ErrInvalidToken = errors.New("invalid token")
+)
+
+// claims is the token body.
+type claims struct {
+	jwt.RegisteredClaims
+	Name  string            `json:"name,omitempty"`
+	Color string            `json:"color,omitempty"`
+	Docs  map[string]string `json:"docs"`
+}
+
+// Config says how tokens are signed. Set Secret (HS256) or PublicKey
+// (RS256 or ES256), or both.
+type Config struct {
+	Secret    []byte
+	PublicKey crypto.PublicKey
+}
+
+// Verifier checks tokens.
+type Verifier struct {
+	cfg     Config
+	methods []string
+}
+
+// NewVerifier returns a verifier, or an error if cfg names no key.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	v := &Verifier{cfg: cfg}
+	if len(cfg.Secret) > 0 {
+		if len(cfg.Secret) < 32 {
+			return nil, errors.New("auth secret must be at least 32 bytes")
+		}
+		v.methods = append(v.methods, "HS256")
+	}
+	switch cfg.PublicKey.(type) {
+	case nil:
+	case *rsa.PublicKey:
+		v.methods = append(v.methods, "RS256")
+	case *ecdsa.PublicKey:
+		v.methods = append(v.methods, "ES256")
+	default:
+		return nil, fmt.Errorf("unsupported public key type %T", cfg.PublicKey)
+	}
+	if len(v.methods) == 0 {
+		return nil, errors.New("auth needs a secret or a public key")
+	}
+	return v, nil
+}
+
+// LoadPublicKey reads a PEM file holding an RSA or ECDSA public key.
+func LoadPublicKey(path string) (crypto.PublicKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("%s: no PEM block", path)
+	}
+	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return key, nil
+}
+
+// Verify checks a token and returns its grant.
+func (v *Verifier) Verify(token string) (*Grant, error) {
+	var c claims
+	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		switch t.Method.Alg() {
+		case "HS256":
+			return v.cfg.Secret, nil
+		default:
+			return v.cfg.PublicKey, nil
+		}
+	}, jwt.WithValidMethods(v.methods), jwt.WithLeeway(5*time.Second), jwt.WithIssuedAt())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
+	}
+	if c.Subject == "" {
+		return nil, fmt.Errorf("%w: no sub claim", ErrInvalidToken)
+	}
+	g := &Grant{UserID: c.Subject, Name: c.Name, Color: c.Color, Docs: make(map[string]Access, len(c.Docs))}
+	for id, a := range c.Docs {
+		switch a {
+		case "read":
+			g.Docs[id] = Read
+		case "write":
+			g.Docs[id] = Write
+		default:
+			return nil, fmt.Errorf("%w: access %q for %q is neither read nor write", ErrInvalidToken, a, id)
+		}
+	}
+	if c.ExpiresAt != nil {
+		g.Expires = c.ExpiresAt.Time
+	}
+	return g, nil
+}
+
+// Authenticate verifies the token of a request: the token query parameter
+// (WebSocket and EventSource cannot set headers) or a Bearer header.
+func (v *Verifier) Authenticate(r *http.Request) (*Grant, error) {
+	token := r.URL.Query().Get("token")
+	if h := r.Header.Get("Authorization"); token == "" && h != "" {
+		var ok bool
+		if token, ok = strings.CutPrefix(h, "Bearer "); !ok {
+			return nil, fmt.Errorf("%w: Authorization is not a Bearer token", ErrInvalidToken)
+		}
+	}
+	if token == "" {
+		return nil, ErrNoToken
+	}
+	return v.Verify(token)
+}
+
+type ctxKey struct{}
+
+// WithGrant returns a context carrying g.
+func WithGrant(ctx context.Context, g *Grant) context.Context {
+	return context.WithValue(ctx, ctxKey{}, g)
+}
+
+// FromContext returns the grant of a request; nil in open mode.
+func FromContext(ctx context.Context) *Grant {
+	g, _ := ctx.Value(ctxKey{}).(*Grant)
+	return g
+}
