@@ -410,12 +410,22 @@ func TestNotPresenceAndBadPresence(t *testing.T) {
 		map[string]any{"__presence": map[string]any{"type": "update"}},
 		map[string]any{"__presence": map[string]any{"type": "snapshot", "state": 3}},
 		map[string]any{"__presence": 7},
+		deep(40),
 	} {
 		data, _ := cbor.Marshal(bad)
 		if _, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 2, Data: data}); !errors.Is(err, ErrBadPresence) {
 			t.Errorf("%v: err = %v, want ErrBadPresence", bad, err)
 		}
 	}
+}
+
+// deep returns a value nested n arrays deep.
+func deep(n int) any {
+	var v any = 1
+	for i := 0; i < n; i++ {
+		v = []any{v}
+	}
+	return map[string]any{"cursor": v}
 }
 
 func TestHeartbeatsAreForwarded(t *testing.T) {

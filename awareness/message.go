@@ -32,8 +32,9 @@ const (
 	ChannelTyping = "typing" // truthy while typing
 )
 
-// ErrBadPresence is returned for a __presence payload that is not one of
-// the Presence message types.
+// ErrBadPresence is returned for an ephemeral payload that is not
+// well-formed CBOR, or whose __presence is not one of the Presence
+// message types.
 var ErrBadPresence = errors.New("bad presence message")
 
 // MaxPresenceNesting bounds how deeply a presence payload may nest.
@@ -75,6 +76,9 @@ func init() {
 // parsePresence returns the presence message in an ephemeral payload, or
 // nil if the payload is not presence (an application's own ephemeral).
 func parsePresence(data []byte) (*presenceMessage, error) {
+	if err := decMode.Wellformed(data); err != nil {
+		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, MaxPresenceNesting, err)
+	}
 	var probe map[string]cbor.RawMessage
 	if err := decMode.Unmarshal(data, &probe); err != nil {
 		return nil, nil // not a map with string keys: not presence
