@@ -3,8 +3,8 @@ package doc
 import (
 	"bytes"
 	"encoding/binary"
-	"slices"
 	"errors"
+	"slices"
 )
 
 // Read-only peers. automerge-go applies a sync message's changes as it

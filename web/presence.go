@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -38,6 +39,11 @@ func (a *api) documentPresence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid document id")
 		return
 	}
+	if auth.FromContext(r.Context()).Can(id) == auth.None {
+		// As on the WebSocket: a document outside the token does not exist.
+		writeError(w, http.StatusNotFound, "document not found")
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"documentId": id,
 		"peers":      a.presence.DocumentPresence(id),
@@ -50,7 +56,16 @@ func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid user id")
 		return
 	}
-	writeJSON(w, http.StatusOK, a.presence.UserPresence(r.Context(), id))
+	v := a.presence.UserPresence(r.Context(), id)
+	grant := auth.FromContext(r.Context())
+	visible := v.Documents[:0]
+	for _, d := range v.Documents {
+		if grant.Can(d) != auth.None {
+			visible = append(visible, d)
+		}
+	}
+	v.Documents = visible
+	writeJSON(w, http.StatusOK, v)
 }
 
 // watchPresence streams status changes of a list of users as Server-Sent

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
+
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/internal/auth"
 )
 
 // fakePresence answers with fixed data and lets the test push changes.
@@ -23,7 +26,8 @@ func (f *fakePresence) DocumentPresence(string) []awareness.PeerView {
 	return []awareness.PeerView{{PeerID: "p1", UserID: "ana", Status: awareness.StatusOnline}}
 }
 func (f *fakePresence) UserPresence(_ context.Context, id string) awareness.UserView {
-	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway}, Documents: []string{}}
+	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway},
+		Documents: []string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp", "jN3pd9agHvY1zVqDCHrDTE3fDh1"}}
 }
 func (f *fakePresence) Watch(_ context.Context, ids []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func()) {
 	f.watch <- fn
@@ -111,5 +115,49 @@ func TestWatchStreamsInitialThenChanges(t *testing.T) {
 	}
 	cancel()
 	for range events {
+	}
+}
+
+func TestPresenceRESTWithAuth(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewVerifier(auth.Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp, Auth: v}))
+	t.Cleanup(srv.Close)
+	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "bo", "docs": map[string]string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp": "read"},
+	}).SignedString(secret)
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		bufio.NewReader(resp.Body).WriteTo(&b)
+		return resp.StatusCode, b.String()
+	}
+	if code, _ := get("/api/users/ana/presence", ""); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", code)
+	}
+	if code, _ := get("/api/docs/2gzyVEWRbEhwBcRvStKvD3gBE5pp/presence", tok); code != http.StatusOK {
+		t.Errorf("allowed document: %d", code)
+	}
+	if code, _ := get("/api/docs/jN3pd9agHvY1zVqDCHrDTE3fDh1/presence", tok); code != http.StatusNotFound {
+		t.Errorf("document outside the token: %d, want 404", code)
+	}
+	code, body := get("/api/users/ana/presence", tok)
+	if code != http.StatusOK || strings.Contains(body, "jN3pd9agHvY1zVqDCHrDTE3fDh1") || !strings.Contains(body, "2gzyVEWRbEhwBcRvStKvD3gBE5pp") {
+		t.Errorf("user presence leaks documents outside the token: %d %s", code, body)
+	}
+	if code, _ := get("/healthz", ""); code != http.StatusOK {
+		t.Errorf("healthz must stay open: %d", code)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tandemhq/tandem/internal/auth"
 )
 
 //go:embed static
@@ -22,6 +24,9 @@ type Config struct {
 	WebSocket http.Handler
 	// Presence serves the presence API; nil serves none.
 	Presence Presence
+	// Auth, when set, guards the API: a request needs a valid token, and
+	// sees only the documents its token allows.
+	Auth *auth.Verifier
 	// Gatherer is exposed at /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors; default slog.Default().
@@ -30,6 +35,10 @@ type Config struct {
 
 // NewRouter returns the HTTP handler of a Tandem node.
 func NewRouter(cfg Config) http.Handler {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Handle("/ws", cfg.WebSocket)
@@ -39,6 +48,7 @@ func NewRouter(cfg Config) http.Handler {
 	if cfg.Presence != nil {
 		a := &api{presence: cfg.Presence}
 		r.Route("/api", func(r chi.Router) {
+			r.Use(auth.Middleware(cfg.Auth, logger))
 			r.Get("/docs/{documentID}/presence", a.documentPresence)
 			r.Get("/users/{userID}/presence", a.userPresence)
 			r.Get("/presence/watch", a.watchPresence)

@@ -20,6 +20,16 @@ type config struct {
 	MaxMessageBytes int64
 	PresenceTick    time.Duration
 	AwayAfter       time.Duration
+
+	AuthSecret        string
+	AuthPublicKey     string
+	AllowedOrigins    string
+	MaxDocsPerConn    int
+	MaxPeersPerDoc    int
+	MaxConnsPerIP     int
+	MaxEphemeralBytes int
+	MessageRate       float64
+	MessageBurst      int
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -35,6 +45,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
+	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
+	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
+	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated browser Origins allowed to connect besides this host's own; * for any")
+	fs.IntVar(&c.MaxDocsPerConn, "max-docs-per-conn", 256, "documents one connection may open")
+	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")
+	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
+	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
+	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
+	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
 		fs.PrintDefaults()
@@ -67,6 +86,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.AwayAfter < time.Second {
 		return c, fmt.Errorf("--away-after %v is too short (minimum 1s)", c.AwayAfter)
+	}
+	for name, v := range map[string]int{
+		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
+		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
+		"--message-burst": c.MessageBurst,
+	} {
+		if v < 1 {
+			return c, fmt.Errorf("%s must be at least 1", name)
+		}
+	}
+	if c.MessageRate <= 0 {
+		return c, fmt.Errorf("--message-rate must be positive")
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)

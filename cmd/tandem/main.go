@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/transport"
 	"github.com/tandemhq/tandem/web"
 )
@@ -62,6 +64,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return fmt.Errorf("read storage id: %w", err)
 	}
+	verifier, err := newVerifier(cfg)
+	if err != nil {
+		return err
+	}
+	if verifier == nil {
+		log.Warn("AUTH DISABLED: anyone who can reach this server can read and write every document " +
+			"and appear as anyone. Fine for local use; set --auth-secret or --auth-public-key otherwise.")
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -95,6 +105,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Registerer:      reg,
 		MaxMessageBytes: cfg.MaxMessageBytes,
 		PingInterval:    cfg.PingInterval,
+		Auth:            verifier,
+		AllowedOrigins:  splitList(cfg.AllowedOrigins),
+
+		MaxDocumentsPerConn: cfg.MaxDocsPerConn,
+		MaxPeersPerDocument: cfg.MaxPeersPerDoc,
+		MaxConnsPerIP:       cfg.MaxConnsPerIP,
+		MaxEphemeralBytes:   cfg.MaxEphemeralBytes,
+		MessageRate:         cfg.MessageRate,
+		MessageBurst:        cfg.MessageBurst,
 	})
 	if err != nil {
 		return err
@@ -104,7 +123,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	serveCtx, endRequests := context.WithCancel(context.Background())
 	defer endRequests()
 	srv := &http.Server{
-		Handler:           web.NewRouter(web.Config{WebSocket: ws, Presence: presence, Gatherer: reg, Logger: log}),
+		Handler:           web.NewRouter(web.Config{WebSocket: ws, Presence: presence, Auth: verifier, Gatherer: reg, Logger: log}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return serveCtx },
@@ -143,6 +162,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 var _ awareness.LastSeenStore = (*doc.BoltStore)(nil)
+
+// newVerifier builds the token verifier; nil means the node runs open.
+func newVerifier(cfg config) (*auth.Verifier, error) {
+	ac := auth.Config{Secret: []byte(cfg.AuthSecret)}
+	if cfg.AuthPublicKey != "" {
+		key, err := auth.LoadPublicKey(cfg.AuthPublicKey)
+		if err != nil {
+			return nil, fmt.Errorf("--auth-public-key: %w", err)
+		}
+		ac.PublicKey = key
+	}
+	if len(ac.Secret) == 0 && ac.PublicKey == nil {
+		return nil, nil
+	}
+	return auth.NewVerifier(ac)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
 
 func randomSuffix() string {
 	host, err := os.Hostname()
