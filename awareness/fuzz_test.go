@@ -26,11 +26,11 @@ func FuzzParsePresence(f *testing.F) {
 	f.Add([]byte{0xb9, 0x00, 0x01, 0x6a, '_', '_', 'p', 'r', 'e', 's', 'e', 'n', 'c', 'e', 0xf7})
 	f.Add([]byte{0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := parsePresence(data)
+		m, err := parsePresence(decMode, data)
 		if err != nil || m == nil {
 			return
 		}
-		again, err := parsePresence(encodePresence(m))
+		again, err := parsePresence(decMode, encodePresence(m))
 		if err != nil || again == nil || again.Type != m.Type {
 			t.Fatalf("re-encoded %+v does not parse back: %v", m, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,6 +37,9 @@ type Config struct {
 	// RelaySession is the ephemeral session under which the hub sends
 	// presence in peers' names; default random per hub. See forward.go.
 	RelaySession string
+	// MaxNesting bounds how deeply a presence payload may nest; default
+	// DefaultMaxNesting (16), at least 4.
+	MaxNesting int
 	// LastSeen stores when users went offline; nil keeps it in memory only.
 	LastSeen LastSeenStore
 	// Now is the clock; default time.Now.
@@ -67,6 +71,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.MaxNesting < 4 {
+		c.MaxNesting = DefaultMaxNesting
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -77,6 +84,7 @@ type Hub struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
 
 	mu         sync.Mutex           // guards everything below
 	rooms      map[string]*room     // by document id
@@ -104,8 +112,13 @@ type peerInfo struct {
 // New returns a Hub. Run drives its ticks.
 func New(cfg Config) *Hub {
 	cfg.setDefaults()
+	dec, err := newDecMode(cfg.MaxNesting)
+	if err != nil {
+		panic(err) // MaxNesting was brought into range above
+	}
 	return &Hub{
 		cfg:      cfg,
+		dec:      dec,
 		log:      cfg.Logger,
 		metrics:  newMetrics(cfg.Registerer),
 		rooms:    make(map[string]*room),
@@ -174,7 +187,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 // Receive handles an ephemeral message from p. It reports false, with no
 // error, if the message is not presence: the caller relays it as it is.
 func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
-	pm, err := parsePresence(m.Data)
+	pm, err := parsePresence(h.dec, m.Data)
 	if err != nil || pm == nil {
 		return false, err
 	}

@@ -37,8 +37,9 @@ const (
 // message types.
 var ErrBadPresence = errors.New("bad presence message")
 
-// MaxPresenceNesting bounds how deeply a presence payload may nest.
-const MaxPresenceNesting = 16
+// DefaultMaxNesting is how deeply a presence payload may nest unless
+// Config.MaxNesting says otherwise.
+const DefaultMaxNesting = 16
 
 // presenceMessage is the value under "__presence".
 type presenceMessage struct {
@@ -59,11 +60,7 @@ var (
 
 func init() {
 	var err error
-	decMode, err = cbor.DecOptions{
-		MaxNestedLevels: MaxPresenceNesting,
-		MaxMapPairs:     1024,
-		DefaultMapType:  reflect.TypeOf(map[string]any(nil)),
-	}.DecMode()
+	decMode, err = newDecMode(DefaultMaxNesting)
 	if err != nil {
 		panic(err)
 	}
@@ -73,11 +70,22 @@ func init() {
 	}
 }
 
+// newDecMode returns a decoder for presence payloads nested at most
+// maxNesting deep.
+func newDecMode(maxNesting int) (cbor.DecMode, error) {
+	return cbor.DecOptions{
+		MaxNestedLevels: maxNesting,
+		MaxMapPairs:     1024,
+		DefaultMapType:  reflect.TypeOf(map[string]any(nil)),
+	}.DecMode()
+}
+
 // parsePresence returns the presence message in an ephemeral payload, or
 // nil if the payload is not presence (an application's own ephemeral).
-func parsePresence(data []byte) (*presenceMessage, error) {
-	if err := decMode.Wellformed(data); err != nil {
-		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, MaxPresenceNesting, err)
+// dm bounds the nesting.
+func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
+	if err := dm.Wellformed(data); err != nil {
+		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, dm.DecOptions().MaxNestedLevels, err)
 	}
 	var probe map[string]cbor.RawMessage
 	if err := decMode.Unmarshal(data, &probe); err != nil {

@@ -28,6 +28,7 @@ type config struct {
 	MaxPeersPerDoc    int
 	MaxConnsPerIP     int
 	MaxEphemeralBytes int
+	MaxPresenceDepth  int
 	MessageRate       float64
 	MessageBurst      int
 }
@@ -52,6 +53,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
+	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
 	fs.Usage = func() {
@@ -95,6 +97,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if v < 1 {
 			return c, fmt.Errorf("%s must be at least 1", name)
 		}
+	}
+	if c.MaxPresenceDepth < 4 || c.MaxPresenceDepth > 64 {
+		return c, fmt.Errorf("--max-presence-depth must be between 4 and 64")
 	}
 	if c.MessageRate <= 0 {
 		return c, fmt.Errorf("--message-rate must be positive")
