@@ -150,6 +150,30 @@ func (r *room) heads() [][]byte {
 	return out
 }
 
+// covers reports whether every change in a stored chunk (incremental, or
+// a whole saved document) is in the room's document. It is called by the
+// store during a compaction, without the room's lock held.
+func (r *room) covers(chunk []byte) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var hashes []automerge.ChangeHash
+	if changes, err := automerge.LoadChanges(chunk); err == nil {
+		for _, c := range changes {
+			hashes = append(hashes, c.Hash())
+		}
+	} else if d, err := automerge.Load(chunk); err == nil {
+		hashes = d.Heads() // a change is there only with all it depends on
+	} else {
+		return true // unreadable: loading skips it anyway
+	}
+	for _, h := range hashes {
+		if !r.known(h[:]) {
+			return false
+		}
+	}
+	return true
+}
+
 // known reports whether the document has the change with this hash.
 func (r *room) known(hash []byte) bool {
 	var h automerge.ChangeHash
@@ -199,6 +223,7 @@ func (r *room) takeWrite(compactAfter int) Write {
 	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter {
 		// Save resets the incremental baseline: the snapshot holds all.
 		w.Snapshot = r.doc.Save()
+		w.Covers = r.covers
 		r.pending = nil
 		r.forceCompact = false
 	} else if r.dirty {

@@ -25,10 +25,13 @@ type Stored struct {
 }
 
 // Write is one document's part of a batch. A non-nil Snapshot replaces
-// everything stored for the document (compaction) before Chunks are
-// appended.
+// what is stored for the document (compaction) before Chunks are appended:
+// every stored chunk for which Covers reports true (all of them if Covers
+// is nil). In a cluster another node may have stored changes this node
+// has not seen yet; those chunks must stay.
 type Write struct {
 	DocumentID string
 	Snapshot   []byte
 	Chunks     [][]byte
+	Covers     func(chunk []byte) bool
 }

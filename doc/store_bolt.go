@@ -2,9 +2,7 @@ package doc
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -160,14 +158,7 @@ func (s *BoltStore) StorageID() (string, error) {
 			id = string(v)
 			return nil
 		}
-		var u [16]byte
-		if _, err := rand.Read(u[:]); err != nil {
-			return err
-		}
-		u[6] = u[6]&0x0f | 0x40 // version 4
-		u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
-		h := hex.EncodeToString(u[:])
-		id = h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+		id = newUUID()
 		return meta.Put(keyStorage, []byte(id))
 	})
 	return id, err

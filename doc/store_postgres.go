@@ -1,0 +1,212 @@
+package doc
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresStore keeps documents and last-seen times in PostgreSQL, shared
+// by every node of a cluster. A document is rows of tandem_doc_chunks in
+// id order: snapshots (automerge Save) and incremental chunks.
+type PostgresStore struct {
+	pool *pgxpool.Pool
+}
+
+var _ Store = (*PostgresStore)(nil)
+
+// migrations bring the schema from version i to i+1. Never edit one that
+// has shipped: add another.
+var migrations = []string{
+	`CREATE TABLE tandem_doc_chunks (
+		id         bigserial PRIMARY KEY,
+		doc_id     text        NOT NULL,
+		snapshot   boolean     NOT NULL DEFAULT false,
+		data       bytea       NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE INDEX tandem_doc_chunks_doc ON tandem_doc_chunks (doc_id, id);
+	CREATE TABLE tandem_last_seen (
+		user_id text PRIMARY KEY,
+		seen_at timestamptz NOT NULL
+	);
+	CREATE TABLE tandem_meta (
+		key   text PRIMARY KEY,
+		value text NOT NULL
+	);`,
+}
+
+// OpenPostgresStore connects and migrates the schema. Nodes starting
+// together migrate one at a time (an advisory lock).
+func OpenPostgresStore(ctx context.Context, url string) (*PostgresStore, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres migrate: %w", err)
+	}
+	return &PostgresStore{pool: pool}, nil
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7354123001)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS tandem_schema (version int NOT NULL)`); err != nil {
+			return err
+		}
+		var version int
+		err := tx.QueryRow(ctx, `SELECT version FROM tandem_schema`).Scan(&version)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, err := tx.Exec(ctx, `INSERT INTO tandem_schema VALUES (0)`); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+		for ; version < len(migrations); version++ {
+			if _, err := tx.Exec(ctx, migrations[version]); err != nil {
+				return fmt.Errorf("migration %d: %w", version+1, err)
+			}
+		}
+		_, err = tx.Exec(ctx, `UPDATE tandem_schema SET version = $1`, version)
+		return err
+	})
+}
+
+// Ping checks that the database answers.
+func (s *PostgresStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Load implements Store: a snapshot first, then the rest in id order as
+// chunks (a second snapshot, from two nodes compacting at once, loads as a
+// chunk: automerge takes either).
+func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, error) {
+	rows, err := s.pool.Query(ctx, `SELECT snapshot, data FROM tandem_doc_chunks WHERE doc_id = $1 ORDER BY snapshot DESC, id`, documentID)
+	if err != nil {
+		return Stored{}, err
+	}
+	var out Stored
+	n := 0
+	for rows.Next() {
+		var snap bool
+		var data []byte
+		if err := rows.Scan(&snap, &data); err != nil {
+			return Stored{}, err
+		}
+		if n == 0 && snap {
+			out.Snapshot = data
+		} else {
+			out.Chunks = append(out.Chunks, data)
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return Stored{}, err
+	}
+	if n == 0 {
+		return Stored{}, ErrNotFound
+	}
+	return out, nil
+}
+
+// Write implements Store: one transaction for the batch. A compaction
+// deletes only the rows its snapshot covers (Write.Covers), because
+// another node may have appended changes this one has not seen.
+func (s *PostgresStore) Write(ctx context.Context, batch []Write) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		for _, w := range batch {
+			if w.Snapshot != nil {
+				if err := compactRows(ctx, tx, w); err != nil {
+					return err
+				}
+			}
+			for _, c := range w.Chunks {
+				if _, err := tx.Exec(ctx, `INSERT INTO tandem_doc_chunks (doc_id, data) VALUES ($1, $2)`, w.DocumentID, c); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func compactRows(ctx context.Context, tx pgx.Tx, w Write) error {
+	rows, err := tx.Query(ctx, `SELECT id, data FROM tandem_doc_chunks WHERE doc_id = $1 ORDER BY id FOR UPDATE`, w.DocumentID)
+	if err != nil {
+		return err
+	}
+	var covered []int64
+	for rows.Next() {
+		var id int64
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			return err
+		}
+		if w.Covers == nil || w.Covers(data) {
+			covered = append(covered, id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM tandem_doc_chunks WHERE id = ANY($1)`, covered); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO tandem_doc_chunks (doc_id, snapshot, data) VALUES ($1, true, $2)`, w.DocumentID, w.Snapshot)
+	return err
+}
+
+// SaveLastSeen implements awareness.LastSeenStore; an older time than the
+// stored one is ignored.
+func (s *PostgresStore) SaveLastSeen(ctx context.Context, userID string, at time.Time) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at) VALUES ($1, $2)
+		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, userID, at)
+	return err
+}
+
+// LastSeen implements awareness.LastSeenStore.
+func (s *PostgresStore) LastSeen(ctx context.Context, userID string) (time.Time, bool, error) {
+	var at time.Time
+	err := s.pool.QueryRow(ctx, `SELECT seen_at FROM tandem_last_seen WHERE user_id = $1`, userID).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, false, nil
+	}
+	return at.UTC(), err == nil, err
+}
+
+// StorageID returns the cluster's storage identity, made once.
+func (s *PostgresStore) StorageID(ctx context.Context) (string, error) {
+	id := newUUID()
+	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_meta (key, value) VALUES ('storage-id', $1) ON CONFLICT DO NOTHING`, id)
+	if err != nil {
+		return "", err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT value FROM tandem_meta WHERE key = 'storage-id'`).Scan(&id)
+	return id, err
+}
+
+// Close implements Store.
+func (s *PostgresStore) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+}

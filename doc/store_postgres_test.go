@@ -1,0 +1,134 @@
+package doc
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// postgresURL is the database the PostgreSQL tests use. CI starts
+// PostgreSQL; a test that cannot reach it fails rather than skips.
+func postgresURL() string {
+	if u := os.Getenv("TANDEM_TEST_POSTGRES"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test"
+}
+
+func openPostgres(t testing.TB) *PostgresStore {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := OpenPostgresStore(ctx, postgresURL())
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s: %v", postgresURL(), err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// randomDocID returns a fresh valid document id, so tests sharing the
+// database never meet.
+func randomDocID(t testing.TB) string {
+	var u [16]byte
+	rand.Read(u[:])
+	return wire.NewDocumentID(u)
+}
+
+func TestPostgresStoreRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t)
+	openPostgres(t) // a second node migrating at the same time is harmless
+	id := randomDocID(t)
+	if _, err := s.Load(ctx, id); err != ErrNotFound {
+		t.Fatalf("unknown document: %v", err)
+	}
+	d := automerge.New()
+	for i := 0; i < 3; i++ {
+		d.RootMap().Set("n", fmt.Sprint(i))
+		d.Commit("edit")
+		if err := s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{d.SaveIncremental()}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := loadDoc(t, s, id)
+	if v, _ := got.RootMap().Get("n"); v.Str() != "2" {
+		t.Fatalf("loaded n = %v", v)
+	}
+	sid, err := s.StorageID(ctx)
+	if again, _ := openPostgres(t).StorageID(ctx); err != nil || again != sid {
+		t.Fatalf("storage id %q then %q (err %v)", sid, again, err)
+	}
+}
+
+// TestPostgresCompactionKeepsUnseenChanges: node A compacts while node B
+// has stored a change A never saw; B's change must survive.
+func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t)
+	id := randomDocID(t)
+	a := automerge.New()
+	a.RootMap().Set("base", "x")
+	a.Commit("base")
+	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{a.SaveIncremental()}}})
+	b, _ := a.Fork()
+	b.RootMap().Set("from-b", "y")
+	b.Commit("b")
+	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{b.SaveIncremental()}}}) // B's own edit
+	a.RootMap().Set("from-a", "z")
+	a.Commit("a")
+	r := &room{doc: a}
+	if err := s.Write(ctx, []Write{{DocumentID: id, Snapshot: a.Save(), Covers: r.covers}}); err != nil {
+		t.Fatal(err)
+	}
+	got := loadDoc(t, s, id)
+	for _, k := range []string{"base", "from-a", "from-b"} {
+		if v, _ := got.RootMap().Get(k); v.Kind() != automerge.KindStr {
+			t.Errorf("%s lost by the compaction", k)
+		}
+	}
+	stored, _ := s.Load(ctx, id)
+	if stored.Snapshot == nil || len(stored.Chunks) != 1 {
+		t.Errorf("after compaction: snapshot %v, %d chunks; want the snapshot and B's chunk", stored.Snapshot != nil, len(stored.Chunks))
+	}
+}
+
+func TestPostgresLastSeen(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t)
+	user := randomDocID(t)
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	s.SaveLastSeen(ctx, user, at)
+	s.SaveLastSeen(ctx, user, at.Add(-time.Hour))
+	got, ok, err := s.LastSeen(ctx, user)
+	if err != nil || !ok || !got.Equal(at) {
+		t.Fatalf("LastSeen = %v %v %v", got, ok, err)
+	}
+}
+
+func loadDoc(t testing.TB, s Store, id string) *automerge.Doc {
+	t.Helper()
+	stored, err := s.Load(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := automerge.New()
+	if stored.Snapshot != nil {
+		if err := d.LoadIncremental(stored.Snapshot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range stored.Chunks {
+		if err := d.LoadIncremental(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
