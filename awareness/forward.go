@@ -119,6 +119,7 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 			state[ch] = v
 		}
 	}
+	h.publish(r, peer, channels, heartbeat)
 	switch {
 	case len(state) == 0 && heartbeat:
 		m = &presenceMessage{Type: TypeHeartbeat}
@@ -138,6 +139,7 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 func (h *Hub) sendGoodbye(r *room, peer string) {
 	delete(r.pending, peer)
 	delete(r.sent, peer)
+	h.publish(r, peer, nil, false)
 	h.broadcast(r, peer, &presenceMessage{Type: TypeGoodbye})
 }
 

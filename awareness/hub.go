@@ -40,6 +40,9 @@ type Config struct {
 	// MaxNesting bounds how deeply a presence payload may nest; default
 	// DefaultMaxNesting (16), at least 4.
 	MaxNesting int
+	// Replicator, when set, receives this node's peers' presence for the
+	// other nodes of a cluster.
+	Replicator Replicator
 	// LastSeen stores when users went offline; nil keeps it in memory only.
 	LastSeen LastSeenStore
 	// Now is the clock; default time.Now.
@@ -97,7 +100,8 @@ type Hub struct {
 // peerInfo is one connected peer (a tab) across the documents it is in.
 type peerInfo struct {
 	id         string
-	conn       Peer
+	conn       Peer   // nil for a peer connected to another node
+	node       string // the node of a remote peer
 	user       string // user id: the user channel's id, else the peer id
 	lastHeard  time.Time
 	lastActive time.Time
@@ -294,7 +298,7 @@ func (h *Hub) Touch(p Peer) {
 func (h *Hub) Leave(p Peer) {
 	var fx effects
 	h.mu.Lock()
-	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p {
+	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p && p != nil {
 		h.remove(pi, &fx)
 	}
 	h.mu.Unlock()
@@ -328,6 +332,9 @@ func (h *Hub) Tick() {
 	h.mu.Lock()
 	now := h.cfg.Now()
 	for _, pi := range h.peers {
+		if pi.conn == nil {
+			continue // a remote peer: its node's heartbeat keeps it (NodeGone)
+		}
 		if now.Sub(pi.lastHeard) > h.cfg.TTL {
 			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
 			h.metrics.expired.Inc()

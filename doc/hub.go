@@ -25,6 +25,9 @@ type Config struct {
 	// CompactAfter is how many incremental chunks a document collects
 	// before it is rewritten as one snapshot; default 64.
 	CompactAfter int
+	// Replicator, when set, receives every change accepted from a local
+	// peer, for the other nodes of a cluster.
+	Replicator Replicator
 }
 
 func (c *Config) setDefaults() error {
@@ -106,12 +109,17 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		if err != nil {
 			return err
 		}
-		changed, err := r.receiveSync(p, m)
+		changed, changes, err := r.receiveSync(p, m)
 		if errors.Is(err, errEvicted) {
 			continue
 		}
 		if changed {
 			h.markDirty(r)
+		}
+		if changes != nil {
+			if h.cfg.Replicator != nil {
+				h.cfg.Replicator.PublishChanges(m.DocumentID, changes)
+			}
 		}
 		return err
 	}

@@ -99,27 +99,33 @@ func (r *room) join(p Peer) *member {
 }
 
 // receiveSync applies a sync message from p and answers the room. It
-// reports whether the document changed.
-func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, err error) {
+// reports whether the document changed, and the changes it accepted,
+// encoded for other nodes.
+func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, accepted []byte, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
-		return false, errEvicted
+		return false, nil, errEvicted
 	}
 	data := msg.Data
 	refused := false
 	if msg.ReadOnly {
 		data, refused, err = stripForReadOnly(data, r.known, r.heads())
 		if err != nil {
-			return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+			return false, nil, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 		}
 	}
 	m := r.join(p)
 	before := r.doc.Heads()
 	if _, err := m.state.ReceiveMessage(data); err != nil {
-		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+		return false, nil, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 	}
 	changed = !sameHeads(before, r.doc.Heads())
+	if changed {
+		if cs, err := r.doc.Changes(before...); err == nil {
+			accepted = automerge.SaveChanges(cs)
+		}
+	}
 	if changed {
 		r.exists = true
 		r.dirty = true
@@ -136,9 +142,9 @@ func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, err error) {
 		}
 	}
 	if refused {
-		return changed, ErrReadOnly
+		return changed, accepted, ErrReadOnly
 	}
-	return changed, nil
+	return changed, accepted, nil
 }
 
 func (r *room) heads() [][]byte {

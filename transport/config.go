@@ -41,6 +41,15 @@ type Presence interface {
 
 var _ Presence = (*awareness.Hub)(nil)
 
+// Bus is told which documents this node's connections watch, so that a
+// cluster bus subscribes only to those. *RedisBus implements it.
+type Bus interface {
+	Join(documentID string)
+	Leave(documentID string)
+}
+
+var _ Bus = (*RedisBus)(nil)
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Documents receives the protocol messages. Required.
@@ -48,6 +57,8 @@ type Config struct {
 	// Presence handles presence ephemerals; nil relays them like any
 	// other ephemeral.
 	Presence Presence
+	// Bus, when set, learns which documents the connections watch.
+	Bus Bus
 	// PeerID is the server's own automerge-repo peer id. Required.
 	PeerID string
 	// StorageID is announced in the peer handshake: the identity of the

@@ -84,6 +84,9 @@ func (c *conn) serve(_ context.Context) {
 	}
 	for id := range c.docs {
 		c.srv.cfg.Documents.Leave(c, id)
+		if b := c.srv.cfg.Bus; b != nil {
+			b.Leave(id)
+		}
 	}
 	c.srv.forget(c)
 	<-c.writerDone
@@ -276,6 +279,9 @@ func (c *conn) open(documentID string) bool {
 		return false
 	}
 	c.docs[documentID] = struct{}{}
+	if b := c.srv.cfg.Bus; b != nil {
+		b.Join(documentID)
+	}
 	if p := c.srv.cfg.Presence; p != nil {
 		p.Join(c, documentID)
 	}

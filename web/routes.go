@@ -1,11 +1,13 @@
 package web
 
 import (
+	"context"
 	"embed"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -18,6 +20,12 @@ import (
 //go:embed static
 var static embed.FS
 
+// Check is one dependency /readyz reports on.
+type Check struct {
+	Name string
+	Ping func(context.Context) error
+}
+
 // Config configures the router.
 type Config struct {
 	// WebSocket serves the automerge-repo endpoint at /ws. Required.
@@ -27,6 +35,8 @@ type Config struct {
 	// Auth, when set, guards the API: a request needs a valid token, and
 	// sees only the documents its token allows.
 	Auth *auth.Verifier
+	// Ready lists what /readyz checks (Redis, PostgreSQL); all must answer.
+	Ready []Check
 	// Gatherer is exposed at /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors; default slog.Default().
@@ -44,6 +54,19 @@ func NewRouter(cfg Config) http.Handler {
 	r.Handle("/ws", cfg.WebSocket)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		status, code := map[string]string{}, http.StatusOK
+		for _, c := range cfg.Ready {
+			if err := c.Ping(ctx); err != nil {
+				status[c.Name], code = "unreachable: "+err.Error(), http.StatusServiceUnavailable
+			} else {
+				status[c.Name] = "ok"
+			}
+		}
+		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
 	if cfg.Presence != nil {
 		a := &api{presence: cfg.Presence}

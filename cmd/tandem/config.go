@@ -21,6 +21,11 @@ type config struct {
 	PresenceTick    time.Duration
 	AwayAfter       time.Duration
 
+	RedisURL    string
+	PostgresURL string
+	NodeID      string
+	NodeTTL     time.Duration
+
 	AuthSecret        string
 	AuthPublicKey     string
 	AllowedOrigins    string
@@ -46,6 +51,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
+	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: host name plus a random suffix)")
+	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated browser Origins allowed to connect besides this host's own; * for any")
@@ -97,6 +106,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if v < 1 {
 			return c, fmt.Errorf("%s must be at least 1", name)
 		}
+	}
+	if c.RedisURL != "" && c.PostgresURL == "" {
+		return c, fmt.Errorf("--redis-url needs --postgres-url: the nodes of a cluster must share one durable store")
+	}
+	if c.NodeTTL < 500*time.Millisecond {
+		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)
 	}
 	if c.MaxPresenceDepth < 4 || c.MaxPresenceDepth > 64 {
 		return c, fmt.Errorf("--max-presence-depth must be between 4 and 64")

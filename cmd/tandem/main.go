@@ -1,5 +1,7 @@
 // Command tandem runs a Tandem node: an automerge-repo sync server with
 // presence, serving its demo page and WebSocket endpoint on one address.
+// Alone it keeps documents in an embedded store; with --redis-url and
+// --postgres-url it is one node of a cluster.
 package main
 
 import (
@@ -16,11 +18,13 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -54,16 +58,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.NodeID == "" {
+		cfg.NodeID = defaultNodeID()
+	}
 
-	store, err := doc.OpenBoltStore(cfg.DataDir)
+	store, storageID, pingStore, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	storageID, err := store.StorageID()
-	if err != nil {
-		return fmt.Errorf("read storage id: %w", err)
-	}
 	verifier, err := newVerifier(cfg)
 	if err != nil {
 		return err
@@ -75,31 +78,47 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: log})
-	if err != nil {
-		return err
+	// Background parts (presence ticks, the cluster bus) run until
+	// stopBackground; the deferred call waits for them.
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	defer func() { stopBackground(); bg.Wait() }()
+
+	var bus *transport.RedisBus
+	var checks []web.Check
+	if pingStore != nil {
+		checks = append(checks, web.Check{Name: "postgres", Ping: pingStore})
 	}
-	peerID := "tandem-" + randomSuffix()
-	presence := awareness.New(awareness.Config{
+	if cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("--redis-url: %w", err)
+		}
+		client := redis.NewClient(opts)
+		defer client.Close()
+		bus, err = transport.NewRedisBus(transport.BusConfig{
+			Client: client, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		bus.Start(bgCtx)
+		checks = append(checks, web.Check{Name: "redis", Ping: bus.Ping})
+		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL)
+	}
+
+	docCfg := doc.Config{Store: store, Logger: log}
+	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,
 		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
 		AwayAfter:  cfg.AwayAfter,
+		MaxNesting: cfg.MaxPresenceDepth,
 		LastSeen:   store,
 		Logger:     log,
 		Registerer: reg,
-	})
-	presenceCtx, stopPresence := context.WithCancel(context.Background())
-	presenceDone := make(chan struct{})
-	go func() {
-		defer close(presenceDone)
-		presence.Run(presenceCtx)
-	}()
-	defer func() { stopPresence(); <-presenceDone }()
-
-	ws, err := transport.NewServer(transport.Config{
-		Documents:       hub,
-		Presence:        presence,
-		PeerID:          peerID,
+	}
+	transportCfg := transport.Config{
+		PeerID:          "tandem-" + cfg.NodeID,
 		StorageID:       storageID,
 		Logger:          log,
 		Registerer:      reg,
@@ -114,7 +133,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MaxEphemeralBytes:   cfg.MaxEphemeralBytes,
 		MessageRate:         cfg.MessageRate,
 		MessageBurst:        cfg.MessageBurst,
-	})
+	}
+	if bus != nil {
+		docCfg.Replicator = bus
+		presenceCfg.Replicator = bus
+		transportCfg.Bus = bus
+	}
+	hub, err := doc.NewHub(docCfg)
+	if err != nil {
+		return err
+	}
+	presence := awareness.New(presenceCfg)
+	bg.Add(1)
+	go func() { defer bg.Done(); presence.Run(bgCtx) }()
+	if bus != nil {
+		bg.Add(1)
+		go func() { defer bg.Done(); bus.Run(bgCtx, hub, presence) }()
+	}
+
+	transportCfg.Documents, transportCfg.Presence = hub, presence
+	ws, err := transport.NewServer(transportCfg)
 	if err != nil {
 		return err
 	}
@@ -123,7 +161,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	serveCtx, endRequests := context.WithCancel(context.Background())
 	defer endRequests()
 	srv := &http.Server{
-		Handler:           web.NewRouter(web.Config{WebSocket: ws, Presence: presence, Auth: verifier, Gatherer: reg, Logger: log}),
+		Handler: web.NewRouter(web.Config{
+			WebSocket: ws, Presence: presence, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
+		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return serveCtx },
@@ -132,8 +172,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	log.Info("tandem serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir,
-		"peer_id", peerID, "storage_id", storageID)
+	log.Info("tandem serving", "addr", ln.Addr().String(), "node_id", cfg.NodeID, "storage_id", storageID)
 	if ready != nil {
 		ready <- ln.Addr()
 	}
@@ -151,8 +190,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer cancel()
 	err = errors.Join(
 		srv.Shutdown(sctx),
-		ws.Shutdown(sctx),
-		hub.Close(sctx), // flushes every document
+		ws.Shutdown(sctx), // peers leave: goodbye in their names
+		hub.Close(sctx),   // flushes every document
 	)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
@@ -160,8 +199,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log.Info("stopped cleanly")
 	return nil
 }
-
-var _ awareness.LastSeenStore = (*doc.BoltStore)(nil)
 
 // newVerifier builds the token verifier; nil means the node runs open.
 func newVerifier(cfg config) (*auth.Verifier, error) {
@@ -189,7 +226,9 @@ func splitList(s string) []string {
 	return out
 }
 
-func randomSuffix() string {
+// defaultNodeID is the host name plus a random suffix, so that two nodes
+// on one host (or a restarted node) never share an id.
+func defaultNodeID() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "node"

@@ -46,9 +46,9 @@ export function tempDir(t) {
 
 // start runs tandem on a free port and resolves once it serves.
 // The returned object has url (ws://…/ws), http (http://…), logs and stop().
-export async function start(t, { dataDir, args = [] } = {}) {
+export async function start(t, { dataDir, args = [], port = 0 } = {}) {
   dataDir ??= tempDir(t)
-  const proc = spawn(binary(), ["--addr", "127.0.0.1:0", "--data-dir", dataDir, "--log-level", "debug", ...args], {
+  const proc = spawn(binary(), ["--addr", `127.0.0.1:${port}`, "--data-dir", dataDir, "--log-level", "debug", ...args], {
     stdio: ["ignore", "inherit", "pipe"],
   })
   const logs = []
@@ -66,7 +66,8 @@ export async function start(t, { dataDir, args = [] } = {}) {
     })
   })
   const node = {
-    proc, dataDir, logs,
+    proc, dataDir, logs, args,
+    port: Number(addr.split(":").at(-1)),
     url: `ws://${addr}/ws`,
     http: `http://${addr}`,
     async kill(signal = "SIGKILL") {
@@ -90,3 +91,40 @@ export async function until(what, cond, timeoutMs = 10000) {
     await new Promise(r => setTimeout(r, 10))
   }
 }
+
+// freePort asks the kernel for a free TCP port.
+export async function freePort() {
+  const { createServer } = await import("node:net")
+  const srv = createServer()
+  await new Promise(r => srv.listen(0, "127.0.0.1", r))
+  const { port } = srv.address()
+  await new Promise(r => srv.close(r))
+  return port
+}
+
+// startRedis runs a private redis-server on a free port (stop and restart
+// it to simulate an outage). It keeps nothing on disk.
+export async function startRedis(t, port) {
+  port ??= await freePort()
+  const proc = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  })
+  const exited = once(proc, "exit")
+  await new Promise((resolveReady, reject) => {
+    const lines = createInterface({ input: proc.stdout })
+    lines.on("line", l => { if (l.includes("Ready to accept connections")) resolveReady() })
+    proc.on("exit", code => reject(new Error(`redis-server exited (${code})`)))
+  })
+  const redis = {
+    port, url: `redis://127.0.0.1:${port}/0`,
+    async stop() {
+      if (proc.exitCode !== null || proc.signalCode !== null) return
+      proc.kill("SIGKILL")
+      await exited
+    },
+  }
+  defer(t, () => redis.stop())
+  return redis
+}
+
+export const postgresURL = process.env.TANDEM_TEST_POSTGRES ?? "postgres://postgres@127.0.0.1:5432/test"

@@ -1,0 +1,168 @@
+package awareness
+
+// Cluster replication. Each node owns the peers connected to it and
+// publishes their presence, after coalescing, as Deltas on the document's
+// channel; the other nodes merge them into the same CRDT and forward them
+// to their own peers. A node that stops beating takes its peers with it
+// (NodeGone), and a node that starts watching a document asks the others
+// for their peers' whole state (LocalState).
+
+// Replicator carries presence to the other nodes. PublishPresence must not
+// block: it is called with the hub's lock held.
+type Replicator interface {
+	PublishPresence(documentID string, d Delta)
+}
+
+// Delta is a change of one peer's presence in one document.
+type Delta struct {
+	Peer      string              `cbor:"p"`
+	User      string              `cbor:"u,omitempty"`
+	Registers map[string]Register `cbor:"r,omitempty"`
+	Gone      Clock               `cbor:"g,omitempty"`
+	Heartbeat bool                `cbor:"h,omitempty"`
+}
+
+// publish sends a local peer's forwarded channels to the other nodes.
+func (h *Hub) publish(r *room, peer string, channels []string, heartbeat bool) {
+	pi := h.peers[peer]
+	if h.cfg.Replicator == nil || pi == nil || pi.conn == nil {
+		return // only the node a peer is connected to speaks for it
+	}
+	d := Delta{Peer: peer, User: pi.user, Heartbeat: heartbeat}
+	if p := r.state[peer]; p != nil {
+		d.Gone = p.Gone
+		for _, ch := range channels {
+			if reg, ok := p.Channels[ch]; ok {
+				if d.Registers == nil {
+					d.Registers = make(map[string]Register, len(channels))
+				}
+				d.Registers[ch] = reg
+			}
+		}
+	}
+	h.cfg.Replicator.PublishPresence(r.id, d)
+}
+
+// ApplyRemote merges a delta that node published for a document. Only
+// documents with local peers are tracked; others are ignored.
+func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
+	var fx effects
+	h.mu.Lock()
+	defer func() { h.mu.Unlock(); fx.run(h) }()
+	r := h.rooms[documentID]
+	if r == nil {
+		return
+	}
+	pi := h.peers[d.Peer]
+	if pi != nil && pi.conn != nil {
+		return // connected here: this node is its source of truth
+	}
+	now := h.cfg.Now()
+	if pi == nil {
+		if len(d.Registers) == 0 {
+			return // a goodbye or heartbeat for a peer never seen
+		}
+		user := d.User
+		if user == "" {
+			user = d.Peer
+		}
+		pi = &peerInfo{id: d.Peer, node: node, user: user, lastHeard: now, lastActive: now,
+			status: StatusOnline, docs: make(map[string]struct{})}
+		h.peers[pi.id] = pi
+		h.userOf(pi.user).peers[pi.id] = pi
+	}
+	pi.node, pi.lastHeard = node, now
+	pi.docs[documentID] = struct{}{}
+	for ch, reg := range d.Registers {
+		if pi.clock.Less(reg.Clock) {
+			pi.clock = reg.Clock
+		}
+		if _, changed := r.state.Set(pi.id, ch, reg); changed {
+			h.schedule(r, pi.id, ch)
+			if ch == ChannelStatus {
+				pi.status = statusFrom(reg.Value)
+			}
+		}
+	}
+	if !d.Gone.IsZero() && r.state.Remove(pi.id, d.Gone) {
+		h.sendGoodbye(r, pi.id)
+	}
+	if d.Heartbeat {
+		h.schedule(r, pi.id, heartbeatChannel)
+	}
+	if p := r.state[pi.id]; p == nil || !p.Visible() {
+		delete(pi.docs, documentID)
+		if len(pi.docs) == 0 {
+			h.forget(pi, &fx)
+		}
+	}
+	h.refreshUser(pi.user, &fx)
+}
+
+// NodeAlive records a heartbeat of another node: its peers stay.
+func (h *Hub) NodeAlive(node string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.cfg.Now()
+	for _, pi := range h.peers {
+		if pi.node == node {
+			pi.lastHeard = now
+		}
+	}
+}
+
+// NodeGone removes every peer of a node that died or left: goodbye to the
+// local peers in their names, and their users offline unless connected
+// elsewhere.
+func (h *Hub) NodeGone(node string) {
+	var fx effects
+	h.mu.Lock()
+	for _, pi := range h.peers {
+		if pi.conn == nil && pi.node == node {
+			h.remove(pi, &fx)
+		}
+	}
+	h.mu.Unlock()
+	fx.run(h)
+}
+
+// LocalState returns the whole presence of this node's peers in a
+// document, for a node that has just started watching it.
+func (h *Hub) LocalState(documentID string) []Delta {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[documentID]
+	if r == nil {
+		return nil
+	}
+	var out []Delta
+	for id, p := range r.state {
+		pi := h.peers[id]
+		if pi == nil || pi.conn == nil || !p.Visible() {
+			continue
+		}
+		d := Delta{Peer: id, User: pi.user, Gone: p.Gone, Registers: make(map[string]Register, len(p.Channels))}
+		for ch, reg := range p.Channels {
+			d.Registers[ch] = reg
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// forget drops a remote peer that is visible nowhere any more.
+func (h *Hub) forget(pi *peerInfo, fx *effects) {
+	delete(h.peers, pi.id)
+	pi.status = StatusOffline
+	if u := h.users[pi.user]; u != nil {
+		delete(u.peers, pi.id)
+	}
+	h.refreshUser(pi.user, fx)
+}
+
+func statusFrom(v []byte) Status {
+	if s, ok := decodeValue(v).(string); ok && Status(s) == StatusAway {
+		return StatusAway
+	}
+	return StatusOnline
+}

@@ -1,0 +1,155 @@
+// End-to-end: three tandem nodes as separate processes share documents and
+// presence over a real Redis and PostgreSQL.
+import { test } from "node:test"
+import assert from "node:assert/strict"
+import { Repo, Presence } from "@automerge/automerge-repo"
+import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
+import * as A from "@automerge/automerge"
+import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
+
+function client(t, url) {
+  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
+  let open = true
+  repo.close = () => { if (open) { open = false; return repo.shutdown() } }
+  defer(t, () => repo.close())
+  return repo
+}
+
+async function connected(repo) {
+  await until("the server peer", () => repo.peers.length > 0)
+  return repo
+}
+
+// findOn opens a document through another node. A document created an
+// instant ago on another node may not be stored yet: the stock client then
+// reports it unavailable, and receives it as soon as the nodes have
+// exchanged it.
+async function findOn(repo, url) {
+  try {
+    return await repo.find(url)
+  } catch {
+    const handle = repo.findWithProgress(url).handle
+    await handle.whenReady()
+    return handle
+  }
+}
+
+async function cluster(t, n, redis, extra = []) {
+  const nodes = []
+  for (let i = 0; i < n; i++) {
+    nodes.push(await start(t, { args: ["--redis-url", redis.url, "--postgres-url", postgresURL, "--node-id", `n${i + 1}`, ...extra] }))
+  }
+  return nodes
+}
+
+async function member(t, url, docUrl, state) {
+  const repo = await connected(client(t, url))
+  const handle = await repo.find(docUrl)
+  const presence = new Presence({ handle })
+  const events = []
+  for (const type of ["update", "snapshot", "goodbye"]) presence.on(type, e => events.push({ ...e, type, at: Date.now() }))
+  presence.start({ initialState: state })
+  defer(t, () => presence.running && presence.stop())
+  return { repo, handle, presence, events, peerId: repo.peerId }
+}
+
+const stateOf = (m, peerId) => m.presence.getPeerStates().value[peerId]?.value
+
+test("clients on three nodes edit one document concurrently and converge", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 3, redis)
+  const a = await connected(client(t, nodes[0].url))
+  const ha = a.create({ text: "" })
+  const others = []
+  for (const node of nodes.slice(1)) {
+    const repo = await connected(client(t, node.url))
+    others.push(await findOn(repo, ha.url))
+  }
+  const handles = [ha, ...others]
+  for (let round = 0; round < 10; round++) {
+    handles.forEach((h, i) => h.change(d => A.splice(d, ["text"], 0, 0, String(i))))
+  }
+  await until("all converge", () => {
+    const texts = handles.map(h => h.doc().text)
+    return texts[0].length === 30 && texts.every(x => x === texts[0])
+  }, 20000)
+})
+
+test("presence and status cross nodes; the added latency is measured", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const owner = await connected(client(t, nodes[0].url))
+  const doc = owner.create({})
+  await findOn(await connected(client(t, nodes[1].url)), doc.url)
+  const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" }, cursor: 0 })
+  const near = await member(t, nodes[0].url, doc.url, { user: { id: "bo" } })
+  const far = await member(t, nodes[1].url, doc.url, { user: { id: "cy" } })
+  await until("both see A", () => stateOf(near, a.peerId) && stateOf(far, a.peerId), 10000)
+  assert.equal(stateOf(far, a.peerId).status, "online")
+  const lat = { near: [], far: [] }
+  for (let i = 1; i <= 60; i++) {
+    const sent = Date.now()
+    a.presence.broadcast("cursor", i)
+    await until(`cursor ${i} on both nodes`, () => stateOf(near, a.peerId)?.cursor === i && stateOf(far, a.peerId)?.cursor === i)
+    lat.near.push(near.events.findLast(e => e.peerId === a.peerId).at - sent)
+    lat.far.push(far.events.findLast(e => e.peerId === a.peerId).at - sent)
+    await new Promise(r => setTimeout(r, 60)) // one update per tick: none coalesced
+  }
+  const p99 = xs => xs.toSorted((x, y) => x - y)[Math.ceil(xs.length * 0.99) - 1]
+  t.diagnostic(`cursor latency p99: same node ${p99(lat.near)} ms, other node ${p99(lat.far)} ms (added ${p99(lat.far) - p99(lat.near)} ms)`)
+})
+
+test("a node killed with SIGKILL: its users disappear from the other nodes within the node TTL", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis, ["--node-ttl", "2s"])
+  const owner = await connected(client(t, nodes[1].url))
+  const doc = owner.create({})
+  await findOn(await connected(client(t, nodes[0].url)), doc.url)
+  const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
+  const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" } })
+  await until("B sees A across nodes", () => stateOf(b, a.peerId), 10000)
+  const killed = Date.now()
+  await nodes[0].kill("SIGKILL")
+  a.repo.close()
+  const bye = await until("B's goodbye for A", () => b.events.find(e => e.type === "goodbye" && e.peerId === a.peerId), 15000)
+  t.diagnostic(`A gone on node 2 ${bye.at - killed} ms after node 1 died (node TTL 2000 ms)`)
+  assert.ok(bye.at - killed < 2000 + 2000, `took ${bye.at - killed} ms`)
+  const user = await (await fetch(`${nodes[1].http}/api/users/ana/presence`)).json()
+  assert.equal(user.status, "offline")
+})
+
+test("Redis stopped and restarted in the middle of editing: all converge, nothing lost", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const a = await connected(client(t, nodes[0].url))
+  const ha = a.create({ items: [] })
+  const b = await connected(client(t, nodes[1].url))
+  const hb = await findOn(b, ha.url)
+  let n = 0
+  const edit = () => { n++; ha.change(d => d.items.push(`a${n}`)); hb.change(d => d.items.push(`b${n}`)) }
+  for (let i = 0; i < 5; i++) edit()
+  await redis.stop()
+  for (let i = 0; i < 5; i++) edit() // each node serves its own clients meanwhile
+  await until("node 1's client still edits", () => ha.doc().items.includes("a10"))
+  await startRedis(t, redis.port)
+  for (let i = 0; i < 5; i++) edit()
+  const want = new Set([...Array(15).keys()].flatMap(i => [`a${i + 1}`, `b${i + 1}`]))
+  await until("both have all 30 items", () =>
+    [ha, hb].every(h => h.doc().items.length === 30 && h.doc().items.every(x => want.has(x))), 30000)
+})
+
+test("a node restarted while the others run catches up", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const a = await connected(client(t, nodes[0].url))
+  const ha = a.create({ log: [] })
+  ha.change(d => d.log.push("before"))
+  await nodes[1].kill("SIGKILL")
+  for (let i = 0; i < 5; i++) ha.change(d => d.log.push(`while down ${i}`))
+  const again = await start(t, { port: nodes[1].port, args: nodes[1].args })
+  const b = await connected(client(t, again.url))
+  const hb = await findOn(b, ha.url)
+  await until("the restarted node has every edit", () => hb.doc().log.length === 6, 20000)
+  hb.change(d => d.log.push("from the restarted node"))
+  await until("node 1 gets it", () => ha.doc().log.includes("from the restarted node"), 20000)
+})

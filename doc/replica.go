@@ -1,0 +1,162 @@
+package doc
+
+import (
+	"fmt"
+
+	"github.com/automerge/automerge-go"
+)
+
+// Replicator carries accepted changes to the other nodes of a cluster.
+// PublishChanges must not block: it queues, and may drop under pressure,
+// because the nodes repair gaps by comparing heads (see RemoteHeads).
+type Replicator interface {
+	PublishChanges(documentID string, changes []byte)
+}
+
+// ApplyRemote applies changes that another node accepted, if this node has
+// the document in memory, and syncs them to the local peers. Changes
+// arrive possibly twice or out of order: automerge ignores what it has
+// and holds what misses a dependency until the dependency comes.
+func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
+	h.mu.Lock()
+	r := h.rooms[documentID]
+	h.mu.Unlock()
+	if r == nil {
+		return nil // not here: it will be loaded from the store when needed
+	}
+	select {
+	case <-r.loaded:
+	default:
+		return nil // still loading: the heads exchange catches up afterwards
+	}
+	if r.loadErr != nil {
+		return nil
+	}
+	changed, err := r.applyRemote(changes)
+	if changed {
+		h.markDirty(r)
+	}
+	return err
+}
+
+func (r *room) applyRemote(data []byte) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted {
+		return false, nil
+	}
+	before := r.doc.Heads()
+	if changes, err := automerge.LoadChanges(data); err == nil {
+		err = r.doc.Apply(changes...)
+		if err != nil {
+			return false, fmt.Errorf("apply remote changes to %s: %w", r.id, err)
+		}
+	} else if err := r.doc.LoadIncremental(data); err != nil {
+		return false, fmt.Errorf("load remote document %s: %w", r.id, err)
+	}
+	if sameHeads(before, r.doc.Heads()) {
+		return false, nil
+	}
+	r.exists = true
+	r.dirty = true
+	for _, m := range r.members {
+		sendSync(r.id, m)
+	}
+	return true, nil
+}
+
+// Heads returns the heads of a document in memory on this node.
+func (h *Hub) Heads(documentID string) ([][]byte, bool) {
+	r := h.loadedRoom(documentID)
+	if r == nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.exists {
+		return nil, false
+	}
+	return r.heads(), true
+}
+
+// Compare tells how another node's heads of a document relate to this
+// node's copy: whether that node has changes this one lacks (missing), and
+// the changes it lacks from this one (behind), if any. A nil behind with
+// missing false means both are level, or the document is not here.
+func (h *Hub) Compare(documentID string, theirs [][]byte) (missing bool, behind []byte) {
+	r := h.loadedRoom(documentID)
+	if r == nil {
+		return false, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.exists {
+		return len(theirs) > 0, nil
+	}
+	since := make([]automerge.ChangeHash, 0, len(theirs))
+	for _, b := range theirs {
+		if !r.known(b) {
+			missing = true
+			continue
+		}
+		var ch automerge.ChangeHash
+		copy(ch[:], b)
+		since = append(since, ch)
+	}
+	if missing {
+		return true, nil
+	}
+	if sameHeads(since, r.doc.Heads()) {
+		return false, nil
+	}
+	changes, err := r.doc.Changes(since...)
+	if err != nil || len(changes) == 0 {
+		return false, nil
+	}
+	return false, automerge.SaveChanges(changes)
+}
+
+// ChangesSince returns what a node with these heads lacks: the changes
+// after them, or the whole document if some heads are unknown here.
+func (h *Hub) ChangesSince(documentID string, theirs [][]byte) []byte {
+	r := h.loadedRoom(documentID)
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.exists {
+		return nil
+	}
+	since := make([]automerge.ChangeHash, 0, len(theirs))
+	for _, b := range theirs {
+		if !r.known(b) {
+			return r.doc.Save()
+		}
+		var ch automerge.ChangeHash
+		copy(ch[:], b)
+		since = append(since, ch)
+	}
+	changes, err := r.doc.Changes(since...)
+	if err != nil || len(changes) == 0 {
+		return nil
+	}
+	return automerge.SaveChanges(changes)
+}
+
+func (h *Hub) loadedRoom(documentID string) *room {
+	h.mu.Lock()
+	r := h.rooms[documentID]
+	h.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.loaded:
+		if r.loadErr == nil {
+			return r
+		}
+	default:
+	}
+	return nil
+}

@@ -1,0 +1,474 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandemhq/tandem/awareness"
+)
+
+// DocumentReplica is what the bus needs from the document layer.
+// *doc.Hub implements it.
+type DocumentReplica interface {
+	ApplyRemote(documentID string, changes []byte) error
+	Heads(documentID string) ([][]byte, bool)
+	Compare(documentID string, theirs [][]byte) (missing bool, behind []byte)
+	ChangesSince(documentID string, theirs [][]byte) []byte
+}
+
+// PresenceReplica is what the bus needs from the presence layer.
+// *awareness.Hub implements it.
+type PresenceReplica interface {
+	ApplyRemote(node, documentID string, d awareness.Delta)
+	NodeAlive(node string)
+	NodeGone(node string)
+	LocalState(documentID string) []awareness.Delta
+}
+
+// BusConfig configures a RedisBus. Zero fields take the documented defaults.
+type BusConfig struct {
+	Client redis.UniversalClient // required
+	NodeID string                // required
+	// NodeTTL is how long a silent node keeps its peers; default 5s.
+	NodeTTL time.Duration
+	// GossipInterval is how often each watched document's heads are
+	// compared across nodes, to repair anything a message loss missed;
+	// default 3s.
+	GossipInterval time.Duration
+	// Queue bounds the messages waiting to be published; default 8192.
+	Queue      int
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// RedisBus replicates documents and presence between nodes over Redis
+// Pub/Sub. Each watched document has a channel, subscribed while this
+// node has peers on it; one more channel carries node heartbeats. Live
+// node state also sits in Redis keys with a TTL (tandem:node:<id>).
+//
+// What travels on a document's channel: accepted changes ("chg"), heads
+// for anti-entropy ("heads"), requests for missing changes ("want"),
+// presence deltas ("pres") and greetings of a node that starts watching
+// ("hello"), answered with the whole presence of the others' peers.
+// Publishing never blocks a caller: messages wait in a bounded queue and
+// are dropped when Redis is away; the heads exchange repairs the loss.
+type RedisBus struct {
+	cfg      BusConfig
+	log      *slog.Logger
+	docs     DocumentReplica // set by Run
+	presence PresenceReplica // set by Run
+	ps       *redis.PubSub
+	out      chan busOut
+
+	mu         sync.Mutex     // guards watched, subscribed, changed and nodes
+	watched    map[string]int // watched documents: local connections on each
+	subscribed map[string]bool
+	changed    map[string]bool // documents whose subscription may need a change
+	nodes      map[string]time.Time
+	wake       chan struct{} // tells subscribeLoop that changed has entries
+
+	published, dropped, received prometheus.Counter
+}
+
+type busOut struct {
+	channel string
+	payload []byte
+}
+
+// busMsg is one message on the bus, CBOR-encoded.
+type busMsg struct {
+	Kind  string           `cbor:"k"`
+	Node  string           `cbor:"n"`
+	Data  []byte           `cbor:"d,omitempty"`
+	Heads [][]byte         `cbor:"h,omitempty"`
+	Delta *awareness.Delta `cbor:"x,omitempty"`
+}
+
+const nodesChannel = "tandem:nodes"
+
+func docChannel(id string) string { return "tandem:doc:" + id }
+
+// NewRedisBus validates cfg. Run starts it.
+func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
+	if cfg.Client == nil || cfg.NodeID == "" {
+		return nil, errors.New("transport: BusConfig needs Client and NodeID")
+	}
+	if cfg.NodeTTL <= 0 {
+		cfg.NodeTTL = 5 * time.Second
+	}
+	if cfg.GossipInterval <= 0 {
+		cfg.GossipInterval = 3 * time.Second
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = 8192
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	b := &RedisBus{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		out:        make(chan busOut, cfg.Queue),
+		watched:    make(map[string]int),
+		subscribed: make(map[string]bool),
+		changed:    make(map[string]bool),
+		nodes:      make(map[string]time.Time),
+		wake:       make(chan struct{}, 1),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_redis_dropped_total", Help: "Messages not published: queue full or Redis unreachable."}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_redis_received_total", Help: "Messages received from other nodes over Redis."}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(b.published, b.dropped, b.received)
+	}
+	return b, nil
+}
+
+// Start subscribes to the node channel; call it before serving clients.
+// Run then serves the bus with the layers it replicates.
+func (b *RedisBus) Start(ctx context.Context) {
+	b.ps = b.cfg.Client.Subscribe(ctx, nodesChannel)
+}
+
+// Run serves the bus until ctx ends; then it says goodbye for this node.
+func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
+	b.docs, b.presence = docs, presence
+	var wg sync.WaitGroup
+	wg.Add(4)
+	go func() { defer wg.Done(); b.publishLoop(ctx) }()
+	go func() { defer wg.Done(); b.subscribeLoop(ctx) }()
+	go func() { defer wg.Done(); b.beatLoop(ctx) }()
+	go func() { defer wg.Done(); b.receiveLoop(ctx) }()
+	<-ctx.Done()
+	b.ps.Close()
+	wg.Wait()
+	// Tell the others at once rather than letting them wait out the TTL.
+	bye, _ := cbor.Marshal(busMsg{Kind: "bye", Node: b.cfg.NodeID})
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b.cfg.Client.Publish(sctx, nodesChannel, bye)
+	b.cfg.Client.Del(sctx, "tandem:node:"+b.cfg.NodeID)
+}
+
+// Ping reports whether Redis answers.
+func (b *RedisBus) Ping(ctx context.Context) error { return b.cfg.Client.Ping(ctx).Err() }
+
+// Join counts a local connection on a document; the first one makes the
+// node subscribe to the document's channel. It never blocks on Redis.
+func (b *RedisBus) Join(documentID string) {
+	b.mu.Lock()
+	b.watched[documentID]++
+	b.changed[documentID] = true
+	b.mu.Unlock()
+	b.poke()
+}
+
+// Leave undoes Join; after the last one the node unsubscribes.
+func (b *RedisBus) Leave(documentID string) {
+	b.mu.Lock()
+	if b.watched[documentID]--; b.watched[documentID] <= 0 {
+		delete(b.watched, documentID)
+	}
+	b.changed[documentID] = true
+	b.mu.Unlock()
+	b.poke()
+}
+
+func (b *RedisBus) poke() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// subscribeLoop brings the subscriptions in line with the watched
+// documents, off the callers' goroutines (Redis may be slow or away).
+func (b *RedisBus) subscribeLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		}
+		b.mu.Lock()
+		var sub, unsub []string
+		for id := range b.changed {
+			want := b.watched[id] > 0
+			if want && !b.subscribed[id] {
+				sub = append(sub, id)
+			} else if !want && b.subscribed[id] {
+				unsub = append(unsub, id)
+			}
+		}
+		clear(b.changed)
+		b.mu.Unlock()
+		if len(unsub) > 0 {
+			chans := make([]string, len(unsub))
+			for i, id := range unsub {
+				chans[i] = docChannel(id)
+			}
+			b.ps.Unsubscribe(ctx, chans...)
+			b.mu.Lock()
+			for _, id := range unsub {
+				delete(b.subscribed, id)
+			}
+			b.mu.Unlock()
+		}
+		if len(sub) > 0 {
+			chans := make([]string, len(sub))
+			for i, id := range sub {
+				chans[i] = docChannel(id)
+			}
+			if err := b.ps.Subscribe(ctx, chans...); err != nil {
+				b.log.Warn("bus: subscribe", "documents", len(sub), "err", err)
+			}
+			b.mu.Lock()
+			for _, id := range sub {
+				b.subscribed[id] = true // go-redis resubscribes it after a reconnect
+			}
+			b.mu.Unlock()
+			for _, id := range sub {
+				b.send(id, busMsg{Kind: "hello"})
+			}
+		}
+	}
+}
+
+// PublishChanges implements doc.Replicator.
+func (b *RedisBus) PublishChanges(documentID string, changes []byte) {
+	b.send(documentID, busMsg{Kind: "chg", Data: changes})
+}
+
+// PublishPresence implements awareness.Replicator.
+func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
+	b.send(documentID, busMsg{Kind: "pres", Delta: &d})
+}
+
+func (b *RedisBus) send(documentID string, m busMsg) {
+	m.Node = b.cfg.NodeID
+	payload, err := cbor.Marshal(m)
+	if err != nil {
+		b.log.Error("bus: encode", "err", err)
+		return
+	}
+	select {
+	case b.out <- busOut{docChannel(documentID), payload}:
+	default:
+		b.dropped.Inc()
+	}
+}
+
+// publishLoop publishes the queue, many messages per round trip.
+func (b *RedisBus) publishLoop(ctx context.Context) {
+	for {
+		var first busOut
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-b.out:
+		}
+		pipe := b.cfg.Client.Pipeline()
+		pipe.Publish(ctx, first.channel, first.payload)
+		n := 1
+	more:
+		for n < 256 {
+			select {
+			case m := <-b.out:
+				pipe.Publish(ctx, m.channel, m.payload)
+				n++
+			default:
+				break more
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.dropped.Add(float64(n))
+			b.log.Debug("bus: publish failed", "messages", n, "err", err)
+			continue
+		}
+		b.published.Add(float64(n))
+	}
+}
+
+// beatLoop announces this node, gossips heads, and expires silent nodes.
+func (b *RedisBus) beatLoop(ctx context.Context) {
+	beat := time.NewTicker(b.cfg.NodeTTL / 5)
+	defer beat.Stop()
+	gossip := time.NewTicker(b.cfg.GossipInterval)
+	defer gossip.Stop()
+	alive, _ := cbor.Marshal(busMsg{Kind: "alive", Node: b.cfg.NodeID})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			pipe := b.cfg.Client.Pipeline()
+			pipe.Publish(ctx, nodesChannel, alive)
+			pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
+			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
+			b.expireNodes()
+		case <-gossip.C:
+			b.gossip()
+		}
+	}
+}
+
+func (b *RedisBus) expireNodes() {
+	now := time.Now()
+	var gone []string
+	b.mu.Lock()
+	for n, seen := range b.nodes {
+		if now.Sub(seen) > b.cfg.NodeTTL {
+			gone = append(gone, n)
+			delete(b.nodes, n)
+		}
+	}
+	b.mu.Unlock()
+	for _, n := range gone {
+		b.log.Warn("bus: node silent past its TTL; removing its peers", "node", n)
+		b.presence.NodeGone(n)
+	}
+}
+
+// gossip publishes the heads of every watched document.
+func (b *RedisBus) gossip() {
+	b.mu.Lock()
+	docs := make([]string, 0, len(b.watched))
+	for id := range b.watched {
+		docs = append(docs, id)
+	}
+	b.mu.Unlock()
+	for _, id := range docs {
+		if heads, ok := b.docs.Heads(id); ok {
+			b.send(id, busMsg{Kind: "heads", Heads: heads})
+		}
+	}
+}
+
+// receiveLoop dispatches what other nodes publish. After a lost
+// connection, go-redis resubscribes; this loop then greets every watched
+// document again so that all nodes catch up.
+func (b *RedisBus) receiveLoop(ctx context.Context) {
+	broken := false
+	for {
+		msg, err := b.ps.Receive(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			if !broken {
+				b.log.Warn("bus: Redis connection lost; serving local clients only", "err", err)
+			}
+			broken = true
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		if broken {
+			broken = false
+			b.log.Info("bus: Redis is back; catching up")
+			b.catchUp()
+		}
+		if m, ok := msg.(*redis.Message); ok {
+			b.dispatch(m)
+		}
+	}
+}
+
+// catchUp greets every watched document again (go-redis has resubscribed).
+func (b *RedisBus) catchUp() {
+	b.mu.Lock()
+	docs := make([]string, 0, len(b.watched))
+	for id := range b.watched {
+		docs = append(docs, id)
+	}
+	b.mu.Unlock()
+	for _, id := range docs {
+		b.send(id, busMsg{Kind: "hello"})
+		for _, d := range b.presence.LocalState(id) {
+			b.PublishPresence(id, d)
+		}
+		if heads, ok := b.docs.Heads(id); ok {
+			b.send(id, busMsg{Kind: "heads", Heads: heads})
+		}
+	}
+}
+
+func (b *RedisBus) dispatch(rm *redis.Message) {
+	var m busMsg
+	if err := cbor.Unmarshal([]byte(rm.Payload), &m); err != nil {
+		b.log.Warn("bus: undecodable message", "channel", rm.Channel, "err", err)
+		return
+	}
+	if m.Node == b.cfg.NodeID {
+		return // our own, echoed by Redis
+	}
+	b.received.Inc()
+	b.mu.Lock()
+	_, known := b.nodes[m.Node]
+	if m.Kind == "bye" {
+		delete(b.nodes, m.Node)
+	} else {
+		b.nodes[m.Node] = time.Now()
+	}
+	b.mu.Unlock()
+	if m.Kind == "bye" {
+		b.presence.NodeGone(m.Node)
+		return
+	}
+	if !known || m.Kind == "alive" {
+		b.presence.NodeAlive(m.Node)
+	}
+	docID, ok := cutPrefix(rm.Channel, "tandem:doc:")
+	if !ok {
+		return
+	}
+	switch m.Kind {
+	case "chg":
+		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {
+			b.log.Warn("bus: remote changes", "document", docID, "err", err)
+		}
+	case "heads":
+		missing, behind := b.docs.Compare(docID, m.Heads)
+		if missing {
+			heads, _ := b.docs.Heads(docID)
+			b.send(docID, busMsg{Kind: "want", Heads: heads})
+		} else if behind != nil {
+			b.send(docID, busMsg{Kind: "chg", Data: behind})
+		}
+	case "want":
+		if data := b.docs.ChangesSince(docID, m.Heads); data != nil {
+			b.send(docID, busMsg{Kind: "chg", Data: data})
+		}
+	case "pres":
+		if m.Delta != nil {
+			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
+		}
+	case "hello":
+		for _, d := range b.presence.LocalState(docID) {
+			b.PublishPresence(docID, d)
+		}
+		if heads, ok := b.docs.Heads(docID); ok {
+			b.send(docID, busMsg{Kind: "heads", Heads: heads})
+		}
+	}
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
+		return "", false
+	}
+	return s[len(prefix):], true
+}
