@@ -7,10 +7,16 @@ package awareness
 // (NodeGone), and a node that starts watching a document asks the others
 // for their peers' whole state (LocalState).
 
-// Replicator carries presence to the other nodes. PublishPresence must not
-// block: it is called with the hub's lock held.
+// Replicator carries presence to the other nodes. Its methods must not
+// block: they are called with the hub's lock held.
 type Replicator interface {
+	// PublishPresence sends a local peer's presence in a document.
 	PublishPresence(documentID string, d Delta)
+	// PublishUserStatus sends the status of a user's peers on this node.
+	PublishUserStatus(userID string, s Status)
+	// WatchUsers starts (or, with on false, stops) receiving the
+	// statuses other nodes publish for these users.
+	WatchUsers(userIDs []string, on bool)
 }
 
 // Delta is a change of one peer's presence in one document.
@@ -122,6 +128,12 @@ func (h *Hub) NodeGone(node string) {
 			h.remove(pi, &fx)
 		}
 	}
+	for id, u := range h.users {
+		if _, ok := u.remote[node]; ok {
+			delete(u.remote, node)
+			h.refreshUser(id, &fx)
+		}
+	}
 	h.mu.Unlock()
 	fx.run(h)
 }
@@ -165,4 +177,34 @@ func statusFrom(v []byte) Status {
 		return StatusAway
 	}
 	return StatusOnline
+}
+
+// ApplyUserStatus records the status of a user's peers on another node,
+// as that node published it; StatusOffline forgets it.
+func (h *Hub) ApplyUserStatus(node, userID string, s Status) {
+	var fx effects
+	h.mu.Lock()
+	u := h.userOf(userID)
+	if s == StatusOffline {
+		delete(u.remote, node)
+	} else {
+		u.remote[node] = s
+	}
+	h.refreshUser(userID, &fx)
+	h.mu.Unlock()
+	fx.run(h)
+}
+
+// LocalUserStatuses returns the status of every user with peers on this
+// node, counting only those peers: what this node says about them.
+func (h *Hub) LocalUserStatuses() map[string]Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]Status)
+	for id, u := range h.users {
+		if u.local != StatusOffline {
+			out[id] = u.local
+		}
+	}
+	return out
 }

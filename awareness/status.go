@@ -35,8 +35,10 @@ type LastSeenStore interface {
 type userInfo struct {
 	id       string
 	peers    map[string]*peerInfo
-	status   Status
-	lastSeen time.Time // when the user went offline, if it did here
+	remote   map[string]Status // node → the user's status there (cluster)
+	status   Status            // aggregate: the best of peers and remote
+	local    Status            // the best of the peers connected here
+	lastSeen time.Time         // when the user went offline, if it did here
 }
 
 // UserStatus is a user's aggregate status as watchers receive it.
@@ -49,7 +51,8 @@ type UserStatus struct {
 func (h *Hub) userOf(id string) *userInfo {
 	u := h.users[id]
 	if u == nil {
-		u = &userInfo{id: id, peers: make(map[string]*peerInfo), status: StatusOffline}
+		u = &userInfo{id: id, peers: make(map[string]*peerInfo), remote: make(map[string]Status),
+			status: StatusOffline, local: StatusOffline}
 		h.users[id] = u
 	}
 	return u
@@ -99,14 +102,29 @@ func (h *Hub) setUser(pi *peerInfo, userID string, fx *effects) {
 // else away if any tab is connected, else offline.
 func (h *Hub) refreshUser(id string, fx *effects) {
 	u := h.userOf(id)
-	status := StatusOffline
+	status, local := StatusOffline, StatusOffline
 	for _, pi := range u.peers {
 		if pi.status.rank() > status.rank() {
 			status = pi.status
 		}
+		if pi.conn != nil && pi.status.rank() > local.rank() {
+			local = pi.status
+		}
 	}
+	for _, s := range u.remote {
+		if s.rank() > status.rank() {
+			status = s
+		}
+	}
+	if local != u.local {
+		u.local = local
+		if h.cfg.Replicator != nil {
+			h.cfg.Replicator.PublishUserStatus(id, local)
+		}
+	}
+	idle := len(u.peers) == 0 && len(u.remote) == 0 && len(h.watchers[id]) == 0
 	if status == u.status {
-		if len(u.peers) == 0 && len(h.watchers[id]) == 0 {
+		if idle {
 			delete(h.users, id)
 		}
 		return
@@ -121,7 +139,7 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 	for w := range h.watchers[id] {
 		w.fn(us) // under the lock, so that watchers see changes in order
 	}
-	if len(u.peers) == 0 && len(h.watchers[id]) == 0 {
+	if idle {
 		delete(h.users, id)
 	}
 }

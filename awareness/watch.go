@@ -19,28 +19,38 @@ func (h *Hub) Watch(ctx context.Context, userIDs []string, fn func(UserStatus)) 
 	w := &watcher{users: userIDs, fn: fn}
 	h.mu.Lock()
 	initial := make([]UserStatus, 0, len(userIDs))
+	var fresh []string
 	for _, id := range userIDs {
 		set := h.watchers[id]
 		if set == nil {
 			set = make(map[*watcher]struct{})
 			h.watchers[id] = set
+			fresh = append(fresh, id)
 		}
 		set[w] = struct{}{}
 		initial = append(initial, h.userStatus(id))
+	}
+	if h.cfg.Replicator != nil && len(fresh) > 0 {
+		h.cfg.Replicator.WatchUsers(fresh, true)
 	}
 	h.mu.Unlock()
 	h.fillLastSeen(ctx, initial)
 	stop := func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		var gone []string
 		for _, id := range w.users {
 			delete(h.watchers[id], w)
 			if len(h.watchers[id]) == 0 {
 				delete(h.watchers, id)
-				if u := h.users[id]; u != nil && len(u.peers) == 0 {
+				gone = append(gone, id)
+				if u := h.users[id]; u != nil && len(u.peers) == 0 && len(u.remote) == 0 {
 					delete(h.users, id)
 				}
 			}
+		}
+		if h.cfg.Replicator != nil && len(gone) > 0 {
+			h.cfg.Replicator.WatchUsers(gone, false)
 		}
 	}
 	return initial, stop

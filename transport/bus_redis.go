@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -27,6 +28,8 @@ type DocumentReplica interface {
 // *awareness.Hub implements it.
 type PresenceReplica interface {
 	ApplyRemote(node, documentID string, d awareness.Delta)
+	ApplyUserStatus(node, userID string, s awareness.Status)
+	LocalUserStatuses() map[string]awareness.Status
 	NodeAlive(node string)
 	NodeGone(node string)
 	LocalState(documentID string) []awareness.Delta
@@ -72,6 +75,9 @@ type RedisBus struct {
 	subscribed map[string]bool
 	changed    map[string]bool // documents whose subscription may need a change
 	nodes      map[string]time.Time
+	users      map[string]bool // users whose status channel this node follows
+	usersSub   map[string]bool // of those, the subscribed ones
+	usersDirty map[string]bool
 	wake       chan struct{} // tells subscribeLoop that changed has entries
 
 	published, dropped, received prometheus.Counter
@@ -89,11 +95,21 @@ type busMsg struct {
 	Data  []byte           `cbor:"d,omitempty"`
 	Heads [][]byte         `cbor:"h,omitempty"`
 	Delta *awareness.Delta `cbor:"x,omitempty"`
+	User  string           `cbor:"u,omitempty"`
+	// Status is a user's status on the sending node.
+	Status awareness.Status `cbor:"s,omitempty"`
 }
 
 const nodesChannel = "tandem:nodes"
 
-func docChannel(id string) string { return "tandem:doc:" + id }
+func docChannel(id string) string  { return "tandem:doc:" + id }
+func userChannel(id string) string { return "tandem:user:" + id }
+
+// userKey is the hash of a user's status on each node: field = node id,
+// value = "<status> <expiry in unix ms>". Nodes rewrite their fields every
+// beat in one pipeline; readers ignore expired fields, and the key itself
+// expires when no node writes it any more.
+func userKey(id string) string { return "tandem:user-status:" + id }
 
 // NewRedisBus validates cfg. Run starts it.
 func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
@@ -120,6 +136,9 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		subscribed: make(map[string]bool),
 		changed:    make(map[string]bool),
 		nodes:      make(map[string]time.Time),
+		users:      make(map[string]bool),
+		usersSub:   make(map[string]bool),
+		usersDirty: make(map[string]bool),
 		wake:       make(chan struct{}, 1),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
@@ -191,6 +210,57 @@ func (b *RedisBus) poke() {
 	}
 }
 
+// followUsers subscribes to the status channels of newly watched users and
+// reads what the other nodes last wrote for them.
+func (b *RedisBus) followUsers(ctx context.Context, sub, unsub []string) {
+	if len(unsub) > 0 {
+		chans := make([]string, len(unsub))
+		for i, id := range unsub {
+			chans[i] = userChannel(id)
+		}
+		b.ps.Unsubscribe(ctx, chans...)
+	}
+	if len(sub) == 0 {
+		return
+	}
+	chans := make([]string, len(sub))
+	for i, id := range sub {
+		chans[i] = userChannel(id)
+	}
+	if err := b.ps.Subscribe(ctx, chans...); err != nil {
+		b.log.Warn("bus: subscribe users", "users", len(sub), "err", err)
+	}
+	b.readUsers(ctx, sub)
+}
+
+// readUsers applies the statuses other nodes last wrote for these users.
+func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
+	if len(sub) == 0 {
+		return
+	}
+	pipe := b.cfg.Client.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, len(sub))
+	for i, id := range sub {
+		cmds[i] = pipe.HGetAll(ctx, userKey(id))
+	}
+	pipe.Exec(ctx)
+	now := time.Now().UnixMilli()
+	for i, id := range sub {
+		fields, err := cmds[i].Result()
+		if err != nil {
+			continue
+		}
+		for node, v := range fields {
+			var st string
+			var until int64
+			if _, err := fmt.Sscanf(v, "%s %d", &st, &until); err != nil || until < now || node == b.cfg.NodeID {
+				continue
+			}
+			b.presence.ApplyUserStatus(node, id, awareness.Status(st))
+		}
+	}
+}
+
 // subscribeLoop brings the subscriptions in line with the watched
 // documents, off the callers' goroutines (Redis may be slow or away).
 func (b *RedisBus) subscribeLoop(ctx context.Context) {
@@ -211,7 +281,19 @@ func (b *RedisBus) subscribeLoop(ctx context.Context) {
 			}
 		}
 		clear(b.changed)
+		var usub, uunsub []string
+		for id := range b.usersDirty {
+			if b.users[id] && !b.usersSub[id] {
+				usub = append(usub, id)
+				b.usersSub[id] = true
+			} else if !b.users[id] && b.usersSub[id] {
+				uunsub = append(uunsub, id)
+				delete(b.usersSub, id)
+			}
+		}
+		clear(b.usersDirty)
 		b.mu.Unlock()
+		b.followUsers(ctx, usub, uunsub)
 		if len(unsub) > 0 {
 			chans := make([]string, len(unsub))
 			for i, id := range unsub {
@@ -249,6 +331,30 @@ func (b *RedisBus) PublishChanges(documentID string, changes []byte) {
 	b.send(documentID, busMsg{Kind: "chg", Data: changes})
 }
 
+// PublishUserStatus implements awareness.Replicator.
+func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
+	payload, err := cbor.Marshal(busMsg{Kind: "user", Node: b.cfg.NodeID, User: userID, Status: st})
+	if err != nil {
+		return
+	}
+	b.enqueue(busOut{userChannel(userID), payload})
+}
+
+// WatchUsers implements awareness.Replicator.
+func (b *RedisBus) WatchUsers(userIDs []string, on bool) {
+	b.mu.Lock()
+	for _, id := range userIDs {
+		if on {
+			b.users[id] = true
+		} else {
+			delete(b.users, id)
+		}
+		b.usersDirty[id] = true
+	}
+	b.mu.Unlock()
+	b.poke()
+}
+
 // PublishPresence implements awareness.Replicator.
 func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
 	b.send(documentID, busMsg{Kind: "pres", Delta: &d})
@@ -261,8 +367,12 @@ func (b *RedisBus) send(documentID string, m busMsg) {
 		b.log.Error("bus: encode", "err", err)
 		return
 	}
+	b.enqueue(busOut{docChannel(documentID), payload})
+}
+
+func (b *RedisBus) enqueue(o busOut) {
 	select {
-	case b.out <- busOut{docChannel(documentID), payload}:
+	case b.out <- o:
 	default:
 		b.dropped.Inc()
 	}
@@ -314,6 +424,11 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 			pipe := b.cfg.Client.Pipeline()
 			pipe.Publish(ctx, nodesChannel, alive)
 			pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
+			until := time.Now().Add(b.cfg.NodeTTL).UnixMilli()
+			for user, st := range b.presence.LocalUserStatuses() {
+				pipe.HSet(ctx, userKey(user), b.cfg.NodeID, fmt.Sprintf("%s %d", st, until))
+				pipe.PExpire(ctx, userKey(user), 2*b.cfg.NodeTTL)
+			}
 			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
 			b.expireNodes()
 		case <-gossip.C:
@@ -379,7 +494,7 @@ func (b *RedisBus) receiveLoop(ctx context.Context) {
 		if broken {
 			broken = false
 			b.log.Info("bus: Redis is back; catching up")
-			b.catchUp()
+			b.catchUp(ctx)
 		}
 		if m, ok := msg.(*redis.Message); ok {
 			b.dispatch(m)
@@ -387,14 +502,20 @@ func (b *RedisBus) receiveLoop(ctx context.Context) {
 	}
 }
 
-// catchUp greets every watched document again (go-redis has resubscribed).
-func (b *RedisBus) catchUp() {
+// catchUp greets every watched document again (go-redis has resubscribed)
+// and rereads the statuses of followed users.
+func (b *RedisBus) catchUp(ctx context.Context) {
 	b.mu.Lock()
 	docs := make([]string, 0, len(b.watched))
 	for id := range b.watched {
 		docs = append(docs, id)
 	}
+	users := make([]string, 0, len(b.usersSub))
+	for id := range b.usersSub {
+		users = append(users, id)
+	}
 	b.mu.Unlock()
+	b.readUsers(ctx, users)
 	for _, id := range docs {
 		b.send(id, busMsg{Kind: "hello"})
 		for _, d := range b.presence.LocalState(id) {
@@ -430,6 +551,12 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	}
 	if !known || m.Kind == "alive" {
 		b.presence.NodeAlive(m.Node)
+	}
+	if user, ok := cutPrefix(rm.Channel, "tandem:user:"); ok {
+		if m.Kind == "user" && m.User == user {
+			b.presence.ApplyUserStatus(m.Node, user, m.Status)
+		}
+		return
 	}
 	docID, ok := cutPrefix(rm.Channel, "tandem:doc:")
 	if !ok {

@@ -5,9 +5,8 @@ import assert from "node:assert/strict"
 import { createHmac } from "node:crypto"
 import { once } from "node:events"
 import WebSocket from "ws"
-import { Repo } from "@automerge/automerge-repo"
-import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import { defer, start, until } from "./server.mjs"
+import { client, connected, findDoc } from "./clients.mjs"
 
 const secret = "an-e2e-secret-that-is-32-bytes!!"
 
@@ -16,19 +15,6 @@ function token(claims) {
   const b64 = v => Buffer.from(JSON.stringify(v)).toString("base64url")
   const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}`
   return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`
-}
-
-function client(t, url) {
-  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-  let open = true
-  repo.close = () => { if (open) { open = false; return repo.shutdown() } }
-  defer(t, () => repo.close())
-  return repo
-}
-
-async function connected(repo) {
-  await until("the server peer", () => repo.peers.length > 0)
-  return repo
 }
 
 async function errorsFor(node, reason) {
@@ -47,7 +33,7 @@ test("with auth: no token is refused, a token admits a stock client", async t =>
   const a = await connected(client(t, `${node.url}?token=${token({ sub: "ana", docs: all })}`))
   const handle = a.create({ title: "members only" })
   const b = client(t, `${node.url}?token=${token({ sub: "bo", docs: all })}`)
-  assert.equal((await b.find(handle.url)).doc().title, "members only")
+  assert.equal((await findDoc(b, handle.url)).doc().title, "members only")
 })
 
 test("with auth: a document outside the token is unavailable; read-only changes stay local", async t => {
@@ -60,7 +46,7 @@ test("with auth: a document outside the token is unavailable; read-only changes 
   await assert.rejects(stranger.find(handle.url), /unavailable/)
 
   const reader = await connected(client(t, `${node.url}?token=${token({ sub: "r", docs: { [id]: "read" } })}`))
-  const seen = await reader.find(handle.url)
+  const seen = await findDoc(reader, handle.url)
   assert.equal(seen.doc().title, "v1")
   seen.change(d => { d.title = "defaced" })
   await until("the server refused the change", async () => await errorsFor(node, "read_only") >= 1)

@@ -2,37 +2,13 @@
 // presence over a real Redis and PostgreSQL.
 import { test } from "node:test"
 import assert from "node:assert/strict"
-import { Repo, Presence } from "@automerge/automerge-repo"
-import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
+import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
+import { spawn } from "node:child_process"
+import { createInterface } from "node:readline"
+import { fileURLToPath } from "node:url"
 import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
-
-function client(t, url) {
-  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-  let open = true
-  repo.close = () => { if (open) { open = false; return repo.shutdown() } }
-  defer(t, () => repo.close())
-  return repo
-}
-
-async function connected(repo) {
-  await until("the server peer", () => repo.peers.length > 0)
-  return repo
-}
-
-// findOn opens a document through another node. A document created an
-// instant ago on another node may not be stored yet: the stock client then
-// reports it unavailable, and receives it as soon as the nodes have
-// exchanged it.
-async function findOn(repo, url) {
-  try {
-    return await repo.find(url)
-  } catch {
-    const handle = repo.findWithProgress(url).handle
-    await handle.whenReady()
-    return handle
-  }
-}
+import { client, connected, findDoc } from "./clients.mjs"
 
 async function cluster(t, n, redis, extra = []) {
   const nodes = []
@@ -63,7 +39,7 @@ test("clients on three nodes edit one document concurrently and converge", async
   const others = []
   for (const node of nodes.slice(1)) {
     const repo = await connected(client(t, node.url))
-    others.push(await findOn(repo, ha.url))
+    others.push(await findDoc(repo, ha.url))
   }
   const handles = [ha, ...others]
   for (let round = 0; round < 10; round++) {
@@ -80,7 +56,7 @@ test("presence and status cross nodes; the added latency is measured", async t =
   const nodes = await cluster(t, 2, redis)
   const owner = await connected(client(t, nodes[0].url))
   const doc = owner.create({})
-  await findOn(await connected(client(t, nodes[1].url)), doc.url)
+  await findDoc(await connected(client(t, nodes[1].url)), doc.url)
   const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" }, cursor: 0 })
   const near = await member(t, nodes[0].url, doc.url, { user: { id: "bo" } })
   const far = await member(t, nodes[1].url, doc.url, { user: { id: "cy" } })
@@ -104,14 +80,21 @@ test("a node killed with SIGKILL: its users disappear from the other nodes withi
   const nodes = await cluster(t, 2, redis, ["--node-ttl", "2s"])
   const owner = await connected(client(t, nodes[1].url))
   const doc = owner.create({})
-  await findOn(await connected(client(t, nodes[0].url)), doc.url)
+  const probe = await connected(client(t, nodes[0].url))
+  await findDoc(probe, doc.url) // node 1 has the document
+  probe.close() // no client of ours may outlive node 1: it would reconnect for ever
   const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
-  const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" } })
-  await until("B sees A across nodes", () => stateOf(b, a.peerId), 10000)
+  // A runs in its own process: once its node is gone it would otherwise
+  // keep reconnecting for ever, and dies with the test.
+  const child = spawn(process.execPath, [fileURLToPath(new URL("peer.mjs", import.meta.url)), nodes[0].url, doc.url, '{"user":{"id":"ana"}}'], {
+    stdio: ["ignore", "pipe", "inherit"],
+  })
+  defer(t, () => child.kill("SIGKILL"))
+  const aPeer = (await createInterface({ input: child.stdout })[Symbol.asyncIterator]().next()).value
+  await until("B sees A across nodes", () => stateOf(b, aPeer), 10000)
   const killed = Date.now()
   await nodes[0].kill("SIGKILL")
-  a.repo.close()
-  const bye = await until("B's goodbye for A", () => b.events.find(e => e.type === "goodbye" && e.peerId === a.peerId), 15000)
+  const bye = await until("B's goodbye for A", () => b.events.find(e => e.type === "goodbye" && e.peerId === aPeer), 15000)
   t.diagnostic(`A gone on node 2 ${bye.at - killed} ms after node 1 died (node TTL 2000 ms)`)
   assert.ok(bye.at - killed < 2000 + 2000, `took ${bye.at - killed} ms`)
   const user = await (await fetch(`${nodes[1].http}/api/users/ana/presence`)).json()
@@ -124,7 +107,7 @@ test("Redis stopped and restarted in the middle of editing: all converge, nothin
   const a = await connected(client(t, nodes[0].url))
   const ha = a.create({ items: [] })
   const b = await connected(client(t, nodes[1].url))
-  const hb = await findOn(b, ha.url)
+  const hb = await findDoc(b, ha.url)
   let n = 0
   const edit = () => { n++; ha.change(d => d.items.push(`a${n}`)); hb.change(d => d.items.push(`b${n}`)) }
   for (let i = 0; i < 5; i++) edit()
@@ -148,8 +131,40 @@ test("a node restarted while the others run catches up", async t => {
   for (let i = 0; i < 5; i++) ha.change(d => d.log.push(`while down ${i}`))
   const again = await start(t, { port: nodes[1].port, args: nodes[1].args })
   const b = await connected(client(t, again.url))
-  const hb = await findOn(b, ha.url)
+  const hb = await findDoc(b, ha.url)
   await until("the restarted node has every edit", () => hb.doc().log.length === 6, 20000)
   hb.change(d => d.log.push("from the restarted node"))
   await until("node 1 gets it", () => ha.doc().log.includes("from the restarted node"), 20000)
+})
+
+test("a contact list on one node follows a user connected to another", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const controller = new AbortController()
+  defer(t, () => controller.abort())
+  const res = await fetch(`${nodes[1].http}/api/presence/watch?users=ana`, { signal: controller.signal })
+  const statuses = []
+  ;(async () => {
+    const decoder = new TextDecoder()
+    let buf = ""
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true })
+        let i
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const data = buf.slice(0, i).split("\n").find(l => l.startsWith("data: "))
+          buf = buf.slice(i + 2)
+          if (data) statuses.push(JSON.parse(data.slice(6)).status)
+        }
+      }
+    } catch { /* aborted */ }
+  })()
+  await until("the initial status", () => statuses.length === 1)
+  const owner = await connected(client(t, nodes[0].url))
+  const doc = owner.create({})
+  const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" } })
+  await until("ana online, seen from node 2", () => statuses.at(-1) === "online", 10000)
+  a.repo.close()
+  await until("ana offline, seen from node 2", () => statuses.at(-1) === "offline", 10000)
+  assert.deepEqual(statuses, ["offline", "online", "offline"])
 })

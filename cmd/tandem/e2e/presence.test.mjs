@@ -5,23 +5,15 @@ import assert from "node:assert/strict"
 import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
-import { Repo, Presence } from "@automerge/automerge-repo"
-import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
+import { Presence } from "@automerge/automerge-repo"
 import { defer, start, until } from "./server.mjs"
-
-function client(t, url) {
-  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-  let open = true
-  repo.close = () => { if (open) { open = false; return repo.shutdown() } }
-  defer(t, () => repo.close())
-  return repo
-}
+import { client, connected, findDoc } from "./clients.mjs"
 
 // member opens the document in a new client and starts its Presence.
 async function member(t, node, docUrl, initialState) {
   const repo = client(t, node.url)
   await until("the server peer", () => repo.peers.length > 0)
-  const handle = await repo.find(docUrl)
+  const handle = await findDoc(repo, docUrl)
   const presence = new Presence({ handle })
   const events = []
   for (const type of ["update", "snapshot", "goodbye", "heartbeat"]) {
@@ -42,7 +34,7 @@ async function newDoc(t, node) {
   await until("the server peer", () => repo.peers.length > 0)
   const handle = repo.create({ text: "" })
   const check = client(t, node.url)
-  await check.find(handle.url) // the server has it
+  await findDoc(check, handle.url) // the server has it
   return handle.url
 }
 
