@@ -277,6 +277,20 @@ func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effec
 	h.schedule(r, pi.id, channel)
 }
 
+// dropRoom forgets a document that has no local member left, and the
+// remote peers seen only there.
+func (h *Hub) dropRoom(r *room, fx *effects) {
+	delete(h.rooms, r.id)
+	for id := range r.state {
+		if pi := h.peers[id]; pi != nil && pi.conn == nil {
+			delete(pi.docs, r.id)
+			if len(pi.docs) == 0 {
+				h.forget(pi, fx)
+			}
+		}
+	}
+}
+
 // serverClock returns the clock of a new server write in pi's name.
 func (h *Hub) serverClock(pi *peerInfo) Clock {
 	pi.serverSeq++
@@ -309,12 +323,15 @@ func (h *Hub) Leave(p Peer) {
 func (h *Hub) remove(pi *peerInfo, fx *effects) {
 	for id := range pi.docs {
 		r := h.rooms[id]
+		if r == nil {
+			continue // dropped with its last local member
+		}
 		if r.state.Remove(pi.id, h.serverClock(pi)) {
 			h.sendGoodbye(r, pi.id)
 		}
 		r.drop(pi.id)
 		if len(r.members) == 0 {
-			delete(h.rooms, id)
+			h.dropRoom(r, fx)
 		}
 	}
 	delete(h.peers, pi.id)

@@ -93,16 +93,7 @@ func (h *Hub) Compare(documentID string, theirs [][]byte) (missing bool, behind 
 	if !r.exists {
 		return len(theirs) > 0, nil
 	}
-	since := make([]automerge.ChangeHash, 0, len(theirs))
-	for _, b := range theirs {
-		if !r.known(b) {
-			missing = true
-			continue
-		}
-		var ch automerge.ChangeHash
-		copy(ch[:], b)
-		since = append(since, ch)
-	}
+	since, missing := r.sinceHeads(theirs)
 	if missing {
 		return true, nil
 	}
@@ -128,20 +119,31 @@ func (h *Hub) ChangesSince(documentID string, theirs [][]byte) []byte {
 	if !r.exists {
 		return nil
 	}
-	since := make([]automerge.ChangeHash, 0, len(theirs))
-	for _, b := range theirs {
-		if !r.known(b) {
-			return r.doc.Save()
-		}
-		var ch automerge.ChangeHash
-		copy(ch[:], b)
-		since = append(since, ch)
+	since, unknown := r.sinceHeads(theirs)
+	if unknown {
+		return r.doc.Save()
 	}
 	changes, err := r.doc.Changes(since...)
 	if err != nil || len(changes) == 0 {
 		return nil
 	}
 	return automerge.SaveChanges(changes)
+}
+
+// sinceHeads converts another node's heads to change hashes, and reports
+// whether some of them are unknown here. The caller holds r.mu.
+func (r *room) sinceHeads(theirs [][]byte) (since []automerge.ChangeHash, unknown bool) {
+	since = make([]automerge.ChangeHash, 0, len(theirs))
+	for _, b := range theirs {
+		if !r.known(b) {
+			unknown = true
+			continue
+		}
+		var ch automerge.ChangeHash
+		copy(ch[:], b)
+		since = append(since, ch)
+	}
+	return since, unknown
 }
 
 func (h *Hub) loadedRoom(documentID string) *room {

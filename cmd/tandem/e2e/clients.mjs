@@ -32,3 +32,29 @@ export async function findDoc(repo, url) {
     return handle
   }
 }
+
+// watchStatuses opens a contact list (the Server-Sent Events stream of
+// /api/presence/watch) and returns the array its events are pushed into,
+// as parsed JSON, and the response. The stream ends with the test.
+export async function watchStatuses(t, httpBase, users) {
+  const controller = new AbortController()
+  defer(t, () => controller.abort())
+  const res = await fetch(`${httpBase}/api/presence/watch?users=${users.join(",")}`, { signal: controller.signal })
+  const events = []
+  ;(async () => {
+    const decoder = new TextDecoder()
+    let buf = ""
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true })
+        let i
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const data = buf.slice(0, i).split("\n").find(l => l.startsWith("data: "))
+          buf = buf.slice(i + 2)
+          if (data) events.push(JSON.parse(data.slice(6)))
+        }
+      }
+    } catch { /* aborted at the end of the test */ }
+  })()
+  return { events, res }
+}

@@ -8,7 +8,7 @@ import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected, findDoc, watchStatuses } from "./clients.mjs"
 
 async function cluster(t, n, redis, extra = []) {
   const nodes = []
@@ -140,31 +140,14 @@ test("a node restarted while the others run catches up", async t => {
 test("a contact list on one node follows a user connected to another", async t => {
   const redis = await startRedis(t)
   const nodes = await cluster(t, 2, redis)
-  const controller = new AbortController()
-  defer(t, () => controller.abort())
-  const res = await fetch(`${nodes[1].http}/api/presence/watch?users=ana`, { signal: controller.signal })
-  const statuses = []
-  ;(async () => {
-    const decoder = new TextDecoder()
-    let buf = ""
-    try {
-      for await (const chunk of res.body) {
-        buf += decoder.decode(chunk, { stream: true })
-        let i
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const data = buf.slice(0, i).split("\n").find(l => l.startsWith("data: "))
-          buf = buf.slice(i + 2)
-          if (data) statuses.push(JSON.parse(data.slice(6)).status)
-        }
-      }
-    } catch { /* aborted */ }
-  })()
-  await until("the initial status", () => statuses.length === 1)
+  const { events } = await watchStatuses(t, nodes[1].http, ["ana"])
+  const statuses = () => events.map(e => e.status)
+  await until("the initial status", () => events.length === 1)
   const owner = await connected(client(t, nodes[0].url))
   const doc = owner.create({})
   const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" } })
-  await until("ana online, seen from node 2", () => statuses.at(-1) === "online", 10000)
+  await until("ana online, seen from node 2", () => statuses().at(-1) === "online", 10000)
   a.repo.close()
-  await until("ana offline, seen from node 2", () => statuses.at(-1) === "offline", 10000)
-  assert.deepEqual(statuses, ["offline", "online", "offline"])
+  await until("ana offline, seen from node 2", () => statuses().at(-1) === "offline", 10000)
+  assert.deepEqual(statuses(), ["offline", "online", "offline"])
 })

@@ -7,7 +7,7 @@ import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { Presence } from "@automerge/automerge-repo"
 import { defer, start, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected, findDoc, watchStatuses } from "./clients.mjs"
 
 // member opens the document in a new client and starts its Presence.
 async function member(t, node, docUrl, initialState) {
@@ -142,27 +142,8 @@ test("typing clears 3 s after the last renewal", async t => {
 test("a contact list sees a user go online, away and offline; REST agrees", async t => {
   const node = await start(t, { args: ["--away-after", "1s"] })
   const url = await newDoc(t, node)
-  const controller = new AbortController()
-  defer(t, () => controller.abort())
-  const res = await fetch(`${node.http}/api/presence/watch?users=ana,nobody`, { signal: controller.signal })
+  const { events: statuses, res } = await watchStatuses(t, node.http, ["ana", "nobody"])
   assert.equal(res.headers.get("content-type"), "text/event-stream")
-  const statuses = []
-  ;(async () => {
-    const decoder = new TextDecoder()
-    let buf = ""
-    try {
-      for await (const chunk of res.body) {
-        buf += decoder.decode(chunk, { stream: true })
-        let i
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const block = buf.slice(0, i)
-          buf = buf.slice(i + 2)
-          const data = block.split("\n").find(l => l.startsWith("data: "))
-          if (data) statuses.push(JSON.parse(data.slice(6)))
-        }
-      }
-    } catch { /* aborted at the end of the test */ }
-  })()
   const ana = () => statuses.filter(s => s.userId === "ana").map(s => s.status)
   await until("initial statuses", () => statuses.length >= 2)
   assert.deepEqual(ana(), ["offline"])
