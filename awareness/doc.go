@@ -15,6 +15,11 @@
 // channel to one per tick (newest wins), drives status and typing expiry
 // from one heartbeat/TTL table, and speaks goodbye for peers that vanish.
 //
+// In a cluster the hub publishes its own peers' presence (after
+// coalescing) through a Replicator and merges what other nodes publish
+// into the same CRDT; the peers of a node that stops beating are removed
+// (replica.go).
+//
 // The package knows nothing of sockets: peers are the small Peer interface,
 // time comes from Config.Now, and tests drive Hub.Tick by hand.
 //

@@ -13,6 +13,11 @@
 // section. Peer methods are called with that mutex held and must not block:
 // they queue the message or drop the peer.
 //
+// In a cluster, accepted changes also go to a Replicator, and changes other
+// nodes accepted come back through ApplyRemote; Compare and ChangesSince
+// let nodes repair gaps by comparing heads (replica.go). Stores: the
+// embedded BoltStore and the shared PostgresStore.
+//
 // This package knows nothing of WebSocket, CBOR or HTTP; package transport
 // adapts sockets to the Peer interface.
 package doc

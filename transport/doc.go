@@ -7,6 +7,10 @@
 // a bounded queue; a peer too slow to drain it is disconnected with the
 // reason "slow consumer", because document sync must never drop a message.
 //
+// RedisBus joins nodes into a cluster: it carries accepted changes and
+// presence between the nodes that watch a document, node liveness, and
+// user statuses, over Redis Pub/Sub and keys with TTLs (bus_redis.go).
+//
 // The wire format lives in the subpackage wire; its PROTOCOL.md says what
 // Tandem accepts and sends.
 //
