@@ -176,6 +176,14 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		c.join(m)
 		return
 	}
+	if m.Type == wire.TypeHeartbeat {
+		// Liveness only, answered at once; it does not make the peer active.
+		if p := c.srv.cfg.Presence; p != nil {
+			p.Touch(c)
+		}
+		c.sendMessage(&wire.Message{Type: wire.TypeHeartbeatAck, Seq: m.Seq, ServerTime: time.Now().UnixMilli()})
+		return
+	}
 	if m.Type == wire.TypeJoin {
 		if m.SenderID == c.peerID {
 			c.sendPeer() // a repeated join is answered again
@@ -468,7 +476,7 @@ func typeLabel(t string) string {
 	switch t {
 	case wire.TypeJoin, wire.TypePeer, wire.TypeError, wire.TypeSync, wire.TypeRequest,
 		wire.TypeDocUnavailable, wire.TypeEphemeral, wire.TypeRemoteSubscriptionChange,
-		wire.TypeRemoteHeadsChanged:
+		wire.TypeRemoteHeadsChanged, wire.TypeHeartbeat, wire.TypeHeartbeatAck:
 		return t
 	}
 	return "unknown"

@@ -368,3 +368,21 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHeartbeatIsAcknowledged: Tandem's client heartbeat gets an ack with
+// the same sequence number at once; stock clients never send one.
+func TestHeartbeatIsAcknowledged(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "a", Seq: 1})
+	recvError(t, ws, "send join before")
+	join(t, ws, "a")
+	for seq := uint64(1); seq <= 3; seq++ {
+		before := time.Now().UnixMilli()
+		send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "a", TargetID: serverID, Seq: seq})
+		m := recv(t, ws)
+		if m.Type != wire.TypeHeartbeatAck || m.Seq != seq || m.TargetID != "a" || m.ServerTime < before {
+			t.Fatalf("got %+v, want an ack of heartbeat %d", m, seq)
+		}
+	}
+}

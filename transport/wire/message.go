@@ -16,6 +16,13 @@ const (
 	TypeEphemeral                = "ephemeral"
 	TypeRemoteSubscriptionChange = "remote-subscription-change"
 	TypeRemoteHeadsChanged       = "remote-heads-changed"
+
+	// Tandem's own extension, never sent by stock clients: a client's
+	// heartbeat, acknowledged at once, so that a client can tell a dead
+	// connection from a quiet one (three missed acks) even where TCP
+	// and the browser hide it. See PROTOCOL.md.
+	TypeHeartbeat    = "tandem-heartbeat"
+	TypeHeartbeatAck = "tandem-heartbeat-ack"
 )
 
 // ProtocolV1 is the only protocol version of automerge-repo 2.x.
@@ -46,6 +53,11 @@ type Message struct {
 
 	// ErrorMessage is the text of an error message.
 	ErrorMessage string `cbor:"message,omitempty"`
+
+	// Seq numbers a heartbeat; its ack carries the same Seq and the
+	// server's clock in ServerTime (Unix milliseconds).
+	Seq        uint64 `cbor:"seq,omitempty"`
+	ServerTime int64  `cbor:"serverTime,omitempty"`
 }
 
 // PeerMetadata describes a peer in join and peer messages.
@@ -87,7 +99,7 @@ func (m *Message) Validate() error {
 		return ErrMissingSender
 	}
 	switch m.Type {
-	case TypeJoin, TypeRemoteSubscriptionChange, TypeError:
+	case TypeJoin, TypeRemoteSubscriptionChange, TypeError, TypeHeartbeat:
 		return nil
 	case TypeSync, TypeRequest, TypeEphemeral:
 		if err := ValidateDocumentID(m.DocumentID); err != nil {
