@@ -1,6 +1,7 @@
 package awareness
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -261,7 +262,7 @@ func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effec
 			delete(r.typing, pi.id)
 		}
 	case ChannelStatus:
-		pi.clientAway = string(reg.Value) == string(encodeString(string(StatusAway)))
+		pi.clientAway = bytes.Equal(reg.Value, cborAway)
 	case ChannelUser:
 		if changed {
 			h.setUser(pi, userIDFrom(reg.Value, pi.id), fx)

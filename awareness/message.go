@@ -174,6 +174,13 @@ func jsonable(v any) any {
 	return v
 }
 
+// The status channel's values, encoded once: status is recomputed for every
+// peer on every tick.
+var (
+	cborOnline = append([]byte{0x60 + byte(len(StatusOnline))}, StatusOnline...) // text "online"
+	cborAway   = append([]byte{0x60 + byte(len(StatusAway))}, StatusAway...)     // text "away"
+)
+
 func encodeString(s string) []byte {
 	b, _ := encMode.Marshal(s)
 	return b

@@ -1,6 +1,7 @@
 package awareness
 
 import (
+	"bytes"
 	"context"
 	"time"
 )
@@ -62,17 +63,16 @@ func (h *Hub) userOf(id string) *userInfo {
 // into the status channel of every document the peer is visible in.
 func (h *Hub) refreshPeer(pi *peerInfo, fx *effects) {
 	now := h.cfg.Now()
-	status := StatusOnline
+	status, value := StatusOnline, cborOnline
 	if pi.clientAway || now.Sub(pi.lastActive) >= h.cfg.AwayAfter {
-		status = StatusAway
+		status, value = StatusAway, cborAway
 	}
-	value := encodeString(string(status))
 	for id := range pi.docs {
 		r := h.rooms[id]
 		if !r.present[pi.id] {
 			continue
 		}
-		if v, ok := r.state.peer(pi.id).Get(ChannelStatus); ok && string(v) == string(value) {
+		if v, ok := r.state.peer(pi.id).Get(ChannelStatus); ok && bytes.Equal(v, value) {
 			continue
 		}
 		if _, changed := r.state.Set(pi.id, ChannelStatus, Register{Clock: h.serverClock(pi), Value: value}); changed {

@@ -1,0 +1,73 @@
+package awareness
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// nopPeer drops what it is sent: the benchmarks measure the hub alone.
+type nopPeer struct{ id string }
+
+func (p nopPeer) ID() string                   { return p.id }
+func (p nopPeer) SendPresence(string, Message) {}
+
+// BenchmarkMerge measures the CRDT's register write and state merge.
+func BenchmarkMerge(b *testing.B) {
+	b.Run("set", func(b *testing.B) {
+		b.ReportAllocs()
+		s := State{}
+		v := []byte{0x18, 0x2a}
+		for i := 0; i < b.N; i++ {
+			s.Set("peer", "cursor", Register{Clock: Clock{Count: uint64(i + 1), Session: "s"}, Value: v})
+		}
+	})
+	b.Run("merge-100-peers", func(b *testing.B) {
+		b.ReportAllocs()
+		other := State{}
+		for p := 0; p < 100; p++ {
+			for _, ch := range []string{"user", "cursor", "selection", "status"} {
+				other.Set(fmt.Sprint("p", p), ch, Register{Clock: Clock{Count: 1, Session: "s"}, Value: []byte{1}})
+			}
+		}
+		s := State{}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			s.Merge(other)
+		}
+	})
+}
+
+// BenchmarkBroadcast measures one cursor update from a peer reaching the
+// other members of a document: parse, merge, coalesce, encode once, send.
+func BenchmarkBroadcast(b *testing.B) {
+	for _, members := range []int{1, 100, 1000} {
+		b.Run(fmt.Sprintf("members=%d", members), func(b *testing.B) {
+			b.ReportAllocs()
+			clock := &fakeClock{now: time.Unix(0, 0)}
+			// A TTL longer than the run: members stay while the clock ticks.
+			h := New(Config{Now: clock.Now, TTL: 1000 * time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			for i := 0; i < members; i++ {
+				h.Join(nopPeer{fmt.Sprint("m", i)}, doc1)
+			}
+			sender := nopPeer{"sender"}
+			payloads := make([][]byte, 64)
+			for i := range payloads {
+				payloads[i], _ = cbor.Marshal(map[string]any{"__presence": map[string]any{
+					"type": "update", "channel": "cursor", "value": fmt.Sprint(i, "@actor"),
+				}})
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				// One update per tick, so each is forwarded (leading edge).
+				h.Receive(sender, doc1, Message{SenderID: "sender", SessionID: "s", Count: uint64(i + 1), Data: payloads[i%64]})
+				clock.Advance(50 * time.Millisecond)
+				h.Tick()
+			}
+		})
+	}
+}
