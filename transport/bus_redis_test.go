@@ -1,0 +1,181 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
+	"github.com/fxamacker/cbor/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
+)
+
+// redisAddr is the Redis the bus tests use; CI starts one. A test that
+// cannot reach it fails rather than skips.
+func redisAddr() string {
+	if a := os.Getenv("TANDEM_TEST_REDIS"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// recorder is a peer that keeps what it is sent.
+type recorder struct {
+	id string
+	mu sync.Mutex
+	sy [][]byte
+	pr []awareness.Message
+}
+
+func (r *recorder) ID() string                          { return r.id }
+func (r *recorder) SendDocUnavailable(string)           {}
+func (r *recorder) SendEphemeral(string, doc.Ephemeral) {}
+func (r *recorder) SendSync(_ string, d []byte)         { r.mu.Lock(); r.sy = append(r.sy, d); r.mu.Unlock() }
+func (r *recorder) SendPresence(_ string, m awareness.Message) {
+	r.mu.Lock()
+	r.pr = append(r.pr, m)
+	r.mu.Unlock()
+}
+func (r *recorder) syncs() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.sy...)
+}
+func (r *recorder) presence() []awareness.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]awareness.Message(nil), r.pr...)
+}
+
+// node is one in-process cluster node: document hub, presence and bus.
+type node struct {
+	hub      *doc.Hub
+	presence *awareness.Hub
+	bus      *RedisBus
+	stop     func()
+}
+
+func startNode(t *testing.T, id string) *node {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("Redis at %s: %v", redisAddr(), err)
+	}
+	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := doc.OpenBoltStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Replicator: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus})
+	ctx, cancel := context.WithCancel(context.Background())
+	bus.Start(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
+	go func() { defer wg.Done(); presence.Run(ctx) }()
+	n := &node{hub: hub, presence: presence, bus: bus}
+	var once sync.Once
+	n.stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			hub.Close(context.Background())
+			client.Close()
+		})
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+func TestRedisBusReplicatesDocumentsAndPresence(t *testing.T) {
+	docID := fmt.Sprint("bus-test-", time.Now().UnixNano()) // channels are per document: no other test meets it
+	n1, n2 := startNode(t, "bus-n1"), startNode(t, "bus-n2")
+
+	// A peer on node 2 watches the document (as a connection's first
+	// message would make it), so node 2 subscribes.
+	watcher := &recorder{id: "watcher"}
+	n2.bus.Join(docID)
+	n2.presence.Join(watcher, docID)
+	n2.hub.Sync(context.Background(), watcher, doc.SyncMessage{DocumentID: docID, Data: emptySync(t), Request: true})
+	n1.bus.Join(docID)
+	waitFor(t, "both nodes subscribed", func() bool {
+		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
+		return err == nil && n[docChannel(docID)] == 2
+	})
+
+	// A writer on node 1 creates content; the watcher on node 2 is sent it.
+	before := len(watcher.syncs())
+	writer := &recorder{id: "writer"}
+	d := automerge.New()
+	d.RootMap().Set("title", "across nodes")
+	d.Commit("create")
+	state := automerge.NewSyncState(d)
+	for seen, round := 0, 0; round < 10; round++ { // the hub answers synchronously
+		if m, ok := state.GenerateMessage(); ok {
+			n1.hub.Sync(context.Background(), writer, doc.SyncMessage{DocumentID: docID, Data: m.Bytes()})
+		}
+		replies := writer.syncs()
+		for _, b := range replies[seen:] {
+			state.ReceiveMessage(b)
+		}
+		seen = len(replies)
+	}
+	waitFor(t, "the change on node 2", func() bool {
+		heads, ok := n2.hub.Heads(docID)
+		return ok && len(heads) == 1
+	})
+	waitFor(t, "the watcher sent the change", func() bool { return len(watcher.syncs()) > before })
+
+	// Presence from node 1 reaches the watcher on node 2.
+	speaker := &recorder{id: "speaker"}
+	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
+	n1.presence.Join(speaker, docID)
+	n1.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
+	waitFor(t, "the cursor on node 2", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Node 1 stops: node 2 says goodbye for its peer at once (bye).
+	n1.stop()
+	waitFor(t, "goodbye for the speaker", func() bool {
+		for _, m := range watcher.presence() {
+			var env struct {
+				P struct{ Type string } `cbor:"__presence"`
+			}
+			if m.SenderID == "speaker" && cbor.Unmarshal(m.Data, &env) == nil && env.P.Type == "goodbye" {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func emptySync(t *testing.T) []byte {
+	t.Helper()
+	m, ok := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	if !ok {
+		t.Fatal("no first sync message")
+	}
+	return m.Bytes()
+}
