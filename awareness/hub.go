@@ -44,6 +44,9 @@ type Config struct {
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.
 	Replicator Replicator
+	// Directory, in a cluster, answers for users this node does not
+	// follow: their status on the other nodes.
+	Directory Directory
 	// LastSeen stores when users went offline; nil keeps it in memory only.
 	LastSeen LastSeenStore
 	// Now is the clock; default time.Now.

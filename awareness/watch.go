@@ -160,8 +160,23 @@ func (h *Hub) UserPresence(ctx context.Context, userID string) UserView {
 		}
 	}
 	h.mu.Unlock()
+	if v.Status == StatusOffline && h.cfg.Directory != nil {
+		// Not seen here; maybe connected to another node.
+		if s, err := h.cfg.Directory.UserStatus(ctx, userID); err != nil {
+			h.log.Warn("presence: directory", "user", userID, "err", err)
+		} else if s != StatusOffline {
+			v.Status = s
+		}
+	}
 	list := []UserStatus{v.UserStatus}
-	h.fillLastSeen(ctx, list)
+	if v.Status == StatusOffline {
+		h.fillLastSeen(ctx, list)
+	}
 	v.UserStatus = list[0]
 	return v
+}
+
+// Directory tells a user's status across the cluster.
+type Directory interface {
+	UserStatus(ctx context.Context, userID string) (Status, error)
 }

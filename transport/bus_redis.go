@@ -86,6 +86,9 @@ type RedisBus struct {
 type busOut struct {
 	channel string
 	payload []byte
+	// A user's status on this node, written to its hash at once as well.
+	user   string
+	status awareness.Status
 }
 
 // busMsg is one message on the bus, CBOR-encoded.
@@ -233,6 +236,33 @@ func (b *RedisBus) followUsers(ctx context.Context, sub, unsub []string) {
 	b.readUsers(ctx, sub)
 }
 
+// UserStatus implements awareness.Directory: the best status the other
+// nodes wrote for the user and have not let expire.
+func (b *RedisBus) UserStatus(ctx context.Context, userID string) (awareness.Status, error) {
+	fields, err := b.cfg.Client.HGetAll(ctx, userKey(userID)).Result()
+	if err != nil {
+		return awareness.StatusOffline, err
+	}
+	best := awareness.StatusOffline
+	now := time.Now().UnixMilli()
+	for _, v := range fields {
+		var st string
+		var until int64
+		if _, err := fmt.Sscanf(v, "%s %d", &st, &until); err != nil || until < now {
+			continue
+		}
+		switch awareness.Status(st) {
+		case awareness.StatusOnline:
+			best = awareness.StatusOnline
+		case awareness.StatusAway:
+			if best == awareness.StatusOffline {
+				best = awareness.StatusAway
+			}
+		}
+	}
+	return best, nil
+}
+
 // readUsers applies the statuses other nodes last wrote for these users.
 func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
 	if len(sub) == 0 {
@@ -337,7 +367,7 @@ func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
 	if err != nil {
 		return
 	}
-	b.enqueue(busOut{userChannel(userID), payload})
+	b.enqueue(busOut{channel: userChannel(userID), payload: payload, user: userID, status: st})
 }
 
 // WatchUsers implements awareness.Replicator.
@@ -367,7 +397,7 @@ func (b *RedisBus) send(documentID string, m busMsg) {
 		b.log.Error("bus: encode", "err", err)
 		return
 	}
-	b.enqueue(busOut{docChannel(documentID), payload})
+	b.enqueue(busOut{channel: docChannel(documentID), payload: payload})
 }
 
 func (b *RedisBus) enqueue(o busOut) {
@@ -388,13 +418,13 @@ func (b *RedisBus) publishLoop(ctx context.Context) {
 		case first = <-b.out:
 		}
 		pipe := b.cfg.Client.Pipeline()
-		pipe.Publish(ctx, first.channel, first.payload)
+		b.queue(ctx, pipe, first)
 		n := 1
 	more:
 		for n < 256 {
 			select {
 			case m := <-b.out:
-				pipe.Publish(ctx, m.channel, m.payload)
+				b.queue(ctx, pipe, m)
 				n++
 			default:
 				break more
@@ -407,6 +437,21 @@ func (b *RedisBus) publishLoop(ctx context.Context) {
 		}
 		b.published.Add(float64(n))
 	}
+}
+
+// queue adds one outgoing message to a pipeline.
+func (b *RedisBus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
+	pipe.Publish(ctx, m.channel, m.payload)
+	if m.user == "" {
+		return
+	}
+	if m.status == awareness.StatusOffline {
+		pipe.HDel(ctx, userKey(m.user), b.cfg.NodeID)
+		return
+	}
+	until := time.Now().Add(b.cfg.NodeTTL).UnixMilli()
+	pipe.HSet(ctx, userKey(m.user), b.cfg.NodeID, fmt.Sprintf("%s %d", m.status, until))
+	pipe.PExpire(ctx, userKey(m.user), 2*b.cfg.NodeTTL)
 }
 
 // beatLoop announces this node, gossips heads, and expires silent nodes.

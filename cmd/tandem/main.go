@@ -137,6 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if bus != nil {
 		docCfg.Replicator = bus
 		presenceCfg.Replicator = bus
+		presenceCfg.Directory = bus
 		transportCfg.Bus = bus
 	}
 	hub, err := doc.NewHub(docCfg)

@@ -20,7 +20,7 @@ async function cluster(t, n, redis, extra = []) {
 
 async function member(t, url, docUrl, state) {
   const repo = await connected(client(t, url))
-  const handle = await repo.find(docUrl)
+  const handle = await findDoc(repo, docUrl)
   const presence = new Presence({ handle })
   const events = []
   for (const type of ["update", "snapshot", "goodbye"]) presence.on(type, e => events.push({ ...e, type, at: Date.now() }))
@@ -150,4 +150,16 @@ test("a contact list on one node follows a user connected to another", async t =
   a.repo.close()
   await until("ana offline, seen from node 2", () => statuses().at(-1) === "offline", 10000)
   assert.deepEqual(statuses(), ["offline", "online", "offline"])
+})
+
+test("any node's REST API tells the status of a user connected elsewhere", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const owner = await connected(client(t, nodes[0].url))
+  const doc = owner.create({})
+  const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" } })
+  const status = async () => (await (await fetch(`${nodes[1].http}/api/users/ana/presence`)).json()).status
+  await until("node 2 says ana is online", async () => await status() === "online", 10000)
+  a.repo.close()
+  await until("node 2 says ana is offline", async () => await status() === "offline", 10000)
 })
