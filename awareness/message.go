@@ -180,8 +180,3 @@ var (
 	cborOnline = append([]byte{0x60 + byte(len(StatusOnline))}, StatusOnline...) // text "online"
 	cborAway   = append([]byte{0x60 + byte(len(StatusAway))}, StatusAway...)     // text "away"
 )
-
-func encodeString(s string) []byte {
-	b, _ := encMode.Marshal(s)
-	return b
-}
