@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a Hub. Zero fields take the documented defaults.
@@ -28,6 +30,8 @@ type Config struct {
 	// Replicator, when set, receives every change accepted from a local
 	// peer, for the other nodes of a cluster.
 	Replicator Replicator
+	// Registerer receives the hub's metrics; nil registers none.
+	Registerer prometheus.Registerer
 }
 
 func (c *Config) setDefaults() error {
@@ -63,6 +67,8 @@ type Hub struct {
 
 	flushMu sync.Mutex // serializes flushes: one writer per document at a time
 
+	flushSeconds prometheus.Histogram
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -81,6 +87,21 @@ func NewHub(cfg Config) (*Hub, error) {
 		dirty: make(map[*room]struct{}),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tandem_storage_flush_seconds",
+			Help:    "Time to write one batch of accepted changes to the store.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(h.flushSeconds,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tandem_documents", Help: "Documents in memory on this node.",
+			}, func() float64 { return float64(h.Stats().Rooms) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "tandem_document_peers", Help: "Peers syncing documents on this node, summed over documents.",
+			}, func() float64 { return float64(h.Stats().Peers) }),
+		)
 	}
 	go h.run()
 	return h, nil
@@ -251,6 +272,7 @@ func (h *Hub) Flush(ctx context.Context) error {
 	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
+	h.flushSeconds.Observe(time.Since(start).Seconds())
 	for i, r := range rooms {
 		r.wrote(batch[i], err == nil)
 		if err != nil {

@@ -215,6 +215,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		if !c.open(m.DocumentID) {
 			return
 		}
+		c.srv.metrics.syncBytes.WithLabelValues("in").Add(float64(len(m.Data)))
 		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, doc.SyncMessage{
 			DocumentID: m.DocumentID, Data: m.Data,
 			Request: m.Type == wire.TypeRequest, ReadOnly: access == auth.Read,
@@ -359,6 +360,7 @@ func (c *conn) SendSync(documentID string, data []byte) {
 	if len(data) == 0 {
 		return // stock clients throw on empty data
 	}
+	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(data)))
 	c.sendMessage(&wire.Message{Type: wire.TypeSync, DocumentID: documentID, Data: data})
 }
 

@@ -12,6 +12,7 @@ type metrics struct {
 	disconnects *prometheus.CounterVec
 	refused     *prometheus.CounterVec
 	denied      prometheus.Counter
+	syncBytes   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,13 +45,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_connections_refused_total",
 			Help: "Connections refused before the WebSocket upgrade, by reason.",
 		}, []string{"reason"}),
+		syncBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_sync_bytes_total",
+			Help: "Bytes of automerge sync messages, by direction (in, out).",
+		}, []string{"direction"}),
 		denied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_access_denied_total",
 			Help: "Messages for documents outside the peer's token, answered as unavailable.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied)
+		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes)
 	}
 	return m
 }

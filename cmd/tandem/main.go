@@ -107,7 +107,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL)
 	}
 
-	docCfg := doc.Config{Store: store, Logger: log}
+	docCfg := doc.Config{Store: store, Logger: log, Registerer: reg}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,
 		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline

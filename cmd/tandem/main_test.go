@@ -63,7 +63,7 @@ func TestRunServesAndStops(t *testing.T) {
 	for path, want := range map[string]string{
 		"/healthz": `"status":"ok"`,
 		"/":        "automerge-repo",
-		"/metrics": "tandem_connections",
+		"/metrics": "tandem_documents",
 	} {
 		resp, err := http.Get(base + path)
 		if err != nil {
