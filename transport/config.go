@@ -73,7 +73,7 @@ type Config struct {
 	// frame closes the connection with code 1009 (message too big).
 	MaxMessageBytes int64
 	// SendQueue bounds the frames waiting for one connection's writer;
-	// default 1024.
+	// default 256.
 	SendQueue int
 	// PingInterval is the mean time between WebSocket pings, jittered by
 	// ±10%; default 5s. A connection that misses three pongs is closed.
@@ -123,7 +123,7 @@ func (c *Config) setDefaults() error {
 		c.MaxMessageBytes = 16 << 20
 	}
 	if c.SendQueue <= 0 {
-		c.SendQueue = 1024
+		c.SendQueue = 256
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = 5 * time.Second

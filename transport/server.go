@@ -43,6 +43,9 @@ func NewServer(cfg Config) (*Server, error) {
 		upgrader: websocket.Upgrader{
 			ReadBufferSize:  4096,
 			WriteBufferSize: 4096,
+			// Idle connections hold no write buffer: it is taken from
+			// the pool for each write.
+			WriteBufferPool: &sync.Pool{},
 			// Origins are checked before the upgrade, in ServeHTTP.
 			CheckOrigin: func(*http.Request) bool { return true },
 		},

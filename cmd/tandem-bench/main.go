@@ -1,0 +1,68 @@
+// Command tandem-bench is a load generator that speaks the automerge-repo
+// protocol, so it measures Tandem and the stock sync server alike.
+//
+// Scenarios:
+//
+//	presence  D documents × P peers, each moving its cursor R times a
+//	          second (automerge-repo Presence updates); reports end-to-end
+//	          latency of what is delivered, deliveries per second, and
+//	          whether every peer's final cursor reached every other peer.
+//	idle      N connections that join and open one document each, then
+//	          sit; reports the server's memory per connection.
+//
+// With --server-pid it reads the server's CPU time and RSS from /proc.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+)
+
+type options struct {
+	urls      []string
+	scenario  string
+	docs      int
+	peers     int
+	rate      float64
+	conns     int
+	duration  time.Duration
+	drain     time.Duration
+	serverPID int
+}
+
+func main() {
+	var o options
+	var urls string
+	flag.StringVar(&urls, "url", "ws://127.0.0.1:8080/ws", "server WebSocket URL; several, comma-separated, spread peers over a cluster")
+	flag.StringVar(&o.scenario, "scenario", "presence", "presence or idle")
+	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
+	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
+	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
+	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
+	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
+	flag.IntVar(&o.serverPID, "server-pid", 0, "server process to read CPU and RSS of (/proc)")
+	flag.Parse()
+	o.urls = strings.Split(urls, ",")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var err error
+	switch o.scenario {
+	case "presence":
+		err = runPresence(ctx, o)
+	case "idle":
+		err = runIdle(ctx, o)
+	default:
+		err = fmt.Errorf("unknown scenario %q", o.scenario)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tandem-bench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/automerge/automerge-go"
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// peer is one simulated automerge-repo client on its own socket.
+type peer struct {
+	id      string
+	session string
+	count   uint64
+	ws      *websocket.Conn
+	server  string
+}
+
+func dialPeer(url string) (*peer, error) {
+	var b [8]byte
+	rand.Read(b[:])
+	p := &peer{id: "bench-" + hex.EncodeToString(b[:]), session: hex.EncodeToString(b[:4])}
+	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		return nil, err
+	}
+	p.ws = ws
+	if err := p.send(&wire.Message{Type: wire.TypeJoin, PeerMetadata: &wire.PeerMetadata{IsEphemeral: true},
+		SupportedProtocolVersions: []string{wire.ProtocolV1}}); err != nil {
+		return nil, err
+	}
+	ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		m, err := p.recv()
+		if err != nil {
+			return nil, fmt.Errorf("handshake: %w", err)
+		}
+		if m.Type == wire.TypePeer {
+			p.server = m.SenderID
+			ws.SetReadDeadline(time.Time{})
+			return p, nil
+		}
+	}
+}
+
+func (p *peer) send(m *wire.Message) error {
+	m.SenderID = p.id
+	if p.server != "" {
+		m.TargetID = p.server
+	}
+	b, err := wire.Encode(m)
+	if err != nil {
+		return err
+	}
+	return p.ws.WriteMessage(websocket.BinaryMessage, b)
+}
+
+func (p *peer) recv() (*wire.Message, error) {
+	_, b, err := p.ws.ReadMessage()
+	if err != nil {
+		return nil, err
+	}
+	return wire.Decode(b)
+}
+
+// ephemeral broadcasts data to the document's other peers.
+func (p *peer) ephemeral(doc string, data []byte) error {
+	p.count++
+	return p.send(&wire.Message{Type: wire.TypeEphemeral, DocumentID: doc, SessionID: p.session, Count: p.count, Data: data})
+}
+
+// create makes a document on the server: it syncs a one-change document
+// until the server answers nothing more.
+func (p *peer) create(doc string) error {
+	d := automerge.New()
+	d.RootMap().Set("bench", "yes")
+	d.Commit("create")
+	state := automerge.NewSyncState(d)
+	p.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer p.ws.SetReadDeadline(time.Time{})
+	for round := 0; round < 10; round++ {
+		m, ok := state.GenerateMessage()
+		if !ok {
+			return nil
+		}
+		if err := p.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+			return err
+		}
+		reply, err := p.recv()
+		if err != nil {
+			return err
+		}
+		if reply.Type == wire.TypeSync {
+			if _, err := state.ReceiveMessage(reply.Data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// open asks for a document so that the server counts this peer in it.
+func (p *peer) open(doc string) error {
+	m, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	return p.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: m.Bytes()})
+}
+
+func newDocID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	return wire.NewDocumentID(u)
+}

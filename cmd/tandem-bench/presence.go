@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// cursor is the value a bench peer moves: its sequence number and the
+// send time, so a receiver measures end-to-end latency on one clock.
+type cursor struct {
+	Seq  uint64 `cbor:"s"`
+	Sent int64  `cbor:"t"`
+}
+
+type update struct {
+	Type    string          `cbor:"type"`
+	Channel string          `cbor:"channel,omitempty"`
+	Value   cbor.RawMessage `cbor:"value,omitempty"`
+}
+
+// receiver keeps what one peer got: latencies, and the last cursor seen
+// from each other peer.
+type receiver struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	last      map[string]uint64
+}
+
+func runPresence(ctx context.Context, o options) error {
+	type member struct {
+		p    *peer
+		doc  string
+		recv *receiver
+	}
+	var members []*member
+	byDoc := map[string][]*member{}
+	fmt.Printf("presence: %d documents × %d peers at %.0f moves/s for %v\n", o.docs, o.peers, o.rate, o.duration)
+	for d := 0; d < o.docs; d++ {
+		doc := newDocID()
+		for i := 0; i < o.peers; i++ {
+			p, err := dialPeer(o.urls[len(members)%len(o.urls)])
+			if err != nil {
+				return fmt.Errorf("connect peer %d: %w", len(members), err)
+			}
+			if i == 0 {
+				if err := p.create(doc); err != nil {
+					return fmt.Errorf("create document: %w", err)
+				}
+			} else if err := p.open(doc); err != nil {
+				return err
+			}
+			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]uint64{}}}
+			members = append(members, m)
+			byDoc[doc] = append(byDoc[doc], m)
+		}
+	}
+	defer func() {
+		for _, m := range members {
+			m.p.ws.Close()
+		}
+	}()
+
+	var delivered atomic.Int64
+	var readers sync.WaitGroup
+	for _, m := range members {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			readPresence(m.p, m.recv, &delivered)
+		}()
+	}
+
+	cpu0, _ := cpuSeconds(o.serverPID)
+	start := time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
+	defer stopLoad()
+	final := make([]uint64, len(members))
+	var senders sync.WaitGroup
+	for i, m := range members {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			final[i] = sendCursors(loadCtx, m.p, m.doc, o.rate)
+		}()
+	}
+	senders.Wait()
+	sendTime := time.Since(start)
+	select {
+	case <-time.After(o.drain):
+	case <-ctx.Done():
+	}
+	cpu1, _ := cpuSeconds(o.serverPID)
+	for _, m := range members {
+		m.p.ws.Close()
+	}
+	readers.Wait()
+
+	var all []time.Duration
+	missingFinal := 0
+	for _, m := range members {
+		all = append(all, m.recv.latencies...)
+		for j, other := range members {
+			if other.doc == m.doc && other != m && m.recv.last[other.p.id] != final[j] {
+				missingFinal++
+			}
+		}
+	}
+	offered := int64(0)
+	for _, m := range members {
+		offered += int64(final[slices.Index(members, m)]) * int64(len(byDoc[m.doc])-1)
+	}
+	slices.Sort(all)
+	fmt.Printf("offered deliveries   %d (%.0f/s)\n", offered, float64(offered)/sendTime.Seconds())
+	fmt.Printf("delivered            %d (%.0f/s, %.1f%% of offered)\n", delivered.Load(),
+		float64(delivered.Load())/sendTime.Seconds(), 100*float64(delivered.Load())/float64(max(offered, 1)))
+	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(all, 50), pct(all, 95), pct(all, 99))
+	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", missingFinal, countPairs(byDoc))
+	if o.serverPID > 0 {
+		cpu := cpu1 - cpu0
+		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
+			cpu, 100*cpu/(sendTime+o.drain).Seconds(), float64(delivered.Load())/max(cpu, 0.01))
+		if rss, err := rssBytes(o.serverPID); err == nil {
+			fmt.Printf("server RSS           %.1f MiB\n", float64(rss)/(1<<20))
+		}
+	}
+	return nil
+}
+
+// sendCursors moves the peer's cursor at rate per second, with jitter so
+// peers do not send in step, until ctx ends. It returns the last seq sent.
+func sendCursors(ctx context.Context, p *peer, doc string, rate float64) uint64 {
+	interval := time.Duration(float64(time.Second) / rate)
+	timer := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
+	defer timer.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return seq
+		case <-timer.C:
+		}
+		seq++
+		value, _ := cbor.Marshal(cursor{Seq: seq, Sent: time.Now().UnixNano()})
+		data, _ := cbor.Marshal(map[string]update{"__presence": {Type: "update", Channel: "cursor", Value: value}})
+		if err := p.ephemeral(doc, data); err != nil {
+			return seq - 1
+		}
+		timer.Reset(interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1)))
+	}
+}
+
+func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
+	for {
+		m, err := p.recv()
+		if err != nil {
+			return
+		}
+		if m.Type != wire.TypeEphemeral {
+			continue
+		}
+		var env map[string]update
+		if cbor.Unmarshal(m.Data, &env) != nil {
+			continue
+		}
+		u, ok := env["__presence"]
+		if !ok || u.Type != "update" || u.Channel != "cursor" {
+			continue
+		}
+		var c cursor
+		if cbor.Unmarshal(u.Value, &c) != nil || c.Sent == 0 {
+			continue
+		}
+		lat := time.Duration(time.Now().UnixNano() - c.Sent)
+		delivered.Add(1)
+		r.mu.Lock()
+		r.latencies = append(r.latencies, lat)
+		if c.Seq > r.last[m.SenderID] {
+			r.last[m.SenderID] = c.Seq
+		}
+		r.mu.Unlock()
+	}
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)].Round(10 * time.Microsecond)
+}
+
+func countPairs[T any](byDoc map[string][]T) int {
+	n := 0
+	for _, ms := range byDoc {
+		n += len(ms) * (len(ms) - 1)
+	}
+	return n
+}
