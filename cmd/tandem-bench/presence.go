@@ -35,7 +35,38 @@ type receiver struct {
 	last      map[string]uint64
 }
 
+// presenceResult is what a presence run measured.
+type presenceResult struct {
+	offered, delivered int64
+	sendTime           time.Duration
+	latencies          []time.Duration // sorted
+	missingFinal       int
+	pairs              int
+	cpu                float64 // server CPU seconds, with --server-pid
+}
+
 func runPresence(ctx context.Context, o options) error {
+	fmt.Printf("presence: %d documents × %d peers at %.0f moves/s for %v\n", o.docs, o.peers, o.rate, o.duration)
+	r, err := measurePresence(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("offered deliveries   %d (%.0f/s)\n", r.offered, float64(r.offered)/r.sendTime.Seconds())
+	fmt.Printf("delivered            %d (%.0f/s, %.1f%% of offered)\n", r.delivered,
+		float64(r.delivered)/r.sendTime.Seconds(), 100*float64(r.delivered)/float64(max(r.offered, 1)))
+	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
+	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", r.missingFinal, r.pairs)
+	if o.serverPID > 0 {
+		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
+			r.cpu, 100*r.cpu/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.cpu, 0.01))
+		if rss, err := rssBytes(o.serverPID); err == nil {
+			fmt.Printf("server RSS           %.1f MiB\n", float64(rss)/(1<<20))
+		}
+	}
+	return nil
+}
+
+func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	type member struct {
 		p    *peer
 		doc  string
@@ -43,20 +74,19 @@ func runPresence(ctx context.Context, o options) error {
 	}
 	var members []*member
 	byDoc := map[string][]*member{}
-	fmt.Printf("presence: %d documents × %d peers at %.0f moves/s for %v\n", o.docs, o.peers, o.rate, o.duration)
 	for d := 0; d < o.docs; d++ {
 		doc := newDocID()
 		for i := 0; i < o.peers; i++ {
 			p, err := dialPeer(o.urls[len(members)%len(o.urls)])
 			if err != nil {
-				return fmt.Errorf("connect peer %d: %w", len(members), err)
+				return presenceResult{}, fmt.Errorf("connect peer %d: %w", len(members), err)
 			}
 			if i == 0 {
 				if err := p.create(doc); err != nil {
-					return fmt.Errorf("create document: %w", err)
+					return presenceResult{}, fmt.Errorf("create document: %w", err)
 				}
 			} else if err := p.open(doc); err != nil {
-				return err
+				return presenceResult{}, err
 			}
 			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]uint64{}}}
 			members = append(members, m)
@@ -119,20 +149,10 @@ func runPresence(ctx context.Context, o options) error {
 		offered += int64(final[slices.Index(members, m)]) * int64(len(byDoc[m.doc])-1)
 	}
 	slices.Sort(all)
-	fmt.Printf("offered deliveries   %d (%.0f/s)\n", offered, float64(offered)/sendTime.Seconds())
-	fmt.Printf("delivered            %d (%.0f/s, %.1f%% of offered)\n", delivered.Load(),
-		float64(delivered.Load())/sendTime.Seconds(), 100*float64(delivered.Load())/float64(max(offered, 1)))
-	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(all, 50), pct(all, 95), pct(all, 99))
-	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", missingFinal, countPairs(byDoc))
-	if o.serverPID > 0 {
-		cpu := cpu1 - cpu0
-		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
-			cpu, 100*cpu/(sendTime+o.drain).Seconds(), float64(delivered.Load())/max(cpu, 0.01))
-		if rss, err := rssBytes(o.serverPID); err == nil {
-			fmt.Printf("server RSS           %.1f MiB\n", float64(rss)/(1<<20))
-		}
-	}
-	return nil
+	return presenceResult{
+		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all,
+		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0,
+	}, nil
 }
 
 // sendCursors moves the peer's cursor at rate per second, with jitter so

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport"
+)
+
+// TestPresenceScenario runs a small presence load against an in-process
+// node and checks what the tool reports: every update counted, and every
+// peer's final cursor seen by every other peer (the tick coalesces, so
+// delivered may be below offered, never above).
+func TestPresenceScenario(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := doc.OpenBoltStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	presence := awareness.New(awareness.Config{Logger: logger})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); presence.Run(ctx) }()
+	srv, err := transport.NewServer(transport.Config{Documents: hub, Presence: presence, PeerID: "bench-server", Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		hs.Close()
+		cancel()
+		<-done
+		hub.Close(context.Background())
+	})
+
+	r, err := measurePresence(context.Background(), options{
+		urls: []string{"ws" + strings.TrimPrefix(hs.URL, "http") + "/"},
+		docs: 2, peers: 3, rate: 20, duration: 500 * time.Millisecond, drain: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.offered == 0 || r.delivered == 0 || r.delivered > r.offered {
+		t.Fatalf("offered %d, delivered %d", r.offered, r.delivered)
+	}
+	if r.pairs != 2*3*2 || r.missingFinal != 0 {
+		t.Fatalf("final cursors missing for %d of %d pairs", r.missingFinal, r.pairs)
+	}
+	if len(r.latencies) != int(r.delivered) {
+		t.Fatalf("%d latencies for %d deliveries", len(r.latencies), r.delivered)
+	}
+}
