@@ -21,6 +21,7 @@ type config struct {
 	PresenceTick    time.Duration
 	AwayAfter       time.Duration
 
+	DebugAddr   string
 	RedisURL    string
 	PostgresURL string
 	NodeID      string
@@ -51,6 +52,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
+	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: host name plus a random suffix)")

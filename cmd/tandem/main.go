@@ -169,6 +169,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return serveCtx },
 	}
+	if cfg.DebugAddr != "" {
+		stopDebug, err := serveDebug(cfg.DebugAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopDebug()
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
