@@ -35,6 +35,9 @@ type options struct {
 	serverPID int
 }
 
+const compareHelp = `run the presence scenario against Tandem (--tandem-bin) and the stock
+server (--stock-dir, after npm ci there) and print the ratios`
+
 func main() {
 	var o options
 	var urls string
@@ -47,16 +50,21 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
 	flag.IntVar(&o.serverPID, "server-pid", 0, "server process to read CPU and RSS of (/proc)")
+	compare := flag.Bool("compare", false, compareHelp)
+	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
+	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
 	flag.Parse()
 	o.urls = strings.Split(urls, ",")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
-	switch o.scenario {
-	case "presence":
+	switch {
+	case *compare:
+		err = runCompare(ctx, o, *tandemBin, *stockDir)
+	case o.scenario == "presence":
 		err = runPresence(ctx, o)
-	case "idle":
+	case o.scenario == "idle":
 		err = runIdle(ctx, o)
 	default:
 		err = fmt.Errorf("unknown scenario %q", o.scenario)

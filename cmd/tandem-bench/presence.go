@@ -43,6 +43,7 @@ type presenceResult struct {
 	missingFinal       int
 	pairs              int
 	cpu                float64 // server CPU seconds, with --server-pid
+	rss                int64   // server RSS at the end of the load
 }
 
 func runPresence(ctx context.Context, o options) error {
@@ -51,6 +52,11 @@ func runPresence(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	printPresence(r, o)
+	return nil
+}
+
+func printPresence(r presenceResult, o options) {
 	fmt.Printf("offered deliveries   %d (%.0f/s)\n", r.offered, float64(r.offered)/r.sendTime.Seconds())
 	fmt.Printf("delivered            %d (%.0f/s, %.1f%% of offered)\n", r.delivered,
 		float64(r.delivered)/r.sendTime.Seconds(), 100*float64(r.delivered)/float64(max(r.offered, 1)))
@@ -59,11 +65,8 @@ func runPresence(ctx context.Context, o options) error {
 	if o.serverPID > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
 			r.cpu, 100*r.cpu/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.cpu, 0.01))
-		if rss, err := rssBytes(o.serverPID); err == nil {
-			fmt.Printf("server RSS           %.1f MiB\n", float64(rss)/(1<<20))
-		}
+		fmt.Printf("server RSS           %.1f MiB\n", float64(r.rss)/(1<<20))
 	}
-	return nil
 }
 
 func measurePresence(ctx context.Context, o options) (presenceResult, error) {
@@ -129,6 +132,10 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	case <-ctx.Done():
 	}
 	cpu1, _ := cpuSeconds(o.serverPID)
+	var rss int64
+	if o.serverPID > 0 {
+		rss, _ = rssBytes(o.serverPID)
+	}
 	for _, m := range members {
 		m.p.ws.Close()
 	}
@@ -151,7 +158,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	slices.Sort(all)
 	return presenceResult{
 		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all,
-		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0,
+		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
 	}, nil
 }
 

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// server is a process the comparison starts and measures.
+type server struct {
+	name string
+	cmd  *exec.Cmd
+	url  string
+}
+
+// startServer runs argv with its port as the last argument, waits for the
+// line that says it listens, and returns its WebSocket URL.
+func startServer(name, ready, urlPath string, argv ...string) (*server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	for i, a := range argv {
+		argv[i] = strings.ReplaceAll(a, "{port}", fmt.Sprint(port))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := false
+		for sc.Scan() {
+			if !ok && strings.Contains(sc.Text(), ready) {
+				ok = true
+				found <- true
+			}
+		}
+		if !ok {
+			found <- false
+		}
+	}()
+	select {
+	case ok := <-found:
+		if !ok {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, fmt.Errorf("%s exited before it listened", name)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("%s did not listen within 30s", name)
+	}
+	return &server{name: name, cmd: cmd, url: fmt.Sprintf("ws://127.0.0.1:%d%s", port, urlPath)}, nil
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// runCompare runs the presence scenario against Tandem and against the
+// stock server, one after the other on the same machine, and prints the
+// figures side by side with the ratios Tandem/stock.
+func runCompare(ctx context.Context, o options, tandemBin, stockDir string) error {
+	dataDir, err := os.MkdirTemp("", "tandem-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
+	targets := []struct {
+		name, ready, path string
+		argv              []string
+	}{
+		{"tandem", "tandem serving", "/ws", []string{tandemBin, "--addr", "127.0.0.1:{port}", "--data-dir", dataDir,
+			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}},
+		{"stock", "listening", "", []string{"node", stockDir + "/server.mjs", "{port}"}},
+	}
+	results := make([]presenceResult, len(targets))
+	for i, tg := range targets {
+		srv, err := startServer(tg.name, tg.ready, tg.path, tg.argv...)
+		if err != nil {
+			return err
+		}
+		run := o
+		run.urls = []string{srv.url}
+		run.serverPID = srv.cmd.Process.Pid
+		fmt.Printf("== %s\n", tg.name)
+		results[i], err = measurePresence(ctx, run)
+		srv.stop()
+		if err != nil {
+			return fmt.Errorf("%s: %w", tg.name, err)
+		}
+		printPresence(results[i], run)
+	}
+	t, s := results[0], results[1]
+	perCPU := func(r presenceResult) float64 { return float64(r.delivered) / max(r.cpu, 0.01) }
+	fmt.Printf("== tandem / stock\n")
+	fmt.Printf("delivered            %.2f×\n", float64(t.delivered)/float64(max(s.delivered, 1)))
+	fmt.Printf("deliveries per CPU-s %.2f×\n", perCPU(t)/perCPU(s))
+	fmt.Printf("latency p99          %.2f× (lower is better)\n", float64(pct(t.latencies, 99))/float64(max(pct(s.latencies, 99), 1)))
+	return nil
+}
