@@ -19,6 +19,41 @@ import (
 // peer's final cursor seen by every other peer (the tick coalesces, so
 // delivered may be below offered, never above).
 func TestPresenceScenario(t *testing.T) {
+	url := startTestNode(t)
+	r, err := measurePresence(context.Background(), options{
+		urls: []string{url},
+		docs: 2, peers: 3, rate: 20, duration: 500 * time.Millisecond, drain: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.offered == 0 || r.delivered == 0 || r.delivered > r.offered {
+		t.Fatalf("offered %d, delivered %d", r.offered, r.delivered)
+	}
+	if r.pairs != 2*3*2 || r.missingFinal != 0 {
+		t.Fatalf("final cursors missing for %d of %d pairs", r.missingFinal, r.pairs)
+	}
+	if len(r.latencies) != int(r.delivered) {
+		t.Fatalf("%d latencies for %d deliveries", len(r.latencies), r.delivered)
+	}
+}
+
+// TestTypingScenario runs a small typing load: it must finish cleanly
+// (typists got the document, readers answered the sync loop).
+func TestTypingScenario(t *testing.T) {
+	url := startTestNode(t)
+	err := runTyping(context.Background(), options{
+		urls: []string{url}, typists: 2, readers: 3, rate: 10,
+		duration: 500 * time.Millisecond, drain: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startTestNode serves an in-process node and returns its WebSocket URL.
+func startTestNode(t *testing.T) string {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store, err := doc.OpenBoltStore(t.TempDir())
 	if err != nil {
@@ -45,20 +80,5 @@ func TestPresenceScenario(t *testing.T) {
 		hub.Close(context.Background())
 	})
 
-	r, err := measurePresence(context.Background(), options{
-		urls: []string{"ws" + strings.TrimPrefix(hs.URL, "http") + "/"},
-		docs: 2, peers: 3, rate: 20, duration: 500 * time.Millisecond, drain: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.offered == 0 || r.delivered == 0 || r.delivered > r.offered {
-		t.Fatalf("offered %d, delivered %d", r.offered, r.delivered)
-	}
-	if r.pairs != 2*3*2 || r.missingFinal != 0 {
-		t.Fatalf("final cursors missing for %d of %d pairs", r.missingFinal, r.pairs)
-	}
-	if len(r.latencies) != int(r.delivered) {
-		t.Fatalf("%d latencies for %d deliveries", len(r.latencies), r.delivered)
-	}
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/"
 }

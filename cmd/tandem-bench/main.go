@@ -7,6 +7,9 @@
 //	          second (automerge-repo Presence updates); reports end-to-end
 //	          latency of what is delivered, deliveries per second, and
 //	          whether every peer's final cursor reached every other peer.
+//	typing    T typists at C characters/s and R readers on one document,
+//	          syncing with automerge; reports how long a keystroke takes
+//	          to reach the readers, and the server's CPU.
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //
@@ -30,6 +33,8 @@ type options struct {
 	peers     int
 	rate      float64
 	conns     int
+	typists   int
+	readers   int
 	duration  time.Duration
 	drain     time.Duration
 	serverPID int
@@ -42,11 +47,13 @@ func main() {
 	var o options
 	var urls string
 	flag.StringVar(&urls, "url", "ws://127.0.0.1:8080/ws", "server WebSocket URL; several, comma-separated, spread peers over a cluster")
-	flag.StringVar(&o.scenario, "scenario", "presence", "presence or idle")
+	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing or idle")
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
 	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
+	flag.IntVar(&o.typists, "typists", 8, "typing: peers typing (at --rate chars/s each)")
+	flag.IntVar(&o.readers, "readers", 40, "typing: peers reading")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
 	flag.IntVar(&o.serverPID, "server-pid", 0, "server process to read CPU and RSS of (/proc)")
@@ -64,6 +71,8 @@ func main() {
 		err = runCompare(ctx, o, *tandemBin, *stockDir)
 	case o.scenario == "presence":
 		err = runPresence(ctx, o)
+	case o.scenario == "typing":
+		err = runTyping(ctx, o)
 	case o.scenario == "idle":
 		err = runIdle(ctx, o)
 	default:

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// syncPeer is a peer that runs the automerge sync loop on its own copy.
+type syncPeer struct {
+	*peer
+	doc string
+
+	mu    sync.Mutex // guards d and state: the typist and the reader both use them
+	d     *automerge.Doc
+	state *automerge.SyncState
+}
+
+func (s *syncPeer) push() error {
+	if m, ok := s.state.GenerateMessage(); ok {
+		return s.send(&wire.Message{Type: wire.TypeSync, DocumentID: s.doc, Data: m.Bytes()})
+	}
+	return nil
+}
+
+// serve answers the server's sync messages; after each it calls seen
+// with the peer's document, under the lock.
+func (s *syncPeer) serve(seen func(*automerge.Doc)) {
+	for {
+		m, err := s.recv()
+		if err != nil {
+			return
+		}
+		if m.Type != wire.TypeSync {
+			continue
+		}
+		s.mu.Lock()
+		if _, err := s.state.ReceiveMessage(m.Data); err == nil {
+			seen(s.d)
+			s.push()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// runTyping: T typists at C characters a second and R readers on one
+// document. Each keystroke appends a character and stamps the typist's
+// key with the time; readers measure how long stamps take to arrive.
+func runTyping(ctx context.Context, o options) error {
+	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document, %v\n", o.typists, o.rate, o.readers, o.duration)
+	doc := newDocID()
+	var peers []*syncPeer
+	for i := 0; i < o.typists+o.readers; i++ {
+		p, err := dialPeer(o.urls[i%len(o.urls)])
+		if err != nil {
+			return err
+		}
+		defer p.ws.Close()
+		d := automerge.New()
+		peers = append(peers, &syncPeer{peer: p, doc: doc, d: d, state: automerge.NewSyncState(d)})
+	}
+	first := peers[0]
+	first.d.RootMap().Set("text", automerge.NewText(""))
+	first.d.Commit("create")
+	if err := first.push(); err != nil {
+		return err
+	}
+
+	var mu sync.Mutex
+	var latencies []time.Duration
+	lastStamp := make([]map[string]int64, len(peers))
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		lastStamp[i] = map[string]int64{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.serve(func(d *automerge.Doc) {
+				if i < o.typists {
+					return // typists only write
+				}
+				now := time.Now().UnixNano()
+				keys, _ := d.RootMap().Keys()
+				for _, k := range keys {
+					v, err := d.RootMap().Get(k)
+					if err != nil || v.Kind() != automerge.KindInt64 || v.Int64() <= lastStamp[i][k] {
+						continue
+					}
+					lastStamp[i][k] = v.Int64()
+					mu.Lock()
+					latencies = append(latencies, time.Duration(now-v.Int64()))
+					mu.Unlock()
+				}
+			})
+		}()
+		if i > 0 {
+			p.mu.Lock()
+			p.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: mustFirst(p.state)})
+			p.mu.Unlock()
+		}
+	}
+	// Typists start once they have the document.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < o.typists; i++ {
+		for {
+			peers[i].mu.Lock()
+			_, err := peers[i].d.Path("text").Text().Get()
+			peers[i].mu.Unlock()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("typist %d never got the document", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	cpu0, _ := cpuSeconds(o.serverPID)
+	start := time.Now()
+	loadCtx, stop := context.WithTimeout(ctx, o.duration)
+	defer stop()
+	var typists sync.WaitGroup
+	for i := 0; i < o.typists; i++ {
+		p := peers[i]
+		typists.Add(1)
+		go func() {
+			defer typists.Done()
+			interval := time.Duration(float64(time.Second) / o.rate)
+			key := fmt.Sprint("t-", i)
+			t := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
+			defer t.Stop()
+			for {
+				select {
+				case <-loadCtx.Done():
+					return
+				case <-t.C:
+				}
+				p.mu.Lock()
+				p.d.Path("text").Text().Append("x")
+				p.d.RootMap().Set(key, time.Now().UnixNano())
+				p.d.Commit("type")
+				p.push()
+				p.mu.Unlock()
+				t.Reset(interval)
+			}
+		}()
+	}
+	typists.Wait()
+	elapsed := time.Since(start)
+	select {
+	case <-time.After(o.drain):
+	case <-ctx.Done():
+	}
+	cpu1, _ := cpuSeconds(o.serverPID)
+	for _, p := range peers {
+		p.ws.Close()
+	}
+	wg.Wait()
+	slices.Sort(latencies)
+	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(latencies), float64(len(latencies))/elapsed.Seconds())
+	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(latencies, 50), pct(latencies, 95), pct(latencies, 99))
+	if o.serverPID > 0 {
+		cpu := cpu1 - cpu0
+		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", cpu, 100*cpu/(elapsed+o.drain).Seconds())
+	}
+	return nil
+}
+
+func mustFirst(s *automerge.SyncState) []byte {
+	m, _ := s.GenerateMessage()
+	return m.Bytes()
+}
