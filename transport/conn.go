@@ -72,9 +72,8 @@ func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *c
 
 // serve runs the connection: the writer in its own goroutine, the reader in
 // this one, then the cleanup.
-func (c *conn) serve(_ context.Context) {
-	// The request context of a hijacked connection says nothing useful:
-	// the connection lives until close.
+func (c *conn) serve() {
+	// The connection lives until close, not as long as any request.
 	ctx, cancel := context.WithCancel(context.Background())
 	go c.serveWriter()
 	c.close(c.readLoop(ctx), false)

@@ -78,7 +78,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusServiceUnavailable, refuseShutdown, "server shutting down")
 		return
 	}
-	defer s.wg.Done()
+	handedOff := false // to the connection's own goroutine, which then calls wg.Done
+	defer func() {
+		if !handedOff {
+			s.wg.Done()
+		}
+	}()
 
 	if !s.cfg.originAllowed(r) {
 		s.refuse(w, r, http.StatusForbidden, refuseOrigin, "origin not allowed")
@@ -104,18 +109,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("too many connections from %s (limit %d)", ip, s.cfg.MaxConnsPerIP))
 		return
 	}
-	defer func() {
+	releaseIP := func() {
 		s.mu.Lock()
 		if s.perIP[ip]--; s.perIP[ip] <= 0 {
 			delete(s.perIP, ip)
 		}
 		s.mu.Unlock()
-	}()
+	}
 
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
 		s.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
+		releaseIP()
 		return
 	}
 	c := newConn(s, ws, r.RemoteAddr, grant)
@@ -124,13 +130,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		c.close(ReasonShutdown, false)
 		c.serveWriter()
+		releaseIP()
 		return
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.metrics.connections.Inc()
-	defer s.metrics.connections.Dec()
-	c.serve(r.Context())
+	// The connection reads on a goroutine of its own and this handler
+	// returns: the HTTP goroutine's stack, grown while parsing the
+	// request, is not kept for the life of the socket.
+	handedOff = true
+	go func() {
+		defer s.wg.Done()
+		defer releaseIP()
+		defer s.metrics.connections.Dec()
+		c.serve()
+	}()
 }
 
 // bind makes c the connection of its peer id, closing any older one. A
