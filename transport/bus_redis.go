@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,12 +248,11 @@ func (b *RedisBus) UserStatus(ctx context.Context, userID string) (awareness.Sta
 	best := awareness.StatusOffline
 	now := time.Now().UnixMilli()
 	for _, v := range fields {
-		var st string
-		var until int64
-		if _, err := fmt.Sscanf(v, "%s %d", &st, &until); err != nil || until < now {
+		st, fresh := parseUserStatus(v, now)
+		if !fresh {
 			continue
 		}
-		switch awareness.Status(st) {
+		switch st {
 		case awareness.StatusOnline:
 			best = awareness.StatusOnline
 		case awareness.StatusAway:
@@ -281,12 +282,9 @@ func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
 			continue
 		}
 		for node, v := range fields {
-			var st string
-			var until int64
-			if _, err := fmt.Sscanf(v, "%s %d", &st, &until); err != nil || until < now || node == b.cfg.NodeID {
-				continue
+			if st, fresh := parseUserStatus(v, now); fresh && node != b.cfg.NodeID {
+				b.presence.ApplyUserStatus(node, id, st)
 			}
-			b.presence.ApplyUserStatus(node, id, awareness.Status(st))
 		}
 	}
 }
@@ -449,9 +447,26 @@ func (b *RedisBus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
 		pipe.HDel(ctx, userKey(m.user), b.cfg.NodeID)
 		return
 	}
+	b.writeUserStatus(ctx, pipe, m.user, m.status)
+}
+
+// writeUserStatus sets this node's field of a user's status hash, valid for
+// one node TTL, and keeps the hash alive for two.
+func (b *RedisBus) writeUserStatus(ctx context.Context, pipe redis.Pipeliner, user string, st awareness.Status) {
 	until := time.Now().Add(b.cfg.NodeTTL).UnixMilli()
-	pipe.HSet(ctx, userKey(m.user), b.cfg.NodeID, fmt.Sprintf("%s %d", m.status, until))
-	pipe.PExpire(ctx, userKey(m.user), 2*b.cfg.NodeTTL)
+	pipe.HSet(ctx, userKey(user), b.cfg.NodeID, fmt.Sprintf("%s %d", st, until))
+	pipe.PExpire(ctx, userKey(user), 2*b.cfg.NodeTTL)
+}
+
+// parseUserStatus reads a field written by writeUserStatus; fresh is false
+// for an unreadable or expired one.
+func parseUserStatus(v string, nowMillis int64) (st awareness.Status, fresh bool) {
+	s, until, ok := strings.Cut(v, " ")
+	ms, err := strconv.ParseInt(until, 10, 64)
+	if !ok || err != nil || ms < nowMillis {
+		return awareness.StatusOffline, false
+	}
+	return awareness.Status(s), true
 }
 
 // beatLoop announces this node, gossips heads, and expires silent nodes.
@@ -469,10 +484,8 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 			pipe := b.cfg.Client.Pipeline()
 			pipe.Publish(ctx, nodesChannel, alive)
 			pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
-			until := time.Now().Add(b.cfg.NodeTTL).UnixMilli()
 			for user, st := range b.presence.LocalUserStatuses() {
-				pipe.HSet(ctx, userKey(user), b.cfg.NodeID, fmt.Sprintf("%s %d", st, until))
-				pipe.PExpire(ctx, userKey(user), 2*b.cfg.NodeTTL)
+				b.writeUserStatus(ctx, pipe, user, st)
 			}
 			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
 			b.expireNodes()
@@ -597,13 +610,13 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	if !known || m.Kind == "alive" {
 		b.presence.NodeAlive(m.Node)
 	}
-	if user, ok := cutPrefix(rm.Channel, "tandem:user:"); ok {
+	if user, ok := strings.CutPrefix(rm.Channel, "tandem:user:"); ok {
 		if m.Kind == "user" && m.User == user {
 			b.presence.ApplyUserStatus(m.Node, user, m.Status)
 		}
 		return
 	}
-	docID, ok := cutPrefix(rm.Channel, "tandem:doc:")
+	docID, ok := strings.CutPrefix(rm.Channel, "tandem:doc:")
 	if !ok {
 		return
 	}
@@ -636,11 +649,4 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 			b.send(docID, busMsg{Kind: "heads", Heads: heads})
 		}
 	}
-}
-
-func cutPrefix(s, prefix string) (string, bool) {
-	if len(s) < len(prefix) || s[:len(prefix)] != prefix {
-		return "", false
-	}
-	return s[len(prefix):], true
 }

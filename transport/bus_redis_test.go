@@ -179,3 +179,23 @@ func emptySync(t *testing.T) []byte {
 	}
 	return m.Bytes()
 }
+
+func TestParseUserStatus(t *testing.T) {
+	now := time.Now().UnixMilli()
+	for _, tc := range []struct {
+		v     string
+		want  awareness.Status
+		fresh bool
+	}{
+		{fmt.Sprintf("online %d", now+1000), awareness.StatusOnline, true},
+		{fmt.Sprintf("away %d", now+1000), awareness.StatusAway, true},
+		{fmt.Sprintf("online %d", now-1), awareness.StatusOffline, false}, // expired
+		{"online", awareness.StatusOffline, false},
+		{"online soon", awareness.StatusOffline, false},
+	} {
+		st, fresh := parseUserStatus(tc.v, now)
+		if st != tc.want || fresh != tc.fresh {
+			t.Errorf("%q: %s %v, want %s %v", tc.v, st, fresh, tc.want, tc.fresh)
+		}
+	}
+}
