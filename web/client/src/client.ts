@@ -1,0 +1,128 @@
+import { Repo, isValidAutomergeUrl } from "@automerge/automerge-repo"
+import type { AutomergeUrl, DocHandle, PeerId } from "@automerge/automerge-repo"
+import { ActivityMonitor } from "./activity.js"
+import { TandemPresence, type PresenceOptions } from "./presence.js"
+import { TandemSocket, type SocketOptions, type StateChange, type ConnectionState } from "./socket.js"
+
+/** Options of {@link connect}. */
+export interface ConnectOptions extends SocketOptions {
+  /** This client's peer id; a random one by default. */
+  peerId?: string
+  /**
+   * Idle time in ms after which presences turn "away" (also at once when
+   * the page is hidden). Default 60 000; 0 turns tracking off.
+   */
+  idleMs?: number
+}
+
+/**
+ * A connection to a Tandem server: an automerge-repo `Repo` whose network
+ * is a {@link TandemSocket}, plus presence per document. In a browser it
+ * says goodbye on `pagehide` and comes back on `pageshow`.
+ */
+export class TandemClient {
+  readonly repo: Repo
+  readonly socket: TandemSocket
+  #presences = new Set<TandemPresence>()
+  #activity: ActivityMonitor | undefined
+  #unlisten: (() => void)[] = []
+
+  constructor(options: ConnectOptions) {
+    this.socket = new TandemSocket(options)
+    const peerId = (options.peerId ?? `tandem-${randomId()}`) as PeerId
+    this.repo = new Repo({ network: [this.socket], peerId })
+    const g = globalThis as unknown as { window?: Window; document?: Document }
+    if (g.window && g.document) {
+      const w = g.window
+      const idleMs = options.idleMs ?? 60_000
+      if (idleMs > 0) {
+        this.#activity = new ActivityMonitor({
+          idleMs,
+          target: w,
+          visibility: g.document,
+          onChange: s => this.#presences.forEach(p => p.setStatus(s)),
+        })
+      }
+      const hide = () => this.#suspend()
+      const show = (e: PageTransitionEvent) => e.persisted && this.#resume()
+      const online = () => this.socket.retryNow()
+      w.addEventListener("pagehide", hide)
+      w.addEventListener("pageshow", show)
+      w.addEventListener("online", online)
+      this.#unlisten.push(
+        () => w.removeEventListener("pagehide", hide),
+        () => w.removeEventListener("pageshow", show),
+        () => w.removeEventListener("online", online),
+      )
+    }
+  }
+
+  /** The connection state. */
+  get state(): ConnectionState {
+    return this.socket.state
+  }
+
+  /** Subscribes to connection state changes; returns the unsubscribe function. */
+  onState(listener: (c: StateChange) => void): () => void {
+    return this.socket.onState(listener)
+  }
+
+  /** Creates a document with the given initial value. */
+  create<T>(initial: T): DocHandle<T> {
+    return this.repo.create<T>(initial)
+  }
+
+  /**
+   * Opens a document by URL (`automerge:…`) or bare id and waits until it is
+   * ready. Rejects if no peer has it.
+   */
+  async open<T>(urlOrId: string): Promise<DocHandle<T>> {
+    const url = (urlOrId.startsWith("automerge:") ? urlOrId : `automerge:${urlOrId}`) as AutomergeUrl
+    if (!isValidAutomergeUrl(url)) throw new Error(`not a document id: ${urlOrId}`)
+    return this.repo.find<T>(url)
+  }
+
+  /** Starts presence on a document. */
+  presence(handle: DocHandle<unknown>, options: PresenceOptions): TandemPresence {
+    const p = new TandemPresence(handle, options)
+    if (this.#activity?.status === "away") p.setStatus("away")
+    p.start()
+    this.#presences.add(p)
+    return p
+  }
+
+  /** Records user activity seen by other means (e.g. typing in an editor). */
+  active(): void {
+    this.#activity?.poke()
+  }
+
+  /** Says goodbye on every document and closes the connection for good. */
+  close(): void {
+    this.#presences.forEach(p => p.stop())
+    this.#presences.clear()
+    this.#activity?.stop()
+    this.#unlisten.forEach(f => f())
+    this.repo.shutdown()
+  }
+
+  #suspend(): void {
+    this.#presences.forEach(p => p.stop())
+    this.socket.suspend()
+  }
+
+  #resume(): void {
+    this.socket.resume()
+    this.#presences.forEach(p => p.start())
+  }
+}
+
+/** Connects to a Tandem server. */
+export function connect(options: ConnectOptions): TandemClient {
+  return new TandemClient(options)
+}
+
+function randomId(): string {
+  const b = new Uint8Array(8)
+  globalThis.crypto.getRandomValues(b)
+  return Array.from(b, x => x.toString(16).padStart(2, "0")).join("")
+}

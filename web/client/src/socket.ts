@@ -1,0 +1,298 @@
+import { NetworkAdapter, cbor } from "@automerge/automerge-repo/slim"
+import type { Message, PeerId, PeerMetadata } from "@automerge/automerge-repo/slim"
+import { backoffDelay, jittered, type BackoffOptions } from "./backoff.js"
+
+/** Where a {@link TandemSocket} stands. */
+export type ConnectionState = "connecting" | "open" | "closed"
+
+/** Why a connection ended, as reported to {@link TandemSocket.onState}. */
+export type CloseReason =
+  | "closed" //      the socket closed (server gone, network error, refused)
+  | "dead" //        heartbeats went unacknowledged: the path is dead though TCP may not know
+  | "error" //       the server sent an error message before closing
+  | "stopped" //     disconnect() was called
+
+/** Options of {@link TandemSocket}. */
+export interface SocketOptions {
+  /** The server's WebSocket URL, e.g. `wss://example.com/ws`. */
+  url: string
+  /** A token for servers run with authentication; sent as `?token=`. */
+  token?: string
+  /** Mean period of connection heartbeats, in ms (jittered ±20 %). Default 5000. */
+  heartbeatMs?: number
+  /** Unacknowledged heartbeats after which the connection is dead. Default 3. */
+  missedAcks?: number
+  /** Reconnection backoff. */
+  backoff?: BackoffOptions
+  /** A WebSocket implementation for environments without a global one. */
+  WebSocket?: WebSocketConstructor
+}
+
+/** The part of the WebSocket API this adapter uses. */
+export interface SocketLike {
+  binaryType: string
+  readyState: number
+  onopen: ((ev: unknown) => void) | null
+  onclose: ((ev: unknown) => void) | null
+  onerror: ((ev: unknown) => void) | null
+  onmessage: ((ev: { data: unknown }) => void) | null
+  send(data: ArrayBufferLike | ArrayBufferView): void
+  close(code?: number, reason?: string): void
+}
+export type WebSocketConstructor = new (url: string) => SocketLike
+
+/** A state change: the new state and, when it is "closed", why. */
+export interface StateChange {
+  state: ConnectionState
+  reason?: CloseReason
+  /** The server's error message, when reason is "error". */
+  error?: string
+  /** Delay before the next attempt, when reconnecting. */
+  retryInMs?: number
+}
+
+const OPEN = 1
+
+interface HeartbeatAck {
+  type: "tandem-heartbeat-ack"
+  seq: number
+  serverTime?: number
+}
+
+/**
+ * An automerge-repo network adapter for Tandem (and any automerge-repo
+ * WebSocket server). On top of the stock protocol it detects dead
+ * connections the way Discord's gateway does: it sends `tandem-heartbeat`
+ * every `heartbeatMs` (jittered), the server acknowledges each at once, and
+ * `missedAcks` heartbeats without an acknowledgement mean the connection
+ * is dead even if the socket still looks open. Lost connections are
+ * retried with exponential backoff and full jitter. Messages sent while
+ * disconnected are dropped: on reconnection the repo syncs afresh.
+ */
+export class TandemSocket extends NetworkAdapter {
+  readonly url: string
+  #opts: Required<Omit<SocketOptions, "token" | "WebSocket" | "backoff">> & SocketOptions
+  #WS: WebSocketConstructor
+  #socket: SocketLike | undefined
+  #remotePeerId: PeerId | undefined
+  #state: ConnectionState = "closed"
+  #stopped = false
+  #attempt = 0
+  #retryTimer: ReturnType<typeof setTimeout> | undefined
+  #beatTimer: ReturnType<typeof setTimeout> | undefined
+  #seq = 0
+  #unacked = 0
+  #sentAt = new Map<number, number>()
+  #lastError: string | undefined
+  #listeners = new Set<(c: StateChange) => void>()
+  #ready = false
+  #readyResolve!: () => void
+  #readyPromise = new Promise<void>(r => (this.#readyResolve = r))
+
+  /** Round-trip time of the latest acknowledged heartbeat, in ms. */
+  rttMs: number | undefined
+  /** Server clock minus local clock, in ms, from the latest acknowledgement. */
+  clockOffsetMs: number | undefined
+
+  constructor(options: SocketOptions) {
+    super()
+    this.#opts = { heartbeatMs: 5000, missedAcks: 3, ...options }
+    const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket
+    if (!WS) throw new Error("no WebSocket implementation: pass options.WebSocket")
+    this.#WS = WS
+    const u = new URL(options.url)
+    if (options.token) u.searchParams.set("token", options.token)
+    this.url = u.toString()
+  }
+
+  /** The current connection state. */
+  get state(): ConnectionState {
+    return this.#state
+  }
+
+  /** The server's peer id while connected. */
+  get remotePeerId(): PeerId | undefined {
+    return this.#remotePeerId
+  }
+
+  /** Subscribes to state changes; returns the unsubscribe function. */
+  onState(listener: (c: StateChange) => void): () => void {
+    this.#listeners.add(listener)
+    return () => this.#listeners.delete(listener)
+  }
+
+  isReady(): boolean {
+    return this.#ready
+  }
+
+  whenReady(): Promise<void> {
+    return this.#readyPromise
+  }
+
+  connect(peerId: PeerId, peerMetadata?: PeerMetadata): void {
+    this.peerId = peerId
+    this.peerMetadata = peerMetadata ?? {}
+    this.#stopped = false
+    // Like the stock adapter: do not hold up find() for long when the
+    // server is unreachable; documents then resolve as unavailable.
+    setTimeout(() => this.#markReady(), 1000)
+    this.#open()
+  }
+
+  /** Gives up waiting and tries to connect now (e.g. when the browser comes back online). */
+  retryNow(): void {
+    if (this.#stopped || this.#state !== "closed") return
+    clearTimeout(this.#retryTimer)
+    this.#open()
+  }
+
+  send(message: Message): void {
+    const s = this.#socket
+    if (!s || s.readyState !== OPEN || this.#state !== "open") return
+    s.send(cbor.encode(message))
+  }
+
+  /** Closes the connection for good; the repo forgets this adapter. */
+  disconnect(): void {
+    this.#stop()
+    this.emit("close")
+  }
+
+  /**
+   * Closes the connection until {@link resume}, e.g. while the page sits in
+   * the back/forward cache. The repo keeps this adapter.
+   */
+  suspend(): void {
+    this.#stop()
+  }
+
+  /** Reconnects after {@link suspend}. */
+  resume(): void {
+    if (!this.#stopped || this.peerId === undefined) return
+    this.#stopped = false
+    this.#attempt = 0
+    this.#open()
+  }
+
+  #stop(): void {
+    this.#stopped = true
+    clearTimeout(this.#retryTimer)
+    this.#drop("stopped")
+  }
+
+  #open(): void {
+    this.#setState({ state: "connecting" })
+    const s = new this.#WS(this.url)
+    s.binaryType = "arraybuffer"
+    this.#socket = s
+    this.#lastError = undefined
+    s.onopen = () => {
+      s.send(
+        cbor.encode({
+          type: "join",
+          senderId: this.peerId,
+          peerMetadata: this.peerMetadata,
+          supportedProtocolVersions: ["1"],
+        }),
+      )
+    }
+    s.onmessage = ev => this.#receive(ev.data)
+    s.onclose = () => this.#drop(this.#lastError !== undefined ? "error" : "closed")
+    s.onerror = () => {} // a close event follows
+    // A connection attempt that hangs counts as dead too.
+    clearTimeout(this.#beatTimer)
+    this.#beatTimer = setTimeout(() => this.#drop("dead"), this.#opts.heartbeatMs * this.#opts.missedAcks)
+  }
+
+  #receive(data: unknown): void {
+    let m: { type?: string; senderId?: PeerId; peerMetadata?: PeerMetadata; message?: string }
+    try {
+      m = cbor.decode(new Uint8Array(data as ArrayBuffer))
+    } catch {
+      return
+    }
+    switch (m.type) {
+      case "peer":
+        this.#remotePeerId = m.senderId
+        this.#attempt = 0
+        this.#setState({ state: "open" })
+        this.#markReady()
+        this.emit("peer-candidate", { peerId: m.senderId!, peerMetadata: m.peerMetadata ?? {} })
+        this.#scheduleBeat()
+        return
+      case "tandem-heartbeat-ack":
+        this.#ack(m as unknown as HeartbeatAck)
+        return
+      case "error":
+        this.#lastError = m.message ?? "error"
+        return
+    }
+    this.emit("message", m as unknown as Message)
+  }
+
+  #scheduleBeat(): void {
+    clearTimeout(this.#beatTimer)
+    this.#beatTimer = setTimeout(() => this.#beat(), jittered(this.#opts.heartbeatMs))
+  }
+
+  #beat(): void {
+    if (this.#unacked >= this.#opts.missedAcks) {
+      this.#drop("dead")
+      return
+    }
+    const seq = ++this.#seq
+    this.#unacked++
+    this.#sentAt.set(seq, Date.now())
+    this.#socket?.send(
+      cbor.encode({ type: "tandem-heartbeat", senderId: this.peerId, targetId: this.#remotePeerId, seq }),
+    )
+    this.#scheduleBeat()
+  }
+
+  #ack(a: HeartbeatAck): void {
+    const sent = this.#sentAt.get(a.seq)
+    if (sent === undefined) return // from before a reconnection, or forged
+    const now = Date.now()
+    for (const s of this.#sentAt.keys()) if (s <= a.seq) this.#sentAt.delete(s)
+    this.#unacked = 0
+    this.rttMs = now - sent
+    if (typeof a.serverTime === "number") this.clockOffsetMs = a.serverTime - (sent + now) / 2
+  }
+
+  #drop(reason: CloseReason): void {
+    const s = this.#socket
+    if (s) {
+      s.onopen = s.onclose = s.onerror = s.onmessage = null
+      try {
+        s.close(1000)
+      } catch {
+        // already closed
+      }
+    }
+    this.#socket = undefined
+    clearTimeout(this.#beatTimer)
+    this.#unacked = 0
+    this.#sentAt.clear()
+    const remote = this.#remotePeerId
+    this.#remotePeerId = undefined
+    if (remote) this.emit("peer-disconnected", { peerId: remote })
+    if (this.#stopped) {
+      if (this.#state !== "closed") this.#setState({ state: "closed", reason: "stopped" })
+      return
+    }
+    const retryInMs = backoffDelay(this.#attempt++, this.#opts.backoff)
+    this.#setState({ state: "closed", reason, error: this.#lastError, retryInMs })
+    this.#retryTimer = setTimeout(() => this.#open(), retryInMs)
+  }
+
+  #markReady(): void {
+    if (this.#ready) return
+    this.#ready = true
+    this.#readyResolve()
+  }
+
+  #setState(c: StateChange): void {
+    this.#state = c.state
+    for (const l of this.#listeners) l(c)
+  }
+}
