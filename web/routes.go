@@ -17,6 +17,9 @@ import (
 	"github.com/tandemhq/tandem/internal/auth"
 )
 
+// static is the demo page as built from web/demo by `npm run build:web`;
+// CI checks that it matches its sources.
+//
 //go:embed static
 var static embed.FS
 
@@ -84,7 +87,11 @@ func NewRouter(cfg Config) http.Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	r.Handle("/*", http.FileServerFS(pages))
+	files, err := newStaticFiles(pages)
+	if err != nil {
+		panic(err)
+	}
+	r.Handle("/*", files)
 	return r
 }
 
