@@ -27,7 +27,10 @@ $("ws-url").textContent = wsURL
 const client = connect({
   url: wsURL,
   token: params.get("token") ?? undefined,
+  // ?idle=ms and ?heartbeat=ms tune the away delay and the dead-connection
+  // check (about three heartbeats), e.g. for tests.
   idleMs: Number(params.get("idle") ?? 60_000),
+  heartbeatMs: Number(params.get("heartbeat") ?? 5000),
 })
 client.onState(showConnection)
 
