@@ -165,6 +165,11 @@ test("a frozen server is detected by missed heartbeat acks; edits made meanwhile
   resumed = true
   await ana.waitForSelector('#connection[data-state="open"]', { timeout: 20_000 })
 
+  // After the reconnection a newcomer sees Ana by name.
+  const bo = await open(t, docURL, { name: "Bo", color: "#0090ff" })
+  await until("Ana listed on Bo's page", async () => (await people(bo)).Ana === "online")
+  assert.equal((await people(bo)).anonymous, undefined)
+
   // A stock automerge-repo client gets the offline edit from the server.
   const repo = client(t, node.url)
   await connected(repo)

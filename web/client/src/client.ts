@@ -25,12 +25,26 @@ export class TandemClient {
   readonly socket: TandemSocket
   #presences = new Set<TandemPresence>()
   #activity: ActivityMonitor | undefined
+  #announceTimer: ReturnType<typeof setTimeout> | undefined
+  #suspended: TandemPresence[] = []
   #unlisten: (() => void)[] = []
 
   constructor(options: ConnectOptions) {
     this.socket = new TandemSocket(options)
     const peerId = (options.peerId ?? `tandem-${randomId()}`) as PeerId
     this.repo = new Repo({ network: [this.socket], peerId })
+    // After a reconnection the server has said goodbye for this peer: send
+    // each presence's whole state again once the repo has re-added the
+    // server to its documents (it does so asynchronously, as the stock
+    // Presence's own announce also assumes).
+    let wasOpen = false
+    this.socket.onState(({ state }) => {
+      if (state === "open" && wasOpen) {
+        clearTimeout(this.#announceTimer)
+        this.#announceTimer = setTimeout(() => this.#presences.forEach(p => p.announce()), REANNOUNCE_MS)
+      }
+      if (state === "open") wasOpen = true
+    })
     const g = globalThis as unknown as { window?: Window; document?: Document }
     if (g.window && g.document) {
       const w = g.window
@@ -87,6 +101,7 @@ export class TandemClient {
     const p = new TandemPresence(handle, options)
     if (this.#activity?.status === "away") p.setStatus("away")
     p.start()
+    for (const q of this.#presences) if (!q.running) this.#presences.delete(q) // stopped by the app
     this.#presences.add(p)
     return p
   }
@@ -100,19 +115,24 @@ export class TandemClient {
   close(): void {
     this.#presences.forEach(p => p.stop())
     this.#presences.clear()
+    clearTimeout(this.#announceTimer)
     this.#activity?.stop()
     this.#unlisten.forEach(f => f())
     this.repo.shutdown()
   }
 
   #suspend(): void {
-    this.#presences.forEach(p => p.stop())
+    this.#suspended = [...this.#presences].filter(p => p.running)
+    this.#suspended.forEach(p => p.stop())
     this.socket.suspend()
   }
 
+  // Presences restart while the socket is still connecting; the snapshot
+  // they would send then is lost, and the re-announce after "open" sends it.
   #resume(): void {
     this.socket.resume()
-    this.#presences.forEach(p => p.start())
+    this.#suspended.forEach(p => p.start())
+    this.#suspended = []
   }
 }
 
@@ -120,6 +140,9 @@ export class TandemClient {
 export function connect(options: ConnectOptions): TandemClient {
   return new TandemClient(options)
 }
+
+/** Delay between a reconnection and the presence snapshots sent after it. */
+const REANNOUNCE_MS = 500
 
 function randomId(): string {
   const b = new Uint8Array(8)

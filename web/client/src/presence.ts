@@ -94,7 +94,9 @@ export class TandemPresence extends Emitter<PresenceEvents> {
   #departed = new Map<string, UserView>() // userId → user with no peer left
   #throttle: Throttle<{ cursor: string | null; selection: CursorSelection | null }>
   #sentSelection: CursorSelection | null = null
+  #pushed: { cursor: string | null; selection: CursorSelection | null } | undefined
   #lastTyping = -Infinity
+  #typingTimer: ReturnType<typeof setTimeout> | undefined
   #state: TandemPresenceState
 
   constructor(handle: DocHandle<unknown>, options: PresenceOptions) {
@@ -111,8 +113,8 @@ export class TandemPresence extends Emitter<PresenceEvents> {
       const p = this.#peers.get(e.peerId)
       if (p) p.lastSeenAt = Date.now()
     })
-    this.#presence.on("goodbye", e => this.#remove(e.peerId))
-    this.#presence.on("pruning", e => e.pruned.forEach(id => this.#remove(id)))
+    this.#presence.on("goodbye", e => this.#remove(e.peerId, true))
+    this.#presence.on("pruning", e => e.pruned.forEach(id => this.#remove(id, false)))
   }
 
   /** Starts broadcasting; other peers see this one join. */
@@ -125,9 +127,20 @@ export class TandemPresence extends Emitter<PresenceEvents> {
   /** Says goodbye and stops; {@link start} may be called again later. */
   stop(): void {
     this.#throttle.cancel()
+    clearTimeout(this.#typingTimer)
     this.#state = { ...this.#presence.getLocalState() }
     this.#presence.stop()
-    for (const id of [...this.#peers.keys()]) this.#remove(id)
+    for (const id of [...this.#peers.keys()]) this.#remove(id, true)
+  }
+
+  /**
+   * Sends this client's whole state again, as a snapshot. After a
+   * reconnection the server has forgotten this peer (it said goodbye for
+   * it); {@link TandemClient} calls this once the connection is back.
+   */
+  announce(): void {
+    if (!this.#presence.running) return
+    this.handle.broadcast({ __presence: { type: "snapshot", state: this.#presence.getLocalState() } })
   }
 
   get running(): boolean {
@@ -154,7 +167,12 @@ export class TandemPresence extends Emitter<PresenceEvents> {
     } catch {
       return // no text at path yet
     }
-    this.#throttle.push({ cursor: h, selection: anchor === head ? null : { anchor: a, head: h } })
+    const v = { cursor: h, selection: anchor === head ? null : { anchor: a, head: h } }
+    // A remote edit moves the editor's selection by index but not the
+    // character it is on: nothing to send.
+    if (this.#pushed && this.#pushed.cursor === v.cursor && sameSelection(this.#pushed.selection, v.selection)) return
+    this.#pushed = v
+    this.#throttle.push(v)
   }
 
   /** Sets the local status; peers see "away" dimmed. */
@@ -170,6 +188,11 @@ export class TandemPresence extends Emitter<PresenceEvents> {
    */
   typing(): void {
     const now = Date.now()
+    clearTimeout(this.#typingTimer)
+    // When the burst is over, clear our own value too, so that a later
+    // snapshot does not announce typing. The server has cleared it for
+    // everyone already, so it forwards nothing.
+    this.#typingTimer = setTimeout(() => this.#broadcast("typing", false), this.#opts.typingRefreshMs + 1000)
     if (now - this.#lastTyping < this.#opts.typingRefreshMs) return
     this.#lastTyping = now
     this.#broadcast("typing", true)
@@ -220,10 +243,7 @@ export class TandemPresence extends Emitter<PresenceEvents> {
 
   #sendSelection(v: { cursor: string | null; selection: CursorSelection | null }): void {
     this.#broadcast("cursor", v.cursor)
-    const prev = this.#sentSelection
-    if (prev !== v.selection && (prev === null || v.selection === null || prev.anchor !== v.selection.anchor || prev.head !== v.selection.head)) {
-      this.#broadcast("selection", v.selection)
-    }
+    if (!sameSelection(this.#sentSelection, v.selection)) this.#broadcast("selection", v.selection)
     this.#sentSelection = v.selection
   }
 
@@ -256,11 +276,13 @@ export class TandemPresence extends Emitter<PresenceEvents> {
     }
   }
 
-  #remove(peerId: PeerId): void {
+  // #remove forgets a peer. A goodbye means it was there until now; a
+  // peer pruned for silence was last seen when it last spoke.
+  #remove(peerId: PeerId, goodbye: boolean): void {
     const p = this.#peers.get(peerId)
     if (!p) return
     this.#peers.delete(peerId)
-    p.lastSeenAt = Date.now()
+    if (goodbye) p.lastSeenAt = Date.now()
     if (![...this.#peers.values()].some(q => q.user.id === p.user.id)) {
       this.#departed.set(p.user.id, { user: p.user, status: "offline", typing: false, lastSeenAt: p.lastSeenAt, peers: [] })
     }
@@ -272,8 +294,23 @@ function normalizeUser(u: Partial<User>, peerId: string): User {
   return {
     id: typeof u.id === "string" && u.id ? u.id : peerId,
     name: typeof u.name === "string" && u.name ? u.name : "anonymous",
-    color: typeof u.color === "string" && /^#[0-9a-fA-F]{3,8}$/.test(u.color) ? u.color : "#888888",
+    color: normalizeColor(u.color),
   }
+}
+
+/**
+ * Returns a CSS hex color as #rrggbb (alpha dropped, so that callers may
+ * append their own), or grey for anything else.
+ */
+export function normalizeColor(c: unknown): string {
+  if (typeof c !== "string" || !/^#([0-9a-f]{3,4}|[0-9a-f]{6}|[0-9a-f]{8})$/i.test(c)) return "#888888"
+  const hex = c.slice(1).toLowerCase()
+  if (hex.length <= 4) return "#" + [...hex.slice(0, 3)].map(d => d + d).join("")
+  return "#" + hex.slice(0, 6)
+}
+
+function sameSelection(a: CursorSelection | null, b: CursorSelection | null): boolean {
+  return a === b || (a !== null && b !== null && a.anchor === b.anchor && a.head === b.head)
 }
 
 function isSelection(v: unknown): v is CursorSelection {

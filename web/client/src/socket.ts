@@ -9,15 +9,21 @@ export type ConnectionState = "connecting" | "open" | "closed"
 export type CloseReason =
   | "closed" //      the socket closed (server gone, network error, refused)
   | "dead" //        heartbeats went unacknowledged: the path is dead though TCP may not know
-  | "error" //       the server sent an error message before closing
-  | "stopped" //     disconnect() was called
+  | "error" //       the server closed it with one of its own codes (4000-4999), see `error`
+  | "fatal" //       the server refused in a way retrying cannot fix (unsupported protocol,
+  //                 expired static token): no further attempts
+  | "stopped" //     disconnect() or suspend() was called
 
 /** Options of {@link TandemSocket}. */
 export interface SocketOptions {
   /** The server's WebSocket URL, e.g. `wss://example.com/ws`. */
   url: string
-  /** A token for servers run with authentication; sent as `?token=`. */
-  token?: string
+  /**
+   * A token for servers run with authentication, sent as `?token=`; or a
+   * function returning one, called before every connection attempt (so an
+   * expired token can be refreshed).
+   */
+  token?: string | (() => string | Promise<string>)
   /** Mean period of connection heartbeats, in ms (jittered ±20 %). Default 5000. */
   heartbeatMs?: number
   /** Unacknowledged heartbeats after which the connection is dead. Default 3. */
@@ -33,7 +39,7 @@ export interface SocketLike {
   binaryType: string
   readyState: number
   onopen: ((ev: unknown) => void) | null
-  onclose: ((ev: unknown) => void) | null
+  onclose: ((ev: { code?: number; reason?: string }) => void) | null
   onerror: ((ev: unknown) => void) | null
   onmessage: ((ev: { data: unknown }) => void) | null
   send(data: ArrayBufferLike | ArrayBufferView): void
@@ -45,13 +51,22 @@ export type WebSocketConstructor = new (url: string) => SocketLike
 export interface StateChange {
   state: ConnectionState
   reason?: CloseReason
-  /** The server's error message, when reason is "error". */
+  /** The server's close reason or last error message, when reason is "error" or "fatal". */
   error?: string
+  /** The WebSocket close code, when the socket closed. */
+  code?: number
   /** Delay before the next attempt, when reconnecting. */
   retryInMs?: number
 }
 
 const OPEN = 1
+
+/** Close codes after which retrying with the same settings cannot succeed. */
+const CLOSE_UNSUPPORTED = 4002
+const CLOSE_TOKEN_EXPIRED = 4004
+
+/** How long a connection must last before the backoff starts again from the base. */
+const HEALTHY_MS = 10_000
 
 interface HeartbeatAck {
   type: "tandem-heartbeat-ack"
@@ -71,6 +86,7 @@ interface HeartbeatAck {
  */
 export class TandemSocket extends NetworkAdapter {
   readonly url: string
+  #token: SocketOptions["token"]
   #opts: Required<Omit<SocketOptions, "token" | "WebSocket" | "backoff">> & SocketOptions
   #WS: WebSocketConstructor
   #socket: SocketLike | undefined
@@ -84,7 +100,9 @@ export class TandemSocket extends NetworkAdapter {
   #unacked = 0
   #sentAt = new Map<number, number>()
   #lastError: string | undefined
+  #openedAt = 0
   #listeners = new Set<(c: StateChange) => void>()
+  #errorListeners = new Set<(message: string) => void>()
   #ready = false
   #readyResolve!: () => void
   #readyPromise = new Promise<void>(r => (this.#readyResolve = r))
@@ -100,9 +118,8 @@ export class TandemSocket extends NetworkAdapter {
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket
     if (!WS) throw new Error("no WebSocket implementation: pass options.WebSocket")
     this.#WS = WS
-    const u = new URL(options.url)
-    if (options.token) u.searchParams.set("token", options.token)
-    this.url = u.toString()
+    this.url = options.url
+    this.#token = options.token
   }
 
   /** The current connection state. */
@@ -121,6 +138,16 @@ export class TandemSocket extends NetworkAdapter {
     return () => this.#listeners.delete(listener)
   }
 
+  /**
+   * Subscribes to the server's `error` messages. Most leave the connection
+   * open (a read-only document, a dropped message); fatal ones are followed
+   * by a close.
+   */
+  onServerError(listener: (message: string) => void): () => void {
+    this.#errorListeners.add(listener)
+    return () => this.#errorListeners.delete(listener)
+  }
+
   isReady(): boolean {
     return this.#ready
   }
@@ -130,8 +157,10 @@ export class TandemSocket extends NetworkAdapter {
   }
 
   connect(peerId: PeerId, peerMetadata?: PeerMetadata): void {
+    if (this.#socket) this.#detach() // connect() again: start over
+    clearTimeout(this.#retryTimer)
     this.peerId = peerId
-    this.peerMetadata = peerMetadata ?? {}
+    this.peerMetadata = peerMetadata ?? this.peerMetadata ?? {}
     this.#stopped = false
     // Like the stock adapter: do not hold up find() for long when the
     // server is unreachable; documents then resolve as unavailable.
@@ -141,7 +170,7 @@ export class TandemSocket extends NetworkAdapter {
 
   /** Gives up waiting and tries to connect now (e.g. when the browser comes back online). */
   retryNow(): void {
-    if (this.#stopped || this.#state !== "closed") return
+    if (this.#stopped || this.#state !== "closed" || this.peerId === undefined) return
     clearTimeout(this.#retryTimer)
     this.#open()
   }
@@ -182,7 +211,24 @@ export class TandemSocket extends NetworkAdapter {
 
   #open(): void {
     this.#setState({ state: "connecting" })
-    const s = new this.#WS(this.url)
+    const t = this.#token
+    if (typeof t === "function") {
+      // The token may come asynchronously; a stop in the meantime wins.
+      Promise.resolve()
+        .then(t)
+        .then(
+          tok => this.#stopped || this.#openSocket(tok),
+          err => this.#stopped || this.#retry("closed", String(err)),
+        )
+    } else {
+      this.#openSocket(t)
+    }
+  }
+
+  #openSocket(token: string | undefined): void {
+    const u = new URL(this.url)
+    if (token) u.searchParams.set("token", token)
+    const s = new this.#WS(u.toString())
     s.binaryType = "arraybuffer"
     this.#socket = s
     this.#lastError = undefined
@@ -196,12 +242,27 @@ export class TandemSocket extends NetworkAdapter {
         }),
       )
     }
-    s.onmessage = ev => this.#receive(ev.data)
-    s.onclose = () => this.#drop(this.#lastError !== undefined ? "error" : "closed")
+    // Handlers of a socket that has since been replaced do nothing: they
+    // are detached, but events already queued may still run.
+    s.onmessage = ev => s === this.#socket && this.#receive(ev.data)
+    s.onclose = ev => s === this.#socket && this.#closed(ev.code, ev.reason)
     s.onerror = () => {} // a close event follows
     // A connection attempt that hangs counts as dead too.
     clearTimeout(this.#beatTimer)
     this.#beatTimer = setTimeout(() => this.#drop("dead"), this.#opts.heartbeatMs * this.#opts.missedAcks)
+  }
+
+  #closed(code: number | undefined, reason: string | undefined): void {
+    const message = reason || this.#lastError
+    const fatal = code === CLOSE_UNSUPPORTED || (code === CLOSE_TOKEN_EXPIRED && typeof this.#token !== "function")
+    if (fatal) {
+      this.#stopped = true
+      this.#drop("fatal", message, code)
+    } else if (code !== undefined && code >= 4000 && code <= 4999) {
+      this.#drop("error", message, code)
+    } else {
+      this.#drop("closed", undefined, code)
+    }
   }
 
   #receive(data: unknown): void {
@@ -214,7 +275,7 @@ export class TandemSocket extends NetworkAdapter {
     switch (m.type) {
       case "peer":
         this.#remotePeerId = m.senderId
-        this.#attempt = 0
+        this.#openedAt = Date.now()
         this.#setState({ state: "open" })
         this.#markReady()
         this.emit("peer-candidate", { peerId: m.senderId!, peerMetadata: m.peerMetadata ?? {} })
@@ -225,6 +286,7 @@ export class TandemSocket extends NetworkAdapter {
         return
       case "error":
         this.#lastError = m.message ?? "error"
+        for (const l of this.#errorListeners) l(this.#lastError)
         return
     }
     this.emit("message", m as unknown as Message)
@@ -259,7 +321,8 @@ export class TandemSocket extends NetworkAdapter {
     if (typeof a.serverTime === "number") this.clockOffsetMs = a.serverTime - (sent + now) / 2
   }
 
-  #drop(reason: CloseReason): void {
+  // #detach forgets the current socket and closes it.
+  #detach(): void {
     const s = this.#socket
     if (s) {
       s.onopen = s.onclose = s.onerror = s.onmessage = null
@@ -270,6 +333,10 @@ export class TandemSocket extends NetworkAdapter {
       }
     }
     this.#socket = undefined
+  }
+
+  #drop(reason: CloseReason, error?: string, code?: number): void {
+    this.#detach()
     clearTimeout(this.#beatTimer)
     this.#unacked = 0
     this.#sentAt.clear()
@@ -277,11 +344,20 @@ export class TandemSocket extends NetworkAdapter {
     this.#remotePeerId = undefined
     if (remote) this.emit("peer-disconnected", { peerId: remote })
     if (this.#stopped) {
-      if (this.#state !== "closed") this.#setState({ state: "closed", reason: "stopped" })
+      if (this.#state !== "closed" || reason === "fatal") this.#setState({ state: "closed", reason, error, code })
       return
     }
+    // A connection that lasted resets the backoff; one the server accepts
+    // and then closes again at once (a rate limit, a replaced peer) does not.
+    if (this.#openedAt && Date.now() - this.#openedAt >= HEALTHY_MS) this.#attempt = 0
+    this.#openedAt = 0
+    this.#retry(reason, error, code)
+  }
+
+  #retry(reason: CloseReason, error?: string, code?: number): void {
     const retryInMs = backoffDelay(this.#attempt++, this.#opts.backoff)
-    this.#setState({ state: "closed", reason, error: this.#lastError, retryInMs })
+    this.#setState({ state: "closed", reason, error, code, retryInMs })
+    clearTimeout(this.#retryTimer)
     this.#retryTimer = setTimeout(() => this.#open(), retryInMs)
   }
 

@@ -2,7 +2,7 @@ import { test } from "node:test"
 import assert from "node:assert/strict"
 import * as A from "@automerge/automerge"
 import type { DocHandle } from "@automerge/automerge-repo"
-import { TandemPresence, type PeerView } from "../src/presence.js"
+import { TandemPresence, normalizeColor, type PeerView } from "../src/presence.js"
 import { pair, waitFor } from "./pair.js"
 
 type Doc = { text: string }
@@ -108,4 +108,36 @@ test("peer values are sanitised: a bad color or user does not reach the page", a
   ana.set("user", { id: "ana", name: "Ana", color: "red;background:url(x)" })
   const [peer] = await changed
   assert.equal(peer.user.color, "#888888")
+})
+
+test("a position that did not change character is not sent again", async t => {
+  const { ana, bo } = await twoPeers(t)
+  let sends = 0
+  bo.on("change", (_p, ch) => ch === "cursor" && sends++)
+  const first = waitFor<[PeerView, string]>(l => bo.on("change", l), (_p, ch) => ch === "cursor")
+  ana.setSelection(2, 2)
+  await first
+  ana.setSelection(2, 2) // e.g. the editor re-reporting after a remote edit
+  const marker = waitFor<[PeerView, string]>(l => bo.on("change", l), (_p, ch) => ch === "marker")
+  ana.set("marker", 1)
+  await marker
+  assert.equal(sends, 1)
+})
+
+test("announce sends the whole state again, as after a reconnection", async t => {
+  const { ana, bo } = await twoPeers(t)
+  ana.setStatus("away")
+  const snap = waitFor<[PeerView, string]>(l => bo.on("change", l), (_p, ch) => ch === "snapshot")
+  ana.announce()
+  const [peer] = await snap
+  assert.deepEqual([peer.user.name, peer.status], ["Ana", "away"])
+})
+
+test("colors are normalised to #rrggbb", () => {
+  assert.equal(normalizeColor("#ABC"), "#aabbcc")
+  assert.equal(normalizeColor("#abcd"), "#aabbcc")
+  assert.equal(normalizeColor("#12345678"), "#123456")
+  assert.equal(normalizeColor("#12345"), "#888888")
+  assert.equal(normalizeColor("red"), "#888888")
+  assert.equal(normalizeColor(7), "#888888")
 })

@@ -33,9 +33,12 @@ class FakeSocket implements SocketLike {
     const b = cbor.encode(m)
     this.onmessage?.({ data: b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength) })
   }
-  serverClose() {
+  serverClose(code = 1006, reason = "") {
     this.readyState = 3
-    this.onclose?.({})
+    this.onclose?.({ code, reason })
+  }
+  ackAll() {
+    for (const b of this.beats()) this.deliver({ type: "tandem-heartbeat-ack", seq: b.seq })
   }
   beats() {
     return this.sent.filter(m => m.type === "tandem-heartbeat")
@@ -83,17 +86,23 @@ test("acknowledged heartbeats keep the connection; jittered periods; rtt measure
   const { a, sock } = setup(t)
   const s = sock()
   handshake(s)
-  for (let i = 0; i < 10; i++) {
-    const before = s.beats().length
-    mock.timers.tick(799)
-    assert.equal(s.beats().length, before, "no beat before 80% of the period")
-    mock.timers.tick(401)
-    assert.equal(s.beats().length, before + 1, "one beat by 120% of the period")
-    const beat = s.beats().at(-1)!
-    assert.equal(beat.targetId, "server")
-    mock.timers.tick(7)
-    s.deliver({ type: "tandem-heartbeat-ack", senderId: "server", targetId: "me", seq: beat.seq, serverTime: Date.now() })
+  const sentAt: number[] = []
+  let acked = 0
+  for (let ms = 0; ms < 20_000; ms++) {
+    mock.timers.tick(1)
+    const beats = s.beats()
+    if (beats.length > sentAt.length) sentAt.push(Date.now())
+    // Each beat is acknowledged 7 ms after it was sent.
+    if (acked < sentAt.length && Date.now() - sentAt[acked] >= 7) {
+      s.deliver({ type: "tandem-heartbeat-ack", senderId: "server", targetId: "me", seq: beats[acked].seq, serverTime: Date.now() })
+      acked++
+    }
   }
+  assert.ok(sentAt.length >= 16 && sentAt.length <= 25, `${sentAt.length} beats in 20 s`)
+  const gaps = sentAt.slice(1).map((t, i) => t - sentAt[i])
+  assert.ok(gaps.every(g => g >= 800 && g <= 1200), `gaps ${gaps}`)
+  assert.ok(new Set(gaps).size > 1, "periods are jittered")
+  assert.equal(s.beats()[0].targetId, "server")
   assert.equal(a.state, "open")
   assert.equal(a.rttMs, 7)
 })
@@ -144,20 +153,94 @@ test("a forged ack with an unknown seq does not count", t => {
   assert.equal(a.state, "closed")
 })
 
-test("backoff grows over failed attempts and resets after a successful connection", t => {
+test("backoff grows over failed attempts and resets only after a connection that lasted", t => {
   const { states, sock } = setup(t, { backoff: { baseMs: 100, maxMs: 100_000 } })
-  const ceilings: number[] = []
+  // Each attempt's delay is drawn below a ceiling that doubles.
+  const ceilingOf = (i: number) => 100 * 2 ** i
   for (let i = 0; i < 6; i++) {
     sock().serverClose()
     const c = states.at(-1)!
     assert.equal(c.reason, "closed")
-    ceilings.push(c.retryInMs!)
-    assert.ok(c.retryInMs! < 100 * 2 ** i, `attempt ${i}: ${c.retryInMs}`)
+    assert.ok(c.retryInMs! < ceilingOf(i), `attempt ${i}: ${c.retryInMs}`)
     mock.timers.tick(c.retryInMs!)
   }
+  // Accepted, then closed at once (say, rate-limited): the backoff keeps growing.
   handshake(sock())
-  sock().serverClose()
-  assert.ok(states.at(-1)!.retryInMs! < 100, "first retry after a good connection uses the base window")
+  sock().serverClose(4005, "flood")
+  assert.equal(states.at(-1)!.reason, "error")
+  assert.equal(states.at(-1)!.error, "flood")
+  mock.timers.tick(states.at(-1)!.retryInMs!)
+  // A connection that lasts resets it.
+  const s = sock()
+  handshake(s)
+  for (let i = 0; i < 10; i++) {
+    mock.timers.tick(1200)
+    s.ackAll()
+  }
+  assert.equal(states.at(-1)!.state, "open")
+  s.serverClose()
+  assert.ok(states.at(-1)!.retryInMs! < 100, "first retry after a lasting connection uses the base window")
+})
+
+test("an unsupported protocol or an expired static token stops retrying", t => {
+  for (const code of [4002, 4004]) {
+    const { a, states, sock } = setup(t, { token: "static" })
+    handshake(sock())
+    sock().serverClose(code, "nope")
+    assert.deepEqual(
+      { state: a.state, reason: states.at(-1)!.reason, error: states.at(-1)!.error, code: states.at(-1)!.code },
+      { state: "closed", reason: "fatal", error: "nope", code },
+    )
+    const n = FakeSocket.all.length
+    mock.timers.tick(120_000)
+    assert.equal(FakeSocket.all.length, n, "no retry")
+    a.disconnect()
+    mock.timers.reset()
+  }
+})
+
+test("a token function is asked again for every attempt, so an expired token is refreshed", async t => {
+  let issued = 0
+  const { states, sock } = setup(t, { token: () => `tok${++issued}`, backoff: { baseMs: 1, maxMs: 1 } })
+  await Promise.resolve()
+  await Promise.resolve()
+  assert.equal(sock().url, "ws://tandem.test/ws?token=tok1")
+  handshake(sock())
+  sock().serverClose(4004, "token expired")
+  assert.equal(states.at(-1)!.reason, "error")
+  mock.timers.tick(1)
+  await Promise.resolve()
+  await Promise.resolve()
+  assert.equal(sock().url, "ws://tandem.test/ws?token=tok2")
+})
+
+test("a non-fatal server error is reported but does not blame a later close", t => {
+  const { a, states, sock } = setup(t)
+  const errors: string[] = []
+  a.onServerError(m => errors.push(m))
+  const s = sock()
+  handshake(s)
+  s.deliver({ type: "error", senderId: "server", message: "document is read-only for you" })
+  assert.deepEqual(errors, ["document is read-only for you"])
+  assert.equal(a.state, "open")
+  s.serverClose(1006)
+  assert.equal(states.at(-1)!.reason, "closed")
+  assert.equal(states.at(-1)!.error, undefined)
+})
+
+test("connect() again replaces the socket; the old one's late events are ignored", t => {
+  const { a, states, sock } = setup(t)
+  const first = sock()
+  handshake(first)
+  a.connect("me" as PeerId)
+  const second = sock()
+  assert.notEqual(first, second)
+  assert.ok(first.closed)
+  handshake(second)
+  first.onclose?.({ code: 1006 }) // a close event queued before the detach
+  first.serverClose()
+  assert.equal(a.state, "open")
+  assert.equal(states.at(-1)!.state, "open")
 })
 
 test("a connection attempt that never answers is dropped", t => {
@@ -167,12 +250,12 @@ test("a connection attempt that never answers is dropped", t => {
   assert.equal(states.at(-1)!.reason, "dead")
 })
 
-test("a server error is reported with its message", t => {
+test("a server error followed by a close with the server's code is reported with its message", t => {
   const { states, sock } = setup(t)
   const s = sock()
   handshake(s)
   s.deliver({ type: "error", senderId: "server", message: "too many documents" })
-  s.serverClose()
+  s.serverClose(4000, "")
   assert.equal(states.at(-1)!.reason, "error")
   assert.equal(states.at(-1)!.error, "too many documents")
 })
