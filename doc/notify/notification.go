@@ -1,0 +1,145 @@
+// Package notify turns events (mentions in documents, an application's own
+// events) into notifications: events go through a durable River queue, a
+// worker folds the events with the same recipient, kind and document over
+// a window into one notification, stores it, and only then pushes it to the
+// recipient's live connections on every node.
+//
+// The store is the source of truth: PostgreSQL when the node has one, an
+// SQLite file under the data directory otherwise. The queue lives in the
+// same database, so that consuming an event, storing a notification and
+// enqueueing its push commit together or not at all.
+package notify
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Event is one thing that happened for a recipient.
+type Event struct {
+	Recipient string `json:"recipient"`
+	// Kind names what happened: "mention" for mentions; applications
+	// choose their own ([a-z0-9_.-], e.g. "comment.reply").
+	Kind     string `json:"kind"`
+	Document string `json:"document,omitempty"`
+	// Title is the document's title as the notification shows it.
+	Title     string `json:"title,omitempty"`
+	Actor     string `json:"actor"`
+	ActorName string `json:"actorName,omitempty"`
+	// Verb is the phrase of the notification ("commented on"); by default
+	// "mentioned you in" for mentions and the kind otherwise.
+	Verb    string          `json:"verb,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// At is when it was posted (Unix ms), set by Post.
+	At int64 `json:"at,omitempty"`
+}
+
+// KindMention is the kind of the events the server makes for mentions.
+const KindMention = "mention"
+
+// Limits on what an event may carry.
+const (
+	MaxIDLen      = 128
+	MaxTextLen    = 256
+	MaxPayloadLen = 4096
+)
+
+var kindRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// ErrBadEvent wraps every reason Validate refuses an event.
+var ErrBadEvent = errors.New("bad notification event")
+
+// Validate checks an event before it is queued.
+func (e *Event) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrBadEvent, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case e.Recipient == "" || len(e.Recipient) > MaxIDLen:
+		return bad("recipient must be 1-%d bytes", MaxIDLen)
+	case !kindRE.MatchString(e.Kind):
+		return bad("kind must match %s", kindRE)
+	case e.Actor == "" || len(e.Actor) > MaxIDLen:
+		return bad("actor must be 1-%d bytes", MaxIDLen)
+	case len(e.Document) > MaxIDLen:
+		return bad("document must be at most %d bytes", MaxIDLen)
+	case len(e.Title) > MaxTextLen || len(e.ActorName) > MaxTextLen || len(e.Verb) > MaxTextLen:
+		return bad("title, actorName and verb must be at most %d bytes", MaxTextLen)
+	case len(e.Payload) > MaxPayloadLen:
+		return bad("payload must be at most %d bytes", MaxPayloadLen)
+	case len(e.Payload) > 0 && !json.Valid(e.Payload):
+		return bad("payload must be JSON")
+	}
+	for _, s := range []string{e.Recipient, e.Kind, e.Actor, e.Document, e.Title, e.ActorName, e.Verb} {
+		if !utf8.ValidString(s) {
+			return bad("text must be UTF-8")
+		}
+	}
+	return nil
+}
+
+// Actor is one of the people behind a notification.
+type Actor struct {
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"`
+}
+
+// Notification is what a recipient sees: every event with the same
+// recipient, kind and document within one window, folded together.
+type Notification struct {
+	ID        int64  `json:"id"`
+	Recipient string `json:"recipient"`
+	Kind      string `json:"kind"`
+	Document  string `json:"document,omitempty"`
+	Title     string `json:"title,omitempty"`
+	// Text reads like "Ana and 12 others mentioned you in Roadmap".
+	Text string `json:"text"`
+	// Actors are the first distinct actors, at most MaxActors of them;
+	// ActorCount counts them all.
+	Actors     []Actor         `json:"actors"`
+	ActorCount int             `json:"actorCount"`
+	Events     int             `json:"events"`
+	Payload    json.RawMessage `json:"payload,omitempty"` // the latest event's
+	FirstAt    int64           `json:"firstAt"`
+	LastAt     int64           `json:"lastAt"`
+	CreatedAt  int64           `json:"createdAt"`
+	Read       bool            `json:"read"`
+}
+
+// MaxActors bounds the actors a notification lists by name.
+const MaxActors = 20
+
+// text renders a notification's sentence.
+func text(kind, verb, title, document string, actors []Actor, actorCount int) string {
+	name := "Someone"
+	if len(actors) > 0 {
+		name = actors[0].Name
+		if name == "" {
+			name = actors[0].ID
+		}
+	}
+	switch others := actorCount - 1; {
+	case others == 1:
+		name += " and 1 other"
+	case others > 1:
+		name += fmt.Sprintf(" and %d others", others)
+	}
+	if verb == "" {
+		verb = kind
+		if kind == KindMention {
+			verb = "mentioned you in"
+		}
+	}
+	where := title
+	if where == "" {
+		where = document
+	}
+	return strings.TrimSpace(strings.Join([]string{name, verb, where}, " "))
+}
+
+func nowMillis() int64 { return time.Now().UnixMilli() }

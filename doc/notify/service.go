@@ -1,0 +1,300 @@
+package notify
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// Pusher carries pushes to every node. A cluster passes one that goes
+// through Redis; alone, a node delivers to its own subscribers.
+type Pusher interface {
+	// Publish sends a push for a user to every node, this one included.
+	Publish(ctx context.Context, userID string, push []byte) error
+	// Follow starts (on) or stops (off) receiving a user's pushes on
+	// this node; deliveries go to the function given to the Service.
+	Follow(userID string, on bool)
+}
+
+// Push is what travels to a recipient's live connections.
+type Push struct {
+	// Type is "notification" (a new one) or "read" (some were marked read).
+	Type         string        `json:"type"`
+	Notification *Notification `json:"notification,omitempty"`
+	// Unread is the recipient's unread count after this push.
+	Unread int `json:"unread"`
+}
+
+// Config configures a Service.
+type Config struct {
+	// DB is the database for the queue, the windows and the notifications.
+	DB *sql.DB
+	// Postgres says DB is PostgreSQL (opened with the pgx stdlib driver);
+	// otherwise it is SQLite.
+	Postgres bool
+	// Window is how long events with the same recipient, kind and
+	// document are folded together; default one minute.
+	Window time.Duration
+	// Pusher reaches other nodes; nil delivers locally only.
+	Pusher Pusher
+	// SweepInterval is how often every node looks for windows past their
+	// time (a window's own timer normally closes it on time); default 500ms.
+	SweepInterval time.Duration
+	Logger        *slog.Logger
+	Metrics       *Metrics
+}
+
+// Service runs the pipeline and answers the API.
+type Service struct {
+	cfg    Config
+	store  *store
+	river  *river.Client[*sql.Tx]
+	log    *slog.Logger
+	pusher Pusher
+
+	mu   sync.Mutex
+	subs map[string]map[*Subscription]struct{}
+
+	poke chan struct{}
+	wg   sync.WaitGroup
+	stop context.CancelFunc
+}
+
+// New prepares the store and the queue (migrating both) but does not start
+// working; call Start.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.DB == nil {
+		return nil, errors.New("notify: Config.DB is required")
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = time.Minute
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = 500 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	s := &Service{
+		cfg:   cfg,
+		store: &store{db: cfg.DB, dialect: sqlite},
+		log:   cfg.Logger.With("component", "notify"),
+		subs:  map[string]map[*Subscription]struct{}{},
+		poke:  make(chan struct{}, 1),
+	}
+	if cfg.Postgres {
+		s.store.dialect = postgres
+	}
+	s.pusher = cfg.Pusher
+	if s.pusher == nil {
+		s.pusher = localPusher{s}
+	}
+	if err := s.store.migrate(ctx); err != nil {
+		return nil, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &eventWorker{s: s})
+	river.AddWorker(workers, &closeWorker{s: s})
+	river.AddWorker(workers, &pushWorker{s: s})
+	rc := &river.Config{
+		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 16}},
+		Workers:              workers,
+		FetchCooldown:        20 * time.Millisecond,
+		FetchPollInterval:    100 * time.Millisecond,
+		JobTimeout:           30 * time.Second,
+		RescueStuckJobsAfter: time.Minute,
+		MaxAttempts:          25,
+		Logger:               s.log.With("component", "river"),
+	}
+	var err error
+	if cfg.Postgres {
+		drv := riverdatabasesql.New(cfg.DB)
+		if err = migrateRiver(ctx, drv); err == nil {
+			s.river, err = river.NewClient(drv, rc)
+		}
+	} else {
+		drv := riversqlite.New(cfg.DB)
+		if err = migrateRiver(ctx, drv); err == nil {
+			s.river, err = river.NewClient(drv, rc)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("notify: queue: %w", err)
+	}
+	return s, nil
+}
+
+func migrateRiver[TTx any](ctx context.Context, drv riverdriver.Driver[TTx]) error {
+	m, err := rivermigrate.New(drv, &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
+}
+
+// Start starts the workers and the sweeper. They stop with Close.
+func (s *Service) Start(ctx context.Context) error {
+	ctx, s.stop = context.WithCancel(ctx)
+	if err := s.river.Start(ctx); err != nil {
+		return fmt.Errorf("notify: start queue: %w", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.sweepLoop(ctx)
+	}()
+	return nil
+}
+
+// Close stops the workers, letting running jobs finish (up to ctx), and
+// ends every subscription.
+func (s *Service) Close(ctx context.Context) error {
+	err := s.river.Stop(ctx)
+	if s.stop != nil {
+		s.stop()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	for _, set := range s.subs {
+		for sub := range set {
+			sub.closeLocked()
+		}
+	}
+	s.subs = map[string]map[*Subscription]struct{}{}
+	s.mu.Unlock()
+	return err
+}
+
+// Post queues an event. It is durable once Post returns.
+func (s *Service) Post(ctx context.Context, e Event) error {
+	if err := e.Validate(); err != nil {
+		s.cfg.Metrics.Events.WithLabelValues("refused").Inc()
+		return err
+	}
+	e.At = nowMillis()
+	tx, err := s.store.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("notify: queue event: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := s.river.InsertTx(ctx, tx, eventArgs{Event: e}, nil)
+	if err == nil {
+		err = s.store.addPending(ctx, tx, res.Job.ID, &e)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("notify: queue event: %w", err)
+	}
+	s.cfg.Metrics.Events.WithLabelValues(e.Kind).Inc()
+	return nil
+}
+
+// List returns a page of a recipient's notifications, newest first, the
+// unread count and the cursor of the next page (0 at the end).
+func (s *Service) List(ctx context.Context, recipient string, o ListOptions) (page []*Notification, unread int, next int64, err error) {
+	if o.Limit <= 0 || o.Limit > 100 {
+		o.Limit = 20
+	}
+	page, err = s.store.list(ctx, recipient, o)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if unread, err = s.store.unread(ctx, recipient); err != nil {
+		return nil, 0, 0, err
+	}
+	if len(page) == o.Limit && o.After == 0 {
+		next = page[len(page)-1].ID
+	}
+	return page, unread, next, nil
+}
+
+// MarkRead marks some (ids) or all (nil) of a recipient's notifications
+// read, tells the recipient's other connections, and returns the unread
+// count.
+func (s *Service) MarkRead(ctx context.Context, recipient string, ids []int64) (int, error) {
+	changed, err := s.store.markRead(ctx, recipient, ids)
+	if err != nil {
+		return 0, err
+	}
+	unread, err := s.store.unread(ctx, recipient)
+	if err != nil {
+		return 0, err
+	}
+	if changed > 0 {
+		s.publish(ctx, recipient, &Push{Type: "read", Unread: unread})
+	}
+	return unread, nil
+}
+
+// Unread returns a recipient's unread count.
+func (s *Service) Unread(ctx context.Context, recipient string) (int, error) {
+	return s.store.unread(ctx, recipient)
+}
+
+func (s *Service) publish(ctx context.Context, user string, p *Push) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	if err := s.pusher.Publish(ctx, user, b); err != nil {
+		s.cfg.Metrics.Pushes.WithLabelValues("error").Inc()
+		return err
+	}
+	s.cfg.Metrics.Pushes.WithLabelValues(p.Type).Inc()
+	return nil
+}
+
+// sweepLoop closes windows whose time has come: at once when this node
+// opened one (its timer pokes), and every SweepInterval for windows opened
+// by nodes that have died since.
+func (s *Service) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.poke:
+		}
+		ids, err := s.store.dueWindows(ctx, nowMillis(), 100)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("looking for due windows", "err", err)
+			}
+			continue
+		}
+		for _, id := range ids {
+			// Unique by window: however many nodes sweep, one job per window.
+			_, err := s.river.Insert(ctx, closeArgs{WindowID: id}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true}})
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("queueing a window's close", "window", id, "err", err)
+			}
+		}
+	}
+}
+
+// wake makes the sweeper look now.
+func (s *Service) wake() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}

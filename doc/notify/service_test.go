@@ -1,0 +1,349 @@
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+func postgresURL() string {
+	if u := os.Getenv("TANDEM_TEST_POSTGRES"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// backend opens a fresh database for one test: an SQLite file, or a
+// schema of its own in the test PostgreSQL so that tests running at the
+// same time never share a queue.
+type backend struct {
+	name string
+	open func(t *testing.T) (db func() *sql.DB, postgres bool)
+}
+
+var backends = []backend{
+	{"sqlite", func(t *testing.T) (func() *sql.DB, bool) {
+		dir := t.TempDir()
+		return func() *sql.DB {
+			db, err := OpenSQLite(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}, false
+	}},
+	{"postgres", func(t *testing.T) (func() *sql.DB, bool) {
+		b := make([]byte, 6)
+		rand.Read(b)
+		schema := "tandem_notify_test_" + hex.EncodeToString(b)
+		admin, err := OpenPostgres(postgresURL())
+		if err != nil {
+			t.Fatalf("PostgreSQL is required for these tests: %v", err)
+		}
+		if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+			admin.Close()
+		})
+		u, _ := url.Parse(postgresURL())
+		q := u.Query()
+		q.Set("search_path", schema)
+		u.RawQuery = q.Encode()
+		return func() *sql.DB {
+			db, err := OpenPostgres(u.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}, true
+	}},
+}
+
+func startService(t *testing.T, db *sql.DB, postgres bool, window time.Duration) *Service {
+	t.Helper()
+	ctx := context.Background()
+	s, err := New(ctx, Config{DB: db, Postgres: postgres, Window: window, SweepInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+// drained waits until the queue has no job left to run.
+func drained(t *testing.T, s *Service) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res, err := s.river.JobList(context.Background(), river.NewJobListParams().States(
+			rivertype.JobStateAvailable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
+			rivertype.JobStateRetryable, rivertype.JobStatePending).First(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Jobs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue not drained: %s %s", res.Jobs[0].Kind, res.Jobs[0].State)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the database's state, not synchronising goroutines
+	}
+}
+
+func openWindows(t *testing.T, s *Service) int {
+	var n int
+	if err := s.store.db.QueryRow(`SELECT COUNT(*) FROM tandem_notify_windows`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func receive(t *testing.T, sub *Subscription, within time.Duration) Push {
+	t.Helper()
+	select {
+	case b, ok := <-sub.C():
+		if !ok {
+			t.Fatal("subscription closed")
+		}
+		var p Push
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	case <-time.After(within):
+		t.Fatalf("no push within %v", within)
+	}
+	return Push{}
+}
+
+func mention(recipient, actor, name string, at int64) Event {
+	return Event{Recipient: recipient, Kind: KindMention, Document: "docRoadmap", Title: "Roadmap", Actor: actor, ActorName: name, At: at}
+}
+
+func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			const window = 5 * time.Second
+			s := startService(t, open(), pg, window)
+			ctx := context.Background()
+			sub := s.Subscribe("ana")
+			defer sub.Close()
+			// Another user's events never reach Ana's subscription.
+			if err := s.Post(ctx, mention("bo", "cy", "Cy", 0)); err != nil {
+				t.Fatal(err)
+			}
+			begin := time.Now()
+			names := []string{"Ana2", "Bo", "Cy", "Di", "Ed", "Fa", "Gu", "Ha", "Io", "Jo", "Ka", "Lu", "Mo"}
+			// Posted by 8 clients at once, as a busy document's editors would.
+			var wg sync.WaitGroup
+			errs := make(chan error, 1000)
+			for c := 0; c < 8; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := c; i < 1000; i += 8 {
+						a := i % len(names)
+						errs <- s.Post(ctx, mention("ana", fmt.Sprintf("u%d", a), names[a], 0))
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if took := time.Since(begin); took > window {
+				t.Fatalf("posting took %v, longer than the %v window: the test needs a longer window on this machine", took, window)
+			}
+			p := receive(t, sub, 60*time.Second)
+			// Stored before pushed: the pushed notification is already listed.
+			list, unread, _, err := s.List(ctx, "ana", ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Type != "notification" || p.Notification == nil {
+				t.Fatalf("push = %+v", p)
+			}
+			if len(list) != 1 || list[0].ID != p.Notification.ID || unread != 1 || p.Unread != 1 {
+				t.Fatalf("stored %d notifications (unread %d), pushed %+v", len(list), unread, p.Notification)
+			}
+			n := list[0]
+			// The first actor folded is named; the posts raced, so any may be first.
+			if n.Events != 1000 || n.ActorCount != 13 || n.Text != n.Actors[0].Name+" and 12 others mentioned you in Roadmap" || n.Read {
+				t.Fatalf("notification = %+v", n)
+			}
+			if n.FirstAt < begin.UnixMilli() || n.LastAt < n.FirstAt || n.LastAt-n.FirstAt > window.Milliseconds() {
+				t.Errorf("first/last = %d/%d", n.FirstAt, n.LastAt)
+			}
+			// Everything done: no second push is on its way.
+			drained(t, s)
+			select {
+			case b := <-sub.C():
+				t.Fatalf("a second push: %s", b)
+			default:
+			}
+			if w := openWindows(t, s); w != 0 {
+				t.Errorf("%d windows still open", w)
+			}
+			if bo, _, _, _ := s.List(ctx, "bo", ListOptions{}); len(bo) != 1 || bo[0].Events != 1 {
+				t.Errorf("bo's notifications: %+v", bo)
+			}
+		})
+	}
+}
+
+func TestAWindowOutlivesItsWorker(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			ctx := context.Background()
+			first := startService(t, open(), pg, 3*time.Second)
+			for i := 0; i < 50; i++ {
+				if err := first.Post(ctx, mention("ana", "bo", "Bo", 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Every event is folded into the open window; then this worker
+			// stops before the window closes.
+			drained(t, first)
+			if w := openWindows(t, first); w != 1 {
+				t.Fatalf("%d open windows, want 1", w)
+			}
+			stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			first.Close(stopCtx)
+			cancel()
+
+			second := startService(t, open(), pg, 3*time.Second)
+			sub := second.Subscribe("ana")
+			defer sub.Close()
+			p := receive(t, sub, 60*time.Second)
+			if p.Notification.Events != 50 || p.Notification.Text != "Bo mentioned you in Roadmap" {
+				t.Fatalf("pushed %+v", p.Notification)
+			}
+			drained(t, second)
+			list, _, _, _ := second.List(ctx, "ana", ListOptions{})
+			if len(list) != 1 {
+				t.Fatalf("%d notifications stored, want 1", len(list))
+			}
+			select {
+			case b := <-sub.C():
+				t.Fatalf("a second push: %s", b)
+			default:
+			}
+		})
+	}
+}
+
+func TestListPagesReadsAndOwnership(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			ctx := context.Background()
+			s := startService(t, open(), pg, 50*time.Millisecond)
+			sub := s.Subscribe("ana")
+			defer sub.Close()
+			// Five documents: five windows, five notifications.
+			for i := 0; i < 5; i++ {
+				e := mention("ana", "bo", "Bo", 0)
+				e.Document = fmt.Sprintf("doc%d", i)
+				e.Title = ""
+				if err := s.Post(ctx, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Post(ctx, mention("bo", "ana", "Ana", 0)); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 5; i++ {
+				receive(t, sub, 60*time.Second)
+			}
+			drained(t, s)
+			page1, unread, next, err := s.List(ctx, "ana", ListOptions{Limit: 3})
+			if err != nil || len(page1) != 3 || unread != 5 || next == 0 {
+				t.Fatalf("page 1: %d items, unread %d, next %d, %v", len(page1), unread, next, err)
+			}
+			if !(page1[0].ID > page1[1].ID && page1[1].ID > page1[2].ID) {
+				t.Error("not newest first")
+			}
+			if page1[0].Text != "Bo mentioned you in "+page1[0].Document {
+				t.Errorf("text without a title: %q", page1[0].Text)
+			}
+			page2, _, next2, _ := s.List(ctx, "ana", ListOptions{Limit: 3, Before: next})
+			if len(page2) != 2 || next2 != 0 || page2[0].ID >= page1[2].ID {
+				t.Fatalf("page 2: %d items, next %d", len(page2), next2)
+			}
+			bos, _, _, _ := s.List(ctx, "bo", ListOptions{})
+			// Ana marks one of hers and Bo's read: only hers changes.
+			unread, err = s.MarkRead(ctx, "ana", []int64{page1[0].ID, bos[0].ID})
+			if err != nil || unread != 4 {
+				t.Fatalf("unread after marking one = %d, %v", unread, err)
+			}
+			if p := receive(t, sub, 10*time.Second); p.Type != "read" || p.Unread != 4 {
+				t.Errorf("read push = %+v", p)
+			}
+			if bos, bu, _, _ := s.List(ctx, "bo", ListOptions{}); bos[0].Read || bu != 1 {
+				t.Error("Ana marked Bo's notification read")
+			}
+			unreadOnly, _, _, _ := s.List(ctx, "ana", ListOptions{UnreadOnly: true})
+			if len(unreadOnly) != 4 {
+				t.Errorf("unread filter: %d", len(unreadOnly))
+			}
+			if unread, _ := s.MarkRead(ctx, "ana", nil); unread != 0 {
+				t.Errorf("unread after marking all = %d", unread)
+			}
+			after, _, _, _ := s.List(ctx, "ana", ListOptions{After: page2[0].ID})
+			if len(after) != 3 || after[0].ID > after[1].ID {
+				t.Errorf("catch-up after %d: %d items", page2[0].ID, len(after))
+			}
+		})
+	}
+}
+
+func TestBadEventsAreRefused(t *testing.T) {
+	good := mention("ana", "bo", "Bo", 0)
+	cases := map[string]func(e *Event){
+		"no recipient":  func(e *Event) { e.Recipient = "" },
+		"bad kind":      func(e *Event) { e.Kind = "Mention!" },
+		"no actor":      func(e *Event) { e.Actor = "" },
+		"long title":    func(e *Event) { e.Title = string(make([]byte, MaxTextLen+1)) },
+		"bad payload":   func(e *Event) { e.Payload = json.RawMessage(`{"a":`) },
+		"huge payload":  func(e *Event) { e.Payload = json.RawMessage(`"` + string(make([]byte, MaxPayloadLen)) + `"`) },
+		"invalid utf-8": func(e *Event) { e.ActorName = "\xff" },
+	}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mutate := range cases {
+		e := good
+		mutate(&e)
+		if err := e.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

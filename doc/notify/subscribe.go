@@ -1,0 +1,139 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Subscription is one live connection of a user (a tab's event stream)
+// receiving pushes.
+type Subscription struct {
+	s    *Service
+	user string
+	c    chan []byte
+	seen map[int64]bool // notification ids delivered here: pushes are at least once
+	// order remembers seen ids oldest first, to bound seen.
+	order  []int64
+	closed bool
+}
+
+// subBuffer is how many pushes a subscription holds for a slow reader
+// before it is closed (the client reconnects and catches up from the
+// store).
+const subBuffer = 64
+
+// C delivers pushes, JSON-encoded Push values. It is closed when the
+// subscription ends: by Close, by the service closing, or because the
+// reader fell subBuffer pushes behind.
+func (sub *Subscription) C() <-chan []byte { return sub.c }
+
+// Subscribe starts delivering a user's pushes to a new subscription.
+func (s *Service) Subscribe(user string) *Subscription {
+	sub := &Subscription{s: s, user: user, c: make(chan []byte, subBuffer), seen: map[int64]bool{}}
+	s.mu.Lock()
+	set := s.subs[user]
+	if set == nil {
+		set = map[*Subscription]struct{}{}
+		s.subs[user] = set
+	}
+	set[sub] = struct{}{}
+	first := len(set) == 1
+	s.mu.Unlock()
+	s.cfg.Metrics.Subscriptions.Inc()
+	if first {
+		s.pusher.Follow(user, true)
+	}
+	return sub
+}
+
+// Seen records notification ids the subscriber already has (e.g. those it
+// was sent when catching up), so that a push of one is not sent again.
+func (sub *Subscription) Seen(ids ...int64) {
+	sub.s.mu.Lock()
+	defer sub.s.mu.Unlock()
+	for _, id := range ids {
+		sub.markLocked(id)
+	}
+}
+
+func (sub *Subscription) markLocked(id int64) bool {
+	if sub.seen[id] {
+		return false
+	}
+	sub.seen[id] = true
+	sub.order = append(sub.order, id)
+	if len(sub.order) > 4*subBuffer {
+		delete(sub.seen, sub.order[0])
+		sub.order = sub.order[1:]
+	}
+	return true
+}
+
+// Close ends the subscription.
+func (sub *Subscription) Close() {
+	s := sub.s
+	s.mu.Lock()
+	last := false
+	if set, ok := s.subs[sub.user]; ok {
+		if _, mine := set[sub]; mine {
+			delete(set, sub)
+			if len(set) == 0 {
+				delete(s.subs, sub.user)
+				last = true
+			}
+		}
+	}
+	sub.closeLocked()
+	s.mu.Unlock()
+	if last {
+		s.pusher.Follow(sub.user, false)
+	}
+}
+
+func (sub *Subscription) closeLocked() {
+	if !sub.closed {
+		sub.closed = true
+		close(sub.c)
+		sub.s.cfg.Metrics.Subscriptions.Dec()
+	}
+}
+
+// Deliver hands a push that arrived for a user to the user's subscriptions
+// on this node. Pushers call it.
+func (s *Service) Deliver(user string, push []byte) {
+	var probe struct {
+		Notification *struct {
+			ID int64 `json:"id"`
+		} `json:"notification"`
+	}
+	_ = json.Unmarshal(push, &probe)
+	s.mu.Lock()
+	var slow []*Subscription
+	for sub := range s.subs[user] {
+		if probe.Notification != nil && !sub.markLocked(probe.Notification.ID) {
+			s.cfg.Metrics.Duplicates.Inc()
+			continue
+		}
+		select {
+		case sub.c <- push:
+			s.cfg.Metrics.Delivered.Inc()
+		default:
+			slow = append(slow, sub)
+		}
+	}
+	s.mu.Unlock()
+	for _, sub := range slow {
+		s.cfg.Metrics.SlowClosed.Inc()
+		sub.Close()
+	}
+}
+
+// localPusher delivers on this node only: a node without Redis.
+type localPusher struct{ s *Service }
+
+func (l localPusher) Publish(_ context.Context, user string, push []byte) error {
+	l.s.Deliver(user, push)
+	return nil
+}
+
+func (localPusher) Follow(string, bool) {}

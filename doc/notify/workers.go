@@ -1,0 +1,156 @@
+package notify
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+)
+
+// The pipeline is three kinds of River jobs. Each one that changes the
+// store completes itself in the same transaction (JobCompleteTx), so a job
+// either has its whole effect once or none and is retried.
+//
+//	event  → folds one event into its window (opening it if needed)
+//	close  → at the window's time: stores the notification, deletes the
+//	         window, queues the push
+//	push   → publishes the stored notification to every node; delivery
+//	         is at least once, and clients drop an id they already have
+
+type eventArgs struct {
+	Event Event `json:"event"`
+}
+
+func (eventArgs) Kind() string { return "tandem_notify_event" }
+
+type closeArgs struct {
+	WindowID int64 `json:"window_id"`
+}
+
+func (closeArgs) Kind() string { return "tandem_notify_close" }
+
+type pushArgs struct {
+	NotificationID int64 `json:"notification_id"`
+}
+
+func (pushArgs) Kind() string { return "tandem_notify_push" }
+
+// inTx runs fn in a transaction that also completes job.
+func inTx[T river.JobArgs](ctx context.Context, s *Service, job *river.Job[T], fn func(tx *sql.Tx) error) error {
+	tx, err := s.store.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if s.store.dialect == postgres {
+		_, err = river.JobCompleteTx[*riverdatabasesql.Driver](ctx, tx, job)
+	} else {
+		_, err = river.JobCompleteTx[*riversqlite.Driver](ctx, tx, job)
+	}
+	if err != nil {
+		return fmt.Errorf("completing job: %w", err)
+	}
+	return tx.Commit()
+}
+
+type eventWorker struct {
+	river.WorkerDefaults[eventArgs]
+	s *Service
+}
+
+func (w *eventWorker) Work(ctx context.Context, job *river.Job[eventArgs]) error {
+	var dueAt int64
+	var opened bool
+	err := inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
+		dueAt, opened, err = w.s.store.addEvent(ctx, tx, &job.Args.Event, w.s.cfg.Window.Milliseconds())
+		if err != nil {
+			return err
+		}
+		return w.s.store.donePending(ctx, tx, job.ID)
+	})
+	if errors.Is(err, errLate) {
+		// Rare: posted after its window's time but before the window
+		// closed. Try again once it has.
+		return river.JobSnooze(time.Second)
+	}
+	if err != nil {
+		return err
+	}
+	if opened {
+		w.s.cfg.Metrics.Windows.Inc()
+		// This node closes the window on time; the sweep of any node
+		// does it if this one is gone by then.
+		time.AfterFunc(time.Until(time.UnixMilli(dueAt)), w.s.wake)
+	}
+	return nil
+}
+
+type closeWorker struct {
+	river.WorkerDefaults[closeArgs]
+	s *Service
+}
+
+func (w *closeWorker) Work(ctx context.Context, job *river.Job[closeArgs]) error {
+	// Events of the window's time may still be queued behind a backlog:
+	// wait for them, so that a burst is one notification however slowly
+	// the queue drains.
+	win, err := w.s.store.peekWindow(ctx, job.Args.WindowID)
+	if err != nil || win == nil {
+		return err
+	}
+	for {
+		pending, err := w.s.store.pendingBefore(ctx, w.s.store.db, win)
+		if err != nil {
+			return err
+		}
+		if !pending {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var n *Notification
+	err = inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
+		n, err = w.s.store.closeWindow(ctx, tx, job.Args.WindowID)
+		if err != nil || n == nil {
+			return err
+		}
+		// Queued in the transaction that stores the notification: nothing
+		// is pushed that is not stored, and nothing stored goes unpushed.
+		_, err = w.s.river.InsertTx(ctx, tx, pushArgs{NotificationID: n.ID}, nil)
+		return err
+	})
+	if err == nil && n != nil {
+		w.s.cfg.Metrics.Stored.Inc()
+		w.s.cfg.Metrics.Folded.Observe(float64(n.Events))
+	}
+	return err
+}
+
+type pushWorker struct {
+	river.WorkerDefaults[pushArgs]
+	s *Service
+}
+
+func (w *pushWorker) Work(ctx context.Context, job *river.Job[pushArgs]) error {
+	n, err := w.s.store.get(ctx, job.Args.NotificationID)
+	if err != nil {
+		return fmt.Errorf("loading notification %d: %w", job.Args.NotificationID, err)
+	}
+	unread, err := w.s.store.unread(ctx, n.Recipient)
+	if err != nil {
+		return err
+	}
+	return w.s.publish(ctx, n.Recipient, &Push{Type: "notification", Notification: n, Unread: unread})
+}
