@@ -32,6 +32,12 @@ type Config struct {
 	Replicator Replicator
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Mentions, when set, receives the mentions (`@<userId>` in a
+	// document's root "text") that local peers insert, once each, after the
+	// peer's edits have paused for MentionSettle (default 1.5 s). It is
+	// called on its own goroutine.
+	Mentions      func(Mention)
+	MentionSettle time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -43,6 +49,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = 200 * time.Millisecond
+	}
+	if c.MentionSettle <= 0 {
+		c.MentionSettle = mentionSettle
 	}
 	if c.EvictAfter <= 0 {
 		c.EvictAfter = time.Minute
@@ -130,7 +139,7 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		if err != nil {
 			return err
 		}
-		changed, changes, err := r.receiveSync(p, m)
+		changed, changes, err := r.receiveSync(h, p, m)
 		if errors.Is(err, errEvicted) {
 			continue
 		}
@@ -204,6 +213,9 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
+		if h.cfg.Mentions != nil {
+			r.mentions = &mentionTracker{counts: map[string]int{}, bursts: map[string]*mentionBurst{}}
+		}
 		h.rooms[documentID] = r
 	}
 	h.mu.Unlock()

@@ -58,6 +58,9 @@ func (r *room) applyRemote(data []byte) (bool, error) {
 		return false, nil
 	}
 	r.exists = true
+	if r.mentions != nil {
+		r.mentions.refresh(r.doc) // mentions from other nodes are theirs to report
+	}
 	r.dirty = true
 	for _, m := range r.members {
 		sendSync(r.id, m)

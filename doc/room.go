@@ -34,6 +34,8 @@ type room struct {
 	pending      [][]byte
 	chunks       int
 	forceCompact bool
+
+	mentions *mentionTracker // nil unless the hub reports mentions
 }
 
 // member is a peer of the room and the sync state the server keeps with it.
@@ -83,6 +85,9 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	}
 	r.chunks = len(stored.Chunks)
 	r.exists = len(r.doc.Heads()) > 0
+	if r.mentions != nil {
+		r.mentions.refresh(r.doc)
+	}
 	// What was loaded is already stored: start incremental saves from here.
 	r.doc.SaveIncremental()
 }
@@ -101,7 +106,7 @@ func (r *room) join(p Peer) *member {
 // receiveSync applies a sync message from p and answers the room. It
 // reports whether the document changed, and the changes it accepted,
 // encoded for other nodes.
-func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, accepted []byte, err error) {
+func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, accepted []byte, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
@@ -129,6 +134,9 @@ func (r *room) receiveSync(p Peer, msg SyncMessage) (changed bool, accepted []by
 	if changed {
 		r.exists = true
 		r.dirty = true
+		if r.mentions != nil {
+			r.mentions.changed(r.doc, p, h.cfg.MentionSettle, func(peerID string) { h.reportMentions(r, peerID) })
+		}
 	}
 	sendSync(r.id, m)
 	if msg.Request && !r.exists {
@@ -213,6 +221,11 @@ func (r *room) relayEphemeral(p Peer, e Ephemeral) error {
 func (r *room) leave(p Peer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.mentions != nil {
+		if b := r.mentions.bursts[p.ID()]; b != nil && b.peer == p {
+			b.timer.Reset(0) // a leaving peer's mentions count at once
+		}
+	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		delete(r.members, p.ID())
 		if len(r.members) == 0 {

@@ -35,6 +35,8 @@ type Config struct {
 	WebSocket http.Handler
 	// Presence serves the presence API; nil serves none.
 	Presence Presence
+	// Notifications serves the notification API; nil serves none.
+	Notifications Notifications
 	// Auth, when set, guards the API: a request needs a valid token, and
 	// sees only the documents its token allows.
 	Auth *auth.Verifier
@@ -71,13 +73,22 @@ func NewRouter(cfg Config) http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
-	if cfg.Presence != nil {
-		a := &api{presence: cfg.Presence}
+	if cfg.Presence != nil || cfg.Notifications != nil {
 		r.Route("/api", func(r chi.Router) {
 			r.Use(auth.Middleware(cfg.Auth, logger))
-			r.Get("/docs/{documentID}/presence", a.documentPresence)
-			r.Get("/users/{userID}/presence", a.userPresence)
-			r.Get("/presence/watch", a.watchPresence)
+			if cfg.Presence != nil {
+				a := &api{presence: cfg.Presence}
+				r.Get("/docs/{documentID}/presence", a.documentPresence)
+				r.Get("/users/{userID}/presence", a.userPresence)
+				r.Get("/presence/watch", a.watchPresence)
+			}
+			if cfg.Notifications != nil {
+				n := &notifyAPI{n: cfg.Notifications}
+				r.Post("/notifications", n.post)
+				r.Get("/notifications", n.list)
+				r.Post("/notifications/read", n.markRead)
+				r.Get("/notifications/stream", n.stream)
+			}
 		})
 	}
 	if cfg.Gatherer != nil {

@@ -27,6 +27,8 @@ type config struct {
 	NodeID      string
 	NodeTTL     time.Duration
 
+	NotifyWindow time.Duration
+
 	AuthSecret        string
 	AuthPublicKey     string
 	AllowedOrigins    string
@@ -57,6 +59,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: host name plus a random suffix)")
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
+	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated browser Origins allowed to connect besides this host's own; * for any")
@@ -111,6 +114,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return c, fmt.Errorf("--redis-url needs --postgres-url: the nodes of a cluster must share one durable store")
+	}
+	if c.NotifyWindow < 100*time.Millisecond || c.NotifyWindow > 24*time.Hour {
+		return c, fmt.Errorf("--notify-window %v must be between 100ms and 24h", c.NotifyWindow)
 	}
 	if c.NodeTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)

@@ -85,6 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer func() { stopBackground(); bg.Wait() }()
 
 	var bus *transport.RedisBus
+	var redisClient *redis.Client
 	var checks []web.Check
 	if pingStore != nil {
 		checks = append(checks, web.Check{Name: "postgres", Ping: pingStore})
@@ -94,10 +95,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if err != nil {
 			return fmt.Errorf("--redis-url: %w", err)
 		}
-		client := redis.NewClient(opts)
-		defer client.Close()
+		redisClient = redis.NewClient(opts)
+		defer redisClient.Close()
 		bus, err = transport.NewRedisBus(transport.BusConfig{
-			Client: client, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
+			Client: redisClient, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
 		})
 		if err != nil {
 			return err
@@ -107,7 +108,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL)
 	}
 
-	docCfg := doc.Config{Store: store, Logger: log, Registerer: reg}
+	notes, err := openNotifications(ctx, cfg, log, reg, redisClient)
+	if err != nil {
+		return err
+	}
+	var presence *awareness.Hub // set below; mentions arrive only once serving
+	docCfg := doc.Config{
+		Store: store, Logger: log, Registerer: reg,
+		Mentions: mentionSink(bgCtx, notes.Service, func() *awareness.Hub { return presence }, log),
+	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,
 		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
@@ -144,9 +153,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	presence := awareness.New(presenceCfg)
+	presence = awareness.New(presenceCfg)
 	bg.Add(1)
 	go func() { defer bg.Done(); presence.Run(bgCtx) }()
+	err = notes.start(bgCtx, func(f func()) {
+		bg.Add(1)
+		go func() { defer bg.Done(); f() }()
+	})
+	if err != nil {
+		notes.close(context.Background())
+		return err
+	}
+	// Stopped after the hub has flushed (deferred calls run last first):
+	// running jobs finish, queued ones wait for the next start.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := notes.close(cctx); err != nil {
+			log.Warn("stopping notifications", "err", err)
+		}
+	}()
 	if bus != nil {
 		bg.Add(1)
 		go func() { defer bg.Done(); bus.Run(bgCtx, hub, presence) }()
@@ -163,7 +189,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer endRequests()
 	srv := &http.Server{
 		Handler: web.NewRouter(web.Config{
-			WebSocket: ws, Presence: presence, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
+			WebSocket: ws, Presence: presence, Notifications: notes, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

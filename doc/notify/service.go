@@ -115,10 +115,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		Workers:              workers,
 		FetchCooldown:        20 * time.Millisecond,
 		FetchPollInterval:    100 * time.Millisecond,
-		JobTimeout:           30 * time.Second,
-		RescueStuckJobsAfter: time.Minute,
+		JobTimeout:           20 * time.Second,
+		RescueStuckJobsAfter: 30 * time.Second, // a job of a node that died mid-run runs again after this
 		MaxAttempts:          25,
-		Logger:               s.log.With("component", "river"),
+		Logger:               slog.New(warnings{s.log.With("component", "river").Handler()}),
 	}
 	var err error
 	if cfg.Postgres {
@@ -298,3 +298,14 @@ func (s *Service) wake() {
 	default:
 	}
 }
+
+// warnings passes on warnings and errors only: River reports its routine
+// at info level every few seconds.
+type warnings struct{ slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.Handler.Enabled(ctx, l)
+}
+
+func (w warnings) WithAttrs(a []slog.Attr) slog.Handler { return warnings{w.Handler.WithAttrs(a)} }
+func (w warnings) WithGroup(g string) slog.Handler      { return warnings{w.Handler.WithGroup(g)} }

@@ -49,6 +49,9 @@ type Grant struct {
 	Color   string
 	Docs    map[string]Access // by document id; "*" for every document
 	Expires time.Time         // zero if the token does not expire
+	// Notify lets the token post notifications to any user (an
+	// application's service token); others post only to their own user.
+	Notify bool
 }
 
 // Can returns the grant's access to a document.
@@ -74,6 +77,8 @@ type claims struct {
 	Name  string            `json:"name,omitempty"`
 	Color string            `json:"color,omitempty"`
 	Docs  map[string]string `json:"docs"`
+	// Notify: see Grant.Notify.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // Config says how tokens are signed. Set Secret (HS256) or PublicKey
@@ -147,7 +152,7 @@ func (v *Verifier) Verify(token string) (*Grant, error) {
 	if c.Subject == "" {
 		return nil, fmt.Errorf("%w: no sub claim", ErrInvalidToken)
 	}
-	g := &Grant{UserID: c.Subject, Name: c.Name, Color: c.Color, Docs: make(map[string]Access, len(c.Docs))}
+	g := &Grant{UserID: c.Subject, Name: c.Name, Color: c.Color, Notify: c.Notify, Docs: make(map[string]Access, len(c.Docs))}
 	for id, a := range c.Docs {
 		switch a {
 		case "read":

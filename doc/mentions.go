@@ -1,0 +1,192 @@
+package doc
+
+import (
+	"strings"
+	"time"
+
+	"github.com/automerge/automerge-go"
+)
+
+// Mention reports that a local peer inserted mentions of users into a
+// document's text: `@<userId>` in the root "text" field.
+type Mention struct {
+	DocumentID string
+	// Peer is the peer whose changes inserted them.
+	Peer Peer
+	// Title is the document's root "title", or else the first line of its
+	// text, for the notification to name the document.
+	Title string
+	// Users has one entry per inserted mention.
+	Users []string
+}
+
+// mentionSettle is how long a peer's edits must pause before the mentions
+// they inserted count: typing "@ana" passes through "@a" and "@an", and
+// only what is there when the typing pauses is a mention.
+const mentionSettle = 1500 * time.Millisecond
+
+// mentionTracker follows the mentions in a room's text. Each accepted
+// change is compared with the text just before it, so a mention counts
+// once, for the peer whose change inserted it; re-syncing or reloading a
+// change inserts nothing. Guarded by the room's mutex.
+type mentionTracker struct {
+	counts map[string]int // mentions in the current text, by user
+	bursts map[string]*mentionBurst
+}
+
+// mentionBurst sums what one peer's recent changes did to the mentions.
+type mentionBurst struct {
+	peer  Peer
+	net   map[string]int
+	timer *time.Timer
+}
+
+// refresh recounts the mentions after a change nobody local made (a load,
+// another node's change).
+func (t *mentionTracker) refresh(d *automerge.Doc) {
+	t.counts = countMentions(documentText(d))
+}
+
+// changed records a local peer's accepted change. fire is called (on
+// another goroutine) when the peer's edits settle.
+func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration, fire func(peerID string)) {
+	after := countMentions(documentText(d))
+	var diff map[string]int
+	for u, n := range after {
+		if n != t.counts[u] {
+			if diff == nil {
+				diff = map[string]int{}
+			}
+			diff[u] = n - t.counts[u]
+		}
+	}
+	for u, n := range t.counts {
+		if _, still := after[u]; !still {
+			if diff == nil {
+				diff = map[string]int{}
+			}
+			diff[u] = -n
+		}
+	}
+	t.counts = after
+	b := t.bursts[p.ID()]
+	if diff == nil && b == nil {
+		return
+	}
+	if b == nil {
+		b = &mentionBurst{peer: p, net: map[string]int{}}
+		id := p.ID()
+		b.timer = time.AfterFunc(settle, func() { fire(id) })
+		t.bursts[id] = b
+	} else {
+		b.timer.Reset(settle)
+	}
+	b.peer = p
+	for u, n := range diff {
+		b.net[u] += n
+	}
+}
+
+// take removes a peer's burst and returns the users its edits mentioned,
+// once per mention still there.
+func (t *mentionTracker) take(peerID string) (Peer, []string) {
+	b := t.bursts[peerID]
+	if b == nil {
+		return nil, nil
+	}
+	delete(t.bursts, peerID)
+	b.timer.Stop()
+	var users []string
+	for u, n := range b.net {
+		for ; n > 0; n-- {
+			users = append(users, u)
+		}
+	}
+	return b.peer, users
+}
+
+// documentText returns the root "text" field, or "".
+func documentText(d *automerge.Doc) string {
+	return stringAt(d, "text")
+}
+
+// documentTitle returns the root "title", or the text's first non-blank
+// line, at most 80 characters.
+func documentTitle(d *automerge.Doc) string {
+	t := strings.TrimSpace(stringAt(d, "title"))
+	if t == "" {
+		for _, line := range strings.Split(documentText(d), "\n") {
+			if t = strings.TrimSpace(strings.TrimLeft(line, "#")); t != "" {
+				break
+			}
+		}
+	}
+	if r := []rune(t); len(r) > 80 {
+		t = string(r[:79]) + "…"
+	}
+	return t
+}
+
+func stringAt(d *automerge.Doc, key string) string {
+	v, err := d.Path(key).Get()
+	if err != nil {
+		return ""
+	}
+	switch v.Kind() {
+	case automerge.KindText:
+		s, _ := v.Text().Get()
+		return s
+	case automerge.KindStr:
+		return v.Str()
+	}
+	return ""
+}
+
+// maxMentionID bounds a mentioned user id.
+const maxMentionID = 64
+
+// countMentions counts `@<userId>` in text. A mention starts at an @ that
+// does not follow a letter, digit or one of _ . - @ (so e-mail addresses
+// are not mentions), and its id is letters, digits, _ . - starting with a
+// letter, digit or _ and without a trailing . or -.
+func countMentions(text string) map[string]int {
+	out := map[string]int{}
+	for i := 0; i < len(text); i++ {
+		if text[i] != '@' || (i > 0 && (mentionChar(text[i-1]) || text[i-1] == '@')) {
+			continue
+		}
+		j := i + 1
+		for j < len(text) && j-i-1 < maxMentionID && mentionChar(text[j]) {
+			j++
+		}
+		id := strings.TrimRight(text[i+1:j], ".-")
+		if id != "" && id[0] != '.' && id[0] != '-' {
+			out[id]++
+		}
+		i = j - 1
+	}
+	return out
+}
+
+func mentionChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+}
+
+// reportMentions hands a settled burst of a peer's mentions to
+// Config.Mentions.
+func (h *Hub) reportMentions(r *room, peerID string) {
+	r.mu.Lock()
+	if r.mentions == nil {
+		r.mu.Unlock()
+		return
+	}
+	p, users := r.mentions.take(peerID)
+	var title string
+	if len(users) > 0 && r.doc != nil {
+		title = documentTitle(r.doc)
+	}
+	r.mu.Unlock()
+	if len(users) > 0 {
+		h.cfg.Mentions(Mention{DocumentID: r.id, Peer: p, Title: title, Users: users})
+	}
+}

@@ -1,0 +1,137 @@
+package doc
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
+)
+
+func TestCountMentions(t *testing.T) {
+	cases := map[string]map[string]int{
+		"hi @ana and @bo.":     {"ana": 1, "bo": 1},
+		"@ana @ana":            {"ana": 2},
+		"mail ana@example.com": {},
+		"@@ana":                {},
+		"(@cy-2), @d_e!":       {"cy-2": 1, "d_e": 1},
+		"@ @. @- end@":         {},
+		"@u-1234abcd\n":        {"u-1234abcd": 1},
+		"x.@ana":               {},
+		"@":                    {},
+	}
+	for text, want := range cases {
+		if got := countMentions(text); !reflect.DeepEqual(got, want) {
+			t.Errorf("countMentions(%q) = %v, want %v", text, got, want)
+		}
+	}
+}
+
+// typeText makes one change per call, splicing s into the text at pos.
+func (c *client) splice(t testing.TB, pos int, del int, s string) {
+	t.Helper()
+	v, err := c.doc.Path("text").Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Kind() != automerge.KindText {
+		if err := c.doc.RootMap().Set("text", automerge.NewText("")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.doc.Path("text").Text().Splice(pos, del, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.doc.Commit("type"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMentionsCountOncePerInsertionWhenTypingPauses(t *testing.T) {
+	got := make(chan Mention, 10)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Mentions:      func(m Mention) { got <- m },
+		MentionSettle: 50 * time.Millisecond,
+	})
+	ana := newClient("peer-ana")
+	ana.splice(t, 0, 0, "Roadmap\n")
+	ana.sync(t, h, false)
+	// "@bo" typed one key at a time: "@b" is not a mention of "b".
+	for i, ch := range "hi @bo and @cy " {
+		ana.splice(t, 8+i, 0, string(ch))
+		ana.sync(t, h, false)
+	}
+	m := <-got
+	slices.Sort(m.Users)
+	if m.DocumentID != testDoc || m.Peer.ID() != "peer-ana" || m.Title != "Roadmap" || !reflect.DeepEqual(m.Users, []string{"bo", "cy"}) {
+		t.Fatalf("mention = %+v", m)
+	}
+
+	// Another peer syncing the same document inserts nothing. Ana deletes
+	// the mention of bo (no report: nothing inserted), then bo types it
+	// again: a new mention, his.
+	bo := newClient("peer-bo")
+	bo.sync(t, h, true)
+	at := len("Roadmap\nhi ")
+	ana.splice(t, at, 3, "")
+	ana.sync(t, h, false)
+	waitNoBursts(t, h)
+	bo.sync(t, h, false)
+	bo.splice(t, at, 0, "@bo")
+	bo.sync(t, h, false)
+	m = <-got
+	if m.Peer.ID() != "peer-bo" || !reflect.DeepEqual(m.Users, []string{"bo"}) {
+		t.Fatalf("second mention = %+v", m)
+	}
+	waitNoBursts(t, h)
+	if len(got) != 0 {
+		t.Fatalf("an extra report: %+v", <-got)
+	}
+}
+
+// waitNoBursts waits until every peer's burst of edits has been reported
+// (or found to mention nobody).
+func waitNoBursts(t *testing.T, h *Hub) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h.mu.Lock()
+		r := h.rooms[testDoc]
+		h.mu.Unlock()
+		r.mu.Lock()
+		n := len(r.mentions.bursts)
+		r.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("bursts still pending")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, not ordering goroutines
+	}
+}
+
+func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
+	got := make(chan Mention, 10)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) { got <- m }, MentionSettle: time.Millisecond})
+	local := newClient("local")
+	local.splice(t, 0, 0, "x")
+	local.sync(t, h, false)
+	// A change from another node's peer arrives through the bus.
+	remote := newClient("remote")
+	remote.doc, _ = automerge.Load(local.doc.Save())
+	remote.splice(t, 1, 0, " @ana ")
+	if err := h.ApplyRemote(testDoc, remote.doc.Save()); err != nil {
+		t.Fatal(err)
+	}
+	// Then a local edit elsewhere in the text: it inserted no mention.
+	local.sync(t, h, false)
+	local.splice(t, 0, 0, "y")
+	local.sync(t, h, false)
+	h.Leave(local.peer, testDoc) // reports a pending burst at once
+	waitNoBursts(t, h)
+	if len(got) != 0 {
+		t.Fatalf("reported %+v", <-got)
+	}
+}

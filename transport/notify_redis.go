@@ -1,0 +1,96 @@
+package transport
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// NotifyPusher carries notification pushes between nodes over Redis
+// Pub/Sub, one channel per user (tandem:notify:<user>), subscribed on a
+// node only while one of that user's live connections is there. It has a
+// subscription connection of its own, apart from the document bus.
+type NotifyPusher struct {
+	client *redis.Client
+	log    *slog.Logger
+	ps     *redis.PubSub
+
+	mu        sync.Mutex
+	following map[string]bool
+}
+
+const notifyPrefix = "tandem:notify:"
+
+// NewNotifyPusher returns a pusher; Run starts receiving.
+func NewNotifyPusher(client *redis.Client, log *slog.Logger) *NotifyPusher {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &NotifyPusher{client: client, log: log, following: map[string]bool{}}
+}
+
+// Publish implements notify.Pusher.
+func (p *NotifyPusher) Publish(ctx context.Context, user string, push []byte) error {
+	return p.client.Publish(ctx, notifyPrefix+user, push).Err()
+}
+
+// Follow implements notify.Pusher.
+func (p *NotifyPusher) Follow(user string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.following[user] == on {
+		return
+	}
+	if on {
+		p.following[user] = true
+	} else {
+		delete(p.following, user)
+	}
+	if p.ps == nil {
+		return // Run subscribes to what is followed by then
+	}
+	// go-redis queues the command and replays subscriptions after a
+	// reconnection, so an error here is only logged.
+	var err error
+	if on {
+		err = p.ps.Subscribe(context.Background(), notifyPrefix+user)
+	} else {
+		err = p.ps.Unsubscribe(context.Background(), notifyPrefix+user)
+	}
+	if err != nil {
+		p.log.Warn("notification channel", "user", user, "follow", on, "err", err)
+	}
+}
+
+// Run receives pushes for the followed users and hands each to deliver,
+// until ctx ends.
+func (p *NotifyPusher) Run(ctx context.Context, deliver func(user string, push []byte)) {
+	p.mu.Lock()
+	channels := make([]string, 0, len(p.following))
+	for u := range p.following {
+		channels = append(channels, notifyPrefix+u)
+	}
+	// A PubSub with no channel yet: go-redis connects on the first Subscribe.
+	p.ps = p.client.Subscribe(ctx, channels...)
+	p.mu.Unlock()
+	defer p.ps.Close()
+	ch := p.ps.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			user, found := strings.CutPrefix(m.Channel, notifyPrefix)
+			if !found {
+				continue
+			}
+			deliver(user, []byte(m.Payload))
+		}
+	}
+}
