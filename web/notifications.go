@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,15 +18,19 @@ import (
 // Notifications is what the notification API needs; *notify.Service
 // implements it.
 type Notifications interface {
-	Post(ctx context.Context, e notify.Event) error
+	PostMany(ctx context.Context, events []notify.Event) error
 	List(ctx context.Context, recipient string, o notify.ListOptions) ([]*notify.Notification, int, int64, error)
 	MarkRead(ctx context.Context, recipient string, ids []int64) (int, error)
 	Unread(ctx context.Context, recipient string) (int, error)
 	Subscribe(user string) *notify.Subscription
 }
 
-// maxNotifyBody bounds the JSON bodies of the notification API.
-const maxNotifyBody = 16 << 10
+// maxNotifyBody bounds the JSON bodies of the notification API; a batch
+// of events may be larger.
+const (
+	maxNotifyBody      = 16 << 10
+	maxNotifyBatchBody = 4 << 20
+)
 
 type notifyAPI struct {
 	n Notifications
@@ -50,23 +55,40 @@ func caller(w http.ResponseWriter, r *http.Request) (string, bool) {
 	return q, true
 }
 
-// post queues an application's event. A token may post to its own user;
+// post queues an application's event, or a JSON array of up to
+// notify.MaxBatch events (all or none). A token may post to its own user;
 // posting to others needs a token with the "notify" claim (a service's).
 func (a *notifyAPI) post(w http.ResponseWriter, r *http.Request) {
-	var e notify.Event
-	if err := decodeBody(r, &e); err != nil {
+	var raw json.RawMessage
+	if err := decodeBody(r, &raw, maxNotifyBatchBody); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if g := auth.FromContext(r.Context()); g != nil && !g.Notify {
-		if e.Recipient != g.UserID {
-			writeError(w, http.StatusForbidden, `this token may post notifications only to its own user; others need a token with "notify": true`)
+	var events []notify.Event
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && trimmed[0] == '[' {
+		if err := json.Unmarshal(raw, &events); err != nil {
+			writeError(w, http.StatusBadRequest, "body must be an event or an array of events: "+err.Error())
 			return
 		}
-		// A user's own token speaks for that user only.
-		e.Actor, e.ActorName = g.UserID, g.Name
+	} else {
+		var e notify.Event
+		if err := json.Unmarshal(raw, &e); err != nil {
+			writeError(w, http.StatusBadRequest, "body must be an event or an array of events: "+err.Error())
+			return
+		}
+		events = []notify.Event{e}
 	}
-	if err := a.n.Post(r.Context(), e); err != nil {
+	if g := auth.FromContext(r.Context()); g != nil && !g.Notify {
+		for i := range events {
+			if events[i].Recipient != g.UserID {
+				writeError(w, http.StatusForbidden, `this token may post notifications only to its own user; others need a token with "notify": true`)
+				return
+			}
+			// A user's own token speaks for that user only.
+			events[i].Actor, events[i].ActorName = g.UserID, g.Name
+		}
+	}
+	if err := a.n.PostMany(r.Context(), events); err != nil {
 		status := http.StatusInternalServerError
 		if errors.Is(err, notify.ErrBadEvent) {
 			status = http.StatusBadRequest
@@ -74,7 +96,7 @@ func (a *notifyAPI) post(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusAccepted, map[string]bool{"queued": true})
+	writeJSON(w, http.StatusAccepted, map[string]int{"queued": len(events)})
 }
 
 func (a *notifyAPI) list(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +133,7 @@ func (a *notifyAPI) markRead(w http.ResponseWriter, r *http.Request) {
 		IDs []int64 `json:"ids"`
 		All bool    `json:"all"`
 	}
-	if err := decodeBody(r, &body); err != nil {
+	if err := decodeBody(r, &body, maxNotifyBody); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -226,10 +248,10 @@ func sseRaw(w io.Writer, event, id string, data []byte) {
 	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
 }
 
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxNotifyBody+1))
+func decodeBody(r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, limit+1))
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("body must be JSON of at most %d bytes: %v", maxNotifyBody, err)
+		return fmt.Errorf("body must be JSON of at most %d bytes: %v", limit, err)
 	}
 	return nil
 }

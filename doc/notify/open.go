@@ -6,8 +6,9 @@ import (
 	"net/url"
 	"path/filepath"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
-	_ "github.com/mattn/go-sqlite3"    // database/sql driver "sqlite3"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/mattn/go-sqlite3" // database/sql driver "sqlite3"
 )
 
 // OpenSQLite opens (creating it if needed) the embedded notification
@@ -33,12 +34,20 @@ func OpenSQLite(dir string) (*sql.DB, error) {
 }
 
 // OpenPostgres opens a pool on PostgreSQL for the queue and notifications.
+// Its sessions commit without waiting for the disk (synchronous_commit
+// off): the queue commits several times per event, and on a busy disk
+// waiting for each flush dominates. The transactions that must survive a
+// crash of PostgreSQL itself (an accepted event, a stored notification)
+// turn it back on for themselves; see store.durable.
 func OpenPostgres(dsn string) (*sql.DB, error) {
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("notify: open postgres: %w", err)
+		return nil, fmt.Errorf("notify: postgres URL: %w", err)
 	}
-	db.SetMaxOpenConns(16)
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32) // the default keeps 2: every burst would open new PostgreSQL backends
 	if err := db.Ping(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("notify: open postgres: %w", err)

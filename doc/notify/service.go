@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Pusher carries pushes to every node. A cluster passes one that goes
@@ -111,7 +112,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	river.AddWorker(workers, &closeWorker{s: s})
 	river.AddWorker(workers, &pushWorker{s: s})
 	rc := &river.Config{
-		Queues:               map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 16}},
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: 8},
+			// A close waits for the events of its window still queued; on
+			// a queue of its own it never holds up the events it waits for.
+			closeQueue: {MaxWorkers: 4},
+		},
 		Workers:              workers,
 		FetchCooldown:        20 * time.Millisecond,
 		FetchPollInterval:    100 * time.Millisecond,
@@ -182,19 +188,40 @@ func (s *Service) Close(ctx context.Context) error {
 
 // Post queues an event. It is durable once Post returns.
 func (s *Service) Post(ctx context.Context, e Event) error {
-	if err := e.Validate(); err != nil {
-		s.cfg.Metrics.Events.WithLabelValues("refused").Inc()
-		return err
+	return s.PostMany(ctx, []Event{e})
+}
+
+// MaxBatch bounds the events of one PostMany.
+const MaxBatch = 1000
+
+// PostMany queues events in one transaction: all or none.
+func (s *Service) PostMany(ctx context.Context, events []Event) error {
+	if len(events) == 0 || len(events) > MaxBatch {
+		return fmt.Errorf("%w: post 1 to %d events at once", ErrBadEvent, MaxBatch)
 	}
-	e.At = nowMillis()
+	now := nowMillis()
+	params := make([]river.InsertManyParams, len(events))
+	for i := range events {
+		e := &events[i]
+		if err := e.Validate(); err != nil {
+			s.cfg.Metrics.Events.WithLabelValues("refused").Inc()
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		e.At = now
+		params[i] = river.InsertManyParams{Args: eventArgs{Recipient: e.Recipient, EventKind: e.Kind, Document: e.Document}}
+	}
 	tx, err := s.store.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("notify: queue event: %w", err)
 	}
 	defer tx.Rollback()
-	res, err := s.river.InsertTx(ctx, tx, eventArgs{Event: e}, nil)
+	err = s.store.durable(ctx, tx)
+	var res []*rivertype.JobInsertResult
 	if err == nil {
-		err = s.store.addPending(ctx, tx, res.Job.ID, &e)
+		res, err = s.river.InsertManyTx(ctx, tx, params)
+	}
+	for i := 0; err == nil && i < len(res); i++ {
+		err = s.store.addEvent(ctx, tx, res[i].Job.ID, &events[i])
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -202,7 +229,9 @@ func (s *Service) Post(ctx context.Context, e Event) error {
 	if err != nil {
 		return fmt.Errorf("notify: queue event: %w", err)
 	}
-	s.cfg.Metrics.Events.WithLabelValues(e.Kind).Inc()
+	for _, e := range events {
+		s.cfg.Metrics.Events.WithLabelValues(e.Kind).Inc()
+	}
 	return nil
 }
 

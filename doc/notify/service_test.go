@@ -147,7 +147,8 @@ func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			open, pg := b.open(t)
-			const window = 5 * time.Second
+			// Long enough for a thousand posts, made one transaction each.
+			const window = 12 * time.Second
 			s := startService(t, open(), pg, window)
 			ctx := context.Background()
 			sub := s.Subscribe("ana")
@@ -158,14 +159,14 @@ func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
 			}
 			begin := time.Now()
 			names := []string{"Ana2", "Bo", "Cy", "Di", "Ed", "Fa", "Gu", "Ha", "Io", "Jo", "Ka", "Lu", "Mo"}
-			// Posted by 8 clients at once, as a busy document's editors would.
+			// Posted by 16 clients at once, as a busy document's editors would.
 			var wg sync.WaitGroup
 			errs := make(chan error, 1000)
-			for c := 0; c < 8; c++ {
+			for c := 0; c < 16; c++ {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for i := c; i < 1000; i += 8 {
+					for i := c; i < 1000; i += 16 {
 						a := i % len(names)
 						errs <- s.Post(ctx, mention("ana", fmt.Sprintf("u%d", a), names[a], 0))
 					}

@@ -44,6 +44,19 @@ func (s *store) q(query string) string {
 	return b.String()
 }
 
+// durable makes a transaction's commit wait for the disk. The PostgreSQL
+// pool commits without waiting (OpenPostgres): the queue's bookkeeping and
+// folding an event into its window may be lost whole if PostgreSQL itself
+// crashes, and are then simply done again. Accepting an event and storing
+// a notification must not be lost: those transactions call durable.
+func (s *store) durable(ctx context.Context, tx *sql.Tx) error {
+	if s.dialect != postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = on")
+	return err
+}
+
 func (s *store) migrate(ctx context.Context) error {
 	serial, forever := "INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER"
 	if s.dialect == postgres {
@@ -57,28 +70,29 @@ func (s *store) migrate(ctx context.Context) error {
 			recipient TEXT NOT NULL,
 			kind TEXT NOT NULL,
 			document TEXT NOT NULL,
-			title TEXT NOT NULL,
-			verb TEXT NOT NULL,
 			opened_at ` + forever + ` NOT NULL,
 			due_at ` + forever + ` NOT NULL,
-			last_at ` + forever + ` NOT NULL,
-			events ` + forever + ` NOT NULL,
-			actors TEXT NOT NULL,
-			actor_count ` + forever + ` NOT NULL,
-			payload TEXT NOT NULL,
 			UNIQUE (recipient, kind, document)
 		)`,
 		`CREATE INDEX IF NOT EXISTS tandem_notify_windows_due ON tandem_notify_windows (due_at)`,
-		// Events queued but not folded yet, by the id of their job: a
-		// window closes only once none of the events of its time is left.
-		`CREATE TABLE IF NOT EXISTS tandem_notify_pending (
+		// The events, by the id of the job that carries each through the
+		// queue. window_id is set when the event's job has run: a window
+		// closes only when none of the events of its time is still without.
+		`CREATE TABLE IF NOT EXISTS tandem_notify_events (
 			job_id ` + forever + ` PRIMARY KEY,
+			window_id ` + forever + `,
 			recipient TEXT NOT NULL,
 			kind TEXT NOT NULL,
 			document TEXT NOT NULL,
-			at ` + forever + ` NOT NULL
+			at ` + forever + ` NOT NULL,
+			actor TEXT NOT NULL,
+			actor_name TEXT NOT NULL,
+			title TEXT NOT NULL,
+			verb TEXT NOT NULL,
+			payload TEXT NOT NULL
 		)`,
-		`CREATE INDEX IF NOT EXISTS tandem_notify_pending_key ON tandem_notify_pending (recipient, kind, document, at)`,
+		`CREATE INDEX IF NOT EXISTS tandem_notify_events_key ON tandem_notify_events (recipient, kind, document, at)`,
+		`CREATE INDEX IF NOT EXISTS tandem_notify_events_window ON tandem_notify_events (window_id, at)`,
 		`CREATE TABLE IF NOT EXISTS tandem_notifications (
 			id ` + serial + `,
 			window_id ` + forever + ` NOT NULL UNIQUE,
@@ -108,136 +122,79 @@ func (s *store) migrate(ctx context.Context) error {
 
 // window is an open aggregation window.
 type window struct {
-	id                      int64
-	recipient, kind, doc    string
-	title, verb             string
-	openedAt, dueAt, lastAt int64
-	events                  int64
-	actors                  []Actor
-	actorCount              int64
-	payload                 json.RawMessage
+	id                   int64
+	recipient, kind, doc string
+	openedAt, dueAt      int64
 }
 
-// addPending records a queued event.
-func (s *store) addPending(ctx context.Context, tx *sql.Tx, jobID int64, e *Event) error {
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_notify_pending (job_id, recipient, kind, document, at) VALUES (?, ?, ?, ?, ?)`),
-		jobID, e.Recipient, e.Kind, e.Document, e.At)
+// addEvent records a queued event, in the transaction that queues its job.
+func (s *store) addEvent(ctx context.Context, tx *sql.Tx, jobID int64, e *Event) error {
+	payload := []byte(e.Payload)
+	if len(payload) == 0 {
+		payload = []byte("null")
+	}
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_notify_events
+		(job_id, recipient, kind, document, at, actor, actor_name, title, verb, payload)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		jobID, e.Recipient, e.Kind, e.Document, e.At, e.Actor, e.ActorName, e.Title, e.Verb, string(payload))
 	return err
 }
 
-// donePending forgets a queued event once it is folded.
-func (s *store) donePending(ctx context.Context, tx *sql.Tx, jobID int64) error {
-	_, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_notify_pending WHERE job_id = ?`), jobID)
-	return err
-}
-
-// pendingBefore reports whether events of a window's key from before its
-// due time are still queued.
-func (s *store) pendingBefore(ctx context.Context, q interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, w *window) (bool, error) {
-	var n int
-	err := q.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tandem_notify_pending
-		WHERE recipient = ? AND kind = ? AND document = ? AND at < ?`), w.recipient, w.kind, w.doc, w.dueAt).Scan(&n)
-	return n > 0, err
-}
-
-// errLate is addEvent's answer for an event from after its key's open
+// errLate is foldEvent's answer for an event from after its key's open
 // window: it belongs to the next window, which opens once this one closes.
 var errLate = errors.New("notify: event after the open window's time")
 
-// addEvent folds e into its window, opening the window (due `windowMs`
-// after the event) if none is open. It reports the window's due time and
-// whether this event opened it.
-func (s *store) addEvent(ctx context.Context, tx *sql.Tx, e *Event, windowMs int64) (dueAt int64, opened bool, err error) {
+// foldEvent puts a queued event into its key's open window, opening one
+// (due windowMs after the event) if there is none. It reports the
+// window's due time and whether this event opened it. Events of one key
+// do not wait for each other: nothing is locked but the new event's row.
+func (s *store) foldEvent(ctx context.Context, tx *sql.Tx, jobID int64, windowMs int64) (dueAt int64, opened bool, err error) {
+	var e window
+	err = tx.QueryRowContext(ctx, s.q(`SELECT recipient, kind, document, at FROM tandem_notify_events WHERE job_id = ?`), jobID).
+		Scan(&e.recipient, &e.kind, &e.doc, &e.openedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil // folded and closed already (a rerun of a finished job)
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	var done sql.NullInt64
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT window_id FROM tandem_notify_events WHERE job_id = ?`), jobID).Scan(&done); err != nil {
+		return 0, false, err
+	}
+	if done.Valid {
+		return 0, false, nil // folded by another event's job or by the close
+	}
 	for attempt := 0; attempt < 3; attempt++ {
-		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_notify_windows
-			(recipient, kind, document, title, verb, opened_at, due_at, last_at, events, actors, actor_count, payload)
-			VALUES (?, ?, ?, '', '', ?, ?, ?, 0, '[]', 0, 'null')
-			ON CONFLICT (recipient, kind, document) DO NOTHING`),
-			e.Recipient, e.Kind, e.Document, e.At, e.At+windowMs, e.At)
+		var w window
+		err = tx.QueryRowContext(ctx, s.q(`INSERT INTO tandem_notify_windows (recipient, kind, document, opened_at, due_at)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (recipient, kind, document) DO NOTHING RETURNING id, due_at`),
+			e.recipient, e.kind, e.doc, e.openedAt, e.openedAt+windowMs).Scan(&w.id, &w.dueAt)
+		switch {
+		case err == nil:
+			opened = true
+		case errors.Is(err, sql.ErrNoRows):
+			err = tx.QueryRowContext(ctx, s.q(`SELECT id, due_at FROM tandem_notify_windows WHERE recipient = ? AND kind = ? AND document = ?`),
+				e.recipient, e.kind, e.doc).Scan(&w.id, &w.dueAt)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // closed between the two statements: open a new one
+			}
+		}
 		if err != nil {
 			return 0, false, err
 		}
-		n, _ := res.RowsAffected()
-		w, err := s.lockWindow(ctx, tx, `recipient = ? AND kind = ? AND document = ?`, e.Recipient, e.Kind, e.Document)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // flushed between the insert and the select: open a new one
-		}
-		if err != nil {
-			return 0, false, err
-		}
-		if e.At >= w.dueAt {
+		if e.openedAt >= w.dueAt {
 			return 0, false, errLate
 		}
-		w.fold(e)
-		actors, _ := json.Marshal(w.actors)
-		payload := []byte(w.payload)
-		if len(payload) == 0 {
-			payload = []byte("null")
-		}
-		_, err = tx.ExecContext(ctx, s.q(`UPDATE tandem_notify_windows
-			SET title = ?, verb = ?, last_at = ?, events = ?, actors = ?, actor_count = ?, payload = ?
-			WHERE id = ?`),
-			w.title, w.verb, w.lastAt, w.events, string(actors), w.actorCount, string(payload), w.id)
-		return w.dueAt, n == 1, err
+		// This event and any other of its key and window still waiting for
+		// its job: a backlog is folded in a few transactions, not one per
+		// event, and those jobs find their events done.
+		_, err = tx.ExecContext(ctx, s.q(`UPDATE tandem_notify_events SET window_id = ?
+			WHERE (job_id = ? OR (recipient = ? AND kind = ? AND document = ? AND at < ?)) AND window_id IS NULL`),
+			w.id, jobID, e.recipient, e.kind, e.doc, w.dueAt)
+		return w.dueAt, opened, err
 	}
 	return 0, false, errors.New("notify: window kept closing under a new event")
-}
-
-// fold adds one event to the window.
-func (w *window) fold(e *Event) {
-	w.events++
-	if e.At > w.lastAt {
-		w.lastAt = e.At
-	}
-	if e.Title != "" {
-		w.title = e.Title
-	}
-	if e.Verb != "" {
-		w.verb = e.Verb
-	}
-	if len(e.Payload) > 0 {
-		w.payload = e.Payload
-	}
-	for i := range w.actors {
-		if w.actors[i].ID == e.Actor {
-			if e.ActorName != "" {
-				w.actors[i].Name = e.ActorName
-			}
-			return
-		}
-	}
-	// Beyond MaxActors listed, each new name counts as another actor:
-	// an over-count only when one actor returns after twenty others.
-	w.actorCount++
-	if len(w.actors) < MaxActors {
-		w.actors = append(w.actors, Actor{ID: e.Actor, Name: e.ActorName})
-	}
-}
-
-// lockWindow reads one window, locking its row until the transaction ends
-// (SQLite locks the whole database for a write transaction anyway).
-func (s *store) lockWindow(ctx context.Context, tx *sql.Tx, where string, args ...any) (*window, error) {
-	query := `SELECT id, recipient, kind, document, title, verb, opened_at, due_at, last_at, events, actors, actor_count, payload
-		FROM tandem_notify_windows WHERE ` + where
-	if s.dialect == postgres {
-		query += " FOR UPDATE"
-	}
-	var w window
-	var actors, payload string
-	err := tx.QueryRowContext(ctx, s.q(query), args...).Scan(&w.id, &w.recipient, &w.kind, &w.doc, &w.title, &w.verb,
-		&w.openedAt, &w.dueAt, &w.lastAt, &w.events, &actors, &w.actorCount, &payload)
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal([]byte(actors), &w.actors); err != nil {
-		return nil, fmt.Errorf("notify: window %d actors: %w", w.id, err)
-	}
-	if payload != "null" {
-		w.payload = json.RawMessage(payload)
-	}
-	return &w, nil
 }
 
 // dueWindows lists windows whose time has come.
@@ -258,54 +215,119 @@ func (s *store) dueWindows(ctx context.Context, now int64, limit int) ([]int64, 
 	return ids, rows.Err()
 }
 
-// peekWindow reads a window without locking it; nil if it is closed.
-func (s *store) peekWindow(ctx context.Context, windowID int64) (*window, error) {
+type queryer interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+// readWindow reads a window; nil if it is closed. In a transaction on
+// PostgreSQL it locks the row (SQLite locks the database for a write
+// transaction anyway).
+func (s *store) readWindow(ctx context.Context, q queryer, windowID int64, lock bool) (*window, error) {
+	query := `SELECT id, recipient, kind, document, opened_at, due_at FROM tandem_notify_windows WHERE id = ?`
+	if lock && s.dialect == postgres {
+		query += " FOR UPDATE"
+	}
 	var w window
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT id, recipient, kind, document, due_at FROM tandem_notify_windows WHERE id = ?`), windowID).
-		Scan(&w.id, &w.recipient, &w.kind, &w.doc, &w.dueAt)
+	err := q.QueryRowContext(ctx, s.q(query), windowID).Scan(&w.id, &w.recipient, &w.kind, &w.doc, &w.openedAt, &w.dueAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
 	return &w, err
 }
 
+// unfolded reports whether events of a window's key from before its due
+// time are still waiting for their job.
+func (s *store) unfolded(ctx context.Context, q queryer, w *window) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tandem_notify_events
+		WHERE recipient = ? AND kind = ? AND document = ? AND at < ? AND window_id IS NULL`),
+		w.recipient, w.kind, w.doc, w.dueAt).Scan(&n)
+	return n > 0, err
+}
+
+// foldPending puts a window's events still waiting for their jobs into it.
+func (s *store) foldPending(ctx context.Context, w *window) error {
+	_, err := s.db.ExecContext(ctx, s.q(`UPDATE tandem_notify_events SET window_id = ?
+		WHERE recipient = ? AND kind = ? AND document = ? AND at < ? AND window_id IS NULL`),
+		w.id, w.recipient, w.kind, w.doc, w.dueAt)
+	return err
+}
+
 // errNotYet is closeWindow's answer while events of the window's time are
 // still queued.
 var errNotYet = errors.New("notify: events of the window are still queued")
 
-// closeWindow turns a window into its notification and deletes it. It
-// returns the notification, or nil if the window was already closed.
+// closeWindow turns a window and its events into a notification and
+// deletes them. It returns the notification, or nil if the window was
+// already closed.
 func (s *store) closeWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*Notification, error) {
-	w, err := s.lockWindow(ctx, tx, `id = ?`, windowID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
+	w, err := s.readWindow(ctx, tx, windowID, true)
+	if err != nil || w == nil {
 		return nil, err
 	}
-	if pending, err := s.pendingBefore(ctx, tx, w); err != nil || pending {
+	if pending, err := s.unfolded(ctx, tx, w); err != nil || pending {
 		if err == nil {
 			err = errNotYet
 		}
 		return nil, err
 	}
-	n := &Notification{
-		Recipient: w.recipient, Kind: w.kind, Document: w.doc, Title: w.title,
-		Text:   text(w.kind, w.verb, w.title, w.doc, w.actors, int(w.actorCount)),
-		Actors: w.actors, ActorCount: int(w.actorCount), Events: int(w.events), Payload: w.payload,
-		FirstAt: w.openedAt, LastAt: w.lastAt, CreatedAt: nowMillis(),
+	n := &Notification{Recipient: w.recipient, Kind: w.kind, Document: w.doc, CreatedAt: nowMillis(), Actors: []Actor{}}
+	var actorCount int64
+	err = tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*), COUNT(DISTINCT actor), COALESCE(MIN(at), 0), COALESCE(MAX(at), 0)
+		FROM tandem_notify_events WHERE window_id = ?`), w.id).Scan(&n.Events, &actorCount, &n.FirstAt, &n.LastAt)
+	if err != nil {
+		return nil, err
 	}
+	n.ActorCount = int(actorCount)
+	// The actors in the order they first acted, each under the latest name
+	// they gave.
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT actor, MAX(actor_name) FROM tandem_notify_events WHERE window_id = ?
+		GROUP BY actor ORDER BY MIN(at), actor LIMIT ?`), w.id, MaxActors)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var a Actor
+		if err := rows.Scan(&a.ID, &a.Name); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		n.Actors = append(n.Actors, a)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Title, verb and payload: the latest event's that has one.
+	var verb, payload string
+	for col, dst := range map[string]*string{"title": &n.Title, "verb": &verb, "payload": &payload} {
+		empty := "''"
+		if col == "payload" {
+			empty = "'null'"
+		}
+		err := tx.QueryRowContext(ctx, s.q(`SELECT `+col+` FROM tandem_notify_events WHERE window_id = ? AND `+col+` <> `+empty+`
+			ORDER BY at DESC, job_id DESC LIMIT 1`), w.id).Scan(dst)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+	}
+	if payload != "" {
+		n.Payload = json.RawMessage(payload)
+	}
+	n.Text = text(n.Kind, verb, n.Title, n.Document, n.Actors, n.ActorCount)
 	actors, _ := json.Marshal(n.Actors)
-	payload := []byte(n.Payload)
-	if len(payload) == 0 {
-		payload = []byte("null")
+	if payload == "" {
+		payload = "null"
 	}
 	err = tx.QueryRowContext(ctx, s.q(`INSERT INTO tandem_notifications
 		(window_id, recipient, kind, document, title, text, actors, actor_count, events, payload, first_at, last_at, created_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
-		w.id, n.Recipient, n.Kind, n.Document, n.Title, n.Text, string(actors), n.ActorCount, n.Events, string(payload),
+		w.id, n.Recipient, n.Kind, n.Document, n.Title, n.Text, string(actors), n.ActorCount, n.Events, payload,
 		n.FirstAt, n.LastAt, n.CreatedAt).Scan(&n.ID)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_notify_events WHERE window_id = ?`), w.id); err != nil {
 		return nil, err
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_notify_windows WHERE id = ?`), w.id); err != nil {

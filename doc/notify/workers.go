@@ -16,14 +16,19 @@ import (
 // store completes itself in the same transaction (JobCompleteTx), so a job
 // either has its whole effect once or none and is retried.
 //
-//	event  → folds one event into its window (opening it if needed)
+//	event  → puts one event (stored with its job by Post) into its key's
+//	         open window, opening one if needed
 //	close  → at the window's time: stores the notification, deletes the
 //	         window, queues the push
 //	push   → publishes the stored notification to every node; delivery
 //	         is at least once, and clients drop an id they already have
 
+// eventArgs names the event for people reading the queue; the event itself
+// is in tandem_notify_events under the job's id.
 type eventArgs struct {
-	Event Event `json:"event"`
+	Recipient string `json:"recipient"`
+	EventKind string `json:"kind"`
+	Document  string `json:"document,omitempty"`
 }
 
 func (eventArgs) Kind() string { return "tandem_notify_event" }
@@ -33,6 +38,10 @@ type closeArgs struct {
 }
 
 func (closeArgs) Kind() string { return "tandem_notify_close" }
+
+const closeQueue = "tandem_notify_close"
+
+func (closeArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: closeQueue} }
 
 type pushArgs struct {
 	NotificationID int64 `json:"notification_id"`
@@ -70,11 +79,8 @@ func (w *eventWorker) Work(ctx context.Context, job *river.Job[eventArgs]) error
 	var dueAt int64
 	var opened bool
 	err := inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
-		dueAt, opened, err = w.s.store.addEvent(ctx, tx, &job.Args.Event, w.s.cfg.Window.Milliseconds())
-		if err != nil {
-			return err
-		}
-		return w.s.store.donePending(ctx, tx, job.ID)
+		dueAt, opened, err = w.s.store.foldEvent(ctx, tx, job.ID, w.s.cfg.Window.Milliseconds())
+		return err
 	})
 	if errors.Is(err, errLate) {
 		// Rare: posted after its window's time but before the window
@@ -102,26 +108,29 @@ func (w *closeWorker) Work(ctx context.Context, job *river.Job[closeArgs]) error
 	// Events of the window's time may still be queued behind a backlog:
 	// wait for them, so that a burst is one notification however slowly
 	// the queue drains.
-	win, err := w.s.store.peekWindow(ctx, job.Args.WindowID)
+	win, err := w.s.store.readWindow(ctx, w.s.store.db, job.Args.WindowID, false)
 	if err != nil || win == nil {
 		return err
 	}
 	for {
-		pending, err := w.s.store.pendingBefore(ctx, w.s.store.db, win)
+		pending, err := w.s.store.unfolded(ctx, w.s.store.db, win)
 		if err != nil {
 			return err
 		}
 		if !pending {
 			break
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		// Fold them here rather than wait for their jobs: the jobs then
+		// find their events done.
+		if err := w.s.store.foldPending(ctx, win); err != nil {
+			return err
 		}
 	}
 	var n *Notification
 	err = inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
+		if err := w.s.store.durable(ctx, tx); err != nil {
+			return err
+		}
 		n, err = w.s.store.closeWindow(ctx, tx, job.Args.WindowID)
 		if err != nil || n == nil {
 			return err

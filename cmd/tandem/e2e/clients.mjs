@@ -58,3 +58,31 @@ export async function watchStatuses(t, httpBase, users) {
   })()
   return { events, res }
 }
+
+// streamEvents reads a Server-Sent Events stream into an array of
+// {event, id, data (parsed JSON), at}. The stream ends with the test.
+export async function streamEvents(t, url, headers = {}) {
+  const controller = new AbortController()
+  defer(t, () => controller.abort())
+  const res = await fetch(url, { signal: controller.signal, headers })
+  const events = []
+  if (!res.ok) return { events, res }
+  ;(async () => {
+    const decoder = new TextDecoder()
+    let buf = ""
+    try {
+      for await (const chunk of res.body) {
+        buf += decoder.decode(chunk, { stream: true })
+        let i
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i).split("\n")
+          buf = buf.slice(i + 2)
+          const field = name => block.find(l => l.startsWith(name + ": "))?.slice(name.length + 2)
+          const data = field("data")
+          if (data) events.push({ event: field("event") ?? "message", id: field("id"), data: JSON.parse(data), at: Date.now() })
+        }
+      }
+    } catch { /* aborted at the end of the test */ }
+  })()
+  return { events, res }
+}
