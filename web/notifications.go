@@ -160,8 +160,9 @@ func (a *notifyAPI) markRead(w http.ResponseWriter, r *http.Request) {
 // stream is the live push channel, as Server-Sent Events: first the
 // unread count, then every new notification (with its id as the event id)
 // and every change of the unread count from another tab. A reconnecting
-// EventSource sends Last-Event-ID; the notifications stored since are sent
-// first, so that none is missed across a reconnection.
+// EventSource sends Last-Event-ID (a new one may pass ?lastEventId=); the
+// notifications stored since are sent first, so that none is missed across
+// a reconnection.
 func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 	user, ok := caller(w, r)
 	if !ok {
@@ -178,7 +179,11 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 	defer sub.Close()
 	ctx := r.Context()
 	var missed []*notify.Notification
-	if last, err := strconv.ParseInt(r.Header.Get("Last-Event-ID"), 10, 64); err == nil && last > 0 {
+	lastID := r.Header.Get("Last-Event-ID")
+	if lastID == "" {
+		lastID = r.URL.Query().Get("lastEventId") // a new EventSource cannot set the header
+	}
+	if last, err := strconv.ParseInt(lastID, 10, 64); err == nil && last > 0 {
 		for after := last; ; {
 			page, _, _, err := a.n.List(ctx, user, notify.ListOptions{After: after, Limit: 100})
 			if err != nil {

@@ -1,9 +1,18 @@
 // The demo page: a collaborative text editor on a Tandem server, with
-// remote cursors, a presence list, typing indicators and connection state.
+// remote cursors, a presence list, typing indicators, connection state and
+// a notification bell (mention someone with @<their id>).
 import { automergeSyncPlugin } from "@automerge/automerge-codemirror"
 import type { DocHandle } from "@automerge/automerge-repo"
 import { EditorView, basicSetup } from "codemirror"
-import { connect, type StateChange, type TandemPresence, type UserView } from "@tandemhq/client"
+import {
+  connect,
+  NotificationsError,
+  type Notification,
+  type StateChange,
+  type TandemNotifications,
+  type TandemPresence,
+  type UserView,
+} from "@tandemhq/client"
 import { remoteCursors, setRemoteCursors, type RemoteCursor } from "./cursors.js"
 
 type TextDoc = { text: string }
@@ -12,11 +21,17 @@ const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as 
 const params = new URLSearchParams(location.search)
 const palette = ["#e5484d", "#f76b15", "#d6a000", "#30a46c", "#12a594", "#0090ff", "#3e63dd", "#8e4ec6", "#d6409f"]
 
+// ?user=<id> picks the user id (e.g. for tests that mention known users);
+// otherwise it is a random one kept in this browser. A chosen user's name
+// defaults to the id and is not stored, so it does not replace the stored
+// user's.
+const chosenUser = params.get("user")?.trim() || undefined
+
 function localUser() {
   const store = window.localStorage
-  let id = store.getItem("tandem.user.id")
+  let id = chosenUser ?? store.getItem("tandem.user.id")
   if (!id) store.setItem("tandem.user.id", (id = `u-${crypto.randomUUID().slice(0, 8)}`))
-  const name = params.get("name") ?? store.getItem("tandem.user.name") ?? `Guest ${id.slice(2, 5)}`
+  const name = params.get("name") ?? chosenUser ?? store.getItem("tandem.user.name") ?? `Guest ${id.slice(2, 5)}`
   const color = params.get("color") ?? store.getItem("tandem.user.color") ?? palette[Math.floor(Math.random() * palette.length)]
   return { id, name, color }
 }
@@ -33,6 +48,9 @@ const client = connect({
   heartbeatMs: Number(params.get("heartbeat") ?? 5000),
 })
 client.onState(showConnection)
+// With a token the server takes the user from it (and refuses any other).
+const notes = client.notifications({ user: params.has("token") ? undefined : user.id })
+setupBell(notes)
 
 function showConnection(c: StateChange) {
   const el = $("connection")
@@ -104,7 +122,7 @@ function start(handle: DocHandle<TextDoc>) {
   const setUser = () => {
     user.name = nameInput.value.trim() || user.name
     user.color = colorInput.value
-    localStorage.setItem("tandem.user.name", user.name)
+    if (!chosenUser) localStorage.setItem("tandem.user.name", user.name)
     localStorage.setItem("tandem.user.color", user.color)
     presence.set("user", { ...user })
     renderPeople(presence)
@@ -112,7 +130,7 @@ function start(handle: DocHandle<TextDoc>) {
   nameInput.addEventListener("change", setUser)
   colorInput.addEventListener("change", setUser)
   renderPeople(presence)
-  Object.assign(window, { tandemDemo: { client, handle, presence, view } })
+  Object.assign(window, { tandemDemo: { client, handle, presence, view, notes } })
 }
 
 function drawCursors(view: EditorView, presence: TandemPresence) {
@@ -142,13 +160,21 @@ function personItem(u: UserView, you: boolean): HTMLLIElement {
   const swatch = document.createElement("span")
   swatch.className = "swatch"
   swatch.style.background = u.user.color
+  const who = document.createElement("span")
+  who.className = "who"
   const name = document.createElement("span")
   name.className = "name"
   name.textContent = u.user.name + (you ? " (you)" : "")
+  // How to mention them: @<id> in the text.
+  const handle = document.createElement("span")
+  handle.className = "handle"
+  handle.textContent = `@${u.user.id}`
+  handle.title = you ? "Others mention you with this" : `Type @${u.user.id} to mention ${u.user.name}`
+  who.append(name, handle)
   const meta = document.createElement("span")
   meta.className = "meta"
   meta.textContent = u.typing ? "typing…" : u.status === "offline" ? `last seen ${ago(u.lastSeenAt)}` : u.status
-  li.append(dot, swatch, name, meta)
+  li.append(dot, swatch, who, meta)
   return li
 }
 
@@ -165,6 +191,201 @@ function renderPeople(presence: TandemPresence) {
       : typists.length === 1
         ? `${typists[0]} is typing…`
         : `${typists.slice(0, -1).join(", ")} and ${typists.at(-1)} are typing…`
+}
+
+// since says how long ago a notification's latest event was.
+function since(ms: number): string {
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000))
+  if (s < 10) return "just now"
+  if (s < 60) return `${s} s ago`
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`
+  if (s < 86_400) return `${Math.floor(s / 3600)} h ago`
+  if (s < 7 * 86_400) return `${Math.floor(s / 86_400)} d ago`
+  return new Date(ms).toLocaleDateString()
+}
+
+// A document id as the page's address shows it (without "automerge:").
+function bareId(id: string): string {
+  return id.startsWith("automerge:") ? id.slice("automerge:".length) : id
+}
+
+// setupBell binds the bell, its unread badge and its dropdown to the
+// user's notifications. The list is fetched each time it opens; while it
+// is open, new notifications are added at the top as they arrive.
+function setupBell(notes: TandemNotifications) {
+  const wrap = $("bell-wrap")
+  const bell = $<HTMLButtonElement>("bell")
+  const badge = $("bell-count")
+  const panel = $("notifications")
+  const list = $("notification-list")
+  const more = $<HTMLButtonElement>("notifications-more")
+  const markAll = $<HTMLButtonElement>("mark-all-read")
+  const items = new Map<number, Notification>()
+  let next = 0
+  let status = "" // shown instead of an empty list: loading, an error
+
+  const showCount = (n: number) => {
+    badge.textContent = String(n)
+    badge.hidden = n === 0
+    bell.setAttribute("aria-label", n === 0 ? "Notifications" : `Notifications, ${n} unread`)
+    markAll.disabled = n === 0
+  }
+  showCount(notes.unread)
+  bell.dataset.state = notes.state
+  notes.on("unread", showCount)
+  notes.on("state", s => {
+    bell.dataset.state = s
+    // The stream was refused (not a pagehide): a server without
+    // notifications says 404, and then the bell goes away.
+    if (s === "closed" && document.visibilityState === "visible") {
+      notes.list({ limit: 1 }).catch(e => {
+        if (e instanceof NotificationsError && e.status === 404) {
+          notes.close()
+          wrap.hidden = true
+        }
+      })
+    }
+  })
+  notes.on("notification", n => {
+    if (panel.hidden) return
+    items.set(n.id, n)
+    render()
+  })
+  notes.on("read", ids => {
+    if (panel.hidden) return
+    // From the stream (another tab, or this one's echo): which ones is not said.
+    if (ids === undefined) return void load()
+    for (const n of items.values()) if (ids === "all" || ids.includes(n.id)) n.read = true
+    render()
+  })
+
+  function item(n: Notification): HTMLLIElement {
+    const li = document.createElement("li")
+    li.className = "notification"
+    li.dataset.id = String(n.id)
+    li.dataset.read = String(n.read)
+    if (n.document) li.dataset.document = bareId(n.document)
+    li.tabIndex = 0
+    li.setAttribute("role", "button")
+    const text = document.createElement("span")
+    text.className = "notification-text"
+    text.textContent = n.text
+    const time = document.createElement("time")
+    time.className = "notification-time"
+    time.dateTime = new Date(n.lastAt).toISOString()
+    time.title = new Date(n.lastAt).toLocaleString()
+    time.textContent = since(n.lastAt)
+    li.append(text, time)
+    li.addEventListener("click", () => void open(n))
+    li.addEventListener("keydown", e => {
+      if (e.key === "Enter" || e.key === " ") {
+        e.preventDefault()
+        void open(n)
+      }
+    })
+    return li
+  }
+
+  function render() {
+    const sorted = [...items.values()].sort((a, b) => b.id - a.id)
+    if (sorted.length === 0) {
+      const li = document.createElement("li")
+      li.className = "notifications-empty"
+      li.textContent = status || "No notifications yet. Others notify you by typing your @id."
+      list.replaceChildren(li)
+    } else {
+      list.replaceChildren(...sorted.map(item))
+    }
+    more.hidden = next === 0
+  }
+
+  // load fetches the newest page. What arrived live meanwhile stays.
+  async function load() {
+    status = "Loading…"
+    try {
+      const page = await notes.list({ limit: 20 })
+      for (const n of page.notifications) items.set(n.id, n)
+      next = page.next
+      status = ""
+    } catch (e) {
+      status = `Could not load notifications: ${e instanceof Error ? e.message : e}`
+    }
+    render()
+  }
+
+  async function open(n: Notification) {
+    if (!n.read) {
+      n.read = true
+      render()
+      try {
+        await notes.markRead([n.id])
+      } catch {
+        n.read = false
+        render()
+      }
+    }
+    const target = n.document ? bareId(n.document) : ""
+    if (target && target !== bareId(decodeURIComponent(location.hash.slice(1)))) {
+      show(false)
+      location.hash = target // the page reloads on hash changes
+    }
+  }
+
+  function show(open: boolean) {
+    panel.hidden = !open
+    bell.setAttribute("aria-expanded", String(open))
+    if (open) {
+      items.clear()
+      next = 0
+      render()
+      void load()
+    }
+  }
+
+  bell.addEventListener("click", () => show(!!panel.hidden))
+  more.addEventListener("click", async () => {
+    if (!next) return
+    more.disabled = true
+    try {
+      const page = await notes.list({ limit: 20, before: next })
+      for (const n of page.notifications) items.set(n.id, n)
+      next = page.next
+      render()
+    } catch {
+      // the button stays for another try
+    } finally {
+      more.disabled = false
+    }
+  })
+  markAll.addEventListener("click", async () => {
+    for (const n of items.values()) n.read = true
+    render()
+    try {
+      await notes.markRead("all")
+    } catch {
+      void load()
+    }
+  })
+  // Clicks outside and Escape close the dropdown.
+  // (The path as dispatched: a click on an item re-renders the list and
+  // detaches the element clicked.)
+  document.addEventListener("click", e => {
+    if (!panel.hidden && !e.composedPath().includes(wrap)) show(false)
+  })
+  document.addEventListener("keydown", e => {
+    if (e.key === "Escape" && !panel.hidden) {
+      show(false)
+      bell.focus()
+    }
+  })
+  setInterval(() => {
+    if (panel.hidden) return
+    for (const li of list.querySelectorAll<HTMLLIElement>(".notification")) {
+      const n = items.get(Number(li.dataset.id))
+      const time = li.querySelector("time")
+      if (n && time) time.textContent = since(n.lastAt)
+    }
+  }, 10_000)
 }
 
 $("new-doc").addEventListener("click", () => {

@@ -177,3 +177,31 @@ test("a frozen server is detected by missed heartbeat acks; edits made meanwhile
   const handle = await findDoc(repo, `automerge:${id}`)
   await until("the offline edit on the server", () => handle.doc().text === "written while the server was frozen")
 })
+
+test("a mention typed in one page lights the other user's bell at once; reading it clears it", async t => {
+  const node = await start(t, { args: ["--notify-window", "300ms"] })
+  const suffix = Math.random().toString(36).slice(2, 8)
+  const [anaID, boID] = [`ana-${suffix}`, `bo-${suffix}`]
+  const ana = await open(t, node.http + "/", { name: "Ana", color: "#e5484d", query: `user=${anaID}` })
+  await ana.waitForFunction(() => location.hash.length > 1)
+  const bo = await open(t, ana.url(), { name: "Bo", color: "#0090ff", query: `user=${boID}` })
+  await until("both online", async () => (await people(ana)).Bo === "online")
+  assert.equal(await bo.isVisible("#bell-count"), false, "no unread notification yet")
+
+  await ana.click(".cm-content")
+  await ana.keyboard.press("Control+End")
+  await ana.keyboard.type(`\nping @${boID} please`)
+  await bo.waitForFunction(() => document.querySelector("#bell-count")?.textContent === "1", null, { timeout: 20_000 })
+  await bo.click("#bell")
+  const item = bo.locator("#notifications .notification").first()
+  await item.waitFor()
+  assert.match(await item.textContent(), /Ana mentioned you in Welcome to Tandem/)
+  assert.equal(await item.getAttribute("data-read"), "false")
+  await bo.click("#mark-all-read")
+  await bo.waitForFunction(() => {
+    const c = document.querySelector("#bell-count")
+    return !c || c.textContent === "0" || getComputedStyle(c).display === "none" || c.hidden
+  })
+  mkdirSync(artifacts, { recursive: true })
+  await bo.screenshot({ path: join(artifacts, "demo-notifications.png") })
+})

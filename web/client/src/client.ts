@@ -1,6 +1,7 @@
 import { Repo, isValidAutomergeUrl } from "@automerge/automerge-repo"
 import type { AutomergeUrl, DocHandle, PeerId } from "@automerge/automerge-repo"
 import { ActivityMonitor } from "./activity.js"
+import { TandemNotifications, type NotificationsOptions } from "./notifications.js"
 import { TandemPresence, type PresenceOptions } from "./presence.js"
 import { TandemSocket, type SocketOptions, type StateChange, type ConnectionState } from "./socket.js"
 
@@ -24,13 +25,17 @@ export class TandemClient {
   readonly repo: Repo
   readonly socket: TandemSocket
   #presences = new Set<TandemPresence>()
+  #notifications = new Set<TandemNotifications>()
+  #token: ConnectOptions["token"]
   #activity: ActivityMonitor | undefined
   #announceTimer: ReturnType<typeof setTimeout> | undefined
+  #startTimers = new Set<ReturnType<typeof setTimeout>>()
   #suspended: TandemPresence[] = []
   #unlisten: (() => void)[] = []
 
   constructor(options: ConnectOptions) {
     this.socket = new TandemSocket(options)
+    this.#token = options.token
     const peerId = (options.peerId ?? `tandem-${randomId()}`) as PeerId
     this.repo = new Repo({ network: [this.socket], peerId })
     // After a reconnection the server has said goodbye for this peer: send
@@ -59,7 +64,10 @@ export class TandemClient {
       }
       const hide = () => this.#suspend()
       const show = (e: PageTransitionEvent) => e.persisted && this.#resume()
-      const online = () => this.socket.retryNow()
+      const online = () => {
+        this.socket.retryNow()
+        this.#notifications.forEach(n => n.retryNow())
+      }
       w.addEventListener("pagehide", hide)
       w.addEventListener("pageshow", show)
       w.addEventListener("online", online)
@@ -101,9 +109,29 @@ export class TandemClient {
     const p = new TandemPresence(handle, options)
     if (this.#activity?.status === "away") p.setStatus("away")
     p.start()
+    // The first snapshot can go out before the repo has made the server a
+    // peer of the document (always so for a document just created), and
+    // then the server never learns who this peer is: a mention it types
+    // would name its peer id. Send the state once more a little later.
+    const timer = setTimeout(() => {
+      this.#startTimers.delete(timer)
+      p.announce()
+    }, REANNOUNCE_MS)
+    this.#startTimers.add(timer)
     for (const q of this.#presences) if (!q.running) this.#presences.delete(q) // stopped by the app
     this.#presences.add(p)
     return p
+  }
+
+  /**
+   * Starts a user's notifications: pages over HTTP and a live channel over
+   * Server-Sent Events, at the same host as the WebSocket URL and with the
+   * same token. Without a token (the server's open mode) `user` is required.
+   */
+  notifications(options: NotificationsOptions = {}): TandemNotifications {
+    const n = new TandemNotifications({ ...options, url: this.socket.url, token: this.#token })
+    this.#notifications.add(n)
+    return n
   }
 
   /** Records user activity seen by other means (e.g. typing in an editor). */
@@ -115,7 +143,11 @@ export class TandemClient {
   close(): void {
     this.#presences.forEach(p => p.stop())
     this.#presences.clear()
+    this.#notifications.forEach(n => n.close())
+    this.#notifications.clear()
     clearTimeout(this.#announceTimer)
+    this.#startTimers.forEach(t => clearTimeout(t))
+    this.#startTimers.clear()
     this.#activity?.stop()
     this.#unlisten.forEach(f => f())
     this.repo.shutdown()
@@ -124,6 +156,7 @@ export class TandemClient {
   #suspend(): void {
     this.#suspended = [...this.#presences].filter(p => p.running)
     this.#suspended.forEach(p => p.stop())
+    this.#notifications.forEach(n => n.suspend())
     this.socket.suspend()
   }
 
@@ -131,6 +164,7 @@ export class TandemClient {
   // they would send then is lost, and the re-announce after "open" sends it.
   #resume(): void {
     this.socket.resume()
+    this.#notifications.forEach(n => n.resume())
     this.#suspended.forEach(p => p.start())
     this.#suspended = []
   }

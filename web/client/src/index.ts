@@ -1,7 +1,8 @@
 /**
  * The Tandem browser client: automerge-repo sync over a WebSocket that
  * detects dead connections and reconnects with backoff, and presence with
- * Automerge cursors, status and typing. See web/client/README.md.
+ * Automerge cursors, status and typing, and notifications over Server-Sent
+ * Events. See web/client/README.md.
  */
 export { connect, TandemClient, type ConnectOptions } from "./client.js"
 export {
@@ -23,6 +24,24 @@ export {
   type CursorSelection,
   type TandemPresenceState,
 } from "./presence.js"
+export {
+  TandemNotifications,
+  NotificationsError,
+  httpOrigin,
+  type Notification,
+  type NotificationActor,
+  type NotificationPage,
+  type NotificationsOptions,
+  type NotificationsConfig,
+  type NotificationsEvents,
+  type NotificationsState,
+  type ListOptions,
+  type EventSourceLike,
+  type EventSourceConstructor,
+  type ServerSentEvent,
+  type FetchFunction,
+  type FetchResponse,
+} from "./notifications.js"
 export { ActivityMonitor } from "./activity.js"
 export { Throttle } from "./throttle.js"
 export { backoffDelay, jittered, type BackoffOptions } from "./backoff.js"
