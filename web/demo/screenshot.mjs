@@ -1,5 +1,6 @@
 // Takes the README's screenshot of the demo with two users:
-// node web/demo/screenshot.mjs http://127.0.0.1:8080 (a running tandem).
+// node web/demo/screenshot.mjs http://127.0.0.1:8080 (a running tandem,
+// best with a short --notify-window such as 1s, for the bell to light up).
 import { chromium } from "playwright-core"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -15,7 +16,7 @@ try {
     const ctx = await browser.newContext({ viewport: { width: 1000, height: 420 } })
     const p = await ctx.newPage()
     const u = new URL(url)
-    u.search = new URLSearchParams({ name, color }).toString()
+    u.search = new URLSearchParams({ name, color, user: name.toLowerCase() }).toString()
     await p.goto(u.toString())
     await p.waitForSelector('#connection[data-state="open"]')
     return p
@@ -35,7 +36,9 @@ try {
   await ana.keyboard.type("- Offline edits")
   await ana.waitForSelector(".cm-remote-selection")
   await bo.keyboard.press("End")
-  await bo.keyboard.type(" (done)")
+  await bo.keyboard.type(" (done, thanks @ana)")
+  await ana.waitForFunction(() => document.querySelector("#bell-count")?.textContent === "1", null, { timeout: 30_000 })
+  await bo.keyboard.type(" ")
   await ana.waitForFunction(() => document.querySelector("#typing").textContent !== "")
   await ana.screenshot({ path: out })
   console.log(`wrote ${out}`)

@@ -132,7 +132,8 @@ test("a thousand events on node 1 become one notification pushed to node 2 withi
 })
 
 test("a node killed in the middle of a window delivers the notification exactly once after restart", async t => {
-  const args = ["--postgres-url", postgresURL, "--notify-window", "6s"]
+  const redis = await startRedis(t)
+  const args = ["--postgres-url", postgresURL, "--redis-url", redis.url, "--notify-window", "6s"]
   const node = await start(t, { args })
   const di = user("di")
   for (let i = 0; i < 100; i++) {
