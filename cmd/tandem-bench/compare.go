@@ -80,9 +80,9 @@ func (s *server) stop() {
 	}
 }
 
-// runCompare runs the presence scenario against Tandem and against the
-// stock server, one after the other on the same machine, and prints the
-// figures side by side with the ratios Tandem/stock.
+// runCompare runs one scenario (presence, typing or idle) against Tandem
+// and against the stock server, one after the other on the same machine,
+// and prints the figures side by side with the ratios Tandem/stock.
 func runCompare(ctx context.Context, o options, tandemBin, stockDir string) error {
 	dataDir, err := os.MkdirTemp("", "tandem-bench-")
 	if err != nil {
@@ -97,7 +97,11 @@ func runCompare(ctx context.Context, o options, tandemBin, stockDir string) erro
 			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}},
 		{"stock", "listening", "", []string{"node", stockDir + "/server.mjs", "{port}"}},
 	}
-	results := make([]presenceResult, len(targets))
+	var (
+		presence [2]presenceResult
+		typing   [2]typingResult
+		idle     [2]idleResult
+	)
 	for i, tg := range targets {
 		srv, err := startServer(tg.name, tg.ready, tg.path, tg.argv...)
 		if err != nil {
@@ -107,18 +111,43 @@ func runCompare(ctx context.Context, o options, tandemBin, stockDir string) erro
 		run.urls = []string{srv.url}
 		run.serverPID = srv.cmd.Process.Pid
 		fmt.Printf("== %s\n", tg.name)
-		results[i], err = measurePresence(ctx, run)
+		switch o.scenario {
+		case "presence":
+			if presence[i], err = measurePresence(ctx, run); err == nil {
+				printPresence(presence[i], run)
+			}
+		case "typing":
+			if typing[i], err = measureTyping(ctx, run); err == nil {
+				printTyping(typing[i], run)
+			}
+		case "idle":
+			if idle[i], err = measureIdle(ctx, run); err == nil {
+				printIdle(idle[i])
+			}
+		default:
+			err = fmt.Errorf("unknown scenario %q", o.scenario)
+		}
 		srv.stop()
 		if err != nil {
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
-		printPresence(results[i], run)
 	}
-	t, s := results[0], results[1]
-	perCPU := func(r presenceResult) float64 { return float64(r.delivered) / max(r.cpu, 0.01) }
+	ratio := func(a, b float64) float64 { return a / max(b, 1e-9) }
 	fmt.Printf("== tandem / stock\n")
-	fmt.Printf("delivered            %.2f×\n", float64(t.delivered)/float64(max(s.delivered, 1)))
-	fmt.Printf("deliveries per CPU-s %.2f×\n", perCPU(t)/perCPU(s))
-	fmt.Printf("latency p99          %.2f× (lower is better)\n", float64(pct(t.latencies, 99))/float64(max(pct(s.latencies, 99), 1)))
+	switch o.scenario {
+	case "presence":
+		t, s := presence[0], presence[1]
+		perCPU := func(r presenceResult) float64 { return float64(r.delivered) / max(r.cpu, 0.01) }
+		fmt.Printf("delivered            %.2f×\n", ratio(float64(t.delivered), float64(s.delivered)))
+		fmt.Printf("deliveries per CPU-s %.2f×\n", ratio(perCPU(t), perCPU(s)))
+		fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
+	case "typing":
+		t, s := typing[0], typing[1]
+		fmt.Printf("arrivals             %.2f×\n", ratio(float64(len(t.latencies)), float64(len(s.latencies))))
+		fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
+		fmt.Printf("server CPU           %.2f× (lower is better)\n", ratio(t.cpu, s.cpu))
+	case "idle":
+		fmt.Printf("RSS per connection   %.2f× (lower is better)\n", ratio(idle[0].perConn(), idle[1].perConn()))
+	}
 	return nil
 }

@@ -6,24 +6,46 @@ import (
 	"time"
 )
 
-// runIdle opens connections that join and open one document each, and
-// reports the server's memory per connection.
+// idleResult is the server's RSS before and after the connections.
+type idleResult struct {
+	conns         int
+	before, after int64
+}
+
+func (r idleResult) perConn() float64 { return float64(r.after-r.before) / 1024 / float64(r.conns) }
+
 func runIdle(ctx context.Context, o options) error {
+	r, err := measureIdle(ctx, o)
+	if err != nil {
+		return err
+	}
+	printIdle(r)
+	return nil
+}
+
+func printIdle(r idleResult) {
+	fmt.Printf("server RSS %.1f MiB → %.1f MiB: %.1f KiB per connection\n",
+		float64(r.before)/(1<<20), float64(r.after)/(1<<20), r.perConn())
+}
+
+// measureIdle opens connections that join and open one document each, and
+// measures the server's memory per connection.
+func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	if o.serverPID <= 0 {
-		return fmt.Errorf("idle needs --server-pid to read the server's memory")
+		return idleResult{}, fmt.Errorf("idle needs --server-pid to read the server's memory")
 	}
 	creator, err := dialPeer(o.urls[0])
 	if err != nil {
-		return err
+		return idleResult{}, err
 	}
 	defer creator.ws.Close()
 	doc := newDocID()
 	if err := creator.create(doc); err != nil {
-		return err
+		return idleResult{}, err
 	}
 	before, err := rssBytes(o.serverPID)
 	if err != nil {
-		return err
+		return idleResult{}, err
 	}
 	fmt.Printf("idle: %d connections, each joined with one document open\n", o.conns)
 	peers := make([]*peer, 0, o.conns)
@@ -34,15 +56,15 @@ func runIdle(ctx context.Context, o options) error {
 	}()
 	for i := 0; i < o.conns; i++ {
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return idleResult{}, ctx.Err()
 		}
 		p, err := dialPeer(o.urls[i%len(o.urls)])
 		if err != nil {
-			return fmt.Errorf("connection %d: %w", i, err)
+			return idleResult{}, fmt.Errorf("connection %d: %w", i, err)
 		}
 		peers = append(peers, p)
 		if err := p.open(doc); err != nil {
-			return err
+			return idleResult{}, err
 		}
 		go func() { // read what the server sends, as a client would
 			for {
@@ -58,9 +80,7 @@ func runIdle(ctx context.Context, o options) error {
 	}
 	after, err := rssBytes(o.serverPID)
 	if err != nil {
-		return err
+		return idleResult{}, err
 	}
-	fmt.Printf("server RSS %.1f MiB → %.1f MiB: %.1f KiB per connection\n",
-		float64(before)/(1<<20), float64(after)/(1<<20), float64(after-before)/1024/float64(o.conns))
-	return nil
+	return idleResult{conns: o.conns, before: before, after: after}, nil
 }

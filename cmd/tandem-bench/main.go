@@ -40,7 +40,7 @@ type options struct {
 	serverPID int
 }
 
-const compareHelp = `run the presence scenario against Tandem (--tandem-bin) and the stock
+const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
 server (--stock-dir, after npm ci there) and print the ratios`
 
 func main() {

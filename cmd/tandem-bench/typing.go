@@ -53,14 +53,38 @@ func (s *syncPeer) serve(seen func(*automerge.Doc)) {
 // runTyping: T typists at C characters a second and R readers on one
 // document. Each keystroke appends a character and stamps the typist's
 // key with the time; readers measure how long stamps take to arrive.
+// typingResult is what one typing run measured.
+type typingResult struct {
+	latencies []time.Duration // sorted
+	elapsed   time.Duration
+	cpu       float64 // server CPU seconds, 0 without --server-pid
+}
+
 func runTyping(ctx context.Context, o options) error {
+	r, err := measureTyping(ctx, o)
+	if err != nil {
+		return err
+	}
+	printTyping(r, o)
+	return nil
+}
+
+func printTyping(r typingResult, o options) {
+	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(r.latencies), float64(len(r.latencies))/r.elapsed.Seconds())
+	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
+	if o.serverPID > 0 {
+		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/(r.elapsed+o.drain).Seconds())
+	}
+}
+
+func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document, %v\n", o.typists, o.rate, o.readers, o.duration)
 	doc := newDocID()
 	var peers []*syncPeer
 	for i := 0; i < o.typists+o.readers; i++ {
 		p, err := dialPeer(o.urls[i%len(o.urls)])
 		if err != nil {
-			return err
+			return typingResult{}, err
 		}
 		defer p.ws.Close()
 		d := automerge.New()
@@ -70,7 +94,7 @@ func runTyping(ctx context.Context, o options) error {
 	first.d.RootMap().Set("text", automerge.NewText(""))
 	first.d.Commit("create")
 	if err := first.push(); err != nil {
-		return err
+		return typingResult{}, err
 	}
 
 	var mu sync.Mutex
@@ -117,7 +141,7 @@ func runTyping(ctx context.Context, o options) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("typist %d never got the document", i)
+				return typingResult{}, fmt.Errorf("typist %d never got the document", i)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -165,13 +189,7 @@ func runTyping(ctx context.Context, o options) error {
 	}
 	wg.Wait()
 	slices.Sort(latencies)
-	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(latencies), float64(len(latencies))/elapsed.Seconds())
-	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(latencies, 50), pct(latencies, 95), pct(latencies, 99))
-	if o.serverPID > 0 {
-		cpu := cpu1 - cpu0
-		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", cpu, 100*cpu/(elapsed+o.drain).Seconds())
-	}
-	return nil
+	return typingResult{latencies: latencies, elapsed: elapsed, cpu: cpu1 - cpu0}, nil
 }
 
 func mustFirst(s *automerge.SyncState) []byte {
