@@ -214,7 +214,9 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	if !ok {
 		r = newRoom(documentID)
 		if h.cfg.Mentions != nil {
-			r.mentions = &mentionTracker{counts: map[string]int{}, bursts: map[string]*mentionBurst{}}
+			rr := r
+			r.mentions = &mentionTracker{counts: map[string]int{}, bursts: map[string]*mentionBurst{},
+				fire: func(peerID string, gen uint64) { h.reportMentions(rr, peerID, gen) }}
 		}
 		h.rooms[documentID] = r
 	}
@@ -319,6 +321,9 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Unlock()
 		close(h.stop)
 		<-h.done
+		if h.cfg.Mentions != nil {
+			h.reportAllMentions() // before the notification queue stops
+		}
 		h.closeErr = errors.Join(h.Flush(ctx), h.cfg.Store.Close())
 	})
 	return h.closeErr

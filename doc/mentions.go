@@ -32,6 +32,9 @@ const mentionSettle = 1500 * time.Millisecond
 type mentionTracker struct {
 	counts map[string]int // mentions in the current text, by user
 	bursts map[string]*mentionBurst
+	// fire reports a peer's burst once it has settled; gen tells a timer
+	// that fired just before the burst grew again from the current one.
+	fire func(peerID string, gen uint64)
 }
 
 // mentionBurst sums what one peer's recent changes did to the mentions.
@@ -39,6 +42,18 @@ type mentionBurst struct {
 	peer  Peer
 	net   map[string]int
 	timer *time.Timer
+	gen   uint64
+}
+
+// arm (re)starts a burst's settle timer; a timer armed earlier that has
+// already fired finds a newer generation and does nothing.
+func (t *mentionTracker) arm(id string, b *mentionBurst, after time.Duration) {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.gen++
+	gen := b.gen
+	b.timer = time.AfterFunc(after, func() { t.fire(id, gen) })
 }
 
 // refresh recounts the mentions after a change nobody local made (a load,
@@ -47,9 +62,9 @@ func (t *mentionTracker) refresh(d *automerge.Doc) {
 	t.counts = countMentions(documentText(d))
 }
 
-// changed records a local peer's accepted change. fire is called (on
-// another goroutine) when the peer's edits settle.
-func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration, fire func(peerID string)) {
+// changed records a local peer's accepted change. The burst is reported
+// (on another goroutine) when the peer's edits settle.
+func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration) {
 	after := countMentions(documentText(d))
 	var diff map[string]int
 	for u, n := range after {
@@ -75,12 +90,9 @@ func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration,
 	}
 	if b == nil {
 		b = &mentionBurst{peer: p, net: map[string]int{}}
-		id := p.ID()
-		b.timer = time.AfterFunc(settle, func() { fire(id) })
-		t.bursts[id] = b
-	} else {
-		b.timer.Reset(settle)
+		t.bursts[p.ID()] = b
 	}
+	t.arm(p.ID(), b, settle)
 	b.peer = p
 	for u, n := range diff {
 		b.net[u] += n
@@ -88,10 +100,10 @@ func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration,
 }
 
 // take removes a peer's burst and returns the users its edits mentioned,
-// once per mention still there.
-func (t *mentionTracker) take(peerID string) (Peer, []string) {
+// once per mention still there. gen, unless 0, must be the burst's.
+func (t *mentionTracker) take(peerID string, gen uint64) (Peer, []string) {
 	b := t.bursts[peerID]
-	if b == nil {
+	if b == nil || (gen != 0 && b.gen != gen) {
 		return nil, nil
 	}
 	delete(t.bursts, peerID)
@@ -174,19 +186,50 @@ func mentionChar(c byte) bool {
 
 // reportMentions hands a settled burst of a peer's mentions to
 // Config.Mentions.
-func (h *Hub) reportMentions(r *room, peerID string) {
+func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
 	r.mu.Lock()
-	if r.mentions == nil {
-		r.mu.Unlock()
-		return
-	}
-	p, users := r.mentions.take(peerID)
-	var title string
-	if len(users) > 0 && r.doc != nil {
-		title = documentTitle(r.doc)
+	var m Mention
+	if r.mentions != nil {
+		m = r.takeMentions(peerID, gen)
 	}
 	r.mu.Unlock()
-	if len(users) > 0 {
-		h.cfg.Mentions(Mention{DocumentID: r.id, Peer: p, Title: title, Users: users})
+	if len(m.Users) > 0 {
+		h.cfg.Mentions(m)
+	}
+}
+
+// takeMentions takes a peer's burst as a Mention. Called with r.mu held.
+func (r *room) takeMentions(peerID string, gen uint64) Mention {
+	p, users := r.mentions.take(peerID, gen)
+	m := Mention{DocumentID: r.id, Peer: p, Users: users}
+	if len(users) > 0 && r.doc != nil {
+		m.Title = documentTitle(r.doc)
+	}
+	return m
+}
+
+// reportAllMentions reports every burst still settling, at once: the node
+// is stopping.
+func (h *Hub) reportAllMentions() {
+	h.mu.Lock()
+	rooms := make([]*room, 0, len(h.rooms))
+	for _, r := range h.rooms {
+		rooms = append(rooms, r)
+	}
+	h.mu.Unlock()
+	for _, r := range rooms {
+		r.mu.Lock()
+		var ms []Mention
+		if r.mentions != nil {
+			for id := range r.mentions.bursts {
+				if m := r.takeMentions(id, 0); len(m.Users) > 0 {
+					ms = append(ms, m)
+				}
+			}
+		}
+		r.mu.Unlock()
+		for _, m := range ms {
+			h.cfg.Mentions(m)
+		}
 	}
 }

@@ -135,7 +135,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, accep
 		r.exists = true
 		r.dirty = true
 		if r.mentions != nil {
-			r.mentions.changed(r.doc, p, h.cfg.MentionSettle, func(peerID string) { h.reportMentions(r, peerID) })
+			r.mentions.changed(r.doc, p, h.cfg.MentionSettle)
 		}
 	}
 	sendSync(r.id, m)
@@ -223,7 +223,7 @@ func (r *room) leave(p Peer) {
 	defer r.mu.Unlock()
 	if r.mentions != nil {
 		if b := r.mentions.bursts[p.ID()]; b != nil && b.peer == p {
-			b.timer.Reset(0) // a leaving peer's mentions count at once
+			r.mentions.arm(p.ID(), b, 0) // a leaving peer's mentions count at once
 		}
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {

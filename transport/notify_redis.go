@@ -19,7 +19,7 @@ type NotifyPusher struct {
 	ps     *redis.PubSub
 
 	mu        sync.Mutex
-	following map[string]bool
+	following map[string]int // subscriptions per user on this node
 }
 
 const notifyPrefix = "tandem:notify:"
@@ -29,7 +29,7 @@ func NewNotifyPusher(client *redis.Client, log *slog.Logger) *NotifyPusher {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &NotifyPusher{client: client, log: log, following: map[string]bool{}}
+	return &NotifyPusher{client: client, log: log, following: map[string]int{}}
 }
 
 // Publish implements notify.Pusher.
@@ -37,23 +37,34 @@ func (p *NotifyPusher) Publish(ctx context.Context, user string, push []byte) er
 	return p.client.Publish(ctx, notifyPrefix+user, push).Err()
 }
 
-// Follow implements notify.Pusher.
+// Follow implements notify.Pusher: it counts a user's subscriptions and
+// subscribes to the user's channel while there is one. Counting makes the
+// order of a closing and an opening subscription (a reloaded tab)
+// irrelevant; the Redis commands go out in the order of the counts' changes.
 func (p *NotifyPusher) Follow(user string, on bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.following[user] == on {
-		return
-	}
+	n := p.following[user]
 	if on {
-		p.following[user] = true
+		p.following[user] = n + 1
+		if n > 0 {
+			return
+		}
 	} else {
-		delete(p.following, user)
+		if n <= 1 {
+			delete(p.following, user)
+		} else {
+			p.following[user] = n - 1
+		}
+		if n != 1 {
+			return
+		}
 	}
 	if p.ps == nil {
 		return // Run subscribes to what is followed by then
 	}
-	// go-redis queues the command and replays subscriptions after a
-	// reconnection, so an error here is only logged.
+	// go-redis replays subscriptions after a reconnection, so an error
+	// here is only logged.
 	var err error
 	if on {
 		err = p.ps.Subscribe(context.Background(), notifyPrefix+user)

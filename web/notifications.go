@@ -209,17 +209,29 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	sse(w, "unread", "", map[string]int{"unread": unread})
+	caughtUp := make(map[int64]bool, len(missed))
 	for _, n := range missed {
 		sub.Seen(n.ID)
+		caughtUp[n.ID] = true
 		sse(w, "notification", strconv.FormatInt(n.ID, 10), notify.Push{Type: "notification", Notification: n, Unread: unread})
 	}
 	flusher.Flush()
 
+	// A stream ends when its token expires, as a WebSocket does; the
+	// client reconnects with a fresh one.
+	var expired <-chan time.Time
+	if g := auth.FromContext(ctx); g != nil && !g.Expires.IsZero() {
+		t := time.NewTimer(time.Until(g.Expires))
+		defer t.Stop()
+		expired = t.C
+	}
 	keepAlive := time.NewTicker(watchKeepAlive)
 	defer keepAlive.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-expired:
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
@@ -233,6 +245,9 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 			}
 			id := ""
 			if p.Notification != nil {
+				if caughtUp[p.Notification.ID] {
+					continue // pushed while it was being sent from the store
+				}
 				id = strconv.FormatInt(p.Notification.ID, 10)
 			}
 			sseRaw(w, p.Type, id, b)

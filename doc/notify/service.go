@@ -23,8 +23,9 @@ import (
 type Pusher interface {
 	// Publish sends a push for a user to every node, this one included.
 	Publish(ctx context.Context, userID string, push []byte) error
-	// Follow starts (on) or stops (off) receiving a user's pushes on
-	// this node; deliveries go to the function given to the Service.
+	// Follow is called with on=true for every new subscription of a user
+	// on this node and with on=false when it ends; the pusher receives a
+	// user's pushes while more have started than ended.
 	Follow(userID string, on bool)
 }
 
@@ -303,7 +304,7 @@ func (s *Service) sweepLoop(ctx context.Context) {
 		case <-t.C:
 		case <-s.poke:
 		}
-		ids, err := s.store.dueWindows(ctx, nowMillis(), 100)
+		ids, err := s.store.dueWindows(ctx, nowMillis(), 1000)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("looking for due windows", "err", err)

@@ -348,3 +348,69 @@ func TestBadEventsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// An event whose job has not run when its window closes (a Post that
+// committed late) is folded by the close itself, and its job then finds it
+// done instead of opening a window of its own.
+func TestCloseTakesEventsWhoseJobsHaveNotRun(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			s := &store{db: open(), dialect: sqlite}
+			if pg {
+				s.dialect = postgres
+			}
+			ctx := context.Background()
+			if err := s.migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			inTx := func(fn func(tx *sql.Tx) error) {
+				t.Helper()
+				tx, err := s.db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := fn(tx); err != nil {
+					tx.Rollback()
+					t.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a, late := mention("ana", "bo", "Bo", 0), mention("ana", "cy", "Cy", 0)
+			a.At, late.At = 1000, 1500
+			var windowID int64
+			inTx(func(tx *sql.Tx) error { return s.addEvent(ctx, tx, 1, &a) })
+			inTx(func(tx *sql.Tx) error {
+				due, opened, err := s.foldEvent(ctx, tx, 1, 60_000)
+				if err == nil && (!opened || due != 61_000) {
+					t.Errorf("first event: due %d, opened %v", due, opened)
+				}
+				return err
+			})
+			inTx(func(tx *sql.Tx) error { return s.addEvent(ctx, tx, 2, &late) })
+			if err := s.db.QueryRow(`SELECT id FROM tandem_notify_windows`).Scan(&windowID); err != nil {
+				t.Fatal(err)
+			}
+			var n *Notification
+			inTx(func(tx *sql.Tx) (err error) { n, err = s.closeWindow(ctx, tx, windowID); return err })
+			if n == nil || n.Events != 2 || n.ActorCount != 2 || n.Text != "Bo and 1 other mentioned you in Roadmap" {
+				t.Fatalf("notification = %+v", n)
+			}
+			inTx(func(tx *sql.Tx) error {
+				_, opened, err := s.foldEvent(ctx, tx, 2, 60_000)
+				if opened {
+					t.Error("the late event's job opened a window for an event already notified")
+				}
+				return err
+			})
+			var windows, events int
+			s.db.QueryRow(`SELECT COUNT(*) FROM tandem_notify_windows`).Scan(&windows)
+			s.db.QueryRow(`SELECT COUNT(*) FROM tandem_notify_events`).Scan(&events)
+			if windows != 0 || events != 0 {
+				t.Errorf("left %d windows, %d events", windows, events)
+			}
+		})
+	}
+}

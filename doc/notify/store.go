@@ -146,8 +146,10 @@ var errLate = errors.New("notify: event after the open window's time")
 
 // foldEvent puts a queued event into its key's open window, opening one
 // (due windowMs after the event) if there is none. It reports the
-// window's due time and whether this event opened it. Events of one key
-// do not wait for each other: nothing is locked but the new event's row.
+// window's due time and whether this event opened it. The window's row is
+// locked while the event goes in, so a close either comes first (and this
+// event opens the next window, or finds itself already folded by it) or
+// waits for this transaction.
 func (s *store) foldEvent(ctx context.Context, tx *sql.Tx, jobID int64, windowMs int64) (dueAt int64, opened bool, err error) {
 	var e window
 	err = tx.QueryRowContext(ctx, s.q(`SELECT recipient, kind, document, at FROM tandem_notify_events WHERE job_id = ?`), jobID).
@@ -158,30 +160,38 @@ func (s *store) foldEvent(ctx context.Context, tx *sql.Tx, jobID int64, windowMs
 	if err != nil {
 		return 0, false, err
 	}
-	var done sql.NullInt64
-	if err := tx.QueryRowContext(ctx, s.q(`SELECT window_id FROM tandem_notify_events WHERE job_id = ?`), jobID).Scan(&done); err != nil {
-		return 0, false, err
+	lock := `SELECT id, due_at FROM tandem_notify_windows WHERE recipient = ? AND kind = ? AND document = ?`
+	if s.dialect == postgres {
+		lock += " FOR UPDATE"
 	}
-	if done.Valid {
-		return 0, false, nil // folded by another event's job or by the close
-	}
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 5; attempt++ {
 		var w window
-		err = tx.QueryRowContext(ctx, s.q(`INSERT INTO tandem_notify_windows (recipient, kind, document, opened_at, due_at)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT (recipient, kind, document) DO NOTHING RETURNING id, due_at`),
-			e.recipient, e.kind, e.doc, e.openedAt, e.openedAt+windowMs).Scan(&w.id, &w.dueAt)
-		switch {
-		case err == nil:
-			opened = true
-		case errors.Is(err, sql.ErrNoRows):
-			err = tx.QueryRowContext(ctx, s.q(`SELECT id, due_at FROM tandem_notify_windows WHERE recipient = ? AND kind = ? AND document = ?`),
-				e.recipient, e.kind, e.doc).Scan(&w.id, &w.dueAt)
-			if errors.Is(err, sql.ErrNoRows) {
-				continue // closed between the two statements: open a new one
-			}
+		err = tx.QueryRowContext(ctx, s.q(lock), e.recipient, e.kind, e.doc).Scan(&w.id, &w.dueAt)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return 0, false, err
+		}
+		found := err == nil
+		// With the window locked (or none open), see whether a close has
+		// taken this event meanwhile.
+		var folded sql.NullInt64
+		err = tx.QueryRowContext(ctx, s.q(`SELECT window_id FROM tandem_notify_events WHERE job_id = ?`), jobID).Scan(&folded)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && folded.Valid) {
+			return 0, false, nil
 		}
 		if err != nil {
 			return 0, false, err
+		}
+		if !found {
+			err = tx.QueryRowContext(ctx, s.q(`INSERT INTO tandem_notify_windows (recipient, kind, document, opened_at, due_at)
+				VALUES (?, ?, ?, ?, ?) ON CONFLICT (recipient, kind, document) DO NOTHING RETURNING id, due_at`),
+				e.recipient, e.kind, e.doc, e.openedAt, e.openedAt+windowMs).Scan(&w.id, &w.dueAt)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // another event's job opened it first: lock that one
+			}
+			if err != nil {
+				return 0, false, err
+			}
+			opened = true
 		}
 		if e.openedAt >= w.dueAt {
 			return 0, false, errLate
@@ -235,28 +245,6 @@ func (s *store) readWindow(ctx context.Context, q queryer, windowID int64, lock 
 	return &w, err
 }
 
-// unfolded reports whether events of a window's key from before its due
-// time are still waiting for their job.
-func (s *store) unfolded(ctx context.Context, q queryer, w *window) (bool, error) {
-	var n int
-	err := q.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tandem_notify_events
-		WHERE recipient = ? AND kind = ? AND document = ? AND at < ? AND window_id IS NULL`),
-		w.recipient, w.kind, w.doc, w.dueAt).Scan(&n)
-	return n > 0, err
-}
-
-// foldPending puts a window's events still waiting for their jobs into it.
-func (s *store) foldPending(ctx context.Context, w *window) error {
-	_, err := s.db.ExecContext(ctx, s.q(`UPDATE tandem_notify_events SET window_id = ?
-		WHERE recipient = ? AND kind = ? AND document = ? AND at < ? AND window_id IS NULL`),
-		w.id, w.recipient, w.kind, w.doc, w.dueAt)
-	return err
-}
-
-// errNotYet is closeWindow's answer while events of the window's time are
-// still queued.
-var errNotYet = errors.New("notify: events of the window are still queued")
-
 // closeWindow turns a window and its events into a notification and
 // deletes them. It returns the notification, or nil if the window was
 // already closed.
@@ -265,10 +253,11 @@ func (s *store) closeWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*N
 	if err != nil || w == nil {
 		return nil, err
 	}
-	if pending, err := s.unfolded(ctx, tx, w); err != nil || pending {
-		if err == nil {
-			err = errNotYet
-		}
+	// Events of the window's time still waiting for their jobs go in now,
+	// under the window's lock; their jobs then find them done.
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_notify_events SET window_id = ?
+		WHERE recipient = ? AND kind = ? AND document = ? AND at < ? AND window_id IS NULL`),
+		w.id, w.recipient, w.kind, w.doc, w.dueAt); err != nil {
 		return nil, err
 	}
 	n := &Notification{Recipient: w.recipient, Kind: w.kind, Document: w.doc, CreatedAt: nowMillis(), Actors: []Actor{}}
@@ -281,14 +270,14 @@ func (s *store) closeWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*N
 	n.ActorCount = int(actorCount)
 	// The actors in the order they first acted, each under the latest name
 	// they gave.
-	rows, err := tx.QueryContext(ctx, s.q(`SELECT actor, MAX(actor_name) FROM tandem_notify_events WHERE window_id = ?
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT actor FROM tandem_notify_events WHERE window_id = ?
 		GROUP BY actor ORDER BY MIN(at), actor LIMIT ?`), w.id, MaxActors)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
 		var a Actor
-		if err := rows.Scan(&a.ID, &a.Name); err != nil {
+		if err := rows.Scan(&a.ID); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -297,6 +286,13 @@ func (s *store) closeWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*N
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	for i := range n.Actors {
+		err := tx.QueryRowContext(ctx, s.q(`SELECT actor_name FROM tandem_notify_events WHERE window_id = ? AND actor = ? AND actor_name <> ''
+			ORDER BY at DESC, job_id DESC LIMIT 1`), w.id, n.Actors[i].ID).Scan(&n.Actors[i].Name)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
 	}
 	// Title, verb and payload: the latest event's that has one.
 	var verb, payload string

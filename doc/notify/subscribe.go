@@ -37,12 +37,9 @@ func (s *Service) Subscribe(user string) *Subscription {
 		s.subs[user] = set
 	}
 	set[sub] = struct{}{}
-	first := len(set) == 1
 	s.mu.Unlock()
 	s.cfg.Metrics.Subscriptions.Inc()
-	if first {
-		s.pusher.Follow(user, true)
-	}
+	s.pusher.Follow(user, true) // once per subscription: the pusher counts
 	return sub
 }
 
@@ -73,19 +70,19 @@ func (sub *Subscription) markLocked(id int64) bool {
 func (sub *Subscription) Close() {
 	s := sub.s
 	s.mu.Lock()
-	last := false
+	removed := false
 	if set, ok := s.subs[sub.user]; ok {
 		if _, mine := set[sub]; mine {
 			delete(set, sub)
+			removed = true
 			if len(set) == 0 {
 				delete(s.subs, sub.user)
-				last = true
 			}
 		}
 	}
 	sub.closeLocked()
 	s.mu.Unlock()
-	if last {
+	if removed {
 		s.pusher.Follow(sub.user, false)
 	}
 }

@@ -104,30 +104,12 @@ type closeWorker struct {
 	s *Service
 }
 
+// NextRetry retries a failed close soon: the window is due already.
+func (w *closeWorker) NextRetry(*river.Job[closeArgs]) time.Time { return time.Now().Add(time.Second) }
+
 func (w *closeWorker) Work(ctx context.Context, job *river.Job[closeArgs]) error {
-	// Events of the window's time may still be queued behind a backlog:
-	// wait for them, so that a burst is one notification however slowly
-	// the queue drains.
-	win, err := w.s.store.readWindow(ctx, w.s.store.db, job.Args.WindowID, false)
-	if err != nil || win == nil {
-		return err
-	}
-	for {
-		pending, err := w.s.store.unfolded(ctx, w.s.store.db, win)
-		if err != nil {
-			return err
-		}
-		if !pending {
-			break
-		}
-		// Fold them here rather than wait for their jobs: the jobs then
-		// find their events done.
-		if err := w.s.store.foldPending(ctx, win); err != nil {
-			return err
-		}
-	}
 	var n *Notification
-	err = inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
+	err := inTx(ctx, w.s, job, func(tx *sql.Tx) (err error) {
 		if err := w.s.store.durable(ctx, tx); err != nil {
 			return err
 		}
