@@ -36,32 +36,14 @@ export async function findDoc(repo, url) {
 // watchStatuses opens a contact list (the Server-Sent Events stream of
 // /api/presence/watch) and returns the array its events are pushed into,
 // as parsed JSON, and the response. The stream ends with the test.
-export async function watchStatuses(t, httpBase, users) {
-  const controller = new AbortController()
-  defer(t, () => controller.abort())
-  const res = await fetch(`${httpBase}/api/presence/watch?users=${users.join(",")}`, { signal: controller.signal })
-  const events = []
-  ;(async () => {
-    const decoder = new TextDecoder()
-    let buf = ""
-    try {
-      for await (const chunk of res.body) {
-        buf += decoder.decode(chunk, { stream: true })
-        let i
-        while ((i = buf.indexOf("\n\n")) >= 0) {
-          const data = buf.slice(0, i).split("\n").find(l => l.startsWith("data: "))
-          buf = buf.slice(i + 2)
-          if (data) events.push(JSON.parse(data.slice(6)))
-        }
-      }
-    } catch { /* aborted at the end of the test */ }
-  })()
-  return { events, res }
+export function watchStatuses(t, httpBase, users) {
+  return streamEvents(t, `${httpBase}/api/presence/watch?users=${users.join(",")}`, {}, e => e.data)
 }
 
 // streamEvents reads a Server-Sent Events stream into an array of
-// {event, id, data (parsed JSON), at}. The stream ends with the test.
-export async function streamEvents(t, url, headers = {}) {
+// {event, id, data (parsed JSON), at}, each passed through keep first.
+// The stream ends with the test.
+export async function streamEvents(t, url, headers = {}, keep = e => e) {
   const controller = new AbortController()
   defer(t, () => controller.abort())
   const res = await fetch(url, { signal: controller.signal, headers })
@@ -79,7 +61,7 @@ export async function streamEvents(t, url, headers = {}) {
           buf = buf.slice(i + 2)
           const field = name => block.find(l => l.startsWith(name + ": "))?.slice(name.length + 2)
           const data = field("data")
-          if (data) events.push({ event: field("event") ?? "message", id: field("id"), data: JSON.parse(data), at: Date.now() })
+          if (data) events.push(keep({ event: field("event") ?? "message", id: field("id"), data: JSON.parse(data), at: Date.now() }))
         }
       }
     } catch { /* aborted at the end of the test */ }
