@@ -77,8 +77,11 @@ func (p *NotifyPusher) Follow(user string, on bool) {
 }
 
 // Run receives pushes for the followed users and hands each to deliver,
-// until ctx ends.
-func (p *NotifyPusher) Run(ctx context.Context, deliver func(user string, push []byte)) {
+// until ctx ends. When the subscription connection comes back after a
+// loss, pushes published meanwhile never arrive: resync is then called for
+// every followed user, so that their live streams end and their clients
+// catch up from the store (a reconnecting EventSource sends Last-Event-ID).
+func (p *NotifyPusher) Run(ctx context.Context, deliver func(user string, push []byte), resync func(user string)) {
 	p.mu.Lock()
 	channels := make([]string, 0, len(p.following))
 	for u := range p.following {
@@ -88,20 +91,39 @@ func (p *NotifyPusher) Run(ctx context.Context, deliver func(user string, push [
 	p.ps = p.client.Subscribe(ctx, channels...)
 	p.mu.Unlock()
 	defer p.ps.Close()
-	ch := p.ps.Channel()
+	// Confirmations tell a re-subscription after a reconnection (a second
+	// "subscribe" for a channel with no "unsubscribe" between) from a first.
+	confirmed := map[string]bool{}
+	ch := p.ps.ChannelWithSubscriptions()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case m, ok := <-ch:
+		case v, ok := <-ch:
 			if !ok {
 				return
 			}
-			user, found := strings.CutPrefix(m.Channel, notifyPrefix)
-			if !found {
-				continue
+			switch m := v.(type) {
+			case *redis.Subscription:
+				user, found := strings.CutPrefix(m.Channel, notifyPrefix)
+				if !found {
+					continue
+				}
+				switch m.Kind {
+				case "subscribe":
+					if confirmed[m.Channel] {
+						p.log.Info("notification channel resubscribed: live streams catch up", "user", user)
+						resync(user)
+					}
+					confirmed[m.Channel] = true
+				case "unsubscribe":
+					delete(confirmed, m.Channel)
+				}
+			case *redis.Message:
+				if user, found := strings.CutPrefix(m.Channel, notifyPrefix); found {
+					deliver(user, []byte(m.Payload))
+				}
 			}
-			deliver(user, []byte(m.Payload))
 		}
 	}
 }

@@ -56,7 +56,7 @@ func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg pr
 // start runs the workers and, in a cluster, the push receiver, until bgCtx ends.
 func (n *notifications) start(bgCtx context.Context, run func(func())) error {
 	if n.pusher != nil {
-		run(func() { n.pusher.Run(bgCtx, n.Deliver) })
+		run(func() { n.pusher.Run(bgCtx, n.Deliver, n.Resync) })
 	}
 	return n.Start(bgCtx)
 }

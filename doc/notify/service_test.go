@@ -414,3 +414,21 @@ func TestCloseTakesEventsWhoseJobsHaveNotRun(t *testing.T) {
 		})
 	}
 }
+
+func TestResyncEndsTheUsersStreamsOnly(t *testing.T) {
+	open, pg := backends[0].open(t)
+	s := startService(t, open(), pg, time.Second)
+	ana1, ana2, bo := s.Subscribe("ana"), s.Subscribe("ana"), s.Subscribe("bo")
+	defer bo.Close()
+	s.Resync("ana")
+	for _, sub := range []*Subscription{ana1, ana2} {
+		if _, open := <-sub.C(); open {
+			t.Fatal("ana's subscription is still open")
+		}
+	}
+	select {
+	case <-bo.C():
+		t.Fatal("bo's subscription ended")
+	default:
+	}
+}

@@ -125,6 +125,20 @@ func (s *Service) Deliver(user string, push []byte) {
 	}
 }
 
+// Resync ends a user's subscriptions on this node, for a pusher that may
+// have missed pushes: the clients reconnect and catch up from the store.
+func (s *Service) Resync(user string) {
+	s.mu.Lock()
+	subs := make([]*Subscription, 0, len(s.subs[user]))
+	for sub := range s.subs[user] {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		sub.Close()
+	}
+}
+
 // localPusher delivers on this node only: a node without Redis.
 type localPusher struct{ s *Service }
 
