@@ -4,31 +4,25 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/transport/wire"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // postgresURL is the database the PostgreSQL tests use. CI starts
 // PostgreSQL; a test that cannot reach it fails rather than skips.
-func postgresURL() string {
-	if u := os.Getenv("TANDEM_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test"
-}
-
 func openPostgres(t testing.TB) *PostgresStore {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := OpenPostgresStore(ctx, postgresURL())
+	s, err := OpenPostgresStore(ctx, testenv.PostgresURL())
 	if err != nil {
-		t.Fatalf("PostgreSQL at %s: %v", postgresURL(), err)
+		t.Fatalf("PostgreSQL at %s: %v", testenv.PostgresURL(), err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -8,21 +8,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
-)
 
-func postgresURL() string {
-	if u := os.Getenv("TANDEM_TEST_POSTGRES"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+	"github.com/tandemhq/tandem/internal/testenv"
+)
 
 // backend opens a fresh database for one test: an SQLite file, or a
 // schema of its own in the test PostgreSQL so that tests running at the
@@ -48,7 +42,7 @@ var backends = []backend{
 		b := make([]byte, 6)
 		rand.Read(b)
 		schema := "tandem_notify_test_" + hex.EncodeToString(b)
-		admin, err := OpenPostgres(postgresURL())
+		admin, err := OpenPostgres(testenv.PostgresURL())
 		if err != nil {
 			t.Fatalf("PostgreSQL is required for these tests: %v", err)
 		}
@@ -59,7 +53,7 @@ var backends = []backend{
 			admin.Exec("DROP SCHEMA " + schema + " CASCADE")
 			admin.Close()
 		})
-		u, _ := url.Parse(postgresURL())
+		u, _ := url.Parse(testenv.PostgresURL())
 		q := u.Query()
 		q.Set("search_path", schema)
 		u.RawQuery = q.Encode()

@@ -225,20 +225,16 @@ func (s *store) dueWindows(ctx context.Context, now int64, limit int) ([]int64, 
 	return ids, rows.Err()
 }
 
-type queryer interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
-}
-
-// readWindow reads a window; nil if it is closed. In a transaction on
-// PostgreSQL it locks the row (SQLite locks the database for a write
-// transaction anyway).
-func (s *store) readWindow(ctx context.Context, q queryer, windowID int64, lock bool) (*window, error) {
+// lockWindow reads a window and locks its row until the transaction ends
+// (SQLite locks the database for a write transaction anyway); nil if the
+// window is closed.
+func (s *store) lockWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*window, error) {
 	query := `SELECT id, recipient, kind, document, opened_at, due_at FROM tandem_notify_windows WHERE id = ?`
-	if lock && s.dialect == postgres {
+	if s.dialect == postgres {
 		query += " FOR UPDATE"
 	}
 	var w window
-	err := q.QueryRowContext(ctx, s.q(query), windowID).Scan(&w.id, &w.recipient, &w.kind, &w.doc, &w.openedAt, &w.dueAt)
+	err := tx.QueryRowContext(ctx, s.q(query), windowID).Scan(&w.id, &w.recipient, &w.kind, &w.doc, &w.openedAt, &w.dueAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -249,7 +245,7 @@ func (s *store) readWindow(ctx context.Context, q queryer, windowID int64, lock 
 // deletes them. It returns the notification, or nil if the window was
 // already closed.
 func (s *store) closeWindow(ctx context.Context, tx *sql.Tx, windowID int64) (*Notification, error) {
-	w, err := s.readWindow(ctx, tx, windowID, true)
+	w, err := s.lockWindow(ctx, tx, windowID)
 	if err != nil || w == nil {
 		return nil, err
 	}

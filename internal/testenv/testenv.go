@@ -1,0 +1,13 @@
+// Package testenv names the services the tests use: PostgreSQL at
+// $TANDEM_TEST_POSTGRES, by default the machine's own test database.
+package testenv
+
+import "os"
+
+// PostgresURL is the PostgreSQL the tests connect to.
+func PostgresURL() string {
+	if u := os.Getenv("TANDEM_TEST_POSTGRES"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test"
+}
