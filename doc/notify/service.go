@@ -119,9 +119,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			// a queue of its own it never holds up the events it waits for.
 			closeQueue: {MaxWorkers: 4},
 		},
-		Workers:              workers,
-		FetchCooldown:        20 * time.Millisecond,
-		FetchPollInterval:    100 * time.Millisecond,
+		Workers:       workers,
+		FetchCooldown: 20 * time.Millisecond,
+		// Jobs inserted here wake this node's workers at once (see
+		// localSQLite); polling only picks up what other nodes, retries
+		// and snoozes leave behind.
+		FetchPollInterval:    time.Second,
 		JobTimeout:           20 * time.Second,
 		RescueStuckJobsAfter: 30 * time.Second, // a job of a node that died mid-run runs again after this
 		MaxAttempts:          25,
@@ -134,7 +137,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			s.river, err = river.NewClient(drv, rc)
 		}
 	} else {
-		drv := riversqlite.New(cfg.DB)
+		drv := localSQLite{riversqlite.New(cfg.DB)}
 		if err = migrateRiver(ctx, drv); err == nil {
 			s.river, err = river.NewClient(drv, rc)
 		}
@@ -144,6 +147,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// localSQLite is River's SQLite driver without its listener, which polls
+// an outbox table every 50 ms: an embedded store has one node, and without
+// a listener River wakes this node's workers on every insert instead, so
+// an idle server does no work.
+type localSQLite struct{ *riversqlite.Driver }
+
+func (localSQLite) SupportsListener() bool { return false }
 
 func migrateRiver[TTx any](ctx context.Context, drv riverdriver.Driver[TTx]) error {
 	m, err := rivermigrate.New(drv, &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})
