@@ -40,6 +40,9 @@ type room struct {
 	// goodbye: the server keeps their status channel, so a peer with an
 	// empty state is still seen.
 	present map[string]bool
+	// epoch counts changes of members: a queued update replaced by a
+	// newer value must go to the members it was queued for (outbox.go).
+	epoch uint64
 }
 
 func newRoom(id string) *room {
@@ -56,6 +59,7 @@ func newRoom(id string) *room {
 }
 
 func (r *room) drop(peer string) {
+	r.epoch++
 	delete(r.members, peer)
 	delete(r.typing, peer)
 	delete(r.sent, peer)
@@ -143,18 +147,10 @@ func (h *Hub) sendGoodbye(r *room, peer string) {
 	h.broadcast(r, peer, &presenceMessage{Type: TypeGoodbye})
 }
 
-// broadcast sends m in peer's name to every other member of the room,
-// encoded once and under one relay count.
+// broadcast sends m in peer's name to every other member of the room, by
+// way of the outbox.
 func (h *Hub) broadcast(r *room, peer string, m *presenceMessage) {
-	data := encodePresence(m)
-	h.relayCount++
-	for id, member := range r.members {
-		if id == peer {
-			continue
-		}
-		member.SendPresence(r.id, Message{SenderID: peer, SessionID: h.cfg.RelaySession, Count: h.relayCount, Data: data})
-		h.metrics.sent.WithLabelValues(m.Type).Inc()
-	}
+	h.enqueue(r, peer, m)
 }
 
 // sendRoomTo sends a newcomer a snapshot of every other live peer.
@@ -169,10 +165,7 @@ func (h *Hub) sendRoomTo(r *room, to Peer) {
 				state[ch] = v
 			}
 		}
-		h.relayCount++
-		data := encodePresence(&presenceMessage{Type: TypeSnapshot, State: rawState(state)})
-		to.SendPresence(r.id, Message{SenderID: id, SessionID: h.cfg.RelaySession, Count: h.relayCount, Data: data})
-		h.metrics.sent.WithLabelValues(TypeSnapshot).Inc()
+		h.enqueueTo(r, id, to, &presenceMessage{Type: TypeSnapshot, State: rawState(state)})
 	}
 }
 

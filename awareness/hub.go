@@ -93,12 +93,14 @@ type Hub struct {
 	metrics *metrics
 	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
 
-	mu         sync.Mutex           // guards everything below
-	rooms      map[string]*room     // by document id
-	peers      map[string]*peerInfo // by peer id
-	users      map[string]*userInfo // by user id
-	watchers   map[string]map[*watcher]struct{}
-	relayCount uint64 // count of the last message sent under RelaySession
+	mu       sync.Mutex           // guards everything below
+	rooms    map[string]*room     // by document id
+	peers    map[string]*peerInfo // by peer id
+	users    map[string]*userInfo // by user id
+	watchers map[string]map[*watcher]struct{}
+	out      outbox
+
+	relayCount uint64 // count of the last message sent under RelaySession; the dispatcher's
 }
 
 // peerInfo is one connected peer (a tab) across the documents it is in.
@@ -185,6 +187,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	}
 	if r.members[pi.id] != p {
 		r.members[pi.id] = p
+		r.epoch++
 		r.greeted[pi.id] = false
 		pi.docs[documentID] = struct{}{}
 		h.sendRoomTo(r, p)

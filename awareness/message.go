@@ -15,6 +15,17 @@ type Message struct {
 	SessionID string
 	Count     uint64
 	Data      []byte
+	// Shared is the same for every recipient of one message the hub
+	// sends: a transport may keep there what it derives from the message
+	// once for all of them (its encoded frame). Nil on received messages.
+	Shared *Shared
+}
+
+// Shared carries what a transport computes once per message sent to many
+// peers. The hub calls its peers' SendPresence one after another, never
+// concurrently, for one message.
+type Shared struct {
+	Frame any
 }
 
 // Types of automerge-repo Presence messages.

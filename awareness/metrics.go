@@ -7,6 +7,15 @@ type metrics struct {
 	sent     *prometheus.CounterVec
 	updates  *prometheus.CounterVec
 	expired  prometheus.Counter
+	sentType map[string]prometheus.Counter // sent by message type, resolved once
+}
+
+// sentBy is the sent counter of a message type.
+func (m *metrics) sentBy(typ string) prometheus.Counter {
+	if c, ok := m.sentType[typ]; ok {
+		return c
+	}
+	return m.sent.WithLabelValues(typ)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -21,12 +30,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_updates_not_forwarded_total",
-			Help: "Channel updates not forwarded at once: coalesced into a later one, unchanged, or stale.",
+			Help: "Channel updates not forwarded at once: coalesced into a later one in a tick (coalesced) or while queued to be sent (superseded), unchanged, or stale.",
 		}, []string{"reason"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_presence_expired_total",
 			Help: "Peers removed because they were silent past their TTL.",
 		}),
+	}
+	m.sentType = make(map[string]prometheus.Counter)
+	for _, t := range []string{TypeSnapshot, TypeUpdate, TypeHeartbeat, TypeGoodbye} {
+		m.sentType[t] = m.sent.WithLabelValues(t)
 	}
 	if reg != nil {
 		reg.MustRegister(m.received, m.sent, m.updates, m.expired)

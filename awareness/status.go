@@ -151,6 +151,7 @@ type effects struct {
 }
 
 func (fx *effects) run(h *Hub) {
+	h.dispatch()
 	for _, us := range fx.lastSeen {
 		if h.cfg.LastSeen == nil {
 			break

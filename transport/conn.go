@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -376,12 +378,31 @@ func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
 	})
 }
 
-// SendPresence implements awareness.Peer.
+// SendPresence implements awareness.Peer. A message the hub sends to many
+// peers is encoded once, for the first of them; the others only get their
+// targetId spliced in.
 func (c *conn) SendPresence(documentID string, m awareness.Message) {
-	c.sendMessage(&wire.Message{
-		Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
-		SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-	})
+	if m.Shared == nil {
+		c.sendMessage(&wire.Message{
+			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
+			SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+		})
+		return
+	}
+	p, _ := m.Shared.Frame.(*wire.Prepared)
+	if p == nil {
+		var err error
+		p, err = wire.Prepare(&wire.Message{
+			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
+			SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+		})
+		if err != nil {
+			c.srv.log.Error("encode presence", "err", err)
+			return
+		}
+		m.Shared.Frame = p
+	}
+	c.queue(p.To(c.peerID), c.srv.metrics.sentEphemeral)
 }
 
 // sendMessage addresses m to this peer, encodes it and queues it.
@@ -395,6 +416,12 @@ func (c *conn) sendMessage(m *wire.Message) {
 		c.srv.log.Error("encode message", "type", m.Type, "err", err)
 		return
 	}
+	c.queue(b, c.srv.metrics.sent.WithLabelValues(m.Type))
+}
+
+// queue hands a frame to the writer, counting it in sent; a connection
+// whose queue is full is too slow to keep and is closed.
+func (c *conn) queue(b []byte, sent prometheus.Counter) {
 	select {
 	case <-c.closed:
 		return
@@ -402,7 +429,7 @@ func (c *conn) sendMessage(m *wire.Message) {
 	}
 	select {
 	case c.send <- b:
-		c.srv.metrics.sent.WithLabelValues(m.Type).Inc()
+		sent.Inc()
 	default:
 		c.srv.log.Warn("disconnecting slow consumer", "peer", c.peerID, "remote", c.remote, "queued", len(c.send))
 		c.close(ReasonSlow, false)
@@ -426,7 +453,7 @@ func (c *conn) serveWriter() {
 		case <-expiry:
 			c.close(ReasonExpired, false)
 		case b := <-c.send:
-			if err := c.write(b); err != nil {
+			if err := c.writeQueued(b); err != nil {
 				c.close(ReasonWriteFailed, false)
 				return
 			}
@@ -451,7 +478,7 @@ func (c *conn) drainQueue() {
 	for {
 		select {
 		case b := <-c.send:
-			if c.write(b) != nil {
+			if c.writeQueued(b) != nil {
 				return
 			}
 		default:
@@ -460,9 +487,53 @@ func (c *conn) drainQueue() {
 	}
 }
 
-func (c *conn) write(b []byte) error {
-	c.ws.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	return c.ws.WriteMessage(websocket.BinaryMessage, b)
+// maxBatch bounds the bytes of frames the writer joins into one write.
+const maxBatch = 64 << 10
+
+var batchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// writeQueued writes frame b and whatever else is queued, up to maxBatch
+// bytes, as WebSocket frames in one write to the socket: one system call
+// for the lot instead of one per frame when the writer is behind. Only the
+// writer calls it; gorilla writes only control frames (from this goroutine,
+// and pongs from the reader), each in a write of its own, so frames never
+// interleave.
+func (c *conn) writeQueued(b []byte) error {
+	bp := batchPool.Get().(*[]byte)
+	buf := appendFrame((*bp)[:0], b)
+more:
+	for len(buf) < maxBatch {
+		select {
+		case b := <-c.send:
+			buf = appendFrame(buf, b)
+		default:
+			break more
+		}
+	}
+	nc := c.ws.UnderlyingConn()
+	nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+	_, err := nc.Write(buf)
+	if cap(buf) <= maxBatch*2 {
+		*bp = buf
+		batchPool.Put(bp)
+	}
+	return err
+}
+
+// appendFrame appends payload as one unmasked binary WebSocket frame
+// (RFC 6455 section 5.2), as a server sends them.
+func appendFrame(buf, payload []byte) []byte {
+	const finBinary = 0x80 | websocket.BinaryMessage
+	switch n := len(payload); {
+	case n <= 125:
+		buf = append(buf, finBinary, byte(n))
+	case n <= 0xffff:
+		buf = append(buf, finBinary, 126, byte(n>>8), byte(n))
+	default:
+		buf = append(buf, finBinary, 127)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
+	}
+	return append(buf, payload...)
 }
 
 // pingDelay is the ping interval jittered by ±10%, so that many

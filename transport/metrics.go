@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
 
 // metrics are a Server's Prometheus collectors.
 type metrics struct {
@@ -13,6 +17,8 @@ type metrics struct {
 	refused     *prometheus.CounterVec
 	denied      prometheus.Counter
 	syncBytes   *prometheus.CounterVec
+
+	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,5 +63,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes)
 	}
+	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m
 }

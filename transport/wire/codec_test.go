@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -246,4 +247,35 @@ func equalMessages(a, b *Message) bool {
 	ea, _ := Encode(a)
 	eb, _ := Encode(b)
 	return bytes.Equal(ea, eb)
+}
+
+// A prepared message addressed to a target decodes to the message with
+// that targetId, whatever the lengths of the target and the fields.
+func TestPreparedTo(t *testing.T) {
+	msgs := []*Message{
+		{Type: TypeEphemeral, SenderID: "alice", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", SessionID: "s", Count: 7, Data: Bytes{0xa1, 0x61, 0x61, 0x01}},
+		{Type: TypeSync, SenderID: "server", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", Data: bytes.Repeat([]byte{1}, 300)},
+		{Type: TypePeer, SenderID: "server", PeerMetadata: &PeerMetadata{StorageID: "x"}, SelectedProtocolVersion: ProtocolV1},
+	}
+	for _, m := range msgs {
+		p, err := Prepare(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{0, 1, 23, 24, 255, 256, 70000} {
+			target := strings.Repeat("t", n)
+			got, err := Decode(p.To(target))
+			if err != nil {
+				t.Fatalf("%s to a %d-byte target: %v", m.Type, n, err)
+			}
+			want := *m
+			want.TargetID = target
+			if !reflect.DeepEqual(got, &want) {
+				t.Fatalf("%s to a %d-byte target:\n got %+v\nwant %+v", m.Type, n, got, &want)
+			}
+		}
+	}
+	if _, err := Prepare(&Message{Type: TypeSync, TargetID: "x"}); err == nil {
+		t.Fatal("Prepare took a message with a targetId")
+	}
 }

@@ -1,0 +1,168 @@
+package awareness
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// The outbox: how presence leaves the hub's lock.
+//
+// Merging a message into the room is quick; sending it to every other
+// member (encode, queue on each connection) is the bulk of the work. So
+// the hub only queues a delivery under its lock, and one dispatcher at a
+// time sends the queue in order, outside the lock, assigning the relay
+// counts as it goes: receivers see counts rise in the order they are sent.
+//
+// Under pressure the queue is where updates wait, so it is where newest
+// wins: an update of a (document, peer, channel) still queued takes the
+// newer value in place rather than queueing another. Readers never wait
+// behind the fan-out, and what goes out is the newest value, not a
+// backlog. A replacement never reorders a value past a message it must
+// not pass: a snapshot or goodbye of the same peer, or a change of the
+// room's members (a newcomer's room snapshot), ends replacement for what
+// was queued before it.
+//
+// The dispatcher is whoever queued first when none was running: at light
+// load the caller delivers before it returns (tests see sends at once).
+// One that has dispatched for dispatchTenure hands the rest to a goroutine
+// of its own, so a connection's reader never stays away from its socket.
+
+// dispatchTenure is how long a caller dispatches before it hands over.
+const dispatchTenure = 2 * time.Millisecond
+
+// delivery is one presence message in a peer's name to some members of a
+// document.
+type delivery struct {
+	doc    string
+	sender string
+	msg    *presenceMessage
+	to     []Peer
+	epoch  uint64 // the room's epoch when queued
+}
+
+// docPeer names one peer in one document.
+type docPeer struct{ doc, peer string }
+
+// outbox is the hub's queue of deliveries. Guarded by Hub.mu.
+type outbox struct {
+	queue []*delivery
+	spare []*delivery // the array of the queue sent last, reused
+	// latest holds, per peer of a document, the queued updates by
+	// channel that a newer value of the channel may still replace.
+	latest map[docPeer]map[string]*delivery
+	// dispatching is set while a dispatcher runs. It changes under
+	// Hub.mu; queuers read it without the lock to leave at once.
+	dispatching atomic.Bool
+}
+
+// enqueue queues m from peer to the other members of r. An update of one
+// channel replaces the same channel's update still queued, if the room's
+// members have not changed since.
+func (h *Hub) enqueue(r *room, peer string, m *presenceMessage) {
+	dp := docPeer{r.id, peer}
+	var channel string
+	switch m.Type {
+	case TypeUpdate:
+		channel = m.Channel
+	case TypeHeartbeat:
+		channel = heartbeatChannel
+	default:
+		// A snapshot or goodbye: nothing queued before it may take a
+		// value newer than it carries.
+		delete(h.out.latest, dp)
+	}
+	if channel != "" {
+		if d := h.out.latest[dp][channel]; d != nil && d.epoch == r.epoch {
+			d.msg = m
+			h.metrics.updates.WithLabelValues("superseded").Inc()
+			return
+		}
+	}
+	to := make([]Peer, 0, len(r.members))
+	for id, member := range r.members {
+		if id != peer {
+			to = append(to, member)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	d := &delivery{doc: r.id, sender: peer, msg: m, to: to, epoch: r.epoch}
+	h.out.queue = append(h.out.queue, d)
+	if channel != "" {
+		if h.out.latest == nil {
+			h.out.latest = make(map[docPeer]map[string]*delivery)
+		}
+		byChannel := h.out.latest[dp]
+		if byChannel == nil {
+			byChannel = make(map[string]*delivery)
+			h.out.latest[dp] = byChannel
+		}
+		byChannel[channel] = d
+	}
+}
+
+// enqueueTo queues m from sender to one member of r only (the room's
+// snapshot for a newcomer).
+func (h *Hub) enqueueTo(r *room, sender string, to Peer, m *presenceMessage) {
+	h.out.queue = append(h.out.queue, &delivery{doc: r.id, sender: sender, msg: m, to: []Peer{to}, epoch: r.epoch})
+}
+
+// dispatch sends what is queued, unless another dispatcher is at it. Call
+// it without the lock, after queueing.
+func (h *Hub) dispatch() {
+	// A running dispatcher looks at the queue under the lock before it
+	// stops, so what was queued before this call is sent.
+	if h.out.dispatching.Load() {
+		return
+	}
+	h.mu.Lock()
+	if h.out.dispatching.Load() || len(h.out.queue) == 0 {
+		h.mu.Unlock()
+		return
+	}
+	h.out.dispatching.Store(true)
+	h.drain(time.Now().Add(dispatchTenure))
+}
+
+// drain sends the queue until it is empty. It is called with the lock held
+// and dispatching set, and returns without the lock. Past until (if set),
+// it hands over to a goroutine of its own.
+func (h *Hub) drain(until time.Time) {
+	for len(h.out.queue) > 0 {
+		if !until.IsZero() && time.Now().After(until) {
+			h.mu.Unlock()
+			go func() {
+				h.mu.Lock()
+				h.drain(time.Time{})
+			}()
+			return
+		}
+		batch := h.out.queue
+		h.out.queue = h.out.spare[:0]
+		clear(h.out.latest)
+		h.mu.Unlock()
+		for _, d := range batch {
+			h.send(d)
+		}
+		clear(batch)
+		h.mu.Lock()
+		h.out.spare = batch[:0]
+	}
+	h.out.dispatching.Store(false)
+	h.mu.Unlock()
+}
+
+// send encodes a delivery once and hands it to each recipient under the
+// next relay count. Only the dispatcher calls it.
+func (h *Hub) send(d *delivery) {
+	h.relayCount++
+	m := Message{
+		SenderID: d.sender, SessionID: h.cfg.RelaySession, Count: h.relayCount,
+		Data: encodePresence(d.msg), Shared: &Shared{},
+	}
+	for _, p := range d.to {
+		p.SendPresence(d.doc, m)
+	}
+	h.metrics.sentBy(d.msg.Type).Add(float64(len(d.to)))
+}

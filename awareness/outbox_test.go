@@ -1,0 +1,225 @@
+package awareness
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// gatedPeer is a fakePeer whose SendPresence, once closed, blocks until
+// opened again: a connection the dispatcher is stuck on.
+type gatedPeer struct {
+	fakePeer
+	mu      sync.Mutex
+	gate    chan struct{} // nil: open
+	entered chan struct{}
+}
+
+func (p *gatedPeer) close() {
+	p.mu.Lock()
+	p.gate, p.entered = make(chan struct{}), make(chan struct{}, 1)
+	p.mu.Unlock()
+}
+
+func (p *gatedPeer) open() {
+	p.mu.Lock()
+	close(p.gate)
+	p.gate = nil
+	p.mu.Unlock()
+}
+
+func (p *gatedPeer) SendPresence(doc string, m Message) {
+	p.mu.Lock()
+	gate, entered := p.gate, p.entered
+	p.mu.Unlock()
+	if gate != nil {
+		entered <- struct{}{}
+		<-gate
+	}
+	p.fakePeer.SendPresence(doc, m)
+}
+
+// cursors returns the cursor values p got from sender, in order, and
+// fails if the relay counts did not rise.
+func cursors(t *testing.T, got []received, sender string) []any {
+	t.Helper()
+	var out []any
+	var last uint64
+	for _, g := range got {
+		if g.msg.Count <= last {
+			t.Fatalf("count %d after %d: a receiver would drop it", g.msg.Count, last)
+		}
+		last = g.msg.Count
+		if g.msg.SenderID != sender {
+			continue
+		}
+		switch {
+		case g.body.Type == TypeUpdate && g.body.Channel == "cursor":
+			out = append(out, value(t, g.body.Value))
+		case g.body.Type == TypeSnapshot && g.body.State["cursor"] != nil:
+			out = append(out, value(t, g.body.State["cursor"]))
+		}
+	}
+	return out
+}
+
+// waitDispatched waits until no dispatcher runs.
+func waitDispatched(t *testing.T, h *Hub) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.out.dispatching.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the outbox never finished dispatching")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestOutboxSupersedesWhileBehind: while the dispatcher is stuck on a slow
+// connection, newer values of a channel replace the queued one, so every
+// member then gets the newest value once instead of the backlog.
+func TestOutboxSupersedesWhileBehind(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := &fakePeer{id: "a"}, &gatedPeer{fakePeer: fakePeer{id: "b"}}, &fakePeer{id: "c"}
+	f.hub.Join(b, doc1)
+	f.hub.Join(c, doc1)
+	f.update(a, "user", "ana")
+	f.hub.Tick()
+	f.update(a, "cursor", 0) // the leading edge, sent at once
+	f.update(a, "cursor", 1) // held for the tick's trailing edge
+	b.close()
+	done := make(chan struct{})
+	go func() { f.hub.Tick(); close(done) }() // dispatches cursor 1 and sticks on b
+	<-b.entered
+	for i := 2; i <= 10; i++ {
+		f.clock.Advance(50 * time.Millisecond)
+		f.update(a, "cursor", i)
+		f.hub.Tick()
+	}
+	b.open()
+	<-done
+	waitDispatched(t, f.hub)
+	for _, p := range []*fakePeer{&b.fakePeer, c} {
+		got := cursors(t, p.take(), "a")
+		if fmt.Sprint(got) != "[0 1 10]" {
+			t.Errorf("%s got cursors %v, want [0 1 10]: the newest, not the backlog", p.id, got)
+		}
+	}
+	if n := testutil.ToFloat64(f.hub.metrics.updates.WithLabelValues("superseded")); n != 8 {
+		t.Errorf("superseded = %v, want 8 (cursors 2-9)", n)
+	}
+}
+
+// TestOutboxNewcomerNeverGetsAnOlderValue: a peer that joins while an
+// update is queued gets the room as it was at its join, and every value
+// after it; a newer value must not hide in the update queued before.
+func TestOutboxNewcomerNeverGetsAnOlderValue(t *testing.T) {
+	f := newFixture(t)
+	a, b, d := &fakePeer{id: "a"}, &gatedPeer{fakePeer: fakePeer{id: "b"}}, &fakePeer{id: "d"}
+	f.hub.Join(b, doc1)
+	f.update(a, "user", "ana")
+	f.update(a, "cursor", 0)
+	f.update(a, "cursor", 1) // held for the tick's trailing edge
+	b.close()
+	done := make(chan struct{})
+	go func() { f.hub.Tick(); close(done) }() // cursor 1 sticks on b
+	<-b.entered
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 2) // a leading edge, queued behind the stuck one
+	f.hub.Join(d, doc1)      // d's room snapshot, cursor 2, queued after it
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 3) // must not hide in the queued cursor 2, which d is not to get
+	b.open()
+	<-done
+	waitDispatched(t, f.hub)
+	got := cursors(t, d.take(), "a")
+	if len(got) == 0 || got[len(got)-1] != uint64(3) {
+		t.Fatalf("newcomer got cursors %v, want the last to be 3", got)
+	}
+	if got := cursors(t, b.take(), "a"); got[len(got)-1] != uint64(3) {
+		t.Fatalf("b got cursors %v, want the last to be 3", got)
+	}
+}
+
+// TestOutboxOrderUnderConcurrency: many peers updating at once while the
+// hub ticks: every receiver sees relay counts rise, and ends with every
+// peer's last value of every channel.
+func TestOutboxOrderUnderConcurrency(t *testing.T) {
+	f := newFixture(t)
+	const senders, updates = 8, 300
+	watchers := []*fakePeer{{id: "w1"}, {id: "w2"}}
+	for _, w := range watchers {
+		f.hub.Join(w, doc1)
+	}
+	stop := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				f.clock.Advance(time.Millisecond)
+				f.hub.Tick()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &fakePeer{id: fmt.Sprintf("s%d", s)}
+			for i := 1; i <= updates; i++ {
+				ch := []string{"cursor", "selection"}[i%2] // the last, 300, a cursor
+				data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: ch, Value: enc(i)}})
+				if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: uint64(i), Data: data}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-ticked
+	for range 2 { // the trailing edges
+		f.clock.Advance(time.Second)
+		f.hub.Tick()
+	}
+	waitDispatched(t, f.hub)
+	for _, w := range watchers {
+		last := map[string]any{}
+		var count uint64
+		for _, g := range w.take() {
+			if g.msg.Count <= count {
+				t.Fatalf("%s: count %d after %d", w.id, g.msg.Count, count)
+			}
+			count = g.msg.Count
+			switch g.body.Type {
+			case TypeUpdate:
+				last[g.msg.SenderID+"/"+g.body.Channel] = value(t, g.body.Value)
+			case TypeSnapshot:
+				for ch, v := range g.body.State {
+					last[g.msg.SenderID+"/"+ch] = value(t, v)
+				}
+			}
+		}
+		for s := range senders {
+			if v := last[fmt.Sprintf("s%d/cursor", s)]; v != uint64(updates) {
+				t.Errorf("%s: last cursor of s%d = %v, want %d", w.id, s, v, updates)
+			}
+			if v := last[fmt.Sprintf("s%d/selection", s)]; v != uint64(updates-1) {
+				t.Errorf("%s: last selection of s%d = %v, want %d", w.id, s, v, updates-1)
+			}
+		}
+	}
+}
