@@ -386,3 +386,25 @@ func TestHeartbeatIsAcknowledged(t *testing.T) {
 		}
 	}
 }
+
+// TestFramesOfEveryLengthForm: the writer frames messages itself, joining
+// what is queued into one write; each length form (7-bit, 16-bit, 64-bit)
+// arrives whole and in order.
+func TestFramesOfEveryLengthForm(t *testing.T) {
+	s := newTestServer(t, Config{MaxEphemeralBytes: 1 << 20, MaxMessageBytes: 2 << 20})
+	a, b := dial(t, s.url), dial(t, s.url)
+	join(t, a, "a")
+	join(t, b, "b")
+	sendEphemeral(t, b, "b", 1, []byte{0xa0})
+	waitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	sizes := []int{1, 125, 126, 65535, 65536, 200000, 3}
+	for i, n := range sizes {
+		sendEphemeral(t, a, "a", uint64(i+1), bytes.Repeat([]byte{byte(i)}, n))
+	}
+	for i, n := range sizes {
+		m := recv(t, b)
+		if m.Count != uint64(i+1) || !bytes.Equal(m.Data, bytes.Repeat([]byte{byte(i)}, n)) {
+			t.Fatalf("message %d: got count %d with %d bytes, want count %d with %d", i, m.Count, len(m.Data), i+1, n)
+		}
+	}
+}
