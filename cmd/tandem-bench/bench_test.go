@@ -5,12 +5,15 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport"
 )
 
@@ -81,4 +84,29 @@ func startTestNode(t *testing.T) string {
 	})
 
 	return "ws" + strings.TrimPrefix(hs.URL, "http") + "/"
+}
+
+// TestClusterScenario builds the server and runs a small presence load on
+// a cluster of two nodes (a private redis-server, the test PostgreSQL):
+// peers of one document sit on both nodes, so their cursors cross Redis,
+// and every final cursor must arrive.
+func TestClusterScenario(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "tandem")
+	build := exec.Command("go", "build", "-o", bin, "github.com/tandemhq/tandem/cmd/tandem")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	r, err := measureCluster(context.Background(), options{
+		scenario: "presence", docs: 2, peers: 4, rate: 10,
+		duration: time.Second, drain: time.Second,
+	}, bin, 2, testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.delivered == 0 || r.pairs != 2*4*3 || r.missingFinal != 0 {
+		t.Fatalf("delivered %d; final cursors missing for %d of %d pairs", r.delivered, r.missingFinal, r.pairs)
+	}
+	if r.cpu <= 0 || r.rss <= 0 {
+		t.Fatalf("CPU %v s, RSS %d: the nodes' /proc figures are missing", r.cpu, r.rss)
+	}
 }

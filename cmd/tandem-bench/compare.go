@@ -109,7 +109,7 @@ func runCompare(ctx context.Context, o options, tandemBin, stockDir string) erro
 		}
 		run := o
 		run.urls = []string{srv.url}
-		run.serverPID = srv.cmd.Process.Pid
+		run.serverPIDs = []int{srv.cmd.Process.Pid}
 		fmt.Printf("== %s\n", tg.name)
 		switch o.scenario {
 		case "presence":

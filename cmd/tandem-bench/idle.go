@@ -31,7 +31,7 @@ func printIdle(r idleResult) {
 // measureIdle opens connections that join and open one document each, and
 // measures the server's memory per connection.
 func measureIdle(ctx context.Context, o options) (idleResult, error) {
-	if o.serverPID <= 0 {
+	if len(o.serverPIDs) == 0 {
 		return idleResult{}, fmt.Errorf("idle needs --server-pid to read the server's memory")
 	}
 	creator, err := dialPeer(o.urls[0])
@@ -43,7 +43,7 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	if err := creator.create(doc); err != nil {
 		return idleResult{}, err
 	}
-	before, err := rssBytes(o.serverPID)
+	before, err := rssBytes(o.serverPIDs)
 	if err != nil {
 		return idleResult{}, err
 	}
@@ -78,7 +78,7 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	case <-time.After(o.duration):
 	case <-ctx.Done():
 	}
-	after, err := rssBytes(o.serverPID)
+	after, err := rssBytes(o.serverPIDs)
 	if err != nil {
 		return idleResult{}, err
 	}

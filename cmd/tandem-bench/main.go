@@ -22,22 +22,23 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 )
 
 type options struct {
-	urls      []string
-	scenario  string
-	docs      int
-	peers     int
-	rate      float64
-	conns     int
-	typists   int
-	readers   int
-	duration  time.Duration
-	drain     time.Duration
-	serverPID int
+	urls       []string
+	scenario   string
+	docs       int
+	peers      int
+	rate       float64
+	conns      int
+	typists    int
+	readers    int
+	duration   time.Duration
+	drain      time.Duration
+	serverPIDs []int
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -56,17 +57,30 @@ func main() {
 	flag.IntVar(&o.readers, "readers", 40, "typing: peers reading")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
-	flag.IntVar(&o.serverPID, "server-pid", 0, "server process to read CPU and RSS of (/proc)")
+	var pids string
+	flag.StringVar(&pids, "server-pid", "", "server process(es), comma-separated, to read CPU and RSS of (/proc); a cluster's are summed")
+	cluster := flag.Int("cluster", 0, clusterHelp)
+	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster: the nodes' shared PostgreSQL")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
 	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
 	flag.Parse()
 	o.urls = strings.Split(urls, ",")
+	for _, f := range strings.FieldsFunc(pids, func(r rune) bool { return r == ',' }) {
+		pid, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tandem-bench: --server-pid:", err)
+			os.Exit(2)
+		}
+		o.serverPIDs = append(o.serverPIDs, pid)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	var err error
 	switch {
+	case *cluster > 0:
+		err = runCluster(ctx, o, *tandemBin, *cluster, *postgresURL)
 	case *compare:
 		err = runCompare(ctx, o, *tandemBin, *stockDir)
 	case o.scenario == "presence":

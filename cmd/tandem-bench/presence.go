@@ -62,7 +62,7 @@ func printPresence(r presenceResult, o options) {
 		float64(r.delivered)/r.sendTime.Seconds(), 100*float64(r.delivered)/float64(max(r.offered, 1)))
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
 	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", r.missingFinal, r.pairs)
-	if o.serverPID > 0 {
+	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
 			r.cpu, 100*r.cpu/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.cpu, 0.01))
 		fmt.Printf("server RSS           %.1f MiB\n", float64(r.rss)/(1<<20))
@@ -112,7 +112,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		}()
 	}
 
-	cpu0, _ := cpuSeconds(o.serverPID)
+	cpu0, _ := cpuSeconds(o.serverPIDs)
 	start := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
@@ -131,10 +131,10 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	case <-time.After(o.drain):
 	case <-ctx.Done():
 	}
-	cpu1, _ := cpuSeconds(o.serverPID)
+	cpu1, _ := cpuSeconds(o.serverPIDs)
 	var rss int64
-	if o.serverPID > 0 {
-		rss, _ = rssBytes(o.serverPID)
+	if len(o.serverPIDs) > 0 {
+		rss, _ = rssBytes(o.serverPIDs)
 	}
 	for _, m := range members {
 		m.p.ws.Close()

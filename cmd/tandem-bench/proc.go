@@ -10,8 +10,35 @@ import (
 // clockTicks is the kernel's USER_HZ, 100 on Linux.
 const clockTicks = 100
 
-// cpuSeconds returns user+system CPU time of a process from /proc.
-func cpuSeconds(pid int) (float64, error) {
+// cpuSeconds returns the user+system CPU time of processes from /proc,
+// summed.
+func cpuSeconds(pids []int) (float64, error) {
+	total := 0.0
+	for _, pid := range pids {
+		s, err := cpuSecondsOf(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += s
+	}
+	return total, nil
+}
+
+// rssBytes returns the resident set size of processes from /proc, summed.
+func rssBytes(pids []int) (int64, error) {
+	var total int64
+	for _, pid := range pids {
+		n, err := rssBytesOf(pid)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// cpuSecondsOf returns user+system CPU time of a process from /proc.
+func cpuSecondsOf(pid int) (float64, error) {
 	if pid <= 0 {
 		return 0, nil
 	}
@@ -28,8 +55,8 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// rssBytes returns the resident set size of a process from /proc.
-func rssBytes(pid int) (int64, error) {
+// rssBytesOf returns the resident set size of a process from /proc.
+func rssBytesOf(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err

@@ -72,7 +72,7 @@ func runTyping(ctx context.Context, o options) error {
 func printTyping(r typingResult, o options) {
 	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(r.latencies), float64(len(r.latencies))/r.elapsed.Seconds())
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
-	if o.serverPID > 0 {
+	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/(r.elapsed+o.drain).Seconds())
 	}
 }
@@ -147,7 +147,7 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 		}
 	}
 
-	cpu0, _ := cpuSeconds(o.serverPID)
+	cpu0, _ := cpuSeconds(o.serverPIDs)
 	start := time.Now()
 	loadCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
@@ -183,7 +183,7 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	case <-time.After(o.drain):
 	case <-ctx.Done():
 	}
-	cpu1, _ := cpuSeconds(o.serverPID)
+	cpu1, _ := cpuSeconds(o.serverPIDs)
 	for _, p := range peers {
 		p.ws.Close()
 	}
