@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -30,12 +28,17 @@ type conn struct {
 	ws     *websocket.Conn
 	remote string
 
-	send       chan []byte   // frames for the writer; bounded
-	closed     chan struct{} // closed by close
-	writerDone chan struct{}
+	// The writer (writer.go). wmu guards out, writing, closing and the
+	// timers.
+	wmu        sync.Mutex
+	out        []outFrame // frames for the writer, bounded by SendQueue
+	writing    bool       // a writer goroutine runs
+	closing    bool       // the close frame is queued: nothing more is
+	pinger     *time.Timer
+	expiry     *time.Timer
+	writerDone chan struct{} // closed once the socket is closed
 	closeOnce  sync.Once
-	reason     CloseReason // set once, before closed is closed
-	drain      bool        // write what is queued before the close frame
+	reason     CloseReason // set once, by close
 
 	grant   *auth.Grant   // what the token allows; nil when running open
 	limiter *rate.Limiter // the message rate: excess ephemerals dropped
@@ -64,20 +67,18 @@ func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *c
 		grant:      grant,
 		limiter:    rate.NewLimiter(rate.Limit(cfg.MessageRate), cfg.MessageBurst),
 		flood:      rate.NewLimiter(rate.Limit(2*cfg.MessageRate), 2*cfg.MessageBurst),
-		send:       make(chan []byte, s.cfg.SendQueue),
-		closed:     make(chan struct{}),
 		writerDone: make(chan struct{}),
 		docs:       make(map[string]struct{}),
 		clocks:     make(map[string]uint64),
 	}
 }
 
-// serve runs the connection: the writer in its own goroutine, the reader in
-// this one, then the cleanup.
+// serve runs the connection: the reader in this goroutine, a writer
+// whenever there is something to write, then the cleanup.
 func (c *conn) serve() {
 	// The connection lives until close, not as long as any request.
 	ctx, cancel := context.WithCancel(context.Background())
-	go c.serveWriter()
+	c.startTimers()
 	c.close(c.readLoop(ctx), false)
 	cancel()
 	if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
@@ -93,21 +94,6 @@ func (c *conn) serve() {
 	<-c.writerDone
 	c.srv.metrics.disconnects.WithLabelValues(c.reason.Name).Inc()
 	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote, "reason", c.reason.Name)
-}
-
-// close ends the connection once; the first reason wins. With drain, the
-// writer first sends what is already queued (an error message, say).
-func (c *conn) close(r CloseReason, drain bool) {
-	c.closeOnce.Do(func() {
-		c.reason = r
-		c.drain = drain
-		close(c.closed)
-		if r == ReasonSlow || r == ReasonPingTimeout {
-			// The peer is not reading: a write to it may be blocked
-			// for the whole WriteTimeout. Cut it short now.
-			c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
-		}
-	})
 }
 
 func (c *conn) readDeadline() time.Time {
@@ -417,123 +403,6 @@ func (c *conn) sendMessage(m *wire.Message) {
 		return
 	}
 	c.queue(b, c.srv.metrics.sent.WithLabelValues(m.Type))
-}
-
-// queue hands a frame to the writer, counting it in sent; a connection
-// whose queue is full is too slow to keep and is closed.
-func (c *conn) queue(b []byte, sent prometheus.Counter) {
-	select {
-	case <-c.closed:
-		return
-	default:
-	}
-	select {
-	case c.send <- b:
-		sent.Inc()
-	default:
-		c.srv.log.Warn("disconnecting slow consumer", "peer", c.peerID, "remote", c.remote, "queued", len(c.send))
-		c.close(ReasonSlow, false)
-	}
-}
-
-// serveWriter is the only goroutine that writes to the socket.
-func (c *conn) serveWriter() {
-	defer close(c.writerDone)
-	defer c.ws.Close()
-	ping := time.NewTimer(c.pingDelay())
-	defer ping.Stop()
-	var expiry <-chan time.Time
-	if c.grant != nil && !c.grant.Expires.IsZero() {
-		t := time.NewTimer(time.Until(c.grant.Expires))
-		defer t.Stop()
-		expiry = t.C
-	}
-	for {
-		select {
-		case <-expiry:
-			c.close(ReasonExpired, false)
-		case b := <-c.send:
-			if err := c.writeQueued(b); err != nil {
-				c.close(ReasonWriteFailed, false)
-				return
-			}
-		case <-ping.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.srv.cfg.WriteTimeout)); err != nil {
-				c.close(ReasonWriteFailed, false)
-				return
-			}
-			ping.Reset(c.pingDelay())
-		case <-c.closed:
-			if c.drain {
-				c.drainQueue()
-			}
-			msg := websocket.FormatCloseMessage(c.reason.Code, c.reason.Text)
-			c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-			return
-		}
-	}
-}
-
-func (c *conn) drainQueue() {
-	for {
-		select {
-		case b := <-c.send:
-			if c.writeQueued(b) != nil {
-				return
-			}
-		default:
-			return
-		}
-	}
-}
-
-// maxBatch bounds the bytes of frames the writer joins into one write.
-const maxBatch = 64 << 10
-
-var batchPool = sync.Pool{New: func() any { return new([]byte) }}
-
-// writeQueued writes frame b and whatever else is queued, up to maxBatch
-// bytes, as WebSocket frames in one write to the socket: one system call
-// for the lot instead of one per frame when the writer is behind. Only the
-// writer calls it; gorilla writes only control frames (from this goroutine,
-// and pongs from the reader), each in a write of its own, so frames never
-// interleave.
-func (c *conn) writeQueued(b []byte) error {
-	bp := batchPool.Get().(*[]byte)
-	buf := appendFrame((*bp)[:0], b)
-more:
-	for len(buf) < maxBatch {
-		select {
-		case b := <-c.send:
-			buf = appendFrame(buf, b)
-		default:
-			break more
-		}
-	}
-	nc := c.ws.UnderlyingConn()
-	nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-	_, err := nc.Write(buf)
-	if cap(buf) <= maxBatch*2 {
-		*bp = buf
-		batchPool.Put(bp)
-	}
-	return err
-}
-
-// appendFrame appends payload as one unmasked binary WebSocket frame
-// (RFC 6455 section 5.2), as a server sends them.
-func appendFrame(buf, payload []byte) []byte {
-	const finBinary = 0x80 | websocket.BinaryMessage
-	switch n := len(payload); {
-	case n <= 125:
-		buf = append(buf, finBinary, byte(n))
-	case n <= 0xffff:
-		buf = append(buf, finBinary, 126, byte(n>>8), byte(n))
-	default:
-		buf = append(buf, finBinary, 127)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
-	}
-	return append(buf, payload...)
 }
 
 // pingDelay is the ping interval jittered by ±10%, so that many

@@ -41,10 +41,14 @@ func NewServer(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registerer),
 		upgrader: websocket.Upgrader{
-			ReadBufferSize:  4096,
-			WriteBufferSize: 4096,
-			// Idle connections hold no write buffer: it is taken from
-			// the pool for each write.
+			// Each connection's reader keeps this buffer for its life:
+			// presence frames are a few hundred bytes, and a larger
+			// frame is read through it in parts.
+			ReadBufferSize: 1024,
+			// Messages are framed and written by the connection's own
+			// writer (writer.go); gorilla writes none, so it needs no
+			// buffer for them.
+			WriteBufferSize: 256,
 			WriteBufferPool: &sync.Pool{},
 			// Origins are checked before the upgrade, in ServeHTTP.
 			CheckOrigin: func(*http.Request) bool { return true },
@@ -129,7 +133,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.closing {
 		s.mu.Unlock()
 		c.close(ReasonShutdown, false)
-		c.serveWriter()
+		<-c.writerDone
 		releaseIP()
 		return
 	}

@@ -1,0 +1,197 @@
+package transport
+
+import (
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The writer. Frames for a connection wait in its out queue; a goroutine
+// writes them only while there are some, and ends when the queue is empty.
+// An idle connection so holds no writer goroutine, stack or buffer: its
+// pings and its token's expiry are timers that queue a frame or close.
+//
+// The writer frames messages itself and joins what is queued into one
+// write: one system call for the lot when it is behind. Every frame the
+// server sends goes through it, pongs and the close frame included, so
+// frames never interleave on the socket.
+
+// maxBatch bounds the bytes of frames the writer joins into one write.
+const maxBatch = 64 << 10
+
+// closeWait bounds the write of the close frame.
+const closeWait = time.Second
+
+// outFrame is one frame to write: a message or a control frame.
+type outFrame struct {
+	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
+	payload []byte
+}
+
+var batchPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// startTimers arms the ping and the token's expiry, and makes the reader
+// answer pings through the writer.
+func (c *conn) startTimers() {
+	c.ws.SetPingHandler(func(data string) error {
+		c.push(outFrame{op: websocket.PongMessage, payload: []byte(data)})
+		return nil
+	})
+	// The close frame is the writer's to send, with the server's reason.
+	c.ws.SetCloseHandler(func(int, string) error { return nil })
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.closing {
+		return
+	}
+	c.pinger = time.AfterFunc(c.pingDelay(), c.ping)
+	if c.grant != nil && !c.grant.Expires.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(c.grant.Expires), func() { c.close(ReasonExpired, false) })
+	}
+}
+
+func (c *conn) ping() {
+	if c.push(outFrame{op: websocket.PingMessage}) {
+		c.wmu.Lock()
+		if !c.closing {
+			c.pinger.Reset(c.pingDelay())
+		}
+		c.wmu.Unlock()
+	}
+}
+
+// queue hands a message to the writer, counting it in sent; a connection
+// whose queue is full is too slow to keep and is closed.
+func (c *conn) queue(b []byte, sent prometheus.Counter) {
+	if c.push(outFrame{op: websocket.BinaryMessage, payload: b}) {
+		sent.Inc()
+	}
+}
+
+// push queues f and starts a writer if none runs. It reports false if the
+// connection is closing or too slow (and then closes it).
+func (c *conn) push(f outFrame) bool {
+	c.wmu.Lock()
+	if c.closing {
+		c.wmu.Unlock()
+		return false
+	}
+	if n := len(c.out); n >= c.srv.cfg.SendQueue {
+		c.wmu.Unlock()
+		c.srv.log.Warn("disconnecting slow consumer", "peer", c.peerID, "remote", c.remote, "queued", n)
+		c.close(ReasonSlow, false)
+		return false
+	}
+	c.out = append(c.out, f)
+	start := !c.writing
+	c.writing = true
+	c.wmu.Unlock()
+	if start {
+		go c.write()
+	}
+	return true
+}
+
+// close ends the connection once; the first reason wins. With drain, what
+// is already queued (an error message, say) goes before the close frame;
+// otherwise it is dropped.
+func (c *conn) close(r CloseReason, drain bool) {
+	c.closeOnce.Do(func() {
+		c.reason = r
+		c.wmu.Lock()
+		if !drain {
+			clear(c.out)
+			c.out = c.out[:0]
+		}
+		c.out = append(c.out, outFrame{op: websocket.CloseMessage, payload: websocket.FormatCloseMessage(r.Code, r.Text)})
+		c.closing = true
+		start := !c.writing
+		c.writing = true
+		if c.pinger != nil {
+			c.pinger.Stop()
+		}
+		if c.expiry != nil {
+			c.expiry.Stop()
+		}
+		c.wmu.Unlock()
+		if r == ReasonSlow || r == ReasonPingTimeout {
+			// The peer is not reading: a write to it may be blocked
+			// for the whole WriteTimeout. Cut it short now.
+			c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
+		}
+		if start {
+			go c.write()
+		}
+	})
+}
+
+// write is the writer goroutine: it writes what is queued until the queue
+// is empty, or until the close frame, after which it closes the socket.
+func (c *conn) write() {
+	bp := batchPool.Get().(*[]byte)
+	defer batchPool.Put(bp)
+	nc := c.ws.UnderlyingConn()
+	for {
+		c.wmu.Lock()
+		batch := c.out
+		if len(batch) == 0 {
+			c.writing = false
+			c.wmu.Unlock()
+			return
+		}
+		c.out = nil
+		c.wmu.Unlock()
+		buf := (*bp)[:0]
+		var err error
+		closing := false
+		for i, f := range batch {
+			buf = appendFrame(buf, f.op, f.payload)
+			closing = f.op == websocket.CloseMessage
+			if len(buf) < maxBatch && !closing && i < len(batch)-1 {
+				continue
+			}
+			wait := c.srv.cfg.WriteTimeout
+			if closing {
+				wait = closeWait
+			}
+			if err == nil {
+				nc.SetWriteDeadline(time.Now().Add(wait))
+				_, err = nc.Write(buf)
+			}
+			buf = buf[:0]
+			if closing {
+				break
+			}
+		}
+		if cap(buf) <= 2*maxBatch {
+			*bp = buf
+		}
+		if closing {
+			c.ws.Close()
+			close(c.writerDone)
+			return // writing stays set: no writer starts again
+		}
+		if err != nil {
+			c.close(ReasonWriteFailed, false)
+		}
+	}
+}
+
+// appendFrame appends payload as one unmasked WebSocket frame of opcode op
+// (RFC 6455 section 5.2), as a server sends them.
+func appendFrame(buf []byte, op int, payload []byte) []byte {
+	fin := byte(0x80 | op)
+	switch n := len(payload); {
+	case n <= 125:
+		buf = append(buf, fin, byte(n))
+	case n <= 0xffff:
+		buf = append(buf, fin, 126, byte(n>>8), byte(n))
+	default:
+		buf = append(buf, fin, 127)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
+	}
+	return append(buf, payload...)
+}
