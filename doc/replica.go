@@ -62,8 +62,9 @@ func (r *room) applyRemote(data []byte) (bool, error) {
 		r.mentions.refresh(r.doc) // mentions from other nodes are theirs to report
 	}
 	r.dirty = true
+	heads := r.doc.Heads()
 	for _, m := range r.members {
-		sendSync(r.id, m)
+		sendSync(r.id, m, heads)
 	}
 	return true, nil
 }

@@ -42,6 +42,9 @@ type room struct {
 type member struct {
 	peer  Peer
 	state *automerge.SyncState
+	// sentAt holds the document's heads when the peer was last sent a
+	// sync message; nil before the first.
+	sentAt []automerge.ChangeHash
 }
 
 func newRoom(id string) *room {
@@ -125,7 +128,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, accep
 	if _, err := m.state.ReceiveMessage(data); err != nil {
 		return false, nil, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 	}
-	changed = !sameHeads(before, r.doc.Heads())
+	after := r.doc.Heads()
+	changed = !sameHeads(before, after)
 	if changed {
 		if cs, err := r.doc.Changes(before...); err == nil {
 			accepted = automerge.SaveChanges(cs)
@@ -138,14 +142,16 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, accep
 			r.mentions.changed(r.doc, p, h.cfg.MentionSettle)
 		}
 	}
-	sendSync(r.id, m)
+	if msg.Request || changed || !level(data, after, m.sentAt) {
+		sendSync(r.id, m, after)
+	}
 	if msg.Request && !r.exists {
 		p.SendDocUnavailable(r.id)
 	}
 	if changed {
 		for id, other := range r.members {
 			if id != p.ID() {
-				sendSync(r.id, other)
+				sendSync(r.id, other, after)
 			}
 		}
 	}
@@ -196,9 +202,12 @@ func (r *room) known(hash []byte) bool {
 	return err == nil
 }
 
-func sendSync(documentID string, m *member) {
+// sendSync sends m what automerge says it lacks, if anything; heads are
+// the document's now.
+func sendSync(documentID string, m *member, heads []automerge.ChangeHash) {
 	if msg, ok := m.state.GenerateMessage(); ok {
 		m.peer.SendSync(documentID, msg.Bytes())
+		m.sentAt = heads
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+
+	"github.com/automerge/automerge-go"
 )
 
 // Read-only peers. automerge-go applies a sync message's changes as it
@@ -124,4 +126,33 @@ func sortedUnion(a, b [][]byte) [][]byte {
 	out := append(append([][]byte(nil), a...), b...)
 	slices.SortFunc(out, bytes.Compare)
 	return slices.CompactFunc(out, bytes.Equal)
+}
+
+// level reports whether a peer's sync message shows it level with the
+// document: no changes, nothing needed, and its heads the document's heads,
+// which the peer was last sent too (sentAt). automerge then has nothing to
+// answer (its sync state's last sent heads and the peer's heads both equal
+// ours), so the room skips asking it: most messages of a busy document are
+// such acknowledgements, one per peer per change. When unsure, false.
+func level(msg []byte, ours, sentAt []automerge.ChangeHash) bool {
+	if sentAt == nil || !sameHeads(sentAt, ours) || len(msg) == 0 || msg[0] != syncMessageV1 {
+		return false
+	}
+	r := &syncReader{b: msg, off: 1}
+	heads := r.hashes()
+	need := r.hashes()
+	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
+		r.hashes()           // lastSync
+		r.bytes(r.uvarint()) // bloom filter
+	}
+	changes := r.uvarint()
+	if r.err != nil || changes != 0 || len(need) != 0 || len(heads) != len(ours) {
+		return false
+	}
+	for i, h := range heads {
+		if !bytes.Equal(h, ours[i][:]) {
+			return false
+		}
+	}
+	return true
 }

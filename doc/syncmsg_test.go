@@ -3,6 +3,8 @@ package doc
 import (
 	"bytes"
 	"testing"
+
+	"github.com/automerge/automerge-go"
 )
 
 // FuzzStripForReadOnly: the rewriter never panics on any input, and what
@@ -37,5 +39,68 @@ func TestStripKeepsTrailingFields(t *testing.T) {
 	want := append(append([]byte{0x42, 0x01}, head...), 0x00, 0x00, 0x00, 0x02, 0x02, 0x84)
 	if !bytes.Equal(out, want) {
 		t.Fatalf("got  %x\nwant %x", out, want)
+	}
+}
+
+// TestLevel: a peer's acknowledgement at the end of a sync exchange shows
+// it level with the document; a message carrying changes, a document that
+// moved on, or heads the peer was never sent are not level.
+func TestLevel(t *testing.T) {
+	server, peer := automerge.New(), automerge.New()
+	if err := server.RootMap().Set("title", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Commit("v1"); err != nil {
+		t.Fatal(err)
+	}
+	ss, ps := automerge.NewSyncState(server), automerge.NewSyncState(peer)
+	var last []byte // the peer's last message
+	for range 10 {
+		quiet := true
+		if m, ok := ss.GenerateMessage(); ok {
+			quiet = false
+			if _, err := ps.ReceiveMessage(m.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m, ok := ps.GenerateMessage(); ok {
+			quiet = false
+			last = m.Bytes()
+			if _, err := ss.ReceiveMessage(last); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if quiet {
+			break
+		}
+	}
+	heads := server.Heads()
+	if !level(last, heads, heads) {
+		t.Fatal("the peer's acknowledgement is not level")
+	}
+	if level(last, heads, nil) {
+		t.Fatal("level before the peer was ever sent anything")
+	}
+	if err := peer.RootMap().Set("title", "v2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Commit("v2"); err != nil {
+		t.Fatal(err)
+	}
+	m, ok := ps.GenerateMessage()
+	if !ok || level(m.Bytes(), heads, heads) {
+		t.Fatal("a message with the peer's new change counted as level")
+	}
+	if err := server.RootMap().Set("body", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := server.Commit("body"); err != nil {
+		t.Fatal(err)
+	}
+	if level(last, server.Heads(), heads) {
+		t.Fatal("level with a document that has moved on")
+	}
+	if level([]byte{0x42, 0xff}, heads, heads) || level(nil, heads, heads) {
+		t.Fatal("an unreadable message counted as level")
 	}
 }
