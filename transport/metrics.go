@@ -17,6 +17,7 @@ type metrics struct {
 	refused     *prometheus.CounterVec
 	denied      prometheus.Counter
 	syncBytes   *prometheus.CounterVec
+	sendWait    prometheus.Histogram
 
 	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
 }
@@ -51,6 +52,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_connections_refused_total",
 			Help: "Connections refused before the WebSocket upgrade, by reason.",
 		}, []string{"reason"}),
+		sendWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "tandem_send_wait_seconds",
+			Help:    "How long the oldest frame of each write waited in its connection's queue: the server's own share of delivery latency.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5},
+		}),
 		syncBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_sync_bytes_total",
 			Help: "Bytes of automerge sync messages, by direction (in, out).",
@@ -61,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes)
+		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait)
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m

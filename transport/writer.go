@@ -29,6 +29,7 @@ const closeWait = time.Second
 type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
+	at      time.Time // when it was queued
 }
 
 var batchPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -85,6 +86,7 @@ func (c *conn) push(f outFrame) bool {
 		c.close(ReasonSlow, false)
 		return false
 	}
+	f.at = time.Now()
 	c.out = append(c.out, f)
 	start := !c.writing
 	c.writing = true
@@ -144,6 +146,7 @@ func (c *conn) write() {
 		}
 		c.out = nil
 		c.wmu.Unlock()
+		oldest := batch[0].at
 		buf := (*bp)[:0]
 		var err error
 		closing := false
@@ -168,6 +171,9 @@ func (c *conn) write() {
 		}
 		if cap(buf) <= 2*maxBatch {
 			*bp = buf
+		}
+		if !oldest.IsZero() {
+			c.srv.metrics.sendWait.Observe(time.Since(oldest).Seconds())
 		}
 		if closing {
 			c.ws.Close()

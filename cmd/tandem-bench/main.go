@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -64,7 +65,19 @@ func main() {
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
 	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
+	cpuProfile := flag.String("cpuprofile", "", "write the load generator's own CPU profile to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tandem-bench: --cpuprofile:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	o.urls = strings.Split(urls, ",")
 	for _, f := range strings.FieldsFunc(pids, func(r rune) bool { return r == ',' }) {
 		pid, err := strconv.Atoi(strings.TrimSpace(f))

@@ -27,6 +27,11 @@ type update struct {
 	Value   cbor.RawMessage `cbor:"value,omitempty"`
 }
 
+// envelope is an ephemeral payload carrying presence.
+type envelope struct {
+	Presence update `cbor:"__presence"`
+}
+
 // receiver keeps what one peer got: latencies, and the last cursor seen
 // from each other peer.
 type receiver struct {
@@ -186,20 +191,23 @@ func sendCursors(ctx context.Context, p *peer, doc string, rate float64) uint64 
 }
 
 func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
+	var m frame
 	for {
-		m, err := p.recv()
+		ok, err := p.recvFrame(&m)
 		if err != nil {
 			return
 		}
-		if m.Type != wire.TypeEphemeral {
+		if !ok || m.Type != wire.TypeEphemeral {
 			continue
 		}
-		var env map[string]update
+		// Into structs, not maps: the generator shares the machine with
+		// the server it measures, so its decoding is kept cheap.
+		var env envelope
 		if cbor.Unmarshal(m.Data, &env) != nil {
 			continue
 		}
-		u, ok := env["__presence"]
-		if !ok || u.Type != "update" || u.Channel != "cursor" {
+		u := env.Presence
+		if u.Type != "update" || u.Channel != "cursor" {
 			continue
 		}
 		var c cursor
