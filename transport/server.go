@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -29,6 +30,11 @@ type Server struct {
 	docPeers map[string]int // connections on each document
 
 	wg sync.WaitGroup // one per connection handler
+}
+
+// noteSendWait records how long one write's oldest frame waited.
+func (s *Server) noteSendWait(d time.Duration) {
+	s.metrics.sendWait.Observe(d.Seconds())
 }
 
 // NewServer validates cfg and returns a Server.

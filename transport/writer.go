@@ -173,7 +173,7 @@ func (c *conn) write() {
 			*bp = buf
 		}
 		if !oldest.IsZero() {
-			c.srv.metrics.sendWait.Observe(time.Since(oldest).Seconds())
+			c.srv.noteSendWait(time.Since(oldest))
 		}
 		if closing {
 			c.ws.Close()
