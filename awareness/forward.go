@@ -40,8 +40,10 @@ type room struct {
 	// goodbye: the server keeps their status channel, so a peer with an
 	// empty state is still seen.
 	present map[string]bool
-	// epoch counts changes of members: a queued update replaced by a
-	// newer value must go to the members it was queued for (outbox.go).
+	// epoch changes whenever the room's members change or a newcomer is
+	// sent the room: a queued update may take a newer value only within
+	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
+	// room dropped and made again never repeats one.
 	epoch uint64
 }
 
@@ -59,7 +61,6 @@ func newRoom(id string) *room {
 }
 
 func (r *room) drop(peer string) {
-	r.epoch++
 	delete(r.members, peer)
 	delete(r.typing, peer)
 	delete(r.sent, peer)
@@ -153,8 +154,10 @@ func (h *Hub) broadcast(r *room, peer string, m *presenceMessage) {
 	h.enqueue(r, peer, m)
 }
 
-// sendRoomTo sends a newcomer a snapshot of every other live peer.
+// sendRoomTo sends a newcomer a snapshot of every other live peer. Updates
+// queued before the snapshot keep their values: a newer one goes after it.
 func (h *Hub) sendRoomTo(r *room, to Peer) {
+	h.newEpoch(r)
 	for id, p := range r.state {
 		if id == to.ID() || !p.Visible() {
 			continue

@@ -187,7 +187,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	}
 	if r.members[pi.id] != p {
 		r.members[pi.id] = p
-		r.epoch++
+		h.newEpoch(r)
 		r.greeted[pi.id] = false
 		pi.docs[documentID] = struct{}{}
 		h.sendRoomTo(r, p)
@@ -337,6 +337,7 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 			h.sendGoodbye(r, pi.id)
 		}
 		r.drop(pi.id)
+		h.newEpoch(r)
 		if len(r.members) == 0 {
 			h.dropRoom(r, fx)
 		}

@@ -50,6 +50,7 @@ type outbox struct {
 	// latest holds, per peer of a document, the queued updates by
 	// channel that a newer value of the channel may still replace.
 	latest map[docPeer]map[string]*delivery
+	epoch  uint64 // the last epoch given to a room
 	// dispatching is set while a dispatcher runs. It changes under
 	// Hub.mu; queuers read it without the lock to leave at once.
 	dispatching atomic.Bool
@@ -100,6 +101,12 @@ func (h *Hub) enqueue(r *room, peer string, m *presenceMessage) {
 		}
 		byChannel[channel] = d
 	}
+}
+
+// newEpoch starts a new epoch of r: what is queued for it keeps its value.
+func (h *Hub) newEpoch(r *room) {
+	h.out.epoch++
+	r.epoch = h.out.epoch
 }
 
 // enqueueTo queues m from sender to one member of r only (the room's

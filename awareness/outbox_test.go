@@ -224,3 +224,71 @@ func TestOutboxOrderUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxGreetingSnapshotKeepsOrder: the room sent to a peer at its
+// first presence message comes after what was queued before it; a newer
+// value must not hide in an update queued ahead of that snapshot.
+func TestOutboxGreetingSnapshotKeepsOrder(t *testing.T) {
+	f := newFixture(t)
+	a, g, n := &fakePeer{id: "a"}, &gatedPeer{fakePeer: fakePeer{id: "g"}}, &fakePeer{id: "n"}
+	f.hub.Join(g, doc1)
+	f.hub.Join(n, doc1) // joined by syncing: not greeted yet
+	f.update(a, "user", "ana")
+	f.update(a, "cursor", 0)
+	f.update(a, "cursor", 1) // held for the trailing edge
+	g.close()
+	done := make(chan struct{})
+	go func() { f.hub.Tick(); close(done) }() // cursor 1 sticks on g
+	<-g.entered
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 2)     // queued behind the stuck one, to g and n
+	f.update(n, "cursor", "n-1") // n speaks: the room, cursor 2, queued for n
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 3)
+	g.open()
+	<-done
+	waitDispatched(t, f.hub)
+	got := cursors(t, n.take(), "a")
+	for i := 1; i < len(got); i++ {
+		if got[i].(uint64) < got[i-1].(uint64) {
+			t.Fatalf("n got cursors %v: an older value after a newer one", got)
+		}
+	}
+	if len(got) == 0 || got[len(got)-1] != uint64(3) {
+		t.Fatalf("n got cursors %v, want the last to be 3", got)
+	}
+}
+
+// TestOutboxRoomMadeAgain: an update queued for a room that is dropped
+// (its last member left) never takes the value meant for the room made
+// again for the next member.
+func TestOutboxRoomMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	x, y := &gatedPeer{fakePeer: fakePeer{id: "x"}}, &fakePeer{id: "y"}
+	remote := func(count uint64, v any) {
+		f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
+			"cursor": {Clock: Clock{Count: count, Session: "s"}, Value: enc(v)},
+		}})
+	}
+	f.hub.Join(x, doc1)
+	remote(1, 1)
+	remote(2, 2) // held for the trailing edge
+	x.close()
+	done := make(chan struct{})
+	go func() { f.hub.Tick(); close(done) }() // cursor 2 sticks on x
+	<-x.entered
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	remote(3, 3)   // queued for x
+	f.hub.Leave(x) // the room is dropped
+	f.hub.Join(y, doc1)
+	remote(4, 4) // must reach y
+	x.open()
+	<-done
+	waitDispatched(t, f.hub)
+	if got := cursors(t, y.take(), "a"); len(got) == 0 || got[len(got)-1] != uint64(4) {
+		t.Fatalf("y got cursors %v, want the last to be 4", got)
+	}
+}
