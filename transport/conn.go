@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"io"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -102,7 +103,9 @@ func (c *conn) readDeadline() time.Time {
 }
 
 func (c *conn) readLoop(ctx context.Context) CloseReason {
-	c.ws.SetReadLimit(c.srv.cfg.MaxMessageBytes)
+	// The size limit is checked here, not by gorilla, which would write a
+	// close frame of its own past the writer (writer.go).
+	limit := c.srv.cfg.MaxMessageBytes
 	c.ws.SetReadDeadline(c.readDeadline())
 	c.ws.SetPongHandler(func(string) error {
 		if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
@@ -111,9 +114,16 @@ func (c *conn) readLoop(ctx context.Context) CloseReason {
 		return c.ws.SetReadDeadline(c.readDeadline())
 	})
 	for {
-		mt, data, err := c.ws.ReadMessage()
+		mt, r, err := c.ws.NextReader()
 		if err != nil {
 			return readFailure(err)
+		}
+		data, err := io.ReadAll(io.LimitReader(r, limit+1))
+		if err != nil {
+			return readFailure(err)
+		}
+		if int64(len(data)) > limit {
+			return ReasonTooBig
 		}
 		c.handle(ctx, mt, data)
 	}
@@ -122,8 +132,6 @@ func (c *conn) readLoop(ctx context.Context) CloseReason {
 func readFailure(err error) CloseReason {
 	var netErr net.Error
 	switch {
-	case errors.Is(err, websocket.ErrReadLimit):
-		return ReasonTooBig
 	case errors.As(err, &netErr) && netErr.Timeout():
 		return ReasonPingTimeout
 	case websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived):

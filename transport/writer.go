@@ -17,7 +17,10 @@ import (
 // The writer frames messages itself and joins what is queued into one
 // write: one system call for the lot when it is behind. Every frame the
 // server sends goes through it, pongs and the close frame included, so
-// frames never interleave on the socket.
+// frames never interleave on the socket. One exception: gorilla itself
+// answers a frame that breaks the protocol (a bad opcode, a masked bit
+// missing) with a close frame of its own, before the reader reports the
+// error; the writer's close frame then follows it.
 
 // maxBatch bounds the bytes of frames the writer joins into one write.
 const maxBatch = 64 << 10
@@ -99,7 +102,7 @@ func (c *conn) push(f outFrame) bool {
 
 // close ends the connection once; the first reason wins. With drain, what
 // is already queued (an error message, say) goes before the close frame;
-// otherwise it is dropped.
+// otherwise it is dropped, all but a batch the writer is writing already.
 func (c *conn) close(r CloseReason, drain bool) {
 	c.closeOnce.Do(func() {
 		c.reason = r
