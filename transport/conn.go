@@ -2,9 +2,9 @@ package transport
 
 import (
 	"context"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
