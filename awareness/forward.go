@@ -137,7 +137,7 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 	default:
 		m = &presenceMessage{Type: TypeSnapshot, State: rawState(state)}
 	}
-	h.broadcast(r, peer, m)
+	h.enqueue(r, peer, m)
 }
 
 // sendGoodbye tells the room's other members that peer is gone.
@@ -145,13 +145,7 @@ func (h *Hub) sendGoodbye(r *room, peer string) {
 	delete(r.pending, peer)
 	delete(r.sent, peer)
 	h.publish(r, peer, nil, false)
-	h.broadcast(r, peer, &presenceMessage{Type: TypeGoodbye})
-}
-
-// broadcast sends m in peer's name to every other member of the room, by
-// way of the outbox.
-func (h *Hub) broadcast(r *room, peer string, m *presenceMessage) {
-	h.enqueue(r, peer, m)
+	h.enqueue(r, peer, &presenceMessage{Type: TypeGoodbye})
 }
 
 // sendRoomTo sends a newcomer a snapshot of every other live peer. Updates

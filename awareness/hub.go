@@ -14,8 +14,8 @@ import (
 )
 
 // Peer is one connection's peer as presence sees it. SendPresence queues an
-// ephemeral message to the peer and must not block: it is called with the
-// hub's lock held.
+// ephemeral message to the peer and must not block: the outbox's one
+// dispatcher calls it for every member, outside the hub's lock.
 type Peer interface {
 	ID() string
 	SendPresence(documentID string, m Message)
@@ -100,7 +100,9 @@ type Hub struct {
 	watchers map[string]map[*watcher]struct{}
 	out      outbox
 
-	relayCount uint64 // count of the last message sent under RelaySession; the dispatcher's
+	// Owned by the dispatcher (outbox.go), not guarded by mu: the count
+	// of the last message sent under RelaySession.
+	relayCount uint64
 }
 
 // peerInfo is one connected peer (a tab) across the documents it is in.

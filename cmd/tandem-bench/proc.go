@@ -12,27 +12,20 @@ const clockTicks = 100
 
 // cpuSeconds returns the user+system CPU time of processes from /proc,
 // summed.
-func cpuSeconds(pids []int) (float64, error) {
-	total := 0.0
-	for _, pid := range pids {
-		s, err := cpuSecondsOf(pid)
-		if err != nil {
-			return 0, err
-		}
-		total += s
-	}
-	return total, nil
-}
+func cpuSeconds(pids []int) (float64, error) { return sumOver(pids, cpuSecondsOf) }
 
 // rssBytes returns the resident set size of processes from /proc, summed.
-func rssBytes(pids []int) (int64, error) {
-	var total int64
+func rssBytes(pids []int) (int64, error) { return sumOver(pids, rssBytesOf) }
+
+// sumOver sums a figure of each process.
+func sumOver[T float64 | int64](pids []int, of func(pid int) (T, error)) (T, error) {
+	var total T
 	for _, pid := range pids {
-		n, err := rssBytesOf(pid)
+		v, err := of(pid)
 		if err != nil {
 			return 0, err
 		}
-		total += n
+		total += v
 	}
 	return total, nil
 }
