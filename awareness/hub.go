@@ -168,15 +168,14 @@ func (h *Hub) Join(p Peer, documentID string) {
 func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	now := h.cfg.Now()
 	pi := h.peers[p.ID()]
-	if pi == nil {
-		pi = &peerInfo{id: p.ID(), user: p.ID(), lastHeard: now, lastActive: now,
-			status: StatusOnline, identity: identityOf(p), docs: make(map[string]struct{})}
-		if pi.identity != nil {
-			pi.user = pi.identity.UserID
-		}
+	switch {
+	case pi == nil:
+		pi = newLocalPeer(p, now)
 		h.peers[pi.id] = pi
 		h.userOf(pi.user).peers[pi.id] = pi
 		h.refreshUser(pi.user, fx)
+	case pi.conn == nil:
+		pi = h.adopt(pi, p, now, fx) // known as another node's peer
 	}
 	if pi.conn != p {
 		pi.conn = p // a newer connection of the same peer
@@ -195,6 +194,17 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 		h.sendRoomTo(r, p)
 	}
 	return pi, r
+}
+
+// newLocalPeer is the record of a connection here: its identity, and so
+// its user, come from the connection alone.
+func newLocalPeer(p Peer, now time.Time) *peerInfo {
+	pi := &peerInfo{id: p.ID(), conn: p, user: p.ID(), lastHeard: now, lastActive: now,
+		status: StatusOnline, identity: identityOf(p), docs: make(map[string]struct{})}
+	if pi.identity != nil {
+		pi.user = pi.identity.UserID
+	}
+	return pi
 }
 
 // Receive handles an ephemeral message from p. It reports false, with no

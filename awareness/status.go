@@ -131,7 +131,7 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 	}
 	u.status = status
 	us := UserStatus{UserID: id, Status: status}
-	if status == StatusOffline {
+	if status == StatusOffline && !fx.moved[id] {
 		u.lastSeen = h.cfg.Now()
 		us.LastSeen = u.lastSeen
 		fx.lastSeen = append(fx.lastSeen, us)
@@ -148,6 +148,17 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 // released: store last-seen times.
 type effects struct {
 	lastSeen []UserStatus
+	// moved holds users whose peer here went on as a connection on
+	// another node: if this node loses sight of them, they were not seen
+	// leaving, and no last-seen is stored.
+	moved map[string]bool
+}
+
+func (fx *effects) move(userID string) {
+	if fx.moved == nil {
+		fx.moved = make(map[string]bool)
+	}
+	fx.moved[userID] = true
 }
 
 func (fx *effects) run(h *Hub) {

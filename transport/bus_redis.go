@@ -55,8 +55,10 @@ type BusConfig struct {
 
 // RedisBus replicates documents and presence between nodes over Redis
 // Pub/Sub. Each watched document has a channel, subscribed while this
-// node has peers on it; one more channel carries node heartbeats. Live
-// node state also sits in Redis keys with a TTL (tandem:node:<id>).
+// node has peers on it; one more carries node heartbeats, and word of a
+// peer id claim taken over from another node. Live node state also sits in
+// Redis keys with a TTL (tandem:node:<id>), and so do the peer ids of
+// authenticated connections (claims_redis.go).
 //
 // What travels on a document's channel: accepted changes ("chg"), heads
 // for anti-entropy ("heads"), requests for missing changes ("want"),
@@ -82,6 +84,10 @@ type RedisBus struct {
 	usersDirty map[string]bool
 	wake       chan struct{} // tells subscribeLoop that changed has entries
 
+	cmu     sync.Mutex              // guards claims
+	claims  map[string][]*peerClaim // this node's peer id claims (claims_redis.go)
+	recheck chan string             // peer ids another node may have taken a claim on
+
 	published, dropped, received prometheus.Counter
 }
 
@@ -101,6 +107,7 @@ type busMsg struct {
 	Heads [][]byte         `cbor:"h,omitempty"`
 	Delta *awareness.Delta `cbor:"x,omitempty"`
 	User  string           `cbor:"u,omitempty"`
+	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
 }
@@ -145,6 +152,8 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		usersSub:   make(map[string]bool),
 		usersDirty: make(map[string]bool),
 		wake:       make(chan struct{}, 1),
+		claims:     make(map[string][]*peerClaim),
+		recheck:    make(chan string, 64),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
@@ -469,7 +478,8 @@ func parseUserStatus(v string, nowMillis int64) (st awareness.Status, fresh bool
 	return awareness.Status(s), true
 }
 
-// beatLoop announces this node, gossips heads, and expires silent nodes.
+// beatLoop announces this node, renews its peer id claims, gossips heads,
+// and expires silent nodes.
 func (b *RedisBus) beatLoop(ctx context.Context) {
 	beat := time.NewTicker(b.cfg.NodeTTL / 5)
 	defer beat.Stop()
@@ -487,8 +497,13 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 			for user, st := range b.presence.LocalUserStatuses() {
 				b.writeUserStatus(ctx, pipe, user, st)
 			}
+			claims := b.claimsOf("")
+			renewals := b.queueRenewals(ctx, pipe, claims)
 			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
+			b.settle(ctx, claims, renewals, true)
 			b.expireNodes()
+		case peer := <-b.recheck:
+			b.renewClaims(ctx, b.claimsOf(peer))
 		case <-gossip.C:
 			b.gossip()
 		}
@@ -609,6 +624,10 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	}
 	if !known || m.Kind == "alive" {
 		b.presence.NodeAlive(m.Node)
+	}
+	if m.Kind == "claim" {
+		b.recheckClaims(m.Peer)
+		return
 	}
 	if user, ok := strings.CutPrefix(rm.Channel, "tandem:user:"); ok {
 		if m.Kind == "user" && m.User == user {

@@ -37,6 +37,12 @@ type Presence interface {
 	Touch(p awareness.Peer)
 	// Leave is called once when the connection has closed.
 	Leave(p awareness.Peer)
+	// Handoff is called instead of Leave when the connection was
+	// replaced by a newer one of the same user on another node.
+	Handoff(p awareness.Peer, node string)
+	// RemoteUser returns the user of a peer id connected to another
+	// node, if the presence layer knows it.
+	RemoteUser(peerID string) (userID string, ok bool)
 }
 
 var _ Presence = (*awareness.Hub)(nil)
@@ -50,6 +56,18 @@ type Bus interface {
 
 var _ Bus = (*RedisBus)(nil)
 
+// Claims ties the peer id of each authenticated connection to its user
+// across a cluster. *RedisBus implements it.
+type Claims interface {
+	// ClaimPeer takes peerID for userID on this node. It returns
+	// ErrPeerTaken if another user holds it on any node; a claim of the
+	// same user elsewhere is taken over, and moved is later called on
+	// the connection that held it, with the node it went to. Another
+	// error means the cluster could not be asked. release, never nil,
+	// gives the claim up; call it once the connection ends.
+	ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), err error)
+}
+
 // Config configures a Server. Zero fields take the documented defaults.
 type Config struct {
 	// Documents receives the protocol messages. Required.
@@ -59,6 +77,9 @@ type Config struct {
 	Presence Presence
 	// Bus, when set, learns which documents the connections watch.
 	Bus Bus
+	// Claims, when set, holds the peer ids of authenticated connections
+	// across the cluster; without it only this node's are checked.
+	Claims Claims
 	// PeerID is the server's own automerge-repo peer id. Required.
 	PeerID string
 	// StorageID is announced in the peer handshake: the identity of the

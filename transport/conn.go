@@ -29,8 +29,8 @@ type conn struct {
 	ws     *websocket.Conn
 	remote string
 
-	// The writer (writer.go). wmu guards out, writing, closing and the
-	// timers.
+	// The writer (writer.go). wmu guards out, writing, closing, the
+	// timers and movedTo.
 	wmu        sync.Mutex
 	out        []outFrame // frames for the writer, bounded by SendQueue
 	writing    bool       // a writer goroutine runs
@@ -40,6 +40,7 @@ type conn struct {
 	writerDone chan struct{} // closed once the socket is closed
 	closeOnce  sync.Once
 	reason     CloseReason // set once, by close
+	movedTo    string      // the node a newer connection of this peer is on (claims)
 
 	grant   *auth.Grant   // what the token allows; nil when running open
 	limiter *rate.Limiter // the message rate: excess ephemerals dropped
@@ -48,6 +49,7 @@ type conn struct {
 	// Owned by the reader goroutine. peerID is set once at join, before
 	// the connection is handed to any room, and never changes.
 	peerID      string
+	release     func() // gives up the peer id's cluster claim; nil without one
 	docs        map[string]struct{}
 	clocks      map[string]uint64 // last ephemeral count per sessionId
 	lastRateErr time.Time         // when the client was last told it is rate limited
@@ -83,7 +85,17 @@ func (c *conn) serve() {
 	c.close(c.readLoop(ctx), false)
 	cancel()
 	if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
-		p.Leave(c) // goodbye in the peer's name, before anything else
+		c.wmu.Lock()
+		node := c.movedTo
+		c.wmu.Unlock()
+		if node != "" {
+			p.Handoff(c, node) // the peer goes on there: nothing in its name
+		} else {
+			p.Leave(c) // goodbye in the peer's name, before anything else
+		}
+	}
+	if c.release != nil {
+		c.release()
 	}
 	for id := range c.docs {
 		c.srv.cfg.Documents.Leave(c, id)
@@ -168,7 +180,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 			c.protocolError(errNotJoined, "send join before any other message")
 			return
 		}
-		c.join(m)
+		c.join(ctx, m)
 		return
 	}
 	if m.Type == wire.TypeHeartbeat {
@@ -292,20 +304,66 @@ func (c *conn) open(documentID string) bool {
 	return true
 }
 
-func (c *conn) join(m *wire.Message) {
+func (c *conn) join(ctx context.Context, m *wire.Message) {
 	c.peerID = m.SenderID
 	if !m.SupportsV1() {
 		c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: "unsupported protocol version"})
 		c.close(ReasonUnsupported, true)
 		return
 	}
-	if !c.srv.bind(c) {
+	if !c.claim(ctx) || !c.srv.bind(c) {
+		if c.release != nil {
+			c.release()
+			c.release = nil
+		}
 		c.protocolError(errPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
 		c.peerID = ""
 		return
 	}
 	c.sendPeer()
 	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
+}
+
+// claim takes the peer id across the cluster for the token's user, so that
+// no node lets another user take it (bind checks this node's own). Without
+// a token there is no identity to protect, and nothing is claimed.
+//
+// When Redis cannot answer, the join is accepted (a user reconnecting
+// keeps working while Redis is away) unless this node knows the peer id
+// to be another user's, on another node; the claim is then taken by the
+// first beat that reaches Redis.
+func (c *conn) claim(ctx context.Context) bool {
+	claims := c.srv.cfg.Claims
+	if claims == nil || c.grant == nil {
+		return true
+	}
+	user := c.grant.UserID
+	release, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
+	c.release = release
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, ErrPeerTaken):
+		return false
+	}
+	if p := c.srv.cfg.Presence; p != nil {
+		if other, ok := p.RemoteUser(c.peerID); ok && other != user {
+			return false
+		}
+	}
+	c.srv.log.Warn("peer id not claimed across the cluster; accepted on what this node knows",
+		"peer", c.peerID, "remote", c.remote, "err", err)
+	return true
+}
+
+// moved is called, from the cluster's claims, when a newer connection of
+// the same user took this peer id on another node: this one is closed as
+// replaced, and presence hands the peer over rather than saying goodbye.
+func (c *conn) moved(node string) {
+	c.wmu.Lock()
+	c.movedTo = node
+	c.wmu.Unlock()
+	c.close(ReasonReplaced, false)
 }
 
 func (c *conn) sendPeer() {

@@ -148,6 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		presenceCfg.Replicator = bus
 		presenceCfg.Directory = bus
 		transportCfg.Bus = bus
+		transportCfg.Claims = bus
 	}
 	hub, err := doc.NewHub(docCfg)
 	if err != nil {

@@ -1,0 +1,355 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// redisAt is the address of a private redis-server (notify_redis_test.go).
+func redisAt(r *privateRedis) string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// memSeen is a LastSeenStore that remembers who was saved.
+type memSeen struct {
+	mu    sync.Mutex
+	saved map[string]time.Time
+}
+
+func (s *memSeen) SaveLastSeen(_ context.Context, u string, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.saved[u] = at
+	return nil
+}
+
+func (s *memSeen) LastSeen(_ context.Context, u string) (time.Time, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.saved[u]
+	return at, ok, nil
+}
+
+func (s *memSeen) has(u string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.saved[u]
+	return ok
+}
+
+// clusterNode is one node with tokens on: WebSocket server, documents,
+// presence and the Redis bus.
+type clusterNode struct {
+	srv      *Server
+	url      string
+	presence *awareness.Hub
+	seen     *memSeen
+}
+
+func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	// A long node TTL: nothing here waits for a beat, and no node is
+	// expired while Redis is stopped.
+	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: 30 * time.Second, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := doc.OpenBoltStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Replicator: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &memSeen{saved: map[string]time.Time{}}
+	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus, Directory: bus, LastSeen: seen})
+	ctx, cancel := context.WithCancel(context.Background())
+	bus.Start(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
+	go func() { defer wg.Done(); presence.Run(ctx) }()
+
+	cfg := authConfig(t)
+	cfg.Documents, cfg.Presence, cfg.Bus, cfg.Claims = hub, presence, bus, bus
+	cfg.PeerID, cfg.StorageID, cfg.Logger = "tandem-"+id, storageID, logger
+	s, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		s.Shutdown(context.Background())
+		hs.Close()
+		cancel()
+		wg.Wait()
+		hub.Close(context.Background())
+		client.Close()
+	})
+	return &clusterNode{srv: s, url: "ws" + strings.TrimPrefix(hs.URL, "http"), presence: presence, seen: seen}
+}
+
+func (n *clusterNode) dial(t *testing.T, claims jwt.MapClaims) *websocket.Conn {
+	t.Helper()
+	ws, status := dialStatus(t, n.url+"?token="+token(t, claims), nil)
+	if ws == nil {
+		t.Fatalf("dial: status %d", status)
+	}
+	return ws
+}
+
+func user(sub, name, access string) jwt.MapClaims {
+	return jwt.MapClaims{"sub": sub, "name": name, "docs": map[string]string{"*": access}}
+}
+
+// heard is one presence message a socket received.
+type heard struct {
+	sender  string
+	typ     string
+	channel string
+	state   map[string]any // the channels it carries, decoded
+}
+
+// listen reads presence from ws until until returns true for one, and
+// returns everything heard up to and including it.
+func listen(t *testing.T, ws *websocket.Conn, what string, until func(heard) bool) []heard {
+	t.Helper()
+	var out []heard
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ws.SetReadDeadline(deadline)
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v (heard %+v)", what, err, out)
+		}
+		m, err := wire.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Type == wire.TypeError {
+			t.Fatalf("waiting for %s: error %q", what, m.ErrorMessage)
+		}
+		var env struct {
+			P struct {
+				Type    string                     `cbor:"type"`
+				Channel string                     `cbor:"channel"`
+				Value   cbor.RawMessage            `cbor:"value"`
+				State   map[string]cbor.RawMessage `cbor:"state"`
+			} `cbor:"__presence"`
+		}
+		if m.Type != wire.TypeEphemeral || cbor.Unmarshal(m.Data, &env) != nil || env.P.Type == "" {
+			continue
+		}
+		h := heard{sender: m.SenderID, typ: env.P.Type, channel: env.P.Channel, state: map[string]any{}}
+		raw := env.P.State
+		if env.P.Type == "update" {
+			raw = map[string]cbor.RawMessage{env.P.Channel: env.P.Value}
+		}
+		for ch, v := range raw {
+			var x any
+			if cbor.Unmarshal(v, &x) == nil {
+				h.state[ch] = x
+			}
+		}
+		out = append(out, h)
+		if until(h) {
+			return out
+		}
+	}
+}
+
+// userName is the name in a user channel value, if h carries one.
+func (h heard) userName() (string, bool) {
+	u, ok := h.state["user"].(map[any]any)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprint(u["name"]), true
+}
+
+// fence sends a repeated join and reads until the server answers it: the
+// socket is still joined as peer and everything sent before was handled.
+func fence(t *testing.T, ws *websocket.Conn, peer string) {
+	t.Helper()
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: peer})
+	ws.SetReadDeadline(time.Now().Add(15 * time.Second))
+	for {
+		_, b, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatalf("%s's socket: %v", peer, err)
+		}
+		m, err := wire.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m.Type {
+		case wire.TypePeer:
+			return
+		case wire.TypeError:
+			t.Fatalf("%s's socket got error %q", peer, m.ErrorMessage)
+		}
+	}
+}
+
+func cursorUpdate(t *testing.T, v string) []byte {
+	return presencePayload(t, map[string]any{"type": "update", "channel": "cursor", "value": v})
+}
+
+// observe joins an observer to the document on n and waits until it sees
+// peer with cursor.
+func observe(t *testing.T, n *clusterNode, id, peer, cursor string) *websocket.Conn {
+	t.Helper()
+	ws := n.dial(t, user(id, id, "write"))
+	join(t, ws, id)
+	sendEphemeral(t, ws, id, 1, presencePayload(t, map[string]any{"type": "heartbeat"}))
+	listen(t, ws, id+" seeing "+peer, func(h heard) bool { return h.sender == peer && h.state["cursor"] == cursor })
+	return ws
+}
+
+// checkQuiet fails if, among what an observer heard, peer said goodbye or
+// appeared under another name than want.
+func checkQuiet(t *testing.T, who string, got []heard, peer, want string) {
+	t.Helper()
+	for _, h := range got {
+		if h.sender != peer {
+			continue
+		}
+		if h.typ == "goodbye" {
+			t.Fatalf("%s heard a goodbye for %s: %+v", who, peer, got)
+		}
+		if name, ok := h.userName(); ok && name != want {
+			t.Fatalf("%s saw %s named %q, want %q", who, peer, name, want)
+		}
+	}
+}
+
+// TestPeerIDTakeoverAcrossNodesIsRefused: a read-only user joining node B
+// with the peer id of a user connected to node A is refused, as on one
+// node, and the victim is untouched everywhere.
+func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
+	rds := startPrivateRedis(t, 0)
+	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+
+	victim := a.dial(t, user("victim", "Victim", "write"))
+	join(t, victim, "P")
+	sendEphemeral(t, victim, "P", 1, cursorUpdate(t, "1@v"))
+	obsA := observe(t, a, "obs-a", "P", "1@v")
+	obsB := observe(t, b, "obs-b", "P", "1@v")
+
+	attacker := b.dial(t, user("attacker", "Mallory", "read"))
+	send(t, attacker, &wire.Message{Type: wire.TypeJoin, SenderID: "P",
+		PeerMetadata: &wire.PeerMetadata{IsEphemeral: true}, SupportedProtocolVersions: []string{"1"}})
+	recvError(t, attacker, "in use by another user")
+	if n := testutil.ToFloat64(b.srv.metrics.errors.WithLabelValues(errPeerTaken)); n != 1 {
+		t.Fatalf("node B counted %v refusals, want 1", n)
+	}
+	sendEphemeral(t, attacker, "P", 9, cursorUpdate(t, "6@m"))
+	recvError(t, attacker, "send join before any other message")
+	attacker.Close()
+	waitFor(t, "node B done with the attacker", func() bool { return b.srv.Connections() == 1 })
+
+	// The fence: the victim's next cursor reaches both observers after
+	// anything the attacker's visit could have made either node say.
+	sendEphemeral(t, victim, "P", 2, cursorUpdate(t, "2@v"))
+	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
+		got := listen(t, ws, who+" hearing the victim's next cursor", func(h heard) bool {
+			return h.sender == "P" && h.state["cursor"] == "2@v"
+		})
+		checkQuiet(t, who, got, "P", "Victim")
+	}
+	for name, n := range map[string]*clusterNode{"A": a, "B": b} {
+		if st := n.presence.UserPresence(t.Context(), "victim").Status; st != awareness.StatusOnline {
+			t.Errorf("node %s sees the victim %s", name, st)
+		}
+		if n.seen.has("victim") {
+			t.Errorf("node %s stored a last-seen for the victim", name)
+		}
+		for _, v := range n.presence.DocumentPresence(testDoc) {
+			if v.PeerID == "P" && (v.UserID != "victim" || v.Name != "Victim") {
+				t.Errorf("node %s shows P as %s (%v)", name, v.UserID, v.Name)
+			}
+		}
+	}
+	fence(t, victim, "P") // the victim's socket is still joined as P
+}
+
+// TestPeerIDMovesAcrossNodesForSameUser: the same user joining node B with
+// a peer id its connection holds on node A replaces that connection, as
+// on one node: A closes it (4000) without a goodbye in the peer's name,
+// and the peer goes on from B.
+func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
+	rds := startPrivateRedis(t, 0)
+	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+
+	old := a.dial(t, user("ana", "Ana", "write"))
+	join(t, old, "P")
+	sendEphemeral(t, old, "P", 1, cursorUpdate(t, "1@a"))
+	obsA := observe(t, a, "obs-a", "P", "1@a")
+	obsB := observe(t, b, "obs-b", "P", "1@a")
+
+	fresh := b.dial(t, user("ana", "Ana", "write"))
+	join(t, fresh, "P")
+	expectClose(t, old, ReasonReplaced.Code)
+	waitFor(t, "node A done with the old socket", func() bool { return a.srv.Connections() == 1 })
+
+	sendEphemeral(t, fresh, "P", 2, cursorUpdate(t, "2@a")) // the client's session goes on
+	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
+		got := listen(t, ws, who+" hearing P from node B", func(h heard) bool {
+			return h.sender == "P" && h.state["cursor"] == "2@a"
+		})
+		checkQuiet(t, who, got, "P", "Ana")
+	}
+	for name, n := range map[string]*clusterNode{"A": a, "B": b} {
+		if st := n.presence.UserPresence(t.Context(), "ana").Status; st != awareness.StatusOnline {
+			t.Errorf("node %s sees ana %s", name, st)
+		}
+		if n.seen.has("ana") {
+			t.Errorf("node %s stored a last-seen for ana, who only moved", name)
+		}
+	}
+
+	// When the peer leaves node B, everyone hears its goodbye.
+	fresh.Close()
+	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
+		listen(t, ws, who+" hearing P's goodbye", func(h heard) bool { return h.sender == "P" && h.typ == "goodbye" })
+	}
+	waitFor(t, "node B storing ana's last-seen", func() bool { return b.seen.has("ana") })
+}
+
+// TestPeerIDWhileRedisIsDown: with Redis away a node still refuses a peer
+// id it knows to be another user's, and accepts the rest.
+func TestPeerIDWhileRedisIsDown(t *testing.T) {
+	rds := startPrivateRedis(t, 0)
+	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+	victim := a.dial(t, user("victim", "Victim", "write"))
+	join(t, victim, "P")
+	sendEphemeral(t, victim, "P", 1, cursorUpdate(t, "1@v"))
+	observe(t, b, "obs-b", "P", "1@v")
+
+	rds.stop()
+	attacker := b.dial(t, user("attacker", "Mallory", "read"))
+	send(t, attacker, &wire.Message{Type: wire.TypeJoin, SenderID: "P",
+		PeerMetadata: &wire.PeerMetadata{IsEphemeral: true}, SupportedProtocolVersions: []string{"1"}})
+	recvError(t, attacker, "in use by another user")
+	other := b.dial(t, user("victim", "Victim", "write"))
+	join(t, other, "Q") // availability: a peer id no one is known to hold
+	fence(t, victim, "P")
+}
