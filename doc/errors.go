@@ -7,6 +7,13 @@ var (
 	ErrClosed = errors.New("document hub closed")
 	// ErrBadSyncMessage is returned for sync data automerge cannot apply.
 	ErrBadSyncMessage = errors.New("not an automerge sync message")
+	// ErrRefused is returned for a sync message that reads well but that
+	// the guard refused because automerge could not apply it safely; the
+	// document is untouched.
+	ErrRefused = errors.New("sync message refused")
+	// ErrLimit is returned for a sync message whose changes pass one of
+	// the Limits; the document is untouched.
+	ErrLimit = errors.New("over a document limit")
 	// ErrReadOnly is returned when a read-only peer's changes were refused.
 	ErrReadOnly = errors.New("read-only access: changes refused")
 	// ErrNotFound is returned by a Store for a document it does not have.

@@ -17,9 +17,10 @@ type Config struct {
 	Store Store
 	// Logger receives the hub's logs; default slog.Default().
 	Logger *slog.Logger
-	// FlushInterval is how often accepted changes are written to the
-	// store; default 200ms. An accepted change is durable within this
-	// interval plus the time of one write.
+	// FlushInterval is how often a failed write is tried again and idle
+	// rooms are evicted; default 200ms. Accepted changes are written as
+	// soon as the write before them is done, and nothing names them to
+	// any peer or node before they are stored (durable.go).
 	FlushInterval time.Duration
 	// EvictAfter is how long a room stays in memory after its last peer
 	// leaves; default 1 minute.
@@ -28,8 +29,14 @@ type Config struct {
 	// before it is rewritten as one snapshot; default 64.
 	CompactAfter int
 	// Replicator, when set, receives every change accepted from a local
-	// peer, for the other nodes of a cluster.
+	// peer, once it is stored, for the other nodes of a cluster.
 	Replicator Replicator
+	// Limits bound what a client's changes may add (guard.go).
+	Limits Limits
+	// Sandbox, when set, applies every client message that carries
+	// changes to a copy of the document in another process first, so that
+	// a fault in automerge costs that process, not this one.
+	Sandbox *Sandbox
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Mentions, when set, receives the mentions (`@<userId>` in a
@@ -59,6 +66,7 @@ func (c *Config) setDefaults() error {
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = 64
 	}
+	c.Limits.setDefaults()
 	return nil
 }
 
@@ -74,7 +82,8 @@ type Hub struct {
 	dirtyMu sync.Mutex // guards dirty; taken after a room's lock, never before
 	dirty   map[*room]struct{}
 
-	flushMu sync.Mutex // serializes flushes: one writer per document at a time
+	flushMu sync.Mutex    // serializes flushes: one writer per document at a time
+	kick    chan struct{} // wakes the flusher: a room changed
 
 	flushSeconds prometheus.Histogram
 
@@ -94,6 +103,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		log:   cfg.Logger,
 		rooms: make(map[string]*room),
 		dirty: make(map[*room]struct{}),
+		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -139,17 +149,12 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		if err != nil {
 			return err
 		}
-		changed, changes, err := r.receiveSync(h, p, m)
+		changed, err := r.receiveSync(h, p, m)
 		if errors.Is(err, errEvicted) {
 			continue
 		}
 		if changed {
 			h.markDirty(r)
-		}
-		if changes != nil {
-			if h.cfg.Replicator != nil {
-				h.cfg.Replicator.PublishChanges(m.DocumentID, changes)
-			}
 		}
 		return err
 	}
@@ -213,6 +218,9 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
+		if h.cfg.Replicator != nil {
+			r.publish = h.cfg.Replicator.PublishChanges
+		}
 		if h.cfg.Mentions != nil {
 			rr := r
 			r.mentions = &mentionTracker{counts: map[string]int{}, bursts: map[string]*mentionBurst{},
@@ -240,26 +248,40 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	return r, nil
 }
 
+// markDirty queues r for the next write and wakes the flusher.
 func (h *Hub) markDirty(r *room) {
 	h.dirtyMu.Lock()
 	h.dirty[r] = struct{}{}
 	h.dirtyMu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default: // the flusher is awake already
+	}
 }
 
-// run flushes dirty rooms and evicts idle ones until Close.
+// run writes changed rooms as soon as they change (one batch at a time, so
+// that a batch groups every room that changed while the one before it
+// was written), retries failed writes and evicts idle rooms until Close.
 func (h *Hub) run() {
 	defer close(h.done)
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
+	failed := false
 	for {
 		select {
 		case <-h.stop:
 			return
-		case <-t.C:
-			if err := h.Flush(context.Background()); err != nil {
-				h.log.Error("flush documents", "err", err)
+		case <-h.kick:
+			if failed {
+				continue // wait for the retry tick rather than spin on a failing store
 			}
+		case <-t.C:
 			h.evictIdle(time.Now())
+		}
+		err := h.Flush(context.Background())
+		failed = err != nil
+		if failed {
+			h.log.Error("flush documents", "err", err)
 		}
 	}
 }

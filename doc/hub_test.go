@@ -40,6 +40,13 @@ func (p *fakePeer) SendEphemeral(_ string, e Ephemeral) {
 	p.ephemerals = append(p.ephemerals, e)
 }
 
+// syncsSoFar returns what the peer was sent, leaving it to takeSyncs.
+func (p *fakePeer) syncsSoFar() [][]byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([][]byte(nil), p.syncs...)
+}
+
 func (p *fakePeer) takeSyncs() [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -83,7 +90,9 @@ func (c *client) get(t testing.TB, key string) string {
 }
 
 // sync runs the sync loop with the hub until neither side has anything to
-// send. The hub sends synchronously, so no waiting is needed.
+// send. What the hub sends waits for the store (durable.go); each round
+// flushes, and Flush returns once what it wrote is released, so no other
+// waiting is needed.
 func (c *client) sync(t testing.TB, h *Hub, isRequest bool) {
 	t.Helper()
 	if refused := c.syncWith(t, h, SyncMessage{Request: isRequest}); refused {
@@ -111,6 +120,7 @@ func (c *client) syncWith(t testing.TB, h *Hub, opts SyncMessage) (refused bool)
 			} else if err != nil {
 				t.Fatal(err)
 			}
+			h.Flush(context.Background()) // a failed write is tried again next round
 			progressed = true
 		}
 		if !progressed {

@@ -6,9 +6,10 @@ import (
 	"github.com/automerge/automerge-go"
 )
 
-// Replicator carries accepted changes to the other nodes of a cluster.
-// PublishChanges must not block: it queues, and may drop under pressure,
-// because the nodes repair gaps by comparing heads (see RemoteHeads).
+// Replicator carries accepted changes to the other nodes of a cluster,
+// once they are stored. PublishChanges must not block: it queues, and may
+// drop under pressure, because the nodes repair gaps by comparing heads
+// (see RemoteHeads). It is called with the room's lock held.
 type Replicator interface {
 	PublishChanges(documentID string, changes []byte)
 }
@@ -57,6 +58,9 @@ func (r *room) applyRemote(data []byte) (bool, error) {
 	if sameHeads(before, r.doc.Heads()) {
 		return false, nil
 	}
+	// The guard's ledger follows what other nodes' peers wrote, so that
+	// their next change here continues their sequence.
+	err := r.ledger.recordSince(r.doc, before)
 	r.exists = true
 	if r.mentions != nil {
 		r.mentions.refresh(r.doc) // mentions from other nodes are theirs to report
@@ -64,7 +68,10 @@ func (r *room) applyRemote(data []byte) (bool, error) {
 	r.dirty = true
 	heads := r.doc.Heads()
 	for _, m := range r.members {
-		sendSync(r.id, m, heads)
+		r.sendSync(m, heads)
+	}
+	if err != nil {
+		return true, fmt.Errorf("read remote changes to %s: %w", r.id, err)
 	}
 	return true, nil
 }

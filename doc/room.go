@@ -35,6 +35,16 @@ type room struct {
 	chunks       int
 	forceCompact bool
 
+	// Durable before acknowledged (durable.go): applied counts the local
+	// peers' messages that changed the document, stored how many of them
+	// the store holds. While stored lags, every message that names the
+	// document's heads waits in held, in the order it was made.
+	applied, stored uint64
+	held            []heldSend
+	publish         func(documentID string, changes []byte) // nil without a Replicator
+
+	ledger ledger // the guard's account of the document (guard.go)
+
 	mentions *mentionTracker // nil unless the hub reports mentions
 }
 
@@ -88,6 +98,10 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	}
 	r.chunks = len(stored.Chunks)
 	r.exists = len(r.doc.Heads()) > 0
+	if err := r.ledger.recordSince(r.doc, nil); err != nil {
+		r.loadErr = fmt.Errorf("read the document's changes: %w", err)
+		return
+	}
 	if r.mentions != nil {
 		r.mentions.refresh(r.doc)
 	}
@@ -107,58 +121,84 @@ func (r *room) join(p Peer) *member {
 }
 
 // receiveSync applies a sync message from p and answers the room. It
-// reports whether the document changed, and the changes it accepted,
-// encoded for other nodes.
-func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, accepted []byte, err error) {
+// reports whether the document changed.
+func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
-		return false, nil, errEvicted
+		return false, errEvicted
 	}
-	data := msg.Data
+	sm, err := parseSyncMessage(msg.Data)
+	if errors.Is(err, errUnsafe) {
+		return false, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	}
 	refused := false
 	if msg.ReadOnly {
-		data, refused, err = stripForReadOnly(data, r.known, r.heads())
+		sm, refused = sm.stripForReadOnly(r.known, r.heads())
+	}
+	held, err := r.ledger.admit(h.cfg.Limits, sm.changes, r.known)
+	if err != nil {
+		return false, err
+	}
+	if len(sm.changes) > 0 && h.cfg.Sandbox != nil {
+		err := h.cfg.Sandbox.check(r.id, r.doc, r.ledger.queuedBytes(), sm.raw)
+		if errors.Is(err, errSandboxFault) {
+			return false, fmt.Errorf("%w: %v", ErrRefused, err)
+		}
 		if err != nil {
-			return false, nil, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+			return false, err
 		}
 	}
 	m := r.join(p)
 	before := r.doc.Heads()
-	if _, err := m.state.ReceiveMessage(data); err != nil {
-		return false, nil, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	if _, err := m.state.ReceiveMessage(sm.raw); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 	}
 	after := r.doc.Heads()
 	changed = !sameHeads(before, after)
 	if changed {
-		if cs, err := r.doc.Changes(before...); err == nil {
-			accepted = automerge.SaveChanges(cs)
-		}
+		r.accepted(h, p, before)
 	}
-	if changed {
-		r.exists = true
-		r.dirty = true
-		if r.mentions != nil {
-			r.mentions.changed(r.doc, p, h.cfg.MentionSettle)
-		}
-	}
-	if msg.Request || changed || !level(data, after, m.sentAt) {
-		sendSync(r.id, m, after)
+	r.ledger.hold(held, r.known)
+	if msg.Request || changed || !sm.level(after, m.sentAt) {
+		r.sendSync(m, after)
 	}
 	if msg.Request && !r.exists {
-		p.SendDocUnavailable(r.id)
+		r.send(heldSend{peer: p, unavailable: true})
 	}
 	if changed {
 		for id, other := range r.members {
 			if id != p.ID() {
-				sendSync(r.id, other, after)
+				r.sendSync(other, after)
 			}
 		}
 	}
 	if refused {
-		return changed, accepted, ErrReadOnly
+		return changed, ErrReadOnly
 	}
-	return changed, accepted, nil
+	return changed, nil
+}
+
+// accepted records changes a local peer made: they are to be stored, and
+// once stored, replicated; everything sent from now on waits for that.
+func (r *room) accepted(h *Hub, p Peer, before []automerge.ChangeHash) {
+	r.exists = true
+	r.dirty = true
+	r.applied++
+	if err := r.ledger.recordSince(r.doc, before); err != nil {
+		h.log.Error("read accepted changes", "document", r.id, "err", err)
+	}
+	if r.publish != nil {
+		if cs, err := r.doc.Changes(before...); err == nil {
+			r.send(heldSend{changes: automerge.SaveChanges(cs)})
+		}
+	}
+	if r.mentions != nil {
+		r.mentions.changed(r.doc, p, h.cfg.MentionSettle)
+	}
 }
 
 func (r *room) heads() [][]byte {
@@ -204,9 +244,9 @@ func (r *room) known(hash []byte) bool {
 
 // sendSync sends m what automerge says it lacks, if anything; heads are
 // the document's now.
-func sendSync(documentID string, m *member, heads []automerge.ChangeHash) {
+func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 	if msg, ok := m.state.GenerateMessage(); ok {
-		m.peer.SendSync(documentID, msg.Bytes())
+		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
 		m.sentAt = heads
 	}
 }
@@ -247,7 +287,7 @@ func (r *room) leave(p Peer) {
 func (r *room) takeWrite(compactAfter int) Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := Write{DocumentID: r.id}
+	w := Write{DocumentID: r.id, upTo: r.applied}
 	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter {
 		// Save resets the incremental baseline: the snapshot holds all.
 		w.Snapshot = r.doc.Save()
@@ -279,6 +319,7 @@ func (r *room) wrote(w Write, ok bool) {
 	}
 	r.chunks += len(w.Chunks)
 	r.pending = r.pending[len(w.Chunks):]
+	r.release(w.upTo)
 }
 
 // evictable reports whether the room can leave memory; if so it marks it
@@ -286,7 +327,7 @@ func (r *room) wrote(w Write, ok bool) {
 func (r *room) evictable(now time.Time, after time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact ||
+	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
 		now.Sub(r.emptySince) < after {
 		return false
 	}

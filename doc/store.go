@@ -34,4 +34,6 @@ type Write struct {
 	Snapshot   []byte
 	Chunks     [][]byte
 	Covers     func(chunk []byte) bool
+
+	upTo uint64 // the room's applied count this write makes durable
 }

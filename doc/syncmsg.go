@@ -4,20 +4,17 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 
 	"github.com/automerge/automerge-go"
 )
 
-// Read-only peers. automerge-go applies a sync message's changes as it
-// receives it, so a message from a peer that may not write is rewritten
-// first: its changes are dropped, and heads the document does not have (the
-// peer's own refused edits) are replaced by the document's heads. So the
-// server never asks for the refused changes, and the sync loop ends: the
-// server sees the peer as level with it and stops answering once the
-// peer's bloom filter shows it lacks nothing. What the peer lacks is still
-// sent, because automerge picks changes to send from the peer's "have"
-// (last sync point and bloom filter), not from its heads.
+// Sync messages are read here, in Go, before automerge sees them: once, for
+// three uses. The guard refuses what automerge's core would abort on (see
+// guard.go); a read-only peer's message is rewritten without its changes;
+// an acknowledgement that shows a peer level needs no reply.
 //
 // Layout of an automerge sync message (type 0x42), integers as unsigned
 // LEB128: type byte, heads (count, 32-byte hashes), need (same), have
@@ -27,12 +24,48 @@ import (
 
 const syncMessageV1 = 0x42
 
-var errSyncFormat = errors.New("unreadable sync message")
+var (
+	errSyncFormat = errors.New("unreadable sync message")
+	// errUnsafe marks input that reads well but would make automerge's
+	// core fail: the guard refuses it (ErrRefused).
+	errUnsafe = errors.New("unsafe for automerge")
+)
+
+// Bloom filter bounds. automerge takes a filter's bits modulo their count
+// and allocates one slot per probe: a filter with entries but no bits
+// divides by zero, and a huge probe count allocates gigabytes, both inside
+// the cgo call, where a Rust panic aborts the process. Stock clients send
+// 10 bits per entry and 7 probes.
+const (
+	maxBloomProbes       = 64
+	maxBloomBitsPerEntry = 64
+)
+
+// syncMessage is a sync message as read by parseSyncMessage.
+type syncMessage struct {
+	raw     []byte
+	heads   [][]byte
+	need    [][]byte
+	changes [][]byte
+	// Offsets into raw: after the heads, before the changes' count, and
+	// after the changes (trailing fields follow).
+	afterHeads, beforeChanges, end int
+}
 
 type syncReader struct {
 	b   []byte
 	off int
 	err error
+}
+
+func (r *syncReader) fail(format string, args ...any) {
+	r.failWith(errSyncFormat, format, args...)
+}
+
+func (r *syncReader) failWith(kind error, format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", kind, fmt.Sprintf(format, args...))
+	}
 }
 
 func (r *syncReader) uvarint() uint64 {
@@ -41,7 +74,7 @@ func (r *syncReader) uvarint() uint64 {
 	}
 	v, n := binary.Uvarint(r.b[r.off:])
 	if n <= 0 {
-		r.err = errSyncFormat
+		r.fail("bad LEB128 at byte %d", r.off)
 		return 0
 	}
 	r.off += n
@@ -53,7 +86,7 @@ func (r *syncReader) bytes(n uint64) []byte {
 		return nil
 	}
 	if n > uint64(len(r.b)-r.off) {
-		r.err = errSyncFormat
+		r.fail("%d bytes wanted at byte %d, %d left", n, r.off, len(r.b)-r.off)
 		return nil
 	}
 	out := r.b[r.off : r.off+int(n)]
@@ -63,8 +96,8 @@ func (r *syncReader) bytes(n uint64) []byte {
 
 func (r *syncReader) hashes() [][]byte {
 	n := r.uvarint()
-	if n > uint64(len(r.b)) {
-		r.err = errSyncFormat
+	if n > uint64(len(r.b)-r.off)/32 {
+		r.fail("%d hashes do not fit in the message", n)
 		return nil
 	}
 	out := make([][]byte, 0, n)
@@ -74,50 +107,104 @@ func (r *syncReader) hashes() [][]byte {
 	return out
 }
 
-// stripForReadOnly returns msg without its changes and with unknown heads
-// replaced by ours. It reports whether the message carried changes.
-func stripForReadOnly(msg []byte, known func(hash []byte) bool, ours [][]byte) ([]byte, bool, error) {
+// bloom checks one have entry's filter against what automerge can take.
+func (r *syncReader) bloom(b []byte) {
+	if r.err != nil || len(b) == 0 {
+		return // an empty filter is automerge's default
+	}
+	f := &syncReader{b: b}
+	entries, perEntry, probes := f.uvarint(), f.uvarint(), f.uvarint()
+	if f.err != nil || entries > math.MaxUint32 || perEntry > math.MaxUint32 || probes > math.MaxUint32 {
+		r.fail("bloom filter header unreadable")
+		return
+	}
+	if entries == 0 {
+		return // automerge never probes an empty filter
+	}
+	bits := (entries*perEntry + 7) / 8
+	switch {
+	case perEntry == 0 || perEntry > maxBloomBitsPerEntry:
+		r.failWith(errUnsafe, "bloom filter with %d bits per entry", perEntry)
+	case probes == 0 || probes > maxBloomProbes:
+		r.failWith(errUnsafe, "bloom filter with %d probes", probes)
+	case bits > 1<<28: // automerge counts the bits in a uint32
+		r.failWith(errUnsafe, "bloom filter of %d bytes", bits)
+	case bits > uint64(len(b)-f.off):
+		r.fail("bloom filter of %d entries has %d bytes of bits, wants %d", entries, len(b)-f.off, bits)
+	}
+}
+
+// parseSyncMessage reads a sync message and checks it structurally,
+// including what automerge's core would abort on. The changes are returned
+// as they are; checkChanges reads them.
+func parseSyncMessage(msg []byte) (*syncMessage, error) {
 	if len(msg) == 0 || msg[0] != syncMessageV1 {
-		return nil, false, errSyncFormat
+		return nil, fmt.Errorf("%w: not a version 1 sync message", errSyncFormat)
 	}
 	r := &syncReader{b: msg, off: 1}
-	heads := r.hashes()
-	afterHeads := r.off
-	r.hashes() // need
-	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		r.hashes()           // lastSync
-		r.bytes(r.uvarint()) // bloom filter
+	m := &syncMessage{raw: msg}
+	m.heads = r.hashes()
+	m.afterHeads = r.off
+	m.need = r.hashes()
+	haves := r.uvarint()
+	for i := uint64(0); i < haves && r.err == nil; i++ {
+		r.hashes() // lastSync
+		r.bloom(r.bytes(r.uvarint()))
 	}
-	beforeChanges := r.off
-	changes := r.uvarint()
-	for i := uint64(0); i < changes && r.err == nil; i++ {
-		r.bytes(r.uvarint())
+	m.beforeChanges = r.off
+	n := r.uvarint()
+	if n > uint64(len(msg)-r.off) {
+		r.fail("%d changes do not fit in the message", n)
 	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		m.changes = append(m.changes, r.bytes(r.uvarint()))
+	}
+	m.end = r.off
 	if r.err != nil {
-		return nil, false, r.err
+		return nil, r.err
 	}
+	return m, nil
+}
+
+// stripForReadOnly returns the message without its changes and with unknown
+// heads replaced by ours, and reports whether it carried changes.
+//
+// automerge-go applies a sync message's changes as it receives it, so a
+// message from a peer that may not write is rewritten first: heads the
+// document does not have (the peer's own refused edits) are replaced by
+// the document's heads. So the server never asks for the refused changes,
+// and the sync loop ends: the server sees the peer as level with it and
+// stops answering once the peer's bloom filter shows it lacks nothing.
+// What the peer lacks is still sent, because automerge picks changes to
+// send from the peer's "have" (last sync point and bloom filter), not from
+// its heads.
+func (m *syncMessage) stripForReadOnly(known func(hash []byte) bool, ours [][]byte) (*syncMessage, bool) {
 	var kept [][]byte
-	for _, h := range heads {
+	for _, h := range m.heads {
 		if known(h) {
 			kept = append(kept, h)
 		}
 	}
-	if changes == 0 && len(kept) == len(heads) {
-		return msg, false, nil
+	if len(m.changes) == 0 && len(kept) == len(m.heads) {
+		return m, false
 	}
-	if len(kept) < len(heads) {
+	if len(kept) < len(m.heads) {
 		kept = sortedUnion(kept, ours)
 	}
-	out := make([]byte, 0, len(msg))
+	out := make([]byte, 0, len(m.raw))
 	out = append(out, syncMessageV1)
 	out = binary.AppendUvarint(out, uint64(len(kept)))
 	for _, h := range kept {
 		out = append(out, h...)
 	}
-	out = append(out, msg[afterHeads:beforeChanges]...) // need and have, as sent
-	out = append(out, 0)                                // no changes
-	out = append(out, msg[r.off:]...)                   // trailing fields
-	return out, changes > 0, nil
+	afterHeads := len(out)
+	out = append(out, m.raw[m.afterHeads:m.beforeChanges]...) // need and have, as sent
+	beforeChanges := len(out)
+	out = append(out, 0) // no changes
+	end := len(out)
+	out = append(out, m.raw[m.end:]...) // trailing fields
+	return &syncMessage{raw: out, heads: kept, need: m.need,
+		afterHeads: afterHeads, beforeChanges: beforeChanges, end: end}, len(m.changes) > 0
 }
 
 // sortedUnion returns the distinct hashes of a and b in byte order, the
@@ -128,28 +215,17 @@ func sortedUnion(a, b [][]byte) [][]byte {
 	return slices.CompactFunc(out, bytes.Equal)
 }
 
-// level reports whether a peer's sync message shows it level with the
+// level reports whether the message shows its peer level with the
 // document: no changes, nothing needed, and its heads the document's heads,
 // which the peer was last sent too (sentAt). automerge then has nothing to
 // answer (its sync state's last sent heads and the peer's heads both equal
 // ours), so the room skips asking it: most messages of a busy document are
 // such acknowledgements, one per peer per change. When unsure, false.
-func level(msg []byte, ours, sentAt []automerge.ChangeHash) bool {
-	if sentAt == nil || !sameHeads(sentAt, ours) || len(msg) == 0 || msg[0] != syncMessageV1 {
+func (m *syncMessage) level(ours, sentAt []automerge.ChangeHash) bool {
+	if sentAt == nil || !sameHeads(sentAt, ours) || len(m.changes) != 0 || len(m.need) != 0 || len(m.heads) != len(ours) {
 		return false
 	}
-	r := &syncReader{b: msg, off: 1}
-	heads := r.hashes()
-	need := r.hashes()
-	for n := r.uvarint(); n > 0 && r.err == nil; n-- {
-		r.hashes()           // lastSync
-		r.bytes(r.uvarint()) // bloom filter
-	}
-	changes := r.uvarint()
-	if r.err != nil || changes != 0 || len(need) != 0 || len(heads) != len(ours) {
-		return false
-	}
-	for i, h := range heads {
+	for i, h := range m.heads {
 		if !bytes.Equal(h, ours[i][:]) {
 			return false
 		}

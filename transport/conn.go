@@ -380,6 +380,14 @@ func (c *conn) documentError(documentID string, err error) {
 	case err == nil:
 	case errors.Is(err, doc.ErrReadOnly):
 		c.protocolError(errReadOnly, fmt.Sprintf("read-only access to document %s: your changes were not applied", documentID))
+	case errors.Is(err, doc.ErrRefused):
+		// Input automerge cannot take safely: the client is broken or
+		// hostile, and would only send it again.
+		c.protocolError(errRefused, fmt.Sprintf("sync message for document %s refused: %v", documentID, err))
+		c.close(ReasonRefused, true)
+	case errors.Is(err, doc.ErrLimit):
+		c.protocolError(errOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
+		c.close(ReasonOverLimit, true)
 	case errors.Is(err, doc.ErrBadSyncMessage):
 		c.protocolError(errBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
 	case errors.Is(err, doc.ErrClosed):

@@ -31,6 +31,8 @@ var (
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
 	ReasonExpired     = CloseReason{4004, "token_expired", "token expired"}
 	ReasonFlood       = CloseReason{4005, "flood", "message rate far above the limit"}
+	ReasonRefused     = CloseReason{websocket.CloseInvalidFramePayloadData, "sync_refused", "sync message refused"}
+	ReasonOverLimit   = CloseReason{websocket.CloseMessageTooBig, "document_limit", "changes over a document limit"}
 )
 
 // Reasons for protocol errors sent to a client (tandem_protocol_errors_total)
@@ -43,6 +45,8 @@ const (
 	errWrongSender = "wrong_sender"
 	errRejoin      = "rejoin_other_peer"
 	errBadSync     = "bad_sync"
+	errRefused     = "sync_refused"
+	errOverLimit   = "document_limit"
 	errLoad        = "load_failed"
 	errBadPresence = "bad_presence"
 	errReadOnly    = "read_only"

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -57,6 +58,7 @@ func dialStatus(t *testing.T, url string, h http.Header) (*websocket.Conn, int) 
 type syncer struct {
 	t     *testing.T
 	ws    *websocket.Conn
+	srv   *testServer
 	peer  string
 	doc   *automerge.Doc
 	state *automerge.SyncState
@@ -64,10 +66,10 @@ type syncer struct {
 	gone  bool // got doc-unavailable
 }
 
-func newSyncer(t *testing.T, ws *websocket.Conn, peer string) *syncer {
+func newSyncer(t *testing.T, s *testServer, ws *websocket.Conn, peer string) *syncer {
 	d := automerge.New()
 	join(t, ws, peer)
-	return &syncer{t: t, ws: ws, peer: peer, doc: d, state: automerge.NewSyncState(d)}
+	return &syncer{t: t, srv: s, ws: ws, peer: peer, doc: d, state: automerge.NewSyncState(d)}
 }
 
 func (s *syncer) set(key, value string) {
@@ -89,7 +91,9 @@ func (s *syncer) get(key string) string {
 }
 
 // sync exchanges messages until neither side has more. A repeated join is
-// the fence: the server answers it with peer after everything before it.
+// the fence: the server answers it with peer after everything before it,
+// once the hub's pending write (which holds the sync messages naming new
+// changes) is done.
 func (s *syncer) sync(typ string) {
 	s.t.Helper()
 	for round := 0; round < 50; round++ {
@@ -98,8 +102,8 @@ func (s *syncer) sync(typ string) {
 			send(s.t, s.ws, &wire.Message{Type: typ, SenderID: s.peer, TargetID: serverID, DocumentID: testDoc, Data: m.Bytes()})
 			sent = true
 		}
+		got := sent && s.fence()
 		send(s.t, s.ws, &wire.Message{Type: wire.TypeJoin, SenderID: s.peer})
-		got := false
 		for {
 			m := recv(s.t, s.ws)
 			if m.Type == wire.TypePeer {
@@ -123,6 +127,33 @@ func (s *syncer) sync(typ string) {
 		typ = wire.TypeSync
 	}
 	s.t.Fatal("sync did not settle")
+}
+
+// fence waits until the server has handled what this peer sent (the
+// heartbeat is answered in order), then for the hub's writes: what they
+// held is then queued to the socket ahead of anything sent after.
+func (s *syncer) fence() (got bool) {
+	s.t.Helper()
+	send(s.t, s.ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: s.peer, Seq: 1})
+	for {
+		m := recv(s.t, s.ws)
+		switch m.Type {
+		case wire.TypeHeartbeatAck:
+			if err := s.srv.hub.Flush(context.Background()); err != nil {
+				s.t.Fatal(err)
+			}
+			return got
+		case wire.TypeSync:
+			if _, err := s.state.ReceiveMessage(m.Data); err != nil {
+				s.t.Fatal(err)
+			}
+			got = true
+		case wire.TypeDocUnavailable:
+			s.gone = true
+		case wire.TypeError:
+			s.errs = append(s.errs, m.ErrorMessage)
+		}
+	}
 }
 
 func TestAuthRefusesBeforeUpgrade(t *testing.T) {
@@ -156,12 +187,12 @@ func TestExpiredTokenEndsConnection(t *testing.T) {
 func TestDocumentOutsideTokenLooksUnavailable(t *testing.T) {
 	s := newTestServer(t, authConfig(t))
 	writer, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "w", "docs": map[string]string{testDoc: "write"}}), nil)
-	w := newSyncer(t, writer, "w")
+	w := newSyncer(t, s, writer, "w")
 	w.set("secret", "plans")
 	w.sync(wire.TypeSync)
 
 	other, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "o", "docs": map[string]string{"2NEpo7TZRRrLZSi2U": "write"}}), nil)
-	o := newSyncer(t, other, "o")
+	o := newSyncer(t, s, other, "o")
 	o.sync(wire.TypeRequest)
 	if !o.gone || o.get("secret") != "" {
 		t.Fatalf("an outsider got the document (unavailable=%v, secret=%q)", o.gone, o.get("secret"))
@@ -207,12 +238,12 @@ func changesFor(t *testing.T, doc, ref *automerge.Doc) []byte {
 func TestReadOnlyPeer(t *testing.T) {
 	s := newTestServer(t, authConfig(t))
 	writer, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "w", "docs": map[string]string{"*": "write"}}), nil)
-	w := newSyncer(t, writer, "w")
+	w := newSyncer(t, s, writer, "w")
 	w.set("title", "v1")
 	w.sync(wire.TypeSync)
 
 	reader, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "r", "docs": map[string]string{"*": "read"}}), nil)
-	r := newSyncer(t, reader, "r")
+	r := newSyncer(t, s, reader, "r")
 	r.sync(wire.TypeRequest)
 	if r.get("title") != "v1" {
 		t.Fatalf("reader sees %q", r.get("title"))
@@ -236,7 +267,7 @@ func TestReadOnlyPeer(t *testing.T) {
 		t.Fatalf("the writer sees %q: a read-only change was relayed", w.get("title"))
 	}
 	fresh, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "f", "docs": map[string]string{"*": "read"}}), nil)
-	f := newSyncer(t, fresh, "f")
+	f := newSyncer(t, s, fresh, "f")
 	f.sync(wire.TypeRequest)
 	if f.get("title") != "v1" {
 		t.Fatalf("the server's copy says %q", f.get("title"))
@@ -377,7 +408,7 @@ func TestLimits(t *testing.T) {
 // a document and checks that it still loads, unchanged, for a new peer.
 func TestBadInputLeavesStoredDocumentIntact(t *testing.T) {
 	s := newTestServer(t, Config{})
-	w := newSyncer(t, dial(t, s.url), "w")
+	w := newSyncer(t, s, dial(t, s.url), "w")
 	w.set("title", "intact")
 	w.sync(wire.TypeSync)
 
@@ -402,7 +433,7 @@ func TestBadInputLeavesStoredDocumentIntact(t *testing.T) {
 	}
 	recvError(t, bad, "binary")
 
-	fresh := newSyncer(t, dial(t, s.url), "fresh")
+	fresh := newSyncer(t, s, dial(t, s.url), "fresh")
 	fresh.sync(wire.TypeRequest)
 	if fresh.get("title") != "intact" {
 		t.Fatalf("after bad input the document reads %q", fresh.get("title"))

@@ -39,6 +39,12 @@ type config struct {
 	MaxPresenceDepth  int
 	MessageRate       float64
 	MessageBurst      int
+
+	MaxChangeOps   int
+	MaxMessageOps  int
+	MaxDocumentOps int64
+	MaxChangeBytes int64
+	SandboxWorkers int
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -70,6 +76,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
+	fs.IntVar(&c.MaxChangeOps, "max-change-ops", 100_000, "operations one change may hold, after run-length expansion")
+	fs.IntVar(&c.MaxMessageOps, "max-message-ops", 200_000, "operations one sync message may add")
+	fs.Int64Var(&c.MaxDocumentOps, "max-document-ops", 1_000_000, "operations one document may hold")
+	fs.Int64Var(&c.MaxChangeBytes, "max-change-bytes", 64<<20, "bytes one change may expand to")
+	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", 2, "worker processes that apply clients' changes before the node does; 0 turns the sandbox off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
 		fs.PrintDefaults()
@@ -106,7 +117,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	for name, v := range map[string]int{
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
 		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
-		"--message-burst": c.MessageBurst,
+		"--message-burst": c.MessageBurst, "--max-change-ops": c.MaxChangeOps, "--max-message-ops": c.MaxMessageOps,
 	} {
 		if v < 1 {
 			return c, fmt.Errorf("%s must be at least 1", name)
@@ -126,6 +137,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MessageRate <= 0 {
 		return c, fmt.Errorf("--message-rate must be positive")
+	}
+	if c.MaxDocumentOps < 1 || c.MaxChangeBytes < 1024 {
+		return c, fmt.Errorf("--max-document-ops must be at least 1 and --max-change-bytes at least 1024")
+	}
+	if c.SandboxWorkers < 0 || c.SandboxWorkers > 64 {
+		return c, fmt.Errorf("--sandbox-workers must be between 0 and 64")
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)

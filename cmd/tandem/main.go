@@ -34,6 +34,7 @@ import (
 )
 
 func main() {
+	doc.RunSandboxWorkerIfAsked() // a sandbox worker process ends here
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
@@ -116,6 +117,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	docCfg := doc.Config{
 		Store: store, Logger: log, Registerer: reg,
 		Mentions: mentionSink(bgCtx, notes.Service, func() *awareness.Hub { return presence }, log),
+		Limits: doc.Limits{
+			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
+			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
+		},
+	}
+	if cfg.SandboxWorkers > 0 {
+		sandbox, err := doc.NewSandbox(doc.SandboxConfig{
+			Command: doc.SandboxCommand, Workers: cfg.SandboxWorkers, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return err
+		}
+		defer sandbox.Close()
+		docCfg.Sandbox = sandbox
 	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,

@@ -1,0 +1,132 @@
+package doc
+
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// gateStore holds every write until the test lets it through, and tells
+// the test when one has started.
+type gateStore struct {
+	Store
+	started chan struct{}
+	proceed chan struct{}
+}
+
+func newGateStore(t testing.TB) *gateStore {
+	return &gateStore{Store: openStore(t, t.TempDir()), started: make(chan struct{}, 1), proceed: make(chan struct{})}
+}
+
+func (g *gateStore) Write(ctx context.Context, b []Write) error {
+	select {
+	case g.started <- struct{}{}:
+	default:
+	}
+	<-g.proceed
+	return g.Store.Write(ctx, b)
+}
+
+// fakeReplicator records what the hub publishes for other nodes.
+type fakeReplicator struct {
+	mu        sync.Mutex
+	published [][]byte
+}
+
+func (f *fakeReplicator) PublishChanges(_ string, changes []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published = append(f.published, changes)
+}
+
+func (f *fakeReplicator) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.published)
+}
+
+// TestNothingNamesAChangeBeforeItIsStored: while the write of a change is
+// under way, neither its author nor another peer nor another node hears of
+// it; once the write is done, all do. Repeated, so that a message slipping
+// past the store in any round fails the test.
+func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
+	g := newGateStore(t)
+	rep := &fakeReplicator{}
+	h := newTestHub(t, g, Config{Replicator: rep})
+	t.Cleanup(func() { close(g.proceed) }) // before the hub's Close, which may write
+	a, b := newClient("a"), newClient("b")
+	waiting := func() bool { // the room holds an applied change not yet stored
+		r := h.loadedRoom(testDoc)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.applied > r.stored
+	}
+	sent := func() int { return len(a.peer.syncsSoFar()) + len(b.peer.syncsSoFar()) + rep.count() }
+	// b joins the (not yet existing) document: its request is answered
+	// unavailable at once, nothing being held.
+	m, _ := b.state.GenerateMessage()
+	if err := h.Sync(context.Background(), b.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes(), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 100 {
+		a.setText(t, "k", string(rune('a'+round%26)))
+		stored := false
+		for range 10 { // a's sync loop, until the server has the change
+			m, ok := a.state.GenerateMessage()
+			if !ok {
+				break
+			}
+			before := sent()
+			if err := h.Sync(context.Background(), a.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+				t.Fatal(err)
+			}
+			if waiting() {
+				<-g.started // the write is under way, held at the gate
+				if n := sent() - before; n != 0 {
+					t.Fatalf("round %d: %d messages named the change before it was stored", round, n)
+				}
+				g.proceed <- struct{}{}
+				h.Flush(context.Background()) // returns once that write has released what it held
+				if len(b.peer.syncsSoFar()) == 0 || rep.count() != round+1 {
+					t.Fatalf("round %d: after the write, other peer %d, published %d",
+						round, len(b.peer.syncsSoFar()), rep.count())
+				}
+				stored = true
+			}
+			for _, data := range a.peer.takeSyncs() {
+				if _, err := a.state.ReceiveMessage(data); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if !stored {
+			t.Fatalf("round %d: the change never reached the store", round)
+		}
+		// Both clients take what they were sent and acknowledge it; the
+		// acknowledgements change nothing, so they need no write.
+		for _, c := range []*client{a, b} {
+			for _, data := range c.peer.takeSyncs() {
+				if _, err := c.state.ReceiveMessage(data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				m, ok := c.state.GenerateMessage()
+				if !ok {
+					break
+				}
+				if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+					t.Fatal(err)
+				}
+				for _, data := range c.peer.takeSyncs() {
+					if _, err := c.state.ReceiveMessage(data); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		if got, want := b.get(t, "k"), a.get(t, "k"); got != want {
+			t.Fatalf("round %d: b has %q, a %q", round, got, want)
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package doc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/automerge/automerge-go"
+)
+
+// readFuzzSeed reads a `go test fuzz v1` file holding one []byte.
+func readFuzzSeed(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lit, _ := strings.Cut(string(b), "\n")
+	lit = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(lit), "[]byte("), ")")
+	v, err := strconv.Unquote(lit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(v)
+}
+
+func reproMessage(t testing.TB) []byte {
+	return readFuzzSeed(t, filepath.Join("testdata", "fuzz", "FuzzReceiveGenerate", "repro-seq-gap-aborts-generate"))
+}
+
+// bloomWithoutBits is an acknowledgement whose bloom filter has an entry
+// but no bits: automerge divides by zero when it next tests a change
+// against it, aborting the process.
+func bloomWithoutBits(heads []automerge.ChangeHash) []byte {
+	b := appendHeads([]byte{syncMessageV1}, heads)
+	b = append(b, 0)          // need
+	b = append(b, 1, 0)       // one have, no lastSync
+	b = append(b, 3, 1, 0, 7) // bloom: 1 entry, 0 bits per entry, 7 probes
+	return append(b, 0)       // no changes
+}
+
+// TestReproIsRefused: the message that aborted automerge (a change whose
+// actor skips a sequence number) is refused before automerge sees it, the
+// document stays as it was, and other peers go on syncing.
+func TestReproIsRefused(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a := newClient("a")
+	a.setText(t, "title", "kept")
+	a.sync(t, h, false)
+	err := h.Sync(context.Background(), newClient("m").peer, SyncMessage{DocumentID: testDoc, Data: reproMessage(t)})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("err = %v, want ErrRefused", err)
+	}
+	b := newClient("b")
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "kept" {
+		t.Fatalf("b sees %q", got)
+	}
+	a.setText(t, "title", "still editing")
+	a.sync(t, h, false)
+	b.sync(t, h, false)
+	if got := b.get(t, "title"); got != "still editing" {
+		t.Fatalf("b sees %q after the refusal", got)
+	}
+}
+
+// TestBloomFilterThatDividesByZeroIsRefused, from a writer and from a
+// read-only peer alike (it carries no changes to strip).
+func TestBloomFilterThatDividesByZeroIsRefused(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a := newClient("a")
+	a.setText(t, "title", "kept")
+	a.sync(t, h, false)
+	for _, readOnly := range []bool{false, true} {
+		err := h.Sync(context.Background(), newClient("m").peer, SyncMessage{
+			DocumentID: testDoc, Data: bloomWithoutBits(a.doc.Heads()), ReadOnly: readOnly})
+		if !errors.Is(err, ErrRefused) {
+			t.Fatalf("read-only %v: err = %v, want ErrRefused", readOnly, err)
+		}
+	}
+	for _, bad := range [][]byte{
+		{0x42, 0, 0, 1, 0, 3, 1, 10, 0, 0},                // no probes
+		{0x42, 0, 0, 1, 0, 5, 1, 10, 0xff, 0xff, 0x03, 0}, // 65,535 probes
+		{0x42, 0, 0, 1, 0, 4, 1, 0xc8, 0x01, 7, 0},        // 200 bits per entry
+	} {
+		if _, err := parseSyncMessage(bad); !errors.Is(err, errUnsafe) {
+			t.Errorf("%x: err = %v, want unsafe", bad, err)
+		}
+	}
+}
+
+// TestDuplicateSequenceIsRefused: two changes of one actor with the same
+// sequence number (automerge would fail on the second, after applying part
+// of the message).
+func TestDuplicateSequenceIsRefused(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, twin := newClient("a"), newClient("twin")
+	twin.doc.SetActorID(a.doc.ActorID())
+	a.setText(t, "title", "a's")
+	a.sync(t, h, false)
+	twin.setText(t, "title", "twin's")
+	cs, err := twin.doc.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Sync(context.Background(), twin.peer, SyncMessage{DocumentID: testDoc,
+		Data: messageWithChanges(twin.doc.Heads(), cs)})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("err = %v, want ErrRefused", err)
+	}
+	b := newClient("b")
+	b.sync(t, h, true)
+	if got := b.get(t, "title"); got != "a's" {
+		t.Fatalf("b sees %q", got)
+	}
+}
+
+// messageWithChanges is a sync message from a peer with these heads that
+// carries these changes.
+func messageWithChanges(heads []automerge.ChangeHash, cs []*automerge.Change) []byte {
+	b := appendHeads([]byte{syncMessageV1}, heads)
+	b = append(b, 0, 0) // no need, no have
+	b = append(b, byte(len(cs)))
+	for _, c := range cs {
+		b = appendBytes(b, c.Save())
+	}
+	return b
+}
+
+// listChange makes a client append n nulls to a list in one change.
+func listChange(t testing.TB, c *client, key string, n int) {
+	t.Helper()
+	l := automerge.NewList()
+	if err := c.doc.RootMap().Set(key, l); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := l.Append(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.doc.Commit("list"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncUntilErr runs the sync loop and returns the first error.
+func syncUntilErr(t testing.TB, c *client, h *Hub) error {
+	t.Helper()
+	for range 20 {
+		for _, data := range c.peer.takeSyncs() {
+			if _, err := c.state.ReceiveMessage(data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, ok := c.state.GenerateMessage()
+		if !ok {
+			return nil
+		}
+		if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+			return err
+		}
+		h.Flush(context.Background())
+	}
+	t.Fatal("sync did not settle")
+	return nil
+}
+
+// TestLimits: a change, a message or a document over its operation limit
+// is refused with the document untouched; below them editing goes on.
+func TestLimits(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{ChangeOps: 100, MessageOps: 150, DocumentOps: 250}})
+	a := newClient("a")
+	listChange(t, a, "ok", 90) // 91 ops: the list and its items
+	if err := syncUntilErr(t, a, h); err != nil {
+		t.Fatal(err)
+	}
+
+	big := newClient("big")
+	listChange(t, big, "big", 100)
+	if err := syncUntilErr(t, big, h); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a change of 101 ops: err = %v, want ErrLimit", err)
+	}
+	two := newClient("two")
+	listChange(t, two, "x", 80)
+	listChange(t, two, "y", 80)
+	if err := syncUntilErr(t, two, h); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a message of 162 ops: err = %v, want ErrLimit", err)
+	}
+
+	listChange(t, a, "more", 90)
+	if err := syncUntilErr(t, a, h); err != nil {
+		t.Fatal(err)
+	}
+	listChange(t, a, "over", 90) // 273 ops in all
+	if err := syncUntilErr(t, a, h); !errors.Is(err, ErrLimit) {
+		t.Fatalf("past the document's limit: err = %v, want ErrLimit", err)
+	}
+
+	r := newClient("r")
+	r.sync(t, h, true)
+	keys, err := r.doc.RootMap().Keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(keys, ",") != "more,ok" {
+		t.Fatalf("the document holds %v, want the two accepted lists", keys)
+	}
+}
+
+// FuzzReceiveGenerate drives the room's own sequence (guard, then
+// automerge's receive and generate) with arbitrary sync messages against
+// a document with history. Whatever the guard lets through must not abort
+// automerge: a fault here ends the fuzzing process.
+func FuzzReceiveGenerate(f *testing.F) {
+	base := automerge.New()
+	text := automerge.NewText("")
+	base.RootMap().Set("text", text)
+	base.Commit("text")
+	text.Insert(0, "hello @ana")
+	base.Commit("type")
+	other, err := base.Fork()
+	if err != nil {
+		f.Fatal(err)
+	}
+	other.RootMap().Set("title", "t")
+	other.Commit("title")
+	base.Merge(other)
+	saved := base.Save()
+
+	// Seeds: real exchanges with clients that edit, and the repro.
+	c := automerge.New()
+	cs := automerge.NewSyncState(c)
+	peerDoc, err := base.Fork()
+	if err != nil {
+		f.Fatal(err)
+	}
+	ss := automerge.NewSyncState(peerDoc)
+	for range 4 {
+		if m, ok := cs.GenerateMessage(); ok {
+			f.Add(m.Bytes())
+			ss.ReceiveMessage(m.Bytes())
+		}
+		if m, ok := ss.GenerateMessage(); ok {
+			cs.ReceiveMessage(m.Bytes())
+		}
+		c.RootMap().Set("k", "v")
+		c.Commit("k")
+	}
+	f.Add(bloomWithoutBits(base.Heads()))
+	f.Add(levelAt(base.Heads()))
+
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		d, err := automerge.Load(saved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &room{doc: d}
+		if err := r.ledger.recordSince(d, nil); err != nil {
+			t.Fatal(err)
+		}
+		var lim Limits
+		lim.setDefaults()
+		sm, err := parseSyncMessage(msg)
+		if err != nil {
+			return
+		}
+		if _, err := r.ledger.admit(lim, sm.changes, r.known); err != nil {
+			return
+		}
+		if err := rehearse(d, sm.raw); err != nil {
+			return
+		}
+		d.Save()
+	})
+}
+
+// TestSandboxTakesTheFault: with the guard's checks out of the way, the
+// repro and the bloom filter abort the sandbox worker that applies them
+// (proof that they would have ended the node), the room refuses the
+// message, and the next worker serves as before.
+func TestSandboxTakesTheFault(t *testing.T) {
+	sb, err := NewSandbox(SandboxConfig{Command: quietSandboxCommand, Workers: 1, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	d := automerge.New()
+	d.RootMap().Set("title", "kept")
+	d.Commit("title")
+	for name, msg := range map[string][]byte{"repro": reproMessage(t), "bloom": bloomWithoutBits(d.Heads())} {
+		if err := sb.check(testDoc, d, nil, msg); !errors.Is(err, errSandboxFault) {
+			t.Fatalf("%s: err = %v, want a fault", name, err)
+		}
+	}
+	c := automerge.NewSyncState(automerge.New())
+	m, _ := c.GenerateMessage()
+	if err := sb.check(testDoc, d, nil, m.Bytes()); err != nil {
+		t.Fatalf("a good message after the faults: %v", err)
+	}
+	if got, _ := d.RootMap().Get("title"); got.Str() != "kept" {
+		t.Fatalf("the room's document changed: %v", got)
+	}
+}
+
+// quietSandboxCommand starts a worker whose fault reports (a Rust panic
+// and a Go traceback, expected here) stay out of the test output.
+func quietSandboxCommand() *exec.Cmd {
+	cmd := SandboxCommand()
+	cmd.Stderr = nil
+	return cmd
+}
+
+// TestSandboxFollowsTheRoom: the sandbox's copy catches up with changes it
+// did not check (from another node, say), so what it rehearses is what the
+// room will do.
+func TestSandboxFollowsTheRoom(t *testing.T) {
+	sb, err := NewSandbox(SandboxConfig{Command: SandboxCommand, Workers: 1, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Sandbox: sb})
+	a, b := newClient("a"), newClient("b")
+	for i := range 20 {
+		a.setText(t, "k", strconv.Itoa(i))
+		a.sync(t, h, false)
+		if i%5 == 0 { // a change the sandbox never saw
+			remote := newClient("remote")
+			remote.sync(t, h, true)
+			remote.setText(t, "remote", strconv.Itoa(i))
+			ch, _ := remote.doc.Changes(a.doc.Heads()...)
+			if err := h.ApplyRemote(testDoc, automerge.SaveChanges(ch)); err != nil {
+				t.Fatal(err)
+			}
+			h.Flush(context.Background())
+		}
+	}
+	b.sync(t, h, true)
+	if got := b.get(t, "k"); got != "19" {
+		t.Fatalf("b sees %q", got)
+	}
+	if !bytes.Equal([]byte(b.get(t, "remote")), []byte("15")) {
+		t.Fatalf("b sees remote %q", b.get(t, "remote"))
+	}
+}
