@@ -1,0 +1,32 @@
+// Package amcheck holds automerge input checks: it reads automerge's
+// change format in Go, without automerge.
+//
+// Tandem applies changes from untrusted clients with automerge-go, which
+// calls automerge-rs 0.5 through cgo. That core is built with
+// panic=abort, so any Rust panic on bad input (an out-of-range actor
+// index, an op counter past u32, a map key in a list object) ends the
+// whole process; and a change of a hundred bytes can hold a run-length
+// run that expands to a million operations and hundreds of megabytes.
+// ParseChange reads a change chunk the way automerge's decoder does,
+// refuses what that decoder would choke on or read inconsistently
+// (ErrMalformed), and measures what the change expands to, so that
+// Limits can be enforced before automerge sees it (ErrTooLarge).
+//
+// It is stricter than automerge where automerge's own encoder never
+// writes what automerge's decoder would still accept (for example, a
+// column with more rows than the change has ops, or an unknown column):
+// whatever ParseChange accepts, automerge loads.
+//
+// Counting is arithmetic: a run of 10^12 rows costs one step, and parsing
+// allocates no more than a small multiple of the input (plus, for a
+// compressed chunk, its inflated size, capped by the limits).
+//
+// What it cannot see is the document: whether the objects and elements
+// an op refers to exist and have the right type, whether an actor's
+// sequence numbers and op counters continue the document's, whether the
+// dependencies are known. Callers check those against their own record
+// of the document.
+//
+// All functions are pure and safe for concurrent use by any number of
+// goroutines; results do not alias the input.
+package amcheck
