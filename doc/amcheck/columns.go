@@ -124,8 +124,8 @@ type colIter struct {
 	counts  int    // boolean counts read
 }
 
-func newCol(name string, kind int, data []byte, present bool) *colIter {
-	return &colIter{name: name, kind: kind, b: data, present: present}
+func newCol(name string, kind int, data []byte, present bool) colIter {
+	return colIter{name: name, kind: kind, b: data, present: present}
 }
 
 func (c *colIter) errf(format string, args ...any) error {

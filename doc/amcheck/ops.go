@@ -85,7 +85,7 @@ type opsCheck struct {
 	expBody int64          // expansion counted on top of the chunk itself
 }
 
-func (o *opsCheck) col(slot int) *colIter {
+func (o *opsCheck) col(slot int) colIter {
 	return newCol(columnNames[slotSpecs[slot]], slotKinds[slot], o.data[slot], len(o.data[slot]) > 0)
 }
 
@@ -219,31 +219,6 @@ func (o *opsCheck) scanActions() error {
 	return nil
 }
 
-// rowsOf scans a column, calling f for each segment, and returns its rows
-// (saturating).
-func rowsOf(it *colIter, f func(s seg) error) (uint64, error) {
-	var rows uint64
-	for {
-		s, ok, err := it.next()
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return rows, nil
-		}
-		if f != nil {
-			if err := f(s); err != nil {
-				return 0, err
-			}
-		}
-		if rows+s.n < rows {
-			rows = math.MaxUint64
-		} else {
-			rows += s.n
-		}
-	}
-}
-
 func wantRows(name string, got, want uint64) error {
 	if got != want {
 		return malformed("column %s has %d rows, want %d", name, got, want)
@@ -285,147 +260,122 @@ func deltaRun(abs, d int64, k uint64, lo, hi int64) (int64, bool) {
 
 func (o *opsCheck) addExp(n int64) { o.expBody = satAdd(o.expBody, n) }
 
-// scanColumns checks every column other than action on its own: its
-// encoding, its values and its row count.
-func (o *opsCheck) scanColumns() error {
-	n := o.rows
-	actorCheck := func(it *colIter, nullOK bool) func(seg) error {
-		return func(s seg) error {
-			if s.null {
-				if nullOK {
-					return nil
-				}
-				return it.errf("null actor index")
-			}
-			if s.u >= o.actors {
-				return it.errf("actor index %d, change has %d actors", s.u, o.actors)
-			}
-			return nil
-		}
-	}
-	deltaCheck := func(it *colIter, nullOK bool, lo int64) func(seg) error {
-		abs := int64(0)
-		return func(s seg) error {
-			if s.null {
-				if nullOK {
-					return nil
-				}
-				return it.errf("null counter")
-			}
-			last, ok := deltaRun(abs, s.d, s.n, lo, maxCounter)
-			if !ok {
-				return it.errf("counter run (from %d by %d, %d rows) leaves [%d, %d]", abs, s.d, s.n, lo, uint64(maxCounter))
-			}
-			abs = last
-			return nil
-		}
-	}
-	strExp := func(s seg) error {
-		if !s.null {
-			o.addExp(satMul(s.n, uint64(len(s.s))))
-		}
-		return nil
-	}
-	optional := func(slot int, f func(it *colIter) func(seg) error) error {
-		it := o.col(slot)
-		if !it.present {
-			return nil
-		}
-		var cb func(seg) error
-		if f != nil {
-			cb = f(it)
-		}
-		rows, err := rowsOf(it, cb)
+// scanCol reads one column (not action, not value metadata) on its own,
+// checking its encoding and values, and returns its rows (saturating).
+func (o *opsCheck) scanCol(slot int) (uint64, error) {
+	it := o.col(slot)
+	var rows uint64
+	abs := int64(0) // delta columns: the running value
+	for it.present {
+		s, ok, err := it.next()
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return wantRows(it.name, rows, n)
-	}
-	required := func(slot int, f func(it *colIter) func(seg) error) error {
-		it := o.col(slot)
-		var cb func(seg) error
-		if f != nil {
-			cb = f(it)
+		if !ok {
+			break
 		}
-		var rows uint64
-		if it.present {
-			var err error
-			if rows, err = rowsOf(it, cb); err != nil {
-				return err
-			}
-		}
-		return wantRows(it.name, rows, n)
-	}
-
-	if err := optional(cObjActor, func(it *colIter) func(seg) error { return actorCheck(it, true) }); err != nil {
-		return err
-	}
-	if err := optional(cObjCtr, func(it *colIter) func(seg) error {
-		return func(s seg) error {
-			if !s.null && (s.u < 1 || s.u > maxCounter) {
-				return it.errf("object counter %d", s.u)
-			}
-			return nil
-		}
-	}); err != nil {
-		return err
-	}
-	if err := optional(cKeyActor, func(it *colIter) func(seg) error { return actorCheck(it, true) }); err != nil {
-		return err
-	}
-	if err := optional(cKeyCtr, func(it *colIter) func(seg) error { return deltaCheck(it, true, 0) }); err != nil {
-		return err
-	}
-	if err := optional(cKeyStr, func(*colIter) func(seg) error { return strExp }); err != nil {
-		return err
-	}
-	if err := required(cInsert, nil); err != nil {
-		return err
-	}
-	if err := o.scanValues(); err != nil {
-		return err
-	}
-	if err := required(cPredNum, func(it *colIter) func(seg) error {
-		return func(s seg) error {
+		switch slot {
+		case cObjActor, cKeyActor, cPredActor:
 			if s.null {
-				return it.errf("null predecessor count")
+				if slot == cPredActor {
+					return 0, it.errf("null actor index")
+				}
+			} else if s.u >= o.actors {
+				return 0, it.errf("actor index %d, change has %d actors", s.u, o.actors)
+			}
+		case cObjCtr:
+			if !s.null && (s.u < 1 || s.u > maxCounter) {
+				return 0, it.errf("object counter %d", s.u)
+			}
+		case cKeyCtr, cPredCtr:
+			lo := int64(0)
+			if slot == cPredCtr {
+				lo = 1
+				if s.null {
+					return 0, it.errf("null counter")
+				}
+			}
+			if !s.null {
+				last, ok := deltaRun(abs, s.d, s.n, lo, maxCounter)
+				if !ok {
+					return 0, it.errf("counter run (from %d by %d, %d rows) leaves [%d, %d]", abs, s.d, s.n, lo, uint64(maxCounter))
+				}
+				abs = last
+			}
+		case cKeyStr, cMarkName:
+			if !s.null {
+				o.addExp(satMul(s.n, uint64(len(s.s))))
+			}
+		case cPredNum:
+			if s.null {
+				return 0, it.errf("null predecessor count")
 			}
 			if p := satMul(s.n, s.u); p == math.MaxInt64 || o.preds+uint64(p) < o.preds {
 				o.preds = math.MaxUint64
 			} else {
 				o.preds += uint64(p)
 			}
-			return nil
 		}
-	}); err != nil {
+		if rows+s.n < rows {
+			rows = math.MaxUint64
+		} else {
+			rows += s.n
+		}
+	}
+	return rows, nil
+}
+
+// scanColumns checks every column other than action on its own: its
+// encoding, its values and its row count.
+func (o *opsCheck) scanColumns() error {
+	n := o.rows
+	// Columns that must have a row for every op, and columns that may be
+	// empty (all null or all false) but otherwise must.
+	for _, slot := range [...]int{cObjActor, cObjCtr, cKeyActor, cKeyCtr, cKeyStr, cInsert} {
+		rows, err := o.scanCol(slot)
+		if err != nil {
+			return err
+		}
+		if slot == cInsert || len(o.data[slot]) > 0 {
+			if err := wantRows(columnNames[slotSpecs[slot]], rows, n); err != nil {
+				return err
+			}
+		}
+	}
+	if err := o.scanValues(); err != nil {
+		return err
+	}
+	rows, err := o.scanCol(cPredNum)
+	if err != nil {
+		return err
+	}
+	if err := wantRows(columnNames[specPredNum], rows, n); err != nil {
 		return err
 	}
 	if o.preds > 0 || o.has[cPredActor] {
-		for _, slot := range []int{cPredActor, cPredCtr} {
-			it := o.col(slot)
-			var cb func(seg) error
-			if slot == cPredActor {
-				cb = actorCheck(it, false)
-			} else {
-				cb = deltaCheck(it, false, 1)
-			}
-			var rows uint64
-			if it.present {
-				var err error
-				if rows, err = rowsOf(it, cb); err != nil {
-					return err
-				}
+		for _, slot := range [...]int{cPredActor, cPredCtr} {
+			rows, err := o.scanCol(slot)
+			if err != nil {
+				return err
 			}
 			if rows != o.preds {
-				return malformed("column %s has %d rows, pred group adds up to %d", it.name, rows, o.preds)
+				return malformed("column %s has %d rows, pred group adds up to %d", columnNames[slotSpecs[slot]], rows, o.preds)
 			}
 		}
 	}
 	o.addExp(satMul(o.preds, 8))
-	if err := optional(cExpand, nil); err != nil {
-		return err
+	for _, slot := range [...]int{cExpand, cMarkName} {
+		rows, err := o.scanCol(slot)
+		if err != nil {
+			return err
+		}
+		if len(o.data[slot]) > 0 {
+			if err := wantRows(columnNames[slotSpecs[slot]], rows, n); err != nil {
+				return err
+			}
+		}
 	}
-	return optional(cMarkName, func(*colIter) func(seg) error { return strExp })
+	return nil
 }
 
 // Value types, the low four bits of a value metadata entry; the rest is
@@ -449,7 +399,15 @@ func (o *opsCheck) scanValues() error {
 	it := o.col(cValMeta)
 	raw := o.data[cValRaw]
 	off := uint64(0)
-	check := func(s seg) error {
+	var rows uint64
+	for it.present {
+		s, ok, err := it.next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
 		if s.null {
 			return it.errf("null value metadata")
 		}
@@ -485,13 +443,10 @@ func (o *opsCheck) scanValues() error {
 		}
 		off += uint64(need)
 		o.addExp(need)
-		return nil
-	}
-	var rows uint64
-	if it.present {
-		var err error
-		if rows, err = rowsOf(it, check); err != nil {
-			return err
+		if rows+s.n < rows {
+			rows = math.MaxUint64
+		} else {
+			rows += s.n
 		}
 	}
 	if err := wantRows(it.name, rows, o.rows); err != nil {
@@ -533,7 +488,7 @@ func (o *opsCheck) checkRows() error {
 		return nil
 	}
 	slots := [...]int{cObjActor, cObjCtr, cKeyActor, cKeyCtr, cKeyStr, cInsert, cAction, cValMeta}
-	var its [len(slots)]*colIter
+	var its [len(slots)]colIter
 	var cur [len(slots)]seg
 	var left [len(slots)]uint64
 	for i, s := range slots {
