@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -12,26 +11,16 @@ import (
 	"testing"
 
 	"github.com/automerge/automerge-go"
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
-// readFuzzSeed reads a `go test fuzz v1` file holding one []byte.
-func readFuzzSeed(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, lit, _ := strings.Cut(string(b), "\n")
-	lit = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(lit), "[]byte("), ")")
-	v, err := strconv.Unquote(lit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []byte(v)
-}
-
 func reproMessage(t testing.TB) []byte {
-	return readFuzzSeed(t, filepath.Join("testdata", "fuzz", "FuzzReceiveGenerate", "repro-seq-gap-aborts-generate"))
+	t.Helper()
+	b, err := testenv.ReadFuzzSeed(filepath.Join("testdata", "fuzz", "FuzzReceiveGenerate", "repro-seq-gap-aborts-generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // bloomWithoutBits is an acknowledgement whose bloom filter has an entry

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/gorilla/websocket"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -288,7 +288,10 @@ func expectRefusal(t *testing.T, p *rawPeer) (string, int) {
 // clear error and a close; the node lives on, and its other peers keep
 // editing the document together.
 func TestHostileChangesAreRefusedWhileOthersSync(t *testing.T) {
-	repro := readSeed(t, filepath.Join("..", "..", "doc", "testdata", "fuzz", "FuzzReceiveGenerate", "repro-seq-gap-aborts-generate"))
+	repro, err := testenv.ReadFuzzSeed(filepath.Join("..", "..", "doc", "testdata", "fuzz", "FuzzReceiveGenerate", "repro-seq-gap-aborts-generate"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := startNode(t, t.TempDir(), "--max-change-ops", "1000")
 	a := dialPeer(t, n, "ana", automerge.New())
 	b := dialPeer(t, n, "bo", automerge.New())
@@ -348,20 +351,4 @@ func TestHostileChangesAreRefusedWhileOthersSync(t *testing.T) {
 	if v, _ := b.doc.RootMap().Get("list"); v.Kind() != automerge.KindVoid {
 		t.Fatalf("the refused list reached another peer: %v", v)
 	}
-}
-
-// readSeed reads a `go test fuzz v1` file holding one []byte.
-func readSeed(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, lit, _ := strings.Cut(string(b), "\n")
-	lit = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(lit), "[]byte("), ")")
-	v, err := strconv.Unquote(lit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []byte(v)
 }
