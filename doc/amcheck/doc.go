@@ -25,7 +25,14 @@
 // an op refers to exist and have the right type, whether an actor's
 // sequence numbers and op counters continue the document's, whether the
 // dependencies are known. Callers check those against their own record
-// of the document.
+// of the document. One of them aborts automerge outright: a map key put
+// into a list or text object made by an earlier change (or a list
+// position into a map); Change.Refs and Change.Made carry what a caller
+// needs to track object kinds and refuse such a change.
+//
+// Sync messages: automerge's sync message decoder neither checks a
+// change's checksum nor inflates compressed chunks, so check each entry
+// of a sync message's changes list with ParseSyncChange.
 //
 // All functions are pure and safe for concurrent use by any number of
 // goroutines; results do not alias the input.

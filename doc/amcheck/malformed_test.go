@@ -359,3 +359,53 @@ func TestParseChangesSequence(t *testing.T) {
 		t.Errorf("empty: %v %v", cs, err)
 	}
 }
+
+// TestMarks builds a text change with a mark (bold over "b", expanding),
+// which automerge-go cannot make, and checks both agree on it.
+func TestMarks(t *testing.T) {
+	// ops: 1 make text at root["t"], 2 insert 'a' at head, 3 insert 'b'
+	// after 2, 4 mark begin "bold"=true after 2, 5 mark end after 3.
+	tc := tchange{
+		actor: testActor, seq: 1, startOp: 1,
+		cols: []tcol{
+			{specObjActor, rle{}.nulls(1).run(4, 0)},
+			{specObjCtr, rle{}.nulls(1).run(4, 1)},
+			{specKeyActor, rle{}.nulls(2).run(3, 0)},
+			{specKeyCtr, rle{}.nulls(1).litI(0, 2, 0, 1)},
+			{specKeyStr, rle{}.runS(1, "t").nulls(4)},
+			{specInsert, bools(1, 4)},
+			{specAction, rle{}.lit(actMakeText).run(2, actPut).run(2, actMark)},
+			{specValMeta, rle{}.lit(valNull, 1<<4|valString, 1<<4|valString, valTrue, valNull)},
+			{specValRaw, []byte("ab")},
+			{specPredNum, rle{}.run(5, 0)},
+			{specExpand, bools(3, 2)},
+			{specMarkName, rle{}.nulls(3).runS(1, "bold").nulls(1)},
+		},
+	}
+	raw := tc.chunk()
+	c, _, err := ParseChange(raw, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ops != 5 || c.Expanded < int64(len(raw))+4+2 {
+		t.Errorf("%d ops, Expanded %d", c.Ops, c.Expanded)
+	}
+	d, err := automerge.Load(raw)
+	if err != nil {
+		t.Fatalf("automerge refuses it: %v", err)
+	}
+	v, err := d.RootMap().Get("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := v.Text().Get(); err != nil || s != "ab" {
+		t.Errorf("text %q, %v", s, err)
+	}
+	// The expand column may be absent (all false) but not short.
+	if _, _, err := ParseChange(withCol(tc, specExpand, bools(3, 1)).chunk(), Limits{}); !isMalformed(err) {
+		t.Errorf("short expand column: %v", err)
+	}
+	if _, _, err := ParseChange(withoutCol(tc, specExpand).chunk(), Limits{}); err != nil {
+		t.Errorf("no expand column: %v", err)
+	}
+}
