@@ -20,12 +20,14 @@ package doc
 
 // heldSend is a message made while the document had changes not yet
 // stored: a sync message or doc-unavailable for a peer, or (peer nil)
-// accepted changes for the other nodes.
+// accepted changes for the other nodes, or (then set) another node's
+// answer that this node holds the document.
 type heldSend struct {
 	peer        Peer
 	data        []byte
 	unavailable bool
 	changes     []byte
+	then        func()
 	upTo        uint64 // the room's applied count when it was made
 }
 
@@ -42,6 +44,8 @@ func (r *room) send(s heldSend) {
 
 func (r *room) deliver(s heldSend) {
 	switch {
+	case s.then != nil:
+		s.then()
 	case s.peer == nil:
 		r.publish(r.id, s.changes)
 	case s.unavailable:

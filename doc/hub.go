@@ -45,6 +45,14 @@ type Config struct {
 	// called on its own goroutine.
 	Mentions      func(Mention)
 	MentionSettle time.Duration
+	// UnavailableGrace is how long a request for a document this node
+	// does not have waits for it to arrive before the store and the other
+	// nodes are asked and, if none has it, doc-unavailable is sent
+	// (lookup.go); default 250ms.
+	UnavailableGrace time.Duration
+	// Finder, when set, asks the other nodes of a cluster for a requested
+	// document before this node reports it unavailable.
+	Finder Finder
 }
 
 func (c *Config) setDefaults() error {
@@ -59,6 +67,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MentionSettle <= 0 {
 		c.MentionSettle = mentionSettle
+	}
+	if c.UnavailableGrace <= 0 {
+		c.UnavailableGrace = 250 * time.Millisecond
 	}
 	if c.EvictAfter <= 0 {
 		c.EvictAfter = time.Minute
@@ -86,6 +97,8 @@ type Hub struct {
 	kick    chan struct{} // wakes the flusher: a room changed
 
 	flushSeconds prometheus.Histogram
+
+	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -144,12 +157,27 @@ type SyncMessage struct {
 // the document if another peer creates it later. A read-only peer's
 // changes are dropped and ErrReadOnly returned, after the peer was answered.
 func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
+	// Read outside the room's lock; refused before the room is loaded.
+	sm, err := parseSyncMessage(m.Data)
+	if errors.Is(err, errUnsafe) {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	}
 	for {
 		r, err := h.acquire(ctx, m.DocumentID)
 		if err != nil {
 			return err
 		}
-		changed, err := r.receiveSync(h, p, m)
+		carries := len(sm.changes) > 0
+		if carries {
+			// Counted until applied: a request meanwhile waits for it.
+			r.mu.Lock()
+			r.arriving++
+			r.mu.Unlock()
+		}
+		changed, err := r.receiveSync(h, p, m, sm, carries)
 		if errors.Is(err, errEvicted) {
 			continue
 		}
@@ -181,7 +209,7 @@ func (h *Hub) Leave(p Peer, documentID string) {
 	r := h.rooms[documentID]
 	h.mu.Unlock()
 	if r != nil {
-		r.leave(p)
+		r.leave(h, p)
 	}
 }
 
@@ -343,6 +371,7 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Unlock()
 		close(h.stop)
 		<-h.done
+		h.background.Wait()
 		if h.cfg.Mentions != nil {
 			h.reportAllMentions() // before the notification queue stops
 		}

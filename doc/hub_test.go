@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/automerge/automerge-go"
 )
@@ -21,6 +22,7 @@ type fakePeer struct {
 	syncs       [][]byte
 	unavailable []string
 	ephemerals  []Ephemeral
+	told        chan struct{} // poked on each doc-unavailable, if set
 }
 
 func (p *fakePeer) ID() string { return p.id }
@@ -33,6 +35,30 @@ func (p *fakePeer) SendDocUnavailable(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.unavailable = append(p.unavailable, id)
+	select {
+	case p.told <- struct{}{}:
+	default:
+	}
+}
+
+// unavailableCount returns how many doc-unavailable the peer was sent.
+func (p *fakePeer) unavailableCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.unavailable)
+}
+
+// waitUnavailable waits for the peer's first doc-unavailable.
+func (p *fakePeer) waitUnavailable(t testing.TB) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for p.unavailableCount() == 0 {
+		select {
+		case <-p.told:
+		case <-timeout:
+			t.Fatal("no doc-unavailable within 10 s")
+		}
+	}
 }
 func (p *fakePeer) SendEphemeral(_ string, e Ephemeral) {
 	p.mu.Lock()
@@ -64,7 +90,7 @@ type client struct {
 
 func newClient(id string) *client {
 	d := automerge.New()
-	return &client{peer: &fakePeer{id: id}, doc: d, state: automerge.NewSyncState(d)}
+	return &client{peer: &fakePeer{id: id, told: make(chan struct{}, 1)}, doc: d, state: automerge.NewSyncState(d)}
 }
 
 func (c *client) setText(t testing.TB, key, value string) {
@@ -191,9 +217,7 @@ func TestUnavailableThenCreatedLater(t *testing.T) {
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
 	b := newClient("b")
 	b.sync(t, h, true)
-	if len(b.peer.unavailable) != 1 {
-		t.Fatalf("b got %d doc-unavailable, want 1", len(b.peer.unavailable))
-	}
+	b.peer.waitUnavailable(t)
 	a := newClient("a")
 	a.setText(t, "title", "late")
 	a.sync(t, h, false)

@@ -45,6 +45,14 @@ type room struct {
 
 	ledger ledger // the guard's account of the document (guard.go)
 
+	// Requests for a document the room does not have (lookup.go).
+	asked        []askedPeer  // waiting peers, in the order they asked
+	looking      bool         // a lookup is scheduled or running
+	foundRetries int          // lookups again because another node said it has it
+	arriving     int          // messages with changes between acquire and apply
+	deferred     bool         // a lookup waits for arriving to reach zero
+	questions    []func(bool) // other nodes' Holds, waiting for arriving to reach zero
+
 	mentions *mentionTracker // nil unless the hub reports mentions
 }
 
@@ -55,6 +63,10 @@ type member struct {
 	// sentAt holds the document's heads when the peer was last sent a
 	// sync message; nil before the first.
 	sentAt []automerge.ChangeHash
+	// ahead is set while the room lacks the document and the peer's last
+	// message named heads the room does not know: the document is on its
+	// way from this peer (lookup.go).
+	ahead bool
 }
 
 func newRoom(id string) *room {
@@ -120,20 +132,18 @@ func (r *room) join(p Peer) *member {
 	return m
 }
 
-// receiveSync applies a sync message from p and answers the room. It
-// reports whether the document changed.
-func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, err error) {
+// receiveSync applies a sync message from p, read as sm, and answers the
+// room. It reports whether the document changed. counted says that the
+// message was counted in r.arriving.
+func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer r.settle(h) // deferred calls run last first: after the count below
+	if counted {
+		defer func() { r.arriving-- }()
+	}
 	if r.evicted {
 		return false, errEvicted
-	}
-	sm, err := parseSyncMessage(msg.Data)
-	if errors.Is(err, errUnsafe) {
-		return false, fmt.Errorf("%w: %v", ErrRefused, err)
-	}
-	if err != nil {
-		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 	}
 	refused := false
 	if msg.ReadOnly {
@@ -162,12 +172,13 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage) (changed bool, err e
 	if changed {
 		r.accepted(h, p, before)
 	}
+	r.noteAhead(m, sm.heads)
 	r.ledger.hold(held, r.known)
 	if msg.Request || changed || !sm.level(after, m.sentAt) {
 		r.sendSync(m, after)
 	}
 	if msg.Request && !r.exists {
-		r.send(heldSend{peer: p, unavailable: true})
+		r.ask(h, p)
 	}
 	if changed {
 		for id, other := range r.members {
@@ -267,7 +278,7 @@ func (r *room) relayEphemeral(p Peer, e Ephemeral) error {
 	return nil
 }
 
-func (r *room) leave(p Peer) {
+func (r *room) leave(h *Hub, p Peer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mentions != nil {
@@ -280,6 +291,7 @@ func (r *room) leave(p Peer) {
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 		}
+		r.settle(h)
 	}
 }
 
