@@ -48,7 +48,7 @@ type Config struct {
 	// UnavailableGrace is how long a request for a document this node
 	// does not have waits for it to arrive before the store and the other
 	// nodes are asked and, if none has it, doc-unavailable is sent
-	// (lookup.go); default 250ms.
+	// (lookup.go); default 200ms.
 	UnavailableGrace time.Duration
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
@@ -69,7 +69,7 @@ func (c *Config) setDefaults() error {
 		c.MentionSettle = mentionSettle
 	}
 	if c.UnavailableGrace <= 0 {
-		c.UnavailableGrace = 250 * time.Millisecond
+		c.UnavailableGrace = 200 * time.Millisecond
 	}
 	if c.EvictAfter <= 0 {
 		c.EvictAfter = time.Minute

@@ -22,7 +22,7 @@ type fakePeer struct {
 	syncs       [][]byte
 	unavailable []string
 	ephemerals  []Ephemeral
-	told        chan struct{} // poked on each doc-unavailable, if set
+	told        chan struct{} // poked on each message sent, if set
 }
 
 func (p *fakePeer) ID() string { return p.id }
@@ -30,11 +30,17 @@ func (p *fakePeer) SendSync(_ string, data []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.syncs = append(p.syncs, data)
+	p.poke()
 }
 func (p *fakePeer) SendDocUnavailable(id string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.unavailable = append(p.unavailable, id)
+	p.poke()
+}
+
+// poke wakes a test waiting for what the peer is sent. The caller holds p.mu.
+func (p *fakePeer) poke() {
 	select {
 	case p.told <- struct{}{}:
 	default:
@@ -51,12 +57,19 @@ func (p *fakePeer) unavailableCount() int {
 // waitUnavailable waits for the peer's first doc-unavailable.
 func (p *fakePeer) waitUnavailable(t testing.TB) {
 	t.Helper()
+	p.waitUntil(t, "doc-unavailable", func() bool { return p.unavailableCount() > 0 })
+}
+
+// waitUntil waits, up to 10 s, for cond to hold, checking it again each
+// time the peer is sent something.
+func (p *fakePeer) waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
 	timeout := time.After(10 * time.Second)
-	for p.unavailableCount() == 0 {
+	for !cond() {
 		select {
 		case <-p.told:
 		case <-timeout:
-			t.Fatal("no doc-unavailable within 10 s")
+			t.Fatalf("no %s within 10 s", what)
 		}
 	}
 }

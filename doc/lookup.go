@@ -44,8 +44,8 @@ type askedPeer struct {
 }
 
 // aheadWait bounds how long past its grace window a request waits for a
-// member that said it has the document to send it.
-const aheadWait = 5 * time.Second
+// member that said it has the document to send it. A variable for tests.
+var aheadWait = 5 * time.Second
 
 // maxQuestions bounds the other nodes' questions a room keeps waiting
 // while the document is on its way; beyond it they are answered no.

@@ -24,6 +24,9 @@ type DocumentReplica interface {
 	Heads(documentID string) ([][]byte, bool)
 	Compare(documentID string, theirs [][]byte) (missing bool, behind []byte)
 	ChangesSince(documentID string, theirs [][]byte) []byte
+	// Holds answers whether this node holds the document, stored; it
+	// may answer later, and must not block.
+	Holds(documentID string, answer func(held bool))
 }
 
 // PresenceReplica is what the bus needs from the presence layer.
@@ -48,7 +51,10 @@ type BusConfig struct {
 	// default 3s.
 	GossipInterval time.Duration
 	// Queue bounds the messages waiting to be published; default 8192.
-	Queue      int
+	Queue int
+	// AskTimeout bounds the wait for the other nodes' answers when this
+	// node looks for a document it lacks (FindDocument); default 1s.
+	AskTimeout time.Duration
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -84,6 +90,10 @@ type RedisBus struct {
 	usersDirty map[string]bool
 	wake       chan struct{} // tells subscribeLoop that changed has entries
 
+	amu    sync.Mutex // guards asks and askSeq
+	asks   map[uint64]*pendingAsk
+	askSeq uint64
+
 	cmu     sync.Mutex              // guards claims
 	claims  map[string][]*peerClaim // this node's peer id claims (claims_redis.go)
 	recheck chan string             // peer ids another node may have taken a claim on
@@ -110,9 +120,18 @@ type busMsg struct {
 	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
+	// Finding a document ("ask" on the nodes channel, "answer" to the
+	// asking node's inbox): which document, which question, the answer.
+	Doc   string `cbor:"doc,omitempty"`
+	Ask   uint64 `cbor:"a,omitempty"`
+	Found bool   `cbor:"f,omitempty"`
 }
 
 const nodesChannel = "tandem:nodes"
+
+// inboxChannel carries what is meant for one node only: the answers to
+// its questions.
+func inboxChannel(node string) string { return "tandem:inbox:" + node }
 
 func docChannel(id string) string  { return "tandem:doc:" + id }
 func userChannel(id string) string { return "tandem:user:" + id }
@@ -137,6 +156,9 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 	if cfg.Queue <= 0 {
 		cfg.Queue = 8192
 	}
+	if cfg.AskTimeout <= 0 {
+		cfg.AskTimeout = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -153,6 +175,7 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		usersDirty: make(map[string]bool),
 		wake:       make(chan struct{}, 1),
 		claims:     make(map[string][]*peerClaim),
+		asks:       make(map[uint64]*pendingAsk),
 		recheck:    make(chan string, 64),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
@@ -167,10 +190,11 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 	return b, nil
 }
 
-// Start subscribes to the node channel; call it before serving clients.
-// Run then serves the bus with the layers it replicates.
+// Start subscribes to the node channel and this node's inbox; call it
+// before serving clients. Run then serves the bus with the layers it
+// replicates.
 func (b *RedisBus) Start(ctx context.Context) {
-	b.ps = b.cfg.Client.Subscribe(ctx, nodesChannel)
+	b.ps = b.cfg.Client.Subscribe(ctx, nodesChannel, inboxChannel(b.cfg.NodeID))
 }
 
 // Run serves the bus until ctx ends; then it says goodbye for this node.
@@ -523,7 +547,7 @@ func (b *RedisBus) expireNodes() {
 	b.mu.Unlock()
 	for _, n := range gone {
 		b.log.Warn("bus: node silent past its TTL; removing its peers", "node", n)
-		b.presence.NodeGone(n)
+		b.nodeGone(n)
 	}
 }
 
@@ -619,14 +643,23 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	}
 	b.mu.Unlock()
 	if m.Kind == "bye" {
-		b.presence.NodeGone(m.Node)
+		b.nodeGone(m.Node)
 		return
 	}
 	if !known || m.Kind == "alive" {
 		b.presence.NodeAlive(m.Node)
 	}
-	if m.Kind == "claim" {
+	switch m.Kind {
+	case "claim":
 		b.recheckClaims(m.Peer)
+		return
+	case "ask":
+		b.answer(m)
+		return
+	case "answer":
+		if rm.Channel == inboxChannel(b.cfg.NodeID) {
+			b.answered(m.Node, m.Ask, m.Found)
+		}
 		return
 	}
 	if user, ok := strings.CutPrefix(rm.Channel, "tandem:user:"); ok {

@@ -27,6 +27,8 @@ type config struct {
 	NodeID      string
 	NodeTTL     time.Duration
 
+	UnavailableGrace time.Duration
+
 	NotifyWindow time.Duration
 
 	AuthSecret        string
@@ -65,6 +67,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: host name plus a random suffix)")
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
+	fs.DurationVar(&c.UnavailableGrace, "unavailable-grace", 200*time.Millisecond,
+		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
@@ -128,6 +132,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.NotifyWindow < 100*time.Millisecond || c.NotifyWindow > 24*time.Hour {
 		return c, fmt.Errorf("--notify-window %v must be between 100ms and 24h", c.NotifyWindow)
+	}
+	if c.UnavailableGrace < time.Millisecond || c.UnavailableGrace > 10*time.Second {
+		return c, fmt.Errorf("--unavailable-grace %v is out of range (1ms to 10s)", c.UnavailableGrace)
 	}
 	if c.NodeTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)

@@ -116,7 +116,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var presence *awareness.Hub // set below; mentions arrive only once serving
 	docCfg := doc.Config{
 		Store: store, Logger: log, Registerer: reg,
-		Mentions: mentionSink(bgCtx, notes.Service, func() *awareness.Hub { return presence }, log),
+		UnavailableGrace: cfg.UnavailableGrace,
+		Mentions:         mentionSink(bgCtx, notes.Service, func() *awareness.Hub { return presence }, log),
 		Limits: doc.Limits{
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
 			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
@@ -160,6 +161,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if bus != nil {
 		docCfg.Replicator = bus
+		docCfg.Finder = bus
 		presenceCfg.Replicator = bus
 		presenceCfg.Directory = bus
 		transportCfg.Bus = bus

@@ -1,0 +1,115 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// Finding a document across the cluster (doc.Finder). A node that lacks a
+// requested document, once its grace window has passed, asks every node
+// at once on the nodes channel ("ask", with a question number). Each node
+// answers in the asker's inbox channel ("answer"): found once it holds
+// the document and has written it to the shared store, not found when it
+// does not hold it. The first "found" ends the question; so does the last
+// "not found" of the nodes alive when it was asked, or AskTimeout. A node
+// that stops (bye, or silent past its TTL) counts as not found.
+
+// pendingAsk is a question of this node waiting for answers.
+type pendingAsk struct {
+	waiting map[string]bool // nodes yet to answer
+	done    func(found bool)
+	timer   *time.Timer
+}
+
+// FindDocument implements doc.Finder.
+func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
+	b.mu.Lock()
+	waiting := make(map[string]bool, len(b.nodes))
+	for n := range b.nodes {
+		waiting[n] = true
+	}
+	b.mu.Unlock()
+	if len(waiting) == 0 {
+		done(false)
+		return
+	}
+	b.amu.Lock()
+	b.askSeq++
+	id := b.askSeq
+	p := &pendingAsk{waiting: waiting, done: done}
+	b.asks[id] = p
+	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.finish(id, false) })
+	b.amu.Unlock()
+	payload, err := cbor.Marshal(busMsg{Kind: "ask", Node: b.cfg.NodeID, Doc: documentID, Ask: id})
+	if err != nil {
+		b.finish(id, false)
+		return
+	}
+	b.enqueue(busOut{channel: nodesChannel, payload: payload})
+}
+
+// answer answers another node's question, when this node knows.
+func (b *RedisBus) answer(m busMsg) {
+	if m.Doc == "" || m.Ask == 0 {
+		return
+	}
+	b.docs.Holds(m.Doc, func(held bool) {
+		payload, err := cbor.Marshal(busMsg{Kind: "answer", Node: b.cfg.NodeID, Doc: m.Doc, Ask: m.Ask, Found: held})
+		if err == nil {
+			b.enqueue(busOut{channel: inboxChannel(m.Node), payload: payload})
+		}
+	})
+}
+
+// answered records node's answer to question id.
+func (b *RedisBus) answered(node string, id uint64, found bool) {
+	if found {
+		b.finish(id, true)
+		return
+	}
+	b.amu.Lock()
+	p := b.asks[id]
+	last := false
+	if p != nil {
+		delete(p.waiting, node)
+		last = len(p.waiting) == 0
+	}
+	b.amu.Unlock()
+	if last {
+		b.finish(id, false)
+	}
+}
+
+// finish ends question id, once.
+func (b *RedisBus) finish(id uint64, found bool) {
+	b.amu.Lock()
+	p := b.asks[id]
+	delete(b.asks, id)
+	b.amu.Unlock()
+	if p == nil {
+		return
+	}
+	p.timer.Stop()
+	p.done(found)
+}
+
+// nodeGone removes a stopped node's peers, and its part in this node's
+// questions.
+func (b *RedisBus) nodeGone(node string) {
+	b.presence.NodeGone(node)
+	var ended []uint64
+	b.amu.Lock()
+	for id, p := range b.asks {
+		if p.waiting[node] {
+			delete(p.waiting, node)
+			if len(p.waiting) == 0 {
+				ended = append(ended, id)
+			}
+		}
+	}
+	b.amu.Unlock()
+	for _, id := range ended {
+		b.finish(id, false)
+	}
+}
