@@ -13,6 +13,11 @@
 // section. Peer methods are called with that mutex held and must not block:
 // they queue the message or drop the peer.
 //
+// A request for a document the room lacks is not answered doc-unavailable
+// at once: the requester waits, a member of the room, until its grace
+// window has passed and the document is not on its way, not in the store
+// and (through a Finder) on no other node (lookup.go).
+//
 // In a cluster, accepted changes also go to a Replicator, and changes other
 // nodes accepted come back through ApplyRemote; Compare and ChangesSince
 // let nodes repair gaps by comparing heads (replica.go). Stores: the

@@ -327,3 +327,42 @@ func firstWithChanges(t testing.TB, c *client) []byte {
 	}
 	return messageWithChanges([]automerge.ChangeHash{}, cs)
 }
+
+// Another node's question waits while the document is on its way here: a
+// member named heads the room lacks; the answer comes once its changes are
+// applied and stored.
+func TestHoldsWaitsForADocumentOnItsWay(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a := newClient("a")
+	a.setText(t, "title", "coming")
+	first, _ := a.state.GenerateMessage() // heads, no changes yet
+	if err := h.Sync(context.Background(), a.peer, SyncMessage{DocumentID: testDoc, Data: first.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan bool, 1)
+	h.Holds(testDoc, func(ok bool) { answers <- ok })
+	select {
+	case ok := <-answers:
+		t.Fatalf("answered %v while the document was on its way", ok)
+	default:
+	}
+	a.sync(t, h, false) // the changes follow
+	if !<-answers {
+		t.Fatal("does not hold the document that arrived")
+	}
+
+	// A member that named heads and leaves without sending them: the
+	// question is answered no when it leaves.
+	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
+	x := newClient("x")
+	x.setText(t, "k", "v")
+	m, _ := x.state.GenerateMessage()
+	if err := h.Sync(context.Background(), x.peer, SyncMessage{DocumentID: other, Data: m.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	h.Holds(other, func(ok bool) { answers <- ok })
+	h.Leave(x.peer, other)
+	if <-answers {
+		t.Fatal("holds a document that never arrived")
+	}
+}

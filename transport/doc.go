@@ -9,7 +9,8 @@
 //
 // RedisBus joins nodes into a cluster: it carries accepted changes and
 // presence between the nodes that watch a document, node liveness, and
-// user statuses, over Redis Pub/Sub and keys with TTLs (bus_redis.go), and
+// user statuses, over Redis Pub/Sub and keys with TTLs (bus_redis.go),
+// asks the other nodes for a document this node lacks (find_redis.go), and
 // ties each authenticated connection's peer id to its user across the
 // cluster (claims_redis.go).
 //

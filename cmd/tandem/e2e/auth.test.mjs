@@ -6,7 +6,7 @@ import { createHmac } from "node:crypto"
 import { once } from "node:events"
 import WebSocket from "ws"
 import { defer, start, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected } from "./clients.mjs"
 
 const secret = "an-e2e-secret-that-is-32-bytes!!"
 
@@ -33,7 +33,7 @@ test("with auth: no token is refused, a token admits a stock client", async t =>
   const a = await connected(client(t, `${node.url}?token=${token({ sub: "ana", docs: all })}`))
   const handle = a.create({ title: "members only" })
   const b = client(t, `${node.url}?token=${token({ sub: "bo", docs: all })}`)
-  assert.equal((await findDoc(b, handle.url)).doc().title, "members only")
+  assert.equal((await b.find(handle.url)).doc().title, "members only")
 })
 
 test("with auth: a document outside the token is unavailable; read-only changes stay local", async t => {
@@ -46,7 +46,7 @@ test("with auth: a document outside the token is unavailable; read-only changes 
   await assert.rejects(stranger.find(handle.url), /unavailable/)
 
   const reader = await connected(client(t, `${node.url}?token=${token({ sub: "r", docs: { [id]: "read" } })}`))
-  const seen = await findDoc(reader, handle.url)
+  const seen = await reader.find(handle.url)
   assert.equal(seen.doc().title, "v1")
   seen.change(d => { d.title = "defaced" })
   await until("the server refused the change", async () => await errorsFor(node, "read_only") >= 1)

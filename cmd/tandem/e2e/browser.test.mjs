@@ -8,7 +8,7 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { chromium } from "playwright-core"
 import { start, defer, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected } from "./clients.mjs"
 
 const root = resolve(fileURLToPath(import.meta.url), "../../../..")
 const artifacts = process.env.TANDEM_ARTIFACTS ?? join(root, "test-artifacts")
@@ -174,7 +174,7 @@ test("a frozen server is detected by missed heartbeat acks; edits made meanwhile
   const repo = client(t, node.url)
   await connected(repo)
   const id = decodeURIComponent(new URL(docURL).hash.slice(1))
-  const handle = await findDoc(repo, `automerge:${id}`)
+  const handle = await repo.find(`automerge:${id}`)
   await until("the offline edit on the server", () => handle.doc().text === "written while the server was frozen")
 })
 

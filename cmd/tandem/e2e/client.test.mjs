@@ -6,7 +6,7 @@ import WebSocket from "ws"
 import { Presence } from "@automerge/automerge-repo"
 import { connect } from "../../../web/client/src/index.ts"
 import { start, defer, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected } from "./clients.mjs"
 
 // Sockets records every WebSocket the Tandem client opens, so that a test
 // can cut one as a network failure would.
@@ -34,7 +34,7 @@ test("a Tandem client and a stock client share a document and presence", async t
   const presence = ana.presence(handle, { user: { id: "ana", name: "Ana", color: "#e5484d" } })
 
   const repo = await connected(client(t, node.url))
-  const hb = await findDoc(repo, handle.url)
+  const hb = await repo.find(handle.url)
   const stock = new Presence({ handle: hb })
   stock.start({ initialState: { user: { id: "bo", name: "Bo", color: "#0090ff" } } })
   defer(t, () => stock.stop())
@@ -61,11 +61,7 @@ test("after its connection is cut, a Tandem client comes back and is known by na
   const presence = ana.presence(handle, { user: { id: "ana", name: "Ana", color: "#e5484d" } })
 
   const bo = tandemClient(t, node.url)
-  const hb = await bo.open(handle.url).catch(async () => {
-    const h = bo.repo.findWithProgress(handle.url).handle
-    await h.whenReady()
-    return h
-  })
+  const hb = await bo.open(handle.url)
   const boPresence = bo.presence(hb, { user: { id: "bo", name: "Bo", color: "#0090ff" } })
   await until("Ana on Bo's side", () => boPresence.users().some(u => u.user.name === "Ana" && u.status === "online"))
   await until("Bo on Ana's side", () => presence.users().some(u => u.user.name === "Bo"))

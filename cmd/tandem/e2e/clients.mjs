@@ -19,20 +19,6 @@ export async function connected(repo) {
   return repo
 }
 
-// findDoc opens a document another client has just created. If that
-// client's first sync has not reached the server yet (or, in a cluster,
-// this node), a stock client is told the document is unavailable, then
-// receives it as soon as the server has it.
-export async function findDoc(repo, url) {
-  try {
-    return await repo.find(url)
-  } catch {
-    const handle = repo.findWithProgress(url).handle
-    await handle.whenReady()
-    return handle
-  }
-}
-
 // watchStatuses opens a contact list (the Server-Sent Events stream of
 // /api/presence/watch) and returns the array its events are pushed into,
 // as parsed JSON, and the response. The stream ends with the test.

@@ -8,7 +8,7 @@ import { spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
-import { client, connected, findDoc, watchStatuses } from "./clients.mjs"
+import { client, connected, watchStatuses } from "./clients.mjs"
 
 async function cluster(t, n, redis, extra = []) {
   const nodes = []
@@ -20,7 +20,7 @@ async function cluster(t, n, redis, extra = []) {
 
 async function member(t, url, docUrl, state) {
   const repo = await connected(client(t, url))
-  const handle = await findDoc(repo, docUrl)
+  const handle = await repo.find(docUrl)
   const presence = new Presence({ handle })
   const events = []
   for (const type of ["update", "snapshot", "goodbye"]) presence.on(type, e => events.push({ ...e, type, at: Date.now() }))
@@ -39,7 +39,7 @@ test("clients on three nodes edit one document concurrently and converge", async
   const others = []
   for (const node of nodes.slice(1)) {
     const repo = await connected(client(t, node.url))
-    others.push(await findDoc(repo, ha.url))
+    others.push(await repo.find(ha.url))
   }
   const handles = [ha, ...others]
   for (let round = 0; round < 10; round++) {
@@ -56,7 +56,7 @@ test("presence and status cross nodes; the added latency is measured", async t =
   const nodes = await cluster(t, 2, redis)
   const owner = await connected(client(t, nodes[0].url))
   const doc = owner.create({})
-  await findDoc(await connected(client(t, nodes[1].url)), doc.url)
+  await (await connected(client(t, nodes[1].url))).find(doc.url)
   const a = await member(t, nodes[0].url, doc.url, { user: { id: "ana" }, cursor: 0 })
   const near = await member(t, nodes[0].url, doc.url, { user: { id: "bo" } })
   const far = await member(t, nodes[1].url, doc.url, { user: { id: "cy" } })
@@ -81,7 +81,7 @@ test("a node killed with SIGKILL: its users disappear from the other nodes withi
   const owner = await connected(client(t, nodes[1].url))
   const doc = owner.create({})
   const probe = await connected(client(t, nodes[0].url))
-  await findDoc(probe, doc.url) // node 1 has the document
+  await probe.find(doc.url) // node 1 has the document
   probe.close() // no client of ours may outlive node 1: it would reconnect for ever
   const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
   // A runs in its own process: once its node is gone it would otherwise
@@ -107,7 +107,7 @@ test("Redis stopped and restarted in the middle of editing: all converge, nothin
   const a = await connected(client(t, nodes[0].url))
   const ha = a.create({ items: [] })
   const b = await connected(client(t, nodes[1].url))
-  const hb = await findDoc(b, ha.url)
+  const hb = await b.find(ha.url)
   let n = 0
   const edit = () => { n++; ha.change(d => d.items.push(`a${n}`)); hb.change(d => d.items.push(`b${n}`)) }
   for (let i = 0; i < 5; i++) edit()
@@ -131,7 +131,7 @@ test("a node restarted while the others run catches up", async t => {
   for (let i = 0; i < 5; i++) ha.change(d => d.log.push(`while down ${i}`))
   const again = await start(t, { port: nodes[1].port, args: nodes[1].args })
   const b = await connected(client(t, again.url))
-  const hb = await findDoc(b, ha.url)
+  const hb = await b.find(ha.url)
   await until("the restarted node has every edit", () => hb.doc().log.length === 6, 20000)
   hb.change(d => d.log.push("from the restarted node"))
   await until("node 1 gets it", () => ha.doc().log.includes("from the restarted node"), 20000)

@@ -9,7 +9,7 @@ import { execFileSync } from "node:child_process"
 import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
 import { start, startRedis, postgresURL, until } from "./server.mjs"
-import { client, connected, findDoc, streamEvents } from "./clients.mjs"
+import { client, connected, streamEvents } from "./clients.mjs"
 
 // Users are unique per run: the test database outlives runs.
 const run = randomUUID().slice(0, 8)
@@ -51,7 +51,7 @@ test("a mention typed by a stock client reaches the mentioned user's stream once
   // The document is on the server before Ana announces herself: a stock
   // client's first snapshot for a document it has just created can go out
   // before the server is its peer there, and nothing repeats it.
-  await findDoc(await connected(client(t, node.url)), handle.url)
+  await (await connected(client(t, node.url))).find(handle.url)
   const presence = new Presence({ handle })
   presence.start({ initialState: { user: { id: user("ana"), name: "Ana", color: "#e5484d" } } })
   t.after(() => presence.stop())

@@ -6,15 +6,7 @@ import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websoc
 
 const [url, docUrl, state] = process.argv.slice(2)
 const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-let handle
-try {
-  handle = await repo.find(docUrl)
-} catch {
-  // Created an instant ago on another node: it arrives once the nodes
-  // have exchanged it.
-  handle = repo.findWithProgress(docUrl).handle
-  await handle.whenReady()
-}
+const handle = await repo.find(docUrl)
 const presence = new Presence({ handle })
 presence.start({ initialState: JSON.parse(state) })
 console.log(repo.peerId)

@@ -7,13 +7,13 @@ import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { Presence } from "@automerge/automerge-repo"
 import { defer, start, until } from "./server.mjs"
-import { client, connected, findDoc, watchStatuses } from "./clients.mjs"
+import { client, connected, watchStatuses } from "./clients.mjs"
 
 // member opens the document in a new client and starts its Presence.
 async function member(t, node, docUrl, initialState) {
   const repo = client(t, node.url)
   await until("the server peer", () => repo.peers.length > 0)
-  const handle = await findDoc(repo, docUrl)
+  const handle = await repo.find(docUrl)
   const presence = new Presence({ handle })
   const events = []
   for (const type of ["update", "snapshot", "goodbye", "heartbeat"]) {
@@ -34,7 +34,7 @@ async function newDoc(t, node) {
   await until("the server peer", () => repo.peers.length > 0)
   const handle = repo.create({ text: "" })
   const check = client(t, node.url)
-  await findDoc(check, handle.url) // the server has it
+  await check.find(handle.url) // the server has it
   return handle.url
 }
 

@@ -4,14 +4,14 @@ import { test } from "node:test"
 import assert from "node:assert/strict"
 import * as A from "@automerge/automerge"
 import { defer, start, until } from "./server.mjs"
-import { client, connected, findDoc } from "./clients.mjs"
+import { client, connected } from "./clients.mjs"
 
 test("client A creates, client B finds", async t => {
   const node = await start(t)
   const a = await connected(client(t, node.url))
   const handle = a.create({ title: "Roadmap", items: ["sync"] })
   const b = client(t, node.url)
-  const found = await findDoc(b, handle.url)
+  const found = await b.find(handle.url)
   assert.deepEqual(found.doc(), { title: "Roadmap", items: ["sync"] })
 })
 
@@ -20,7 +20,7 @@ test("concurrent edits from both clients converge", async t => {
   const a = await connected(client(t, node.url))
   const ha = a.create({ text: "middle" })
   const b = client(t, node.url)
-  const hb = await findDoc(b, ha.url)
+  const hb = await b.find(ha.url)
   // Both edit at once, without waiting for each other.
   for (let i = 0; i < 20; i++) {
     ha.change(d => A.splice(d, ["text"], 0, 0, "a"))
@@ -39,7 +39,7 @@ test("an edit survives SIGKILL 1.5 s after it was made", async t => {
   // Make sure the server has the edit (another client sees it), then kill
   // it 1.5 s after the edit, without any chance of a graceful flush.
   const witness = client(t, first.url)
-  const seen = await findDoc(witness, handle.url)
+  const seen = await witness.find(handle.url)
   await until("the witness sees the edit", () => seen.doc().count === 42)
   // The clients leave first: closing a socket makes the server write
   // nothing, and a stock client outliving its server keeps reconnecting.
@@ -60,7 +60,7 @@ test("an ephemeral message from A reaches B and never A", async t => {
   const a = await connected(client(t, node.url))
   const ha = a.create({})
   const b = client(t, node.url)
-  const hb = await findDoc(b, ha.url)
+  const hb = await b.find(ha.url)
   const atA = [], atB = []
   ha.on("ephemeral-message", e => atA.push(e.message))
   hb.on("ephemeral-message", e => atB.push(e.message))

@@ -1,0 +1,134 @@
+package transport
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandemhq/tandem/awareness"
+)
+
+// holdings is a DocumentReplica that answers Holds from a table: true,
+// false, or (absent) never.
+type holdings struct {
+	DocumentReplica // unused methods
+	mu              sync.Mutex
+	held            map[string]bool
+}
+
+func (h *holdings) Holds(id string, answer func(bool)) {
+	h.mu.Lock()
+	v, ok := h.held[id]
+	h.mu.Unlock()
+	if ok {
+		answer(v)
+	}
+}
+
+func (h *holdings) Heads(string) ([][]byte, bool) { return nil, false }
+
+// startFindBus runs a bus on its own over Redis at addr, with docs as its
+// document layer.
+func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeout time.Duration) (*RedisBus, func()) {
+	t.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, AskTimeout: askTimeout, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus})
+	ctx, cancel := context.WithCancel(context.Background())
+	bus.Start(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); bus.Run(ctx, docs, presence) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			client.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return bus, stop
+}
+
+func knows(b *RedisBus, nodes ...string) func() bool {
+	return func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, n := range nodes {
+			if _, ok := b.nodes[n]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// find asks and waits for the answer.
+func find(t *testing.T, b *RedisBus, id string) (found bool, took time.Duration) {
+	t.Helper()
+	start := time.Now()
+	ch := make(chan bool, 1)
+	b.FindDocument(id, func(ok bool) { ch <- ok })
+	select {
+	case ok := <-ch:
+		return ok, time.Since(start)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no answer for %s within 30 s", id)
+		return false, 0
+	}
+}
+
+func TestFindDocumentAcrossNodes(t *testing.T) {
+	addr := redisAt(startPrivateRedis(t, 0))
+	// The asker's timeout is far longer than any wait below: an answer
+	// that comes back at all came from the other nodes.
+	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, time.Minute)
+	startFindBus(t, addr, "has-it", &holdings{held: map[string]bool{"created": true, "nowhere": false, "stuck": false}}, 0)
+	_, stopSilent := startFindBus(t, addr, "silent", &holdings{held: map[string]bool{"created": false, "nowhere": false}}, 0)
+	waitFor(t, "the asker sees both nodes", knows(asker, "has-it", "silent"))
+
+	for i := 0; i < 200; i++ {
+		if found, _ := find(t, asker, "created"); !found {
+			t.Fatalf("round %d: a document another node holds was not found", i)
+		}
+		if found, _ := find(t, asker, "nowhere"); found {
+			t.Fatalf("round %d: a document no node holds was found", i)
+		}
+	}
+
+	// A node that never answers ("silent" holds "stuck" back forever)
+	// stops: its part of the question ends with it.
+	done := make(chan bool, 1)
+	asker.FindDocument("stuck", func(ok bool) { done <- ok })
+	stopSilent()
+	if <-done {
+		t.Fatal("found after the only other node that might have it stopped")
+	}
+}
+
+func TestFindDocumentTimesOut(t *testing.T) {
+	addr := redisAt(startPrivateRedis(t, 0))
+	const timeout = 200 * time.Millisecond
+	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, timeout)
+	startFindBus(t, addr, "mute", &holdings{held: map[string]bool{}}, 0) // answers nothing
+	waitFor(t, "the asker sees the mute node", knows(asker, "mute"))
+	found, took := find(t, asker, "anything")
+	if found || took < timeout {
+		t.Fatalf("found %v after %v, want not found after the %v timeout", found, took, timeout)
+	}
+	// Alone, a node has nobody to ask.
+	alone, _ := startFindBus(t, redisAt(startPrivateRedis(t, 0)), "alone", &holdings{}, time.Minute)
+	if found, _ := find(t, alone, "anything"); found {
+		t.Fatal("a node alone found a document")
+	}
+}
