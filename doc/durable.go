@@ -27,6 +27,7 @@ type heldSend struct {
 	data        []byte
 	unavailable bool
 	changes     []byte
+	shared      *SharedSync // instead of data
 	then        func()
 	upTo        uint64 // the room's applied count when it was made
 }
@@ -50,6 +51,12 @@ func (r *room) deliver(s heldSend) {
 		r.publish(r.id, s.changes)
 	case s.unavailable:
 		s.peer.SendDocUnavailable(r.id)
+	case s.shared != nil:
+		if ss, ok := s.peer.(SharedSender); ok {
+			ss.SendSharedSync(r.id, s.shared)
+		} else {
+			s.peer.SendSync(r.id, s.shared.Data)
+		}
 	default:
 		s.peer.SendSync(r.id, s.data)
 	}

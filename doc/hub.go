@@ -53,6 +53,10 @@ type Config struct {
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
 	Finder Finder
+	// SyncWindow batches fan-outs under sustained change: a change within
+	// this long of the room's last fan-out waits for the window's end and
+	// goes out with the others (fanout.go). Zero sends each at once.
+	SyncWindow time.Duration
 }
 
 func (c *Config) setDefaults() error {

@@ -33,14 +33,14 @@ func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
 	if r.loadErr != nil {
 		return nil
 	}
-	changed, err := r.applyRemote(changes)
+	changed, err := r.applyRemote(h, changes)
 	if changed {
 		h.markDirty(r)
 	}
 	return err
 }
 
-func (r *room) applyRemote(data []byte) (bool, error) {
+func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
@@ -66,10 +66,7 @@ func (r *room) applyRemote(data []byte) (bool, error) {
 		r.mentions.refresh(r.doc) // mentions from other nodes are theirs to report
 	}
 	r.dirty = true
-	heads := r.doc.Heads()
-	for _, m := range r.members {
-		r.sendSync(m, heads)
-	}
+	r.fanout(h)
 	if err != nil {
 		return true, fmt.Errorf("read remote changes to %s: %w", r.id, err)
 	}

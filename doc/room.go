@@ -54,6 +54,10 @@ type room struct {
 	questions    []func(bool) // other nodes' Holds, waiting for arriving to reach zero
 
 	mentions *mentionTracker // nil unless the hub reports mentions
+
+	lastFanout      time.Time     // when the room last sent its changes out (fanout.go)
+	fanoutScheduled bool          // a fan-out waits for the end of the window
+	ackTime         time.Duration // smoothed time peers take to acknowledge a fan-out
 }
 
 // member is a peer of the room and the sync state the server keeps with it.
@@ -67,6 +71,13 @@ type member struct {
 	// message named heads the room does not know: the document is on its
 	// way from this peer (lookup.go).
 	ahead bool
+	// expect holds the heads the peer will have once it has read what it
+	// was sent, when the room knows them; nil when automerge's sync state
+	// serves the peer (fanout.go).
+	expect []automerge.ChangeHash
+	// unacked holds the fan-outs the peer has not acknowledged yet,
+	// oldest first, for the room's ack time (fanout.go).
+	unacked []sentFanout
 }
 
 func newRoom(id string) *room {
@@ -145,6 +156,10 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
+	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && sm.acknowledges(m.expect, r.known) {
+		r.acknowledged(m, sm, time.Now())
+		return false, nil // an acknowledgement: nothing to apply or answer
+	}
 	refused := false
 	if msg.ReadOnly {
 		sm, refused = sm.stripForReadOnly(r.known, r.heads())
@@ -174,18 +189,17 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	r.noteAhead(m, sm.heads)
 	r.ledger.hold(held, r.known)
-	if msg.Request || changed || !sm.level(after, m.sentAt) {
+	if msg.Request || changed || !sm.settled(after, m.sentAt, r.known) {
 		r.sendSync(m, after)
+	}
+	if len(sm.need) == 0 && sm.namesExactly(after) {
+		m.expect = after // level with the room: served without automerge from now on
 	}
 	if msg.Request && !r.exists {
 		r.ask(h, p)
 	}
 	if changed {
-		for id, other := range r.members {
-			if id != p.ID() {
-				r.sendSync(other, after)
-			}
-		}
+		r.fanout(h)
 	}
 	if refused {
 		return changed, ErrReadOnly
@@ -259,6 +273,7 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 	if msg, ok := m.state.GenerateMessage(); ok {
 		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
 		m.sentAt = heads
+		m.expect = nil // what it will have is automerge's to know
 	}
 }
 

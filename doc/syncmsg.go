@@ -215,18 +215,19 @@ func sortedUnion(a, b [][]byte) [][]byte {
 	return slices.CompactFunc(out, bytes.Equal)
 }
 
-// level reports whether the message shows its peer level with the
-// document: no changes, nothing needed, and its heads the document's heads,
-// which the peer was last sent too (sentAt). automerge then has nothing to
-// answer (its sync state's last sent heads and the peer's heads both equal
-// ours), so the room skips asking it: most messages of a busy document are
-// such acknowledgements, one per peer per change. When unsure, false.
-func (m *syncMessage) level(ours, sentAt []automerge.ChangeHash) bool {
-	if sentAt == nil || !sameHeads(sentAt, ours) || len(m.changes) != 0 || len(m.need) != 0 || len(m.heads) != len(ours) {
+// settled reports whether the message needs no answer: it carries no
+// changes and needs nothing, every head it names is one the document has,
+// and the peer was last sent a message at the document's current heads
+// (sentAt), so that what it lacks is already on its way to it. Answering
+// such a message (an acknowledgement of an earlier message, overtaken by a
+// newer one) would only send the peer a second message with nothing new.
+// When unsure, false.
+func (m *syncMessage) settled(ours, sentAt []automerge.ChangeHash, known func([]byte) bool) bool {
+	if sentAt == nil || !sameHeads(sentAt, ours) || len(m.changes) != 0 || len(m.need) != 0 {
 		return false
 	}
-	for i, h := range m.heads {
-		if !bytes.Equal(h, ours[i][:]) {
+	for _, h := range m.heads {
+		if !known(h) {
 			return false
 		}
 	}

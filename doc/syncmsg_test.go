@@ -7,7 +7,7 @@ import (
 	"github.com/automerge/automerge-go"
 )
 
-// stripForReadOnly and level on raw bytes, as the room uses them.
+// stripForReadOnly and settled on raw bytes, as the room uses them.
 func stripForReadOnly(msg []byte, known func([]byte) bool, ours [][]byte) ([]byte, bool, error) {
 	m, err := parseSyncMessage(msg)
 	if err != nil {
@@ -17,9 +17,15 @@ func stripForReadOnly(msg []byte, known func([]byte) bool, ours [][]byte) ([]byt
 	return out.raw, had, nil
 }
 
-func level(msg []byte, ours, sentAt []automerge.ChangeHash) bool {
+func settled(msg []byte, d *automerge.Doc, sentAt []automerge.ChangeHash) bool {
 	m, err := parseSyncMessage(msg)
-	return err == nil && m.level(ours, sentAt)
+	known := func(h []byte) bool {
+		var ch automerge.ChangeHash
+		copy(ch[:], h)
+		_, err := d.Change(ch)
+		return err == nil
+	}
+	return err == nil && m.settled(d.Heads(), sentAt, known)
 }
 
 // FuzzStripForReadOnly: the reader and the rewriter never panic on any
@@ -62,10 +68,12 @@ func TestStripKeepsTrailingFields(t *testing.T) {
 	}
 }
 
-// TestLevel: a peer's acknowledgement at the end of a sync exchange shows
-// it level with the document; a message carrying changes, a document that
-// moved on, or heads the peer was never sent are not level.
-func TestLevel(t *testing.T) {
+// TestSettled: a peer's acknowledgement at the end of a sync exchange
+// needs no answer, and neither does one overtaken by a newer message the
+// peer was already sent; a message carrying changes, a document that moved
+// on since the peer was last sent anything, or a peer never sent anything
+// need one.
+func TestSettled(t *testing.T) {
 	server, peer := automerge.New(), automerge.New()
 	if err := server.RootMap().Set("title", "v1"); err != nil {
 		t.Fatal(err)
@@ -95,11 +103,11 @@ func TestLevel(t *testing.T) {
 		}
 	}
 	heads := server.Heads()
-	if !level(last, heads, heads) {
-		t.Fatal("the peer's acknowledgement is not level")
+	if !settled(last, server, heads) {
+		t.Fatal("the peer's acknowledgement needs an answer")
 	}
-	if level(last, heads, nil) {
-		t.Fatal("level before the peer was ever sent anything")
+	if settled(last, server, nil) {
+		t.Fatal("settled before the peer was ever sent anything")
 	}
 	if err := peer.RootMap().Set("title", "v2"); err != nil {
 		t.Fatal(err)
@@ -108,8 +116,8 @@ func TestLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, ok := ps.GenerateMessage()
-	if !ok || level(m.Bytes(), heads, heads) {
-		t.Fatal("a message with the peer's new change counted as level")
+	if !ok || settled(m.Bytes(), server, heads) {
+		t.Fatal("a message with the peer's new change counted as settled")
 	}
 	if err := server.RootMap().Set("body", "x"); err != nil {
 		t.Fatal(err)
@@ -117,10 +125,13 @@ func TestLevel(t *testing.T) {
 	if _, err := server.Commit("body"); err != nil {
 		t.Fatal(err)
 	}
-	if level(last, server.Heads(), heads) {
-		t.Fatal("level with a document that has moved on")
+	if settled(last, server, heads) {
+		t.Fatal("settled with a document that moved on since the peer was last sent anything")
 	}
-	if level([]byte{0x42, 0xff}, heads, heads) || level(nil, heads, heads) {
-		t.Fatal("an unreadable message counted as level")
+	if !settled(last, server, server.Heads()) {
+		t.Fatal("an acknowledgement overtaken by a message at the new heads needs an answer")
+	}
+	if settled([]byte{0x42, 0xff}, server, heads) || settled(nil, server, heads) {
+		t.Fatal("an unreadable message counted as settled")
 	}
 }

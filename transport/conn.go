@@ -57,6 +57,7 @@ type conn struct {
 
 var (
 	_ doc.Peer             = (*conn)(nil)
+	_ doc.SharedSender     = (*conn)(nil)
 	_ awareness.Peer       = (*conn)(nil)
 	_ awareness.Identified = (*conn)(nil)
 )
@@ -423,6 +424,24 @@ func (c *conn) SendSync(documentID string, data []byte) {
 	}
 	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(data)))
 	c.sendMessage(&wire.Message{Type: wire.TypeSync, DocumentID: documentID, Data: data})
+}
+
+// SendSharedSync implements doc.SharedSender: the message is encoded once,
+// for the first peer it goes to; the others only get their targetId
+// spliced in.
+func (c *conn) SendSharedSync(documentID string, s *doc.SharedSync) {
+	p, _ := s.Frame.(*wire.Prepared)
+	if p == nil {
+		var err error
+		p, err = wire.Prepare(&wire.Message{Type: wire.TypeSync, SenderID: c.srv.cfg.PeerID, DocumentID: documentID, Data: s.Data})
+		if err != nil {
+			c.srv.log.Error("encode sync", "err", err)
+			return
+		}
+		s.Frame = p
+	}
+	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(s.Data)))
+	c.queue(p.To(c.peerID), c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
 }
 
 // SendDocUnavailable implements doc.Peer.

@@ -146,6 +146,9 @@ func runCompare(ctx context.Context, o options, tandemBin, stockDir string) erro
 		fmt.Printf("arrivals             %.2f×\n", ratio(float64(len(t.latencies)), float64(len(s.latencies))))
 		fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
 		fmt.Printf("server CPU           %.2f× (lower is better)\n", ratio(t.cpu, s.cpu))
+		fmt.Printf("frames to clients    %.2f× (lower is better)\n", ratio(float64(t.frames), float64(s.frames)))
+		fmt.Printf("bytes to clients     %.2f× (lower is better)\n", ratio(float64(t.bytes), float64(s.bytes)))
+		fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
 	case "idle":
 		fmt.Printf("RSS per connection   %.2f× (lower is better)\n", ratio(idle[0].perConn(), idle[1].perConn()))
 	}

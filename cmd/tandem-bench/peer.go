@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"sync/atomic"
 	"time"
 
 	"github.com/automerge/automerge-go"
@@ -21,6 +22,10 @@ type peer struct {
 	count   uint64
 	ws      *websocket.Conn
 	server  string
+
+	// What the peer received: frames and bytes, for the clients' side of
+	// a benchmark's figures.
+	framesIn, bytesIn atomic.Int64
 }
 
 func dialPeer(url string) (*peer, error) {
@@ -67,7 +72,13 @@ func (p *peer) recv() (*wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.counted(b)
 	return wire.Decode(b)
+}
+
+func (p *peer) counted(b []byte) {
+	p.framesIn.Add(1)
+	p.bytesIn.Add(int64(len(b)))
 }
 
 // frame is the part of a message readPresence needs.
@@ -99,6 +110,7 @@ func (p *peer) recvFrame(f *frame) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	p.counted(b)
 	*f = frame{}
 	return frameMode.Unmarshal(b, f) == nil, nil
 }

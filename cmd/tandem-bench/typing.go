@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -58,6 +59,11 @@ type typingResult struct {
 	latencies []time.Duration // sorted
 	elapsed   time.Duration
 	cpu       float64 // server CPU seconds, 0 without --server-pid
+	// The clients' side, over the load and the drain: sync frames and
+	// bytes they received, and this process's CPU (every client's
+	// automerge receive and generate runs here).
+	frames, bytes int64
+	clientCPU     float64
 }
 
 func runTyping(ctx context.Context, o options) error {
@@ -72,9 +78,12 @@ func runTyping(ctx context.Context, o options) error {
 func printTyping(r typingResult, o options) {
 	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(r.latencies), float64(len(r.latencies))/r.elapsed.Seconds())
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
+	window := (r.elapsed + o.drain).Seconds()
 	if len(o.serverPIDs) > 0 {
-		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/(r.elapsed+o.drain).Seconds())
+		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/window)
 	}
+	fmt.Printf("clients received     %d frames, %.1f MB\n", r.frames, float64(r.bytes)/1e6)
+	fmt.Printf("clients' CPU         %.2f s (%.0f%% of a core)\n", r.clientCPU, 100*r.clientCPU/window)
 }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
@@ -148,6 +157,13 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	}
 
 	cpu0, _ := cpuSeconds(o.serverPIDs)
+	self := []int{os.Getpid()}
+	client0, _ := cpuSeconds(self)
+	var frames0, bytes0 int64
+	for _, p := range peers {
+		frames0 += p.framesIn.Load()
+		bytes0 += p.bytesIn.Load()
+	}
 	start := time.Now()
 	loadCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
@@ -184,12 +200,21 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	case <-ctx.Done():
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
+	client1, _ := cpuSeconds(self)
+	r := typingResult{elapsed: elapsed, cpu: cpu1 - cpu0, clientCPU: client1 - client0}
+	for _, p := range peers {
+		r.frames += p.framesIn.Load()
+		r.bytes += p.bytesIn.Load()
+	}
+	r.frames -= frames0
+	r.bytes -= bytes0
 	for _, p := range peers {
 		p.ws.Close()
 	}
 	wg.Wait()
 	slices.Sort(latencies)
-	return typingResult{latencies: latencies, elapsed: elapsed, cpu: cpu1 - cpu0}, nil
+	r.latencies = latencies
+	return r, nil
 }
 
 func mustFirst(s *automerge.SyncState) []byte {
