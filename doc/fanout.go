@@ -18,7 +18,7 @@ import (
 //
 //   - its acknowledgements need no answer and change nothing: they are
 //     recognised from the parsed message, without automerge, in a short
-//     critical section (acknowledges);
+//     critical section (acknowledge);
 //   - a change reaches it as a sync message the room builds itself from
 //     the changes since those heads, made once for every peer that stands
 //     at the same heads and, by a Peer that can (SharedSender), encoded
@@ -52,25 +52,6 @@ type SharedSync struct {
 // many peers cheaper than SendSync each.
 type SharedSender interface {
 	SendSharedSync(documentID string, s *SharedSync)
-}
-
-// acknowledges reports whether m, from a peer whose heads the room knows
-// it will reach (expect), is only an acknowledgement: no changes, nothing
-// needed, every head one the room has. Such a message needs neither
-// automerge nor an answer.
-func (sm *syncMessage) acknowledges(expect []automerge.ChangeHash, known func([]byte) bool) bool {
-	if expect == nil || len(sm.changes) != 0 || len(sm.need) != 0 {
-		return false
-	}
-	if sm.namesExactly(expect) {
-		return true
-	}
-	for _, h := range sm.heads {
-		if !known(h) {
-			return false
-		}
-	}
-	return true
 }
 
 // namesExactly reports whether the message's heads are these.
@@ -149,7 +130,7 @@ func (r *room) broadcast() {
 }
 
 // maxUnacked bounds the fan-outs a member remembers until acknowledged.
-const maxUnacked = 8
+const maxUnacked = 16
 
 // sentFanout is a fan-out a member has not acknowledged yet: the heads it
 // brought the member to, as headsKey, and when it was made.
@@ -160,22 +141,28 @@ type sentFanout struct {
 
 // window is how long fan-outs are apart under sustained change: the
 // configured window, or the time the room's peers take to acknowledge a
-// fan-out if that is longer, up to maxSyncWindow. Zero configured turns
+// fan-out if that is longer (counted up to maxSyncWindow). Zero configured turns
 // batching off. The caller holds r.mu.
 func (r *room) window(h *Hub) time.Duration {
 	w := h.cfg.SyncWindow
 	if w <= 0 {
 		return 0
 	}
-	return min(max(w, r.ackTime), maxSyncWindow)
+	return max(w, min(r.ackTime, maxSyncWindow))
 }
 
-// acknowledged records, when an acknowledgement names the heads a fan-out
-// brought m to, how long that took, into the room's smoothed ack time.
-// The caller holds r.mu.
-func (r *room) acknowledged(m *member, sm *syncMessage, now time.Time) {
-	if len(m.unacked) == 0 {
-		return
+// acknowledge reports whether sm, from m, is only an acknowledgement of
+// what the room sent it: no changes, nothing needed, and heads that a
+// fan-out brought m to (or, repeated, the heads it is known to be level
+// at). Such a message needs neither automerge nor an answer; it also
+// tells how long m took to read that fan-out, into the room's smoothed
+// ack time. Heads the room never brought m to (a peer behind for another
+// reason, one repeating a message that gets no answer) are not an
+// acknowledgement: automerge's sync state takes the message. The caller
+// holds r.mu.
+func (r *room) acknowledge(m *member, sm *syncMessage, now time.Time) bool {
+	if m.expect == nil || len(sm.changes) != 0 || len(sm.need) != 0 {
+		return false
 	}
 	var sb strings.Builder
 	for _, h := range sm.heads {
@@ -186,9 +173,10 @@ func (r *room) acknowledged(m *member, sm *syncMessage, now time.Time) {
 		if f.heads == key {
 			r.ackTime += (now.Sub(f.at) - r.ackTime) / 8
 			m.unacked = append(m.unacked[:0], m.unacked[i+1:]...)
-			return
+			return true
 		}
 	}
+	return len(m.unacked) == 0 && sm.namesExactly(m.expect)
 }
 
 // syncWithChanges is the sync message the room sends a peer whose heads it

@@ -25,13 +25,20 @@ type Mention struct {
 // only what is there when the typing pauses is a mention.
 const mentionSettle = 1500 * time.Millisecond
 
-// mentionTracker follows the mentions in a room's text. Each accepted
-// change is compared with the text just before it, so a mention counts
-// once, for the peer whose change inserted it; re-syncing or reloading a
-// change inserts nothing. Guarded by the room's mutex.
+// mentionTracker follows the mentions in a room's text. The text is read
+// again when the peer whose changes are not yet counted (pending) stops
+// being the only author since the last count: when another peer's change
+// arrives, when a burst settles, or when changes come from elsewhere. What
+// changed between two counts is that one peer's, so a mention counts
+// once, for the peer whose changes inserted it; re-syncing or reloading a
+// change inserts nothing. A keystroke of a peer typing alone costs no read
+// of the text (reading a text of a million characters takes tens of
+// milliseconds). Guarded by the room's mutex.
 type mentionTracker struct {
-	counts map[string]int // mentions in the current text, by user
-	bursts map[string]*mentionBurst
+	counts  map[string]int // mentions in the text at the last count, by user
+	stale   bool           // counts predate a change nobody local made
+	pending Peer           // author of the changes since the last count; nil if none
+	bursts  map[string]*mentionBurst
 	// fire reports a peer's burst once it has settled; gen tells a timer
 	// that fired just before the burst grew again from the current one.
 	fire func(peerID string, gen uint64)
@@ -56,47 +63,64 @@ func (t *mentionTracker) arm(id string, b *mentionBurst, after time.Duration) {
 	b.timer = time.AfterFunc(after, func() { t.fire(id, gen) })
 }
 
-// refresh recounts the mentions after a change nobody local made (a load,
-// another node's change).
-func (t *mentionTracker) refresh(d *automerge.Doc) {
-	t.counts = countMentions(documentText(d))
+// refresh records a change nobody local made (a load, another node's
+// change): the counts are read again before the next local change. Before
+// such a change is applied, count must have counted what was pending, for
+// its author.
+func (t *mentionTracker) refresh() {
+	t.stale = true
 }
 
-// changed records a local peer's accepted change. The burst is reported
+// before prepares for p's change, about to be applied: the counts are
+// read again if a change nobody local made came since the last count, and
+// another peer's pending changes are counted for it.
+func (t *mentionTracker) before(d *automerge.Doc, p Peer) {
+	if t.stale {
+		t.counts = countMentions(documentText(d))
+		t.stale = false
+	}
+	if t.pending != nil && t.pending != p {
+		t.count(d) // the other peer's changes end here
+	}
+}
+
+// changed records a local peer's accepted change, after before. The burst
+// is reported
 // (on another goroutine) when the peer's edits settle.
-func (t *mentionTracker) changed(d *automerge.Doc, p Peer, settle time.Duration) {
-	after := countMentions(documentText(d))
-	var diff map[string]int
-	for u, n := range after {
-		if n != t.counts[u] {
-			if diff == nil {
-				diff = map[string]int{}
-			}
-			diff[u] = n - t.counts[u]
-		}
-	}
-	for u, n := range t.counts {
-		if _, still := after[u]; !still {
-			if diff == nil {
-				diff = map[string]int{}
-			}
-			diff[u] = -n
-		}
-	}
-	t.counts = after
+func (t *mentionTracker) changed(p Peer, settle time.Duration) {
+	t.pending = p
 	b := t.bursts[p.ID()]
-	if diff == nil && b == nil {
-		return
-	}
 	if b == nil {
 		b = &mentionBurst{peer: p, net: map[string]int{}}
 		t.bursts[p.ID()] = b
 	}
 	t.arm(p.ID(), b, settle)
 	b.peer = p
-	for u, n := range diff {
-		b.net[u] += n
+}
+
+// count reads the text and adds what changed in its mentions since the
+// last count to the pending author's burst.
+func (t *mentionTracker) count(d *automerge.Doc) {
+	if t.pending == nil {
+		return
 	}
+	p := t.pending
+	t.pending = nil
+	after := countMentions(documentText(d))
+	b := t.bursts[p.ID()]
+	if b != nil && b.peer == p {
+		for u, n := range after {
+			if d := n - t.counts[u]; d != 0 {
+				b.net[u] += d
+			}
+		}
+		for u, n := range t.counts {
+			if _, still := after[u]; !still {
+				b.net[u] -= n
+			}
+		}
+	}
+	t.counts = after
 }
 
 // take removes a peer's burst and returns the users its edits mentioned,
@@ -200,6 +224,9 @@ func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
 
 // takeMentions takes a peer's burst as a Mention. Called with r.mu held.
 func (r *room) takeMentions(peerID string, gen uint64) Mention {
+	if r.doc != nil {
+		r.mentions.count(r.doc) // the burst's last changes
+	}
 	p, users := r.mentions.take(peerID, gen)
 	m := Mention{DocumentID: r.id, Peer: p, Users: users}
 	if len(users) > 0 && r.doc != nil {

@@ -135,3 +135,32 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 		t.Fatalf("reported %+v", <-got)
 	}
 }
+
+// Two peers edit in turn: each mention counts for the peer whose change
+// inserted it, though the text is read only when the author changes.
+func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
+	got := make(chan Mention, 10)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) { got <- m }, MentionSettle: time.Hour})
+	ana, bo := newClient("peer-ana"), newClient("peer-bo")
+	ana.splice(t, 0, 0, "notes ")
+	ana.sync(t, h, false)
+	bo.sync(t, h, true)
+	bo.splice(t, 6, 0, "@cy ")
+	bo.sync(t, h, false)
+	ana.sync(t, h, false)
+	ana.splice(t, 0, 0, "@dee ")
+	ana.sync(t, h, false)
+	bo.sync(t, h, false)
+	bo.splice(t, 0, 0, "x")
+	bo.sync(t, h, false)
+	h.Leave(ana.peer, testDoc) // reports at once
+	h.Leave(bo.peer, testDoc)
+	byPeer := map[string][]string{}
+	for range 2 {
+		m := <-got
+		byPeer[m.Peer.ID()] = m.Users
+	}
+	if !reflect.DeepEqual(byPeer, map[string][]string{"peer-ana": {"dee"}, "peer-bo": {"cy"}}) {
+		t.Fatalf("mentions by peer = %v", byPeer)
+	}
+}

@@ -47,6 +47,9 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 		return false, nil
 	}
 	before := r.doc.Heads()
+	if r.mentions != nil {
+		r.mentions.count(r.doc) // local peers' pending changes are theirs
+	}
 	if changes, err := automerge.LoadChanges(data); err == nil {
 		err = r.doc.Apply(changes...)
 		if err != nil {
@@ -63,7 +66,7 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	err := r.ledger.recordSince(r.doc, before)
 	r.exists = true
 	if r.mentions != nil {
-		r.mentions.refresh(r.doc) // mentions from other nodes are theirs to report
+		r.mentions.refresh() // mentions from other nodes are theirs to report
 	}
 	r.dirty = true
 	r.fanout(h)

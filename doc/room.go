@@ -126,7 +126,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 		return
 	}
 	if r.mentions != nil {
-		r.mentions.refresh(r.doc)
+		r.mentions.refresh()
 	}
 	// What was loaded is already stored: start incremental saves from here.
 	r.doc.SaveIncremental()
@@ -156,9 +156,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
-	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && sm.acknowledges(m.expect, r.known) {
-		r.acknowledged(m, sm, time.Now())
-		return false, nil // an acknowledgement: nothing to apply or answer
+	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, time.Now()) {
+		return false, nil // nothing to apply or answer
 	}
 	refused := false
 	if msg.ReadOnly {
@@ -178,6 +177,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		}
 	}
 	m := r.join(p)
+	if r.mentions != nil && len(sm.changes) > 0 {
+		r.mentions.before(r.doc, p)
+	}
 	before := r.doc.Heads()
 	if _, err := m.state.ReceiveMessage(sm.raw); err != nil {
 		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
@@ -222,7 +224,7 @@ func (r *room) accepted(h *Hub, p Peer, before []automerge.ChangeHash) {
 		}
 	}
 	if r.mentions != nil {
-		r.mentions.changed(r.doc, p, h.cfg.MentionSettle)
+		r.mentions.changed(p, h.cfg.MentionSettle)
 	}
 }
 
@@ -310,12 +312,20 @@ func (r *room) leave(h *Hub, p Peer) {
 	}
 }
 
+// opsPerCompactChunk makes a large document collect more incremental
+// chunks before it is rewritten as one snapshot: one more per this many
+// operations it holds. A snapshot costs time in proportion to the
+// document's operations, so spreading it over proportionally more writes
+// keeps the cost per write the same for a document of any size, while a
+// load still reads a bounded number of chunks per operation.
+const opsPerCompactChunk = 1000
+
 // takeWrite takes the changes not yet stored out of the document.
 func (r *room) takeWrite(compactAfter int) Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := Write{DocumentID: r.id, upTo: r.applied}
-	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter {
+	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk) {
 		// Save resets the incremental baseline: the snapshot holds all.
 		w.Snapshot = r.doc.Save()
 		w.Covers = r.covers

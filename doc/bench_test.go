@@ -1,0 +1,118 @@
+package doc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
+)
+
+// Benchmarks of the typing path: one keystroke from a typist reaching
+// readers that stand level, and the readers' acknowledgements, in an empty
+// document and in one of a million characters. Run:
+//
+//	go test -run '^$' -bench Keystroke -benchtime 2000x ./doc/
+//
+// server-ns/op is the server's work per keystroke (receive, store write,
+// fan-out to 40 readers), client-ns/op one reader's (receive and answer),
+// ack-ns/op the server's work for one reader's acknowledgement (nearly all
+// of it under the room's lock).
+
+func BenchmarkKeystroke(b *testing.B) {
+	for _, size := range []int{0, 1_000_000} {
+		for _, mentions := range []bool{false, true} {
+			b.Run(fmt.Sprintf("chars=%d/mentions=%v", size, mentions), func(b *testing.B) {
+				benchKeystroke(b, size, mentions)
+			})
+		}
+	}
+}
+
+func benchKeystroke(b *testing.B, size int, mentions bool) {
+	cfg := Config{Limits: Limits{DocumentOps: 10_000_000, ChangeOps: 2_000_000, MessageOps: 2_000_000}}
+	if mentions {
+		cfg.Mentions = func(Mention) {}
+	}
+	h := newTestHub(b, openStore(b, b.TempDir()), cfg)
+	typist := newClient("typist")
+	if err := typist.doc.RootMap().Set("text", automerge.NewText("")); err != nil {
+		b.Fatal(err)
+	}
+	if size > 0 {
+		if err := typist.doc.Path("text").Text().Insert(0, strings.Repeat("lorem ipsum ", size/12)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := typist.doc.Commit("start"); err != nil {
+		b.Fatal(err)
+	}
+	typist.level(b, h, false)
+	const readers = 40
+	var rs []*client
+	for i := 0; i < readers; i++ {
+		rs = append(rs, newClient(fmt.Sprint("reader", i)))
+	}
+	// One reader runs the real client side; the others are only members
+	// the room sends to, level at first, acknowledging with the measured
+	// reader's message.
+	rs[0].level(b, h, true)
+	heads := rs[0].doc.Heads()
+	for _, c := range rs[1:] { // level members without a copy of their own
+		if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: levelAt(heads)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var serverNs, clientNs, ackNs int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		text := typist.doc.Path("text").Text()
+		n := text.Len()
+		if err := text.Insert(n/2, "x"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := typist.doc.Commit("k"); err != nil {
+			b.Fatal(err)
+		}
+		msg, _ := typist.state.GenerateMessage()
+		start := nanotime()
+		if err := h.Sync(context.Background(), typist.peer, SyncMessage{DocumentID: testDoc, Data: msg.Bytes()}); err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		serverNs += nanotime() - start
+		for _, d := range typist.peer.takeSyncs() {
+			typist.state.ReceiveMessage(d)
+		}
+		// The measured reader reads its message and acknowledges.
+		start = nanotime()
+		var ack []byte
+		for _, d := range rs[0].peer.takeSyncs() {
+			rs[0].state.ReceiveMessage(d)
+			if m, ok := rs[0].state.GenerateMessage(); ok {
+				ack = m.Bytes()
+			}
+		}
+		clientNs += nanotime() - start
+		start = nanotime()
+		for _, c := range rs {
+			c.peer.takeSyncs()
+			if ack != nil {
+				if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: ack}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		ackNs += nanotime() - start
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(serverNs)/float64(b.N), "server-ns/op")
+	b.ReportMetric(float64(clientNs)/float64(b.N), "client-ns/op")
+	b.ReportMetric(float64(ackNs)/float64(b.N)/readers, "ack-ns/op")
+}
+
+func nanotime() int64 { return time.Now().UnixNano() }

@@ -1,0 +1,254 @@
+package doc
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// sharingPeer is a fakePeer that also takes shared messages, and keeps
+// which SharedSync each was.
+type sharingPeer struct {
+	*fakePeer
+	smu    sync.Mutex
+	shared []*SharedSync
+}
+
+func (p *sharingPeer) SendSharedSync(id string, s *SharedSync) {
+	p.smu.Lock()
+	p.shared = append(p.shared, s)
+	p.smu.Unlock()
+	p.SendSync(id, s.Data)
+}
+
+// level runs c's sync loop until the room sees it level.
+func (c *client) level(t testing.TB, h *Hub, request bool) {
+	t.Helper()
+	if err := c.syncLoop(h, testDoc, request); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func changesIn(t testing.TB, data []byte) int {
+	t.Helper()
+	sm, err := parseSyncMessage(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(sm.changes)
+}
+
+// Members that stand at the same heads are sent one message, made once;
+// their acknowledgements get no answer, and no second message follows.
+func TestLevelMembersShareOneMessage(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a := newClient("a")
+	a.setText(t, "title", "v1")
+	a.level(t, h, false)
+	var readers []*client
+	var peers []*sharingPeer
+	for i := 0; i < 10; i++ {
+		c := newClient(fmt.Sprint("r", i))
+		sp := &sharingPeer{fakePeer: c.peer}
+		c.peer = sp.fakePeer
+		readers, peers = append(readers, c), append(peers, sp)
+	}
+	// The readers join through the sharing peer.
+	for i, c := range readers {
+		if err := syncAs(h, c, peers[i], true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.setText(t, "title", "v2")
+	a.level(t, h, false)
+	var first *SharedSync
+	for i, p := range peers {
+		p.smu.Lock()
+		got := p.shared
+		p.smu.Unlock()
+		if len(got) != 1 {
+			t.Fatalf("reader %d was sent %d shared messages, want 1", i, len(got))
+		}
+		if first == nil {
+			first = got[0]
+		} else if got[0] != first {
+			t.Fatalf("reader %d got a message of its own", i)
+		}
+	}
+	if n := changesIn(t, first.Data); n != 1 {
+		t.Fatalf("the shared message carries %d changes, want 1", n)
+	}
+	for i, c := range readers {
+		if err := syncAs(h, c, peers[i], false); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.get(t, "title"); got != "v2" {
+			t.Fatalf("reader %d sees %q", i, got)
+		}
+		if n := len(c.peer.syncsSoFar()); n != 0 {
+			t.Fatalf("reader %d was answered %d times after it acknowledged", i, n)
+		}
+	}
+}
+
+// syncAs runs c's sync loop with the hub as the peer p.
+func syncAs(h *Hub, c *client, p Peer, request bool) error {
+	for i := 0; i < 50; i++ {
+		progressed := false
+		for _, data := range c.peer.takeSyncs() {
+			if _, err := c.state.ReceiveMessage(data); err != nil {
+				return err
+			}
+			progressed = true
+		}
+		if m, ok := c.state.GenerateMessage(); ok {
+			if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: m.Bytes(), Request: request}); err != nil {
+				return err
+			}
+			if err := h.Flush(context.Background()); err != nil {
+				return err
+			}
+			progressed = true
+		}
+		if !progressed {
+			return nil
+		}
+	}
+	return fmt.Errorf("sync did not settle")
+}
+
+// Under sustained change a member gets at most one message per window:
+// the first change of a quiet room at once, the next ones together at the
+// window's end.
+func TestFanoutBatchesUnderSustainedChange(t *testing.T) {
+	const window = 200 * time.Millisecond
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncWindow: window})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	b.level(t, h, true)
+	r := roomOf(t, h, testDoc)
+	r.mu.Lock()
+	r.lastFanout = time.Time{} // quiet since long before the window
+	r.mu.Unlock()
+
+	start := time.Now()
+	a.setText(t, "n", "1")
+	a.level(t, h, false)
+	got := b.peer.takeSyncs()
+	if len(got) != 1 || changesIn(t, got[0]) != 1 {
+		t.Fatalf("a quiet room's change: b got %d messages, want 1 at once", len(got))
+	}
+	if _, err := b.state.ReceiveMessage(got[0]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 2; i <= 4; i++ {
+		a.setText(t, "n", fmt.Sprint(i))
+		a.level(t, h, false)
+	}
+	if time.Since(start) < window {
+		if n := len(b.peer.syncsSoFar()); n != 0 {
+			t.Fatalf("b got %d messages inside the window", n)
+		}
+	}
+	b.peer.waitUntil(t, "the window's message", func() bool { return len(b.peer.syncsSoFar()) > 0 })
+	got = b.peer.takeSyncs()
+	if len(got) != 1 || changesIn(t, got[0]) != 3 {
+		t.Fatalf("after the window b got %d messages, want one with the 3 changes", len(got))
+	}
+	if took := time.Since(start); took < window {
+		t.Fatalf("the batched message came after %v, inside the %v window", took, window)
+	}
+	for _, d := range got {
+		if _, err := b.state.ReceiveMessage(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.level(t, h, false)
+	if b.get(t, "n") != "4" {
+		t.Fatalf("b sees %q", b.get(t, "n"))
+	}
+}
+
+// Typists and readers exchange messages in random order (each peer's own
+// messages in order, as on a socket) with changes made at random moments:
+// every round ends with every peer at the room's heads and the same
+// content. The room serves level peers without automerge, so this pins
+// that path against overtaken acknowledgements, concurrent changes and
+// peers that fall behind.
+func TestRandomInterleavingsConverge(t *testing.T) {
+	for round := 0; round < 200; round++ {
+		rng := rand.New(rand.NewPCG(uint64(round), 7))
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+		var peers []*client
+		for i := 0; i < 5; i++ {
+			peers = append(peers, newClient(fmt.Sprint("p", i)))
+		}
+		peers[0].setText(t, "title", "start")
+		for i, c := range peers {
+			c.level(t, h, i > 0)
+		}
+		edits := 0
+		for steps := 0; steps < 300; steps++ {
+			c := peers[rng.IntN(len(peers))]
+			if c.peer.id < "p2" && edits < 40 && rng.IntN(3) == 0 { // p0 and p1 type
+				c.setText(t, fmt.Sprint("k", edits%7), fmt.Sprint(round, "-", edits))
+				edits++
+			}
+			// Read one waiting message, if any, then say what automerge says.
+			if msgs := c.peer.syncsSoFar(); len(msgs) > 0 {
+				c.peer.mu.Lock()
+				c.peer.syncs = c.peer.syncs[1:]
+				c.peer.mu.Unlock()
+				if _, err := c.state.ReceiveMessage(msgs[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if m, ok := c.state.GenerateMessage(); ok {
+				if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+					t.Fatal(err)
+				}
+				if rng.IntN(2) == 0 {
+					h.Flush(context.Background())
+				}
+			}
+		}
+		h.Flush(context.Background())
+		for _, c := range peers {
+			c.level(t, h, false)
+		}
+		heads := roomOf(t, h, testDoc).doc.Heads()
+		for _, c := range peers { // the same heads: the same changes, the same content
+			if !sameHeads(c.doc.Heads(), heads) {
+				t.Fatalf("round %d: %s at %v, the room at %v", round, c.peer.id, c.doc.Heads(), heads)
+			}
+		}
+		h.Close(context.Background())
+	}
+}
+
+// A peer that did not apply a fan-out (here it never read it) answers the
+// next one from heads the room never brought it to: that is no
+// acknowledgement, and automerge's sync state sends it what it lacks.
+func TestAPeerThatMissedAFanoutCatchesUp(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncWindow: 50 * time.Millisecond})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	b.level(t, h, true)
+	a.setText(t, "n", "1")
+	a.level(t, h, false)
+	b.peer.waitUntil(t, "the first fan-out", func() bool { return len(b.peer.syncsSoFar()) > 0 })
+	b.peer.takeSyncs() // lost
+	for i := 2; i <= 4; i++ {
+		a.setText(t, "n", fmt.Sprint(i))
+		a.level(t, h, false)
+	}
+	b.receiveUntil(t, h, testDoc, "everything", func() bool { return b.get(t, "n") == "4" })
+	if !sameHeads(b.doc.Heads(), a.doc.Heads()) {
+		t.Fatal("b did not catch up")
+	}
+}
