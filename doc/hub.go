@@ -101,6 +101,9 @@ type Hub struct {
 	kick    chan struct{} // wakes the flusher: a room changed
 
 	flushSeconds prometheus.Histogram
+	// lockSeconds is how long a peer's message held its room's lock, by
+	// kind: an acknowledgement (no automerge) or any other sync message.
+	lockAck, lockSync prometheus.Observer
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -129,8 +132,14 @@ func NewHub(cfg Config) (*Hub, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	lockSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "tandem_document_lock_seconds",
+		Help:    "How long one peer's sync message held its document's lock, by kind (acknowledgement, sync).",
+		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+	}, []string{"kind"})
+	h.lockAck, h.lockSync = lockSeconds.WithLabelValues("acknowledgement"), lockSeconds.WithLabelValues("sync")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -148,7 +148,11 @@ func (r *room) join(p Peer) *member {
 // message was counted in r.arriving.
 func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) (changed bool, err error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	locked, lock := time.Now(), h.lockSync
+	defer func() {
+		lock.Observe(time.Since(locked).Seconds())
+		r.mu.Unlock()
+	}()
 	defer r.settle(h) // deferred calls run last first: after the count below
 	if counted {
 		defer func() { r.arriving-- }()
@@ -156,7 +160,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
-	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, time.Now()) {
+	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, locked) {
+		lock = h.lockAck
 		return false, nil // nothing to apply or answer
 	}
 	refused := false

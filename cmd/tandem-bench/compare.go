@@ -83,7 +83,7 @@ func (s *server) stop() {
 // runCompare runs one scenario (presence, typing or idle) against Tandem
 // and against the stock server, one after the other on the same machine,
 // and prints the figures side by side with the ratios Tandem/stock.
-func runCompare(ctx context.Context, o options, tandemBin, stockDir string) error {
+func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []string, stockDir string) error {
 	dataDir, err := os.MkdirTemp("", "tandem-bench-")
 	if err != nil {
 		return err
@@ -93,8 +93,8 @@ func runCompare(ctx context.Context, o options, tandemBin, stockDir string) erro
 		name, ready, path string
 		argv              []string
 	}{
-		{"tandem", "tandem serving", "/ws", []string{tandemBin, "--addr", "127.0.0.1:{port}", "--data-dir", dataDir,
-			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}},
+		{"tandem", "tandem serving", "/ws", append([]string{tandemBin, "--addr", "127.0.0.1:{port}", "--data-dir", dataDir,
+			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}, tandemFlags...)},
 		{"stock", "listening", "", []string{"node", stockDir + "/server.mjs", "{port}"}},
 	}
 	var (

@@ -64,6 +64,7 @@ func main() {
 	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster: the nodes' shared PostgreSQL")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
+	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--sync-window 50ms\")")
 	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's own CPU profile to this file")
 	flag.Parse()
@@ -95,7 +96,7 @@ func main() {
 	case *cluster > 0:
 		err = runCluster(ctx, o, *tandemBin, *cluster, *postgresURL)
 	case *compare:
-		err = runCompare(ctx, o, *tandemBin, *stockDir)
+		err = runCompare(ctx, o, *tandemBin, strings.Fields(*tandemFlags), *stockDir)
 	case o.scenario == "presence":
 		err = runPresence(ctx, o)
 	case o.scenario == "typing":
