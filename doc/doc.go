@@ -9,9 +9,16 @@
 //
 // Concurrency: Hub methods are safe for concurrent use. Each room has one
 // mutex that guards its automerge document and its peers' sync states, so a
-// sync exchange (receive, then generate for every peer) is one critical
-// section. Peer methods are called with that mutex held and must not block:
-// they queue the message or drop the peer.
+// sync exchange (receive, then answer and fan out) is one critical section;
+// the sync message is parsed before it is taken. Peer methods are called
+// with that mutex held and must not block: they queue the message or drop
+// the peer.
+//
+// Fan-out (fanout.go): peers the room knows to stand at given heads are
+// served without automerge (their acknowledgements need no answer; a
+// change reaches them as one message built once per group at the same
+// heads), and under sustained change fan-outs are batched per
+// Config.SyncWindow.
 //
 // A request for a document the room lacks is not answered doc-unavailable
 // at once: the requester waits, a member of the room, until its grace

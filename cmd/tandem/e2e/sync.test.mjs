@@ -92,3 +92,30 @@ test("a peer waiting on an unavailable document receives it once created", async
   await waiting.whenReady()
   assert.equal(waiting.doc().title, "appeared later")
 })
+
+test("typing with stock clients: all converge, and a reader gets at most one message per change the server applied", async t => {
+  const node = await start(t)
+  const typists = [], readers = []
+  for (let i = 0; i < 3; i++) typists.push(await connected(client(t, node.url)))
+  for (let i = 0; i < 10; i++) readers.push(await connected(client(t, node.url)))
+  const first = typists[0].create({ text: "" })
+  const handles = [first]
+  for (const r of [...typists.slice(1), ...readers]) handles.push(await r.find(first.url))
+  const frames = readers.map(() => 0)
+  readers.forEach((r, i) => r.networkSubsystem.on("message", m => { if (m.type === "sync") frames[i]++ }))
+  const keystrokes = 20
+  for (let k = 0; k < keystrokes; k++) {
+    handles.slice(0, 3).forEach((h, i) => h.change(d => A.splice(d, ["text"], 0, 0, String(i))))
+    await new Promise(r => setTimeout(r, 20)) // a typist's pace
+  }
+  const want = 3 * keystrokes
+  await until("all converge", () => {
+    const texts = handles.map(h => h.doc().text)
+    return texts[0].length === want && texts.every(x => x === texts[0])
+  }, 20000)
+  // Each typist's client sends at most one message per keystroke, so the
+  // server applies at most 3 × 20 changes: never more messages than that
+  // to a reader, which acknowledges each (two per change before issue 16).
+  for (const [i, n] of frames.entries()) assert.ok(n <= want, `reader ${i} got ${n} sync messages for ${want} changes`)
+  console.log(`sync messages per reader for ${want} changes: ${frames.join(", ")}`)
+})
