@@ -58,7 +58,7 @@ func TestLevelMembersShareOneMessage(t *testing.T) {
 	}
 	// The readers join through the sharing peer.
 	for i, c := range readers {
-		if err := syncAs(h, c, peers[i], true); err != nil {
+		if err := c.syncLoopAs(h, peers[i], testDoc, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -82,7 +82,7 @@ func TestLevelMembersShareOneMessage(t *testing.T) {
 		t.Fatalf("the shared message carries %d changes, want 1", n)
 	}
 	for i, c := range readers {
-		if err := syncAs(h, c, peers[i], false); err != nil {
+		if err := c.syncLoopAs(h, peers[i], testDoc, false); err != nil {
 			t.Fatal(err)
 		}
 		if got := c.get(t, "title"); got != "v2" {
@@ -92,32 +92,6 @@ func TestLevelMembersShareOneMessage(t *testing.T) {
 			t.Fatalf("reader %d was answered %d times after it acknowledged", i, n)
 		}
 	}
-}
-
-// syncAs runs c's sync loop with the hub as the peer p.
-func syncAs(h *Hub, c *client, p Peer, request bool) error {
-	for i := 0; i < 50; i++ {
-		progressed := false
-		for _, data := range c.peer.takeSyncs() {
-			if _, err := c.state.ReceiveMessage(data); err != nil {
-				return err
-			}
-			progressed = true
-		}
-		if m, ok := c.state.GenerateMessage(); ok {
-			if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: m.Bytes(), Request: request}); err != nil {
-				return err
-			}
-			if err := h.Flush(context.Background()); err != nil {
-				return err
-			}
-			progressed = true
-		}
-		if !progressed {
-			return nil
-		}
-	}
-	return fmt.Errorf("sync did not settle")
 }
 
 // Under sustained change a member gets at most one message per window:

@@ -15,6 +15,11 @@ import (
 // side has anything to send. It is safe on any goroutine: it returns what
 // went wrong instead of failing the test.
 func (c *client) syncLoop(h *Hub, id string, request bool) error {
+	return c.syncLoopAs(h, c.peer, id, request)
+}
+
+// syncLoopAs is syncLoop with the hub seeing c as the peer p.
+func (c *client) syncLoopAs(h *Hub, p Peer, id string, request bool) error {
 	for i := 0; i < 50; i++ {
 		progressed := false
 		for _, data := range c.peer.takeSyncs() {
@@ -24,7 +29,7 @@ func (c *client) syncLoop(h *Hub, id string, request bool) error {
 			progressed = true
 		}
 		if m, ok := c.state.GenerateMessage(); ok {
-			err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: id, Data: m.Bytes(), Request: request})
+			err := h.Sync(context.Background(), p, SyncMessage{DocumentID: id, Data: m.Bytes(), Request: request})
 			if err != nil {
 				return err
 			}

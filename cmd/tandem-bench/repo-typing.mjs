@@ -20,6 +20,7 @@ import { parseArgs } from "node:util"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import * as A from "@automerge/automerge"
+import { freePort } from "../tandem/e2e/server.mjs"
 
 const { values: opt } = parseArgs({
   options: {
@@ -55,15 +56,6 @@ async function startServer(argv, ready) {
     proc.on("exit", code => reject(new Error(`${argv[0]} exited (${code})`)))
   })
   return proc
-}
-
-async function freePort() {
-  const { createServer } = await import("node:net")
-  const srv = createServer()
-  await new Promise(r => srv.listen(0, "127.0.0.1", r))
-  const { port } = srv.address()
-  await new Promise(r => srv.close(r))
-  return port
 }
 
 const pct = (xs, p) => xs.length ? xs[Math.min(xs.length - 1, Math.floor(xs.length * p / 100))] : NaN
