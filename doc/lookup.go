@@ -73,11 +73,45 @@ func (r *room) ask(h *Hub, p Peer) {
 			return
 		}
 	}
-	r.asked = append(r.asked, askedPeer{peer: p, due: time.Now().Add(h.cfg.UnavailableGrace)})
+	due := time.Now().Add(h.cfg.UnavailableGrace)
+	r.asked = append(r.asked, askedPeer{peer: p, due: due})
 	if !r.looking {
 		r.looking = true
-		h.after(h.cfg.UnavailableGrace, func() { h.lookup(r) })
+		r.scheduleLookup(h, due)
 	}
+}
+
+// scheduleLookup runs the room's lookup at the given time. A lookup
+// scheduled later supersedes every earlier one, so one chain of lookups
+// runs at a time. The caller holds r.mu.
+func (r *room) scheduleLookup(h *Hub, at time.Time) {
+	r.lookupGen++
+	gen := r.lookupGen
+	h.after(time.Until(at), func() { h.lookup(r, gen) })
+}
+
+// endLookup records that no request waits any more. The caller holds r.mu.
+func (r *room) endLookup() {
+	r.asked, r.looking, r.deferred, r.foundRetries = nil, false, false, 0
+}
+
+// waitLonger reports whether the verdict must wait because the document
+// may be on its way, and arranges for the lookup to run again: when the
+// messages being applied are done (settle), or, for a member that named
+// heads the room lacks, once it had aheadWait past the first window to
+// send them. The caller holds r.mu.
+func (r *room) waitLonger(h *Hub, now time.Time) bool {
+	if r.arriving > 0 {
+		r.deferred = true // settle schedules the lookup
+		return true
+	}
+	if r.onItsWay() {
+		if bound := r.asked[0].due.Add(aheadWait); now.Before(bound) {
+			r.scheduleLookup(h, bound)
+			return true
+		}
+	}
+	return false
 }
 
 // onItsWay reports whether the room lacks the document but one of this
@@ -101,12 +135,12 @@ func (r *room) onItsWay() bool {
 // it has: a deferred lookup, and other nodes' questions. It is called
 // after every sync message and leave. The caller holds r.mu.
 func (r *room) settle(h *Hub) {
-	if (!r.deferred && len(r.questions) == 0) || r.onItsWay() {
-		return
-	}
-	if r.deferred {
+	if r.deferred && r.arriving == 0 {
 		r.deferred = false
-		h.after(0, func() { h.lookup(r) })
+		r.scheduleLookup(h, time.Now()) // it waits on for a member ahead, if any
+	}
+	if len(r.questions) == 0 || r.onItsWay() {
+		return
 	}
 	for _, answer := range r.questions {
 		r.answerHolds(answer)
@@ -131,45 +165,41 @@ func (r *room) noteAhead(m *member, heads [][]byte) {
 }
 
 // lookup decides what to tell the peers whose grace window has passed:
-// nothing yet if changes are arriving, the document if the store or
-// another node has it, doc-unavailable otherwise.
-func (h *Hub) lookup(r *room) {
+// nothing yet if the document may be on its way, the document if the
+// store or another node has it, doc-unavailable otherwise. gen is the
+// scheduling it was started by; a superseded one does nothing.
+func (h *Hub) lookup(r *room, gen uint64) {
 	r.mu.Lock()
+	if gen != r.lookupGen {
+		r.mu.Unlock()
+		return
+	}
 	if r.evicted || r.exists {
-		r.asked, r.looking = nil, false
+		r.endLookup()
 		r.mu.Unlock()
 		return
 	}
 	r.pruneAsked()
 	if len(r.asked) == 0 {
-		r.looking = false
+		r.endLookup()
 		r.mu.Unlock()
 		return
 	}
 	now := time.Now()
-	if wait := r.asked[0].due.Sub(now); wait > 0 {
-		h.after(wait, func() { h.lookup(r) })
+	if r.asked[0].due.After(now) {
+		r.scheduleLookup(h, r.asked[0].due)
 		r.mu.Unlock()
 		return
 	}
-	if r.arriving > 0 {
-		r.deferred = true // settle runs the lookup again
+	if r.waitLonger(h, now) {
 		r.mu.Unlock()
 		return
-	}
-	if r.onItsWay() {
-		if wait := r.asked[0].due.Add(aheadWait).Sub(now); wait > 0 {
-			r.deferred = true
-			h.after(wait, func() { h.lookup(r) })
-			r.mu.Unlock()
-			return
-		}
 	}
 	r.mu.Unlock()
 
 	h.reload(r)
 	if h.cfg.Finder == nil {
-		h.verdict(r, now, false)
+		h.verdict(r, gen, now, false)
 		return
 	}
 	h.cfg.Finder.FindDocument(r.id, func(found bool) {
@@ -177,29 +207,38 @@ func (h *Hub) lookup(r *room) {
 			if found {
 				h.reload(r)
 			}
-			h.verdict(r, now, found)
+			h.verdict(r, gen, now, found)
 		})
 	})
 }
 
 // verdict tells the peers whose grace window ended by cutoff that the
-// document is unavailable, unless it has arrived, or is on its way.
-func (h *Hub) verdict(r *room, cutoff time.Time, found bool) {
+// document is unavailable, unless it has arrived, or may be on its way.
+// gen is the lookup's; if another was scheduled meanwhile, that one
+// decides.
+func (h *Hub) verdict(r *room, gen uint64, cutoff time.Time, found bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.evicted || r.exists {
-		r.asked, r.looking, r.foundRetries = nil, false, 0
+	if gen != r.lookupGen {
 		return
 	}
-	if r.arriving > 0 {
-		r.deferred = true
+	if r.evicted || r.exists {
+		r.endLookup()
+		return
+	}
+	r.pruneAsked()
+	if len(r.asked) == 0 {
+		r.endLookup()
+		return
+	}
+	if r.waitLonger(h, time.Now()) {
 		return
 	}
 	if found && r.foundRetries < maxFoundRetries {
 		// Another node has it stored, yet the store did not show it:
 		// look again rather than deny a document that exists.
 		r.foundRetries++
-		h.after(h.cfg.UnavailableGrace, func() { h.lookup(r) })
+		r.scheduleLookup(h, time.Now().Add(h.cfg.UnavailableGrace))
 		return
 	}
 	if found {
@@ -207,7 +246,6 @@ func (h *Hub) verdict(r *room, cutoff time.Time, found bool) {
 			"document", r.id)
 	}
 	r.foundRetries = 0
-	r.pruneAsked()
 	n := 0
 	for n < len(r.asked) && !r.asked[n].due.After(cutoff) {
 		r.send(heldSend{peer: r.asked[n].peer, unavailable: true})
@@ -215,10 +253,10 @@ func (h *Hub) verdict(r *room, cutoff time.Time, found bool) {
 	}
 	r.asked = r.asked[n:]
 	if len(r.asked) == 0 {
-		r.asked, r.looking = nil, false
+		r.endLookup()
 		return
 	}
-	h.after(time.Until(r.asked[0].due), func() { h.lookup(r) })
+	r.scheduleLookup(h, r.asked[0].due)
 }
 
 // pruneAsked drops waiting peers that left or were replaced. The caller

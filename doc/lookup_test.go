@@ -55,14 +55,16 @@ type sharedStore struct{ Store }
 
 func (sharedStore) Close() error { return nil }
 
-// expireGrace ends the grace window of every request waiting in r, so
-// that a lookup decides now.
-func expireGrace(r *room) {
+// lookupNow ends the grace window of every request waiting in r and runs
+// the room's lookup on this goroutine, as its timer would.
+func lookupNow(h *Hub, r *room) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	for i := range r.asked {
 		r.asked[i].due = time.Now().Add(-time.Millisecond)
 	}
+	gen := r.lookupGen
+	r.mu.Unlock()
+	h.lookup(r, gen)
 }
 
 // receiveUntil has c take what the hub sends it until cond holds.
@@ -163,8 +165,7 @@ func TestChangesOnTheirWayHoldTheVerdict(t *testing.T) {
 
 	b := newClient("b")
 	b.sync(t, h, true)
-	expireGrace(r)
-	h.lookup(r)
+	lookupNow(h, r)
 	if n := b.peer.unavailableCount(); n != 0 {
 		t.Fatal("doc-unavailable while changes were on their way")
 	}
@@ -202,8 +203,7 @@ func TestAMemberThatHasTheDocumentHoldsTheVerdict(t *testing.T) {
 	b := newClient("b")
 	b.sync(t, h, true)
 	r := roomOf(t, h, testDoc)
-	expireGrace(r)
-	h.lookup(r)
+	lookupNow(h, r)
 	if b.peer.unavailableCount() != 0 {
 		t.Fatal("doc-unavailable while a member said it has the document")
 	}
@@ -231,7 +231,8 @@ func TestAMemberThatHasTheDocumentHoldsTheVerdict(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.peer.waitUnavailable(t)
-	if took := time.Since(start); took < aheadWait {
+	// lookupNow moved the window's end 1 ms before it ran.
+	if took := time.Since(start); took < aheadWait-2*time.Millisecond {
 		t.Fatalf("doc-unavailable after %v, before aheadWait %v", took, aheadWait)
 	}
 }
@@ -369,5 +370,61 @@ func TestHoldsWaitsForADocumentOnItsWay(t *testing.T) {
 	h.Leave(x.peer, other)
 	if <-answers {
 		t.Fatal("holds a document that never arrived")
+	}
+}
+
+// A creator whose first message (heads, no changes) arrives while the
+// lookup reads the store and asks the cluster holds the verdict back.
+func TestACreatorArrivingDuringTheLookupHoldsTheVerdict(t *testing.T) {
+	finder := &fakeFinder{asked: make(chan func(bool), 1)}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{UnavailableGrace: time.Millisecond, Finder: finder})
+	b := newClient("b")
+	b.sync(t, h, true)
+	done := <-finder.asked // the lookup is under way
+	a := newClient("a")
+	a.setText(t, "title", "just made")
+	first, _ := a.state.GenerateMessage()
+	if err := h.Sync(context.Background(), a.peer, SyncMessage{DocumentID: testDoc, Data: first.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	done(false) // no other node has it: but a has
+	a.sync(t, h, false)
+	b.receiveUntil(t, h, testDoc, "the document", func() bool { return b.get(t, "title") == "just made" })
+	h.Close(context.Background())
+	if b.peer.unavailableCount() != 0 {
+		t.Fatal("b was told doc-unavailable while the creator was sending the document")
+	}
+}
+
+// A member that named heads and went quiet holds a request back for
+// aheadWait at most, also when the lookup first waited for other
+// messages being applied.
+func TestAQuietMemberAheadHoldsRequestsForAheadWaitOnly(t *testing.T) {
+	saved := aheadWait
+	aheadWait = 50 * time.Millisecond
+	t.Cleanup(func() { aheadWait = saved })
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{UnavailableGrace: time.Millisecond})
+	x := newClient("x")
+	x.setText(t, "k", "v")
+	m, _ := x.state.GenerateMessage()
+	if err := h.Sync(context.Background(), x.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+		t.Fatal(err)
+	}
+	r := roomOf(t, h, testDoc)
+	r.mu.Lock()
+	r.arriving++ // another message is being applied
+	r.mu.Unlock()
+	c := newClient("c")
+	start := time.Now()
+	c.sync(t, h, true)
+	lookupNow(h, r)
+	r.mu.Lock()
+	r.arriving-- // applied (a read-only peer's, stripped: nothing changed)
+	r.settle(h)
+	r.mu.Unlock()
+	c.peer.waitUnavailable(t)
+	// lookupNow moved the window's end 1 ms before it ran.
+	if took := time.Since(start); took < aheadWait-2*time.Millisecond {
+		t.Fatalf("doc-unavailable after %v, before aheadWait %v", took, aheadWait)
 	}
 }

@@ -48,6 +48,7 @@ type room struct {
 	// Requests for a document the room does not have (lookup.go).
 	asked        []askedPeer  // waiting peers, in the order they asked
 	looking      bool         // a lookup is scheduled or running
+	lookupGen    uint64       // the latest scheduling of the lookup; older ones do nothing
 	foundRetries int          // lookups again because another node said it has it
 	arriving     int          // messages with changes between acquire and apply
 	deferred     bool         // a lookup waits for arriving to reach zero
@@ -280,7 +281,7 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 	if msg, ok := m.state.GenerateMessage(); ok {
 		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
 		m.sentAt = heads
-		m.expect = nil // what it will have is automerge's to know
+		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,6 +177,7 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		wake:       make(chan struct{}, 1),
 		claims:     make(map[string][]*peerClaim),
 		asks:       make(map[uint64]*pendingAsk),
+		askSeq:     rand.Uint64() >> 1, // a restarted node does not take answers meant for its last run
 		recheck:    make(chan string, 64),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
@@ -658,7 +660,7 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 		return
 	case "answer":
 		if rm.Channel == inboxChannel(b.cfg.NodeID) {
-			b.answered(m.Node, m.Ask, m.Found)
+			b.answered(m.Node, m.Ask, m.Doc, m.Found)
 		}
 		return
 	}

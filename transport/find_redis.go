@@ -17,6 +17,7 @@ import (
 
 // pendingAsk is a question of this node waiting for answers.
 type pendingAsk struct {
+	doc     string
 	waiting map[string]bool // nodes yet to answer
 	done    func(found bool)
 	timer   *time.Timer
@@ -37,7 +38,7 @@ func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
 	b.amu.Lock()
 	b.askSeq++
 	id := b.askSeq
-	p := &pendingAsk{waiting: waiting, done: done}
+	p := &pendingAsk{doc: documentID, waiting: waiting, done: done}
 	b.asks[id] = p
 	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.finish(id, false) })
 	b.amu.Unlock()
@@ -62,22 +63,21 @@ func (b *RedisBus) answer(m busMsg) {
 	})
 }
 
-// answered records node's answer to question id.
-func (b *RedisBus) answered(node string, id uint64, found bool) {
-	if found {
-		b.finish(id, true)
-		return
-	}
+// answered records node's answer to question id about the document doc.
+// An answer about another document is to an earlier run of this node
+// (question numbers start afresh at random): it is ignored.
+func (b *RedisBus) answered(node string, id uint64, doc string, found bool) {
 	b.amu.Lock()
 	p := b.asks[id]
-	last := false
-	if p != nil {
-		delete(p.waiting, node)
-		last = len(p.waiting) == 0
+	if p == nil || p.doc != doc {
+		b.amu.Unlock()
+		return
 	}
+	delete(p.waiting, node)
+	last := len(p.waiting) == 0
 	b.amu.Unlock()
-	if last {
-		b.finish(id, false)
+	if found || last {
+		b.finish(id, found)
 	}
 }
 
