@@ -129,8 +129,11 @@ func (r *room) broadcast() {
 	}
 }
 
-// maxUnacked bounds the fan-outs a member remembers until acknowledged.
-const maxUnacked = 16
+// maxUnacked bounds the fan-outs a member remembers until acknowledged
+// (at the widest window, 6.4 s of them). An acknowledgement of one
+// forgotten goes through automerge, which may send the member again what
+// is still on its way to it.
+const maxUnacked = 64
 
 // sentFanout is a fan-out a member has not acknowledged yet: the heads it
 // brought the member to, as headsKey, and when it was made.
