@@ -120,10 +120,9 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 					return // typists only write
 				}
 				now := time.Now().UnixNano()
-				keys, _ := d.RootMap().Keys()
-				for _, k := range keys {
-					v, err := d.RootMap().Get(k)
-					if err != nil || v.Kind() != automerge.KindInt64 || v.Int64() <= lastStamp[i][k] {
+				values, _ := d.RootMap().Values() // one call for every key
+				for k, v := range values {
+					if v.Kind() != automerge.KindInt64 || v.Int64() <= lastStamp[i][k] {
 						continue
 					}
 					lastStamp[i][k] = v.Int64()
