@@ -110,21 +110,22 @@ func (l *ledger) record(changes []amcheck.Change) {
 }
 
 // recordSince reads what automerge applied to doc after the heads before
-// and adds it to the ledger.
-func (l *ledger) recordSince(doc *automerge.Doc, before []automerge.ChangeHash) error {
+// and adds it to the ledger; it returns those changes, saved.
+func (l *ledger) recordSince(doc *automerge.Doc, before []automerge.ChangeHash) ([]byte, error) {
 	cs, err := doc.Changes(before...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(cs) == 0 {
-		return nil
+		return nil, nil
 	}
-	parsed, err := amcheck.ParseChanges(automerge.SaveChanges(cs), amcheck.Limits{})
+	saved := automerge.SaveChanges(cs)
+	parsed, err := amcheck.ParseChanges(saved, amcheck.Limits{})
 	if err != nil {
-		return err
+		return saved, err
 	}
 	l.record(parsed)
-	return nil
+	return saved, nil
 }
 
 // admit checks a sync message's changes against the limits and the ledger

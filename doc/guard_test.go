@@ -253,7 +253,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 			t.Fatal(err)
 		}
 		r := &room{doc: d}
-		if err := r.ledger.recordSince(d, nil); err != nil {
+		if _, err := r.ledger.recordSince(d, nil); err != nil {
 			t.Fatal(err)
 		}
 		var lim Limits

@@ -63,7 +63,7 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	}
 	// The guard's ledger follows what other nodes' peers wrote, so that
 	// their next change here continues their sequence.
-	err := r.ledger.recordSince(r.doc, before)
+	_, err := r.ledger.recordSince(r.doc, before)
 	r.exists = true
 	if r.mentions != nil {
 		r.mentions.refresh() // mentions from other nodes are theirs to report

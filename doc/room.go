@@ -122,7 +122,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	}
 	r.chunks = len(stored.Chunks)
 	r.exists = len(r.doc.Heads()) > 0
-	if err := r.ledger.recordSince(r.doc, nil); err != nil {
+	if _, err := r.ledger.recordSince(r.doc, nil); err != nil {
 		r.loadErr = fmt.Errorf("read the document's changes: %w", err)
 		return
 	}
@@ -221,13 +221,12 @@ func (r *room) accepted(h *Hub, p Peer, before []automerge.ChangeHash) {
 	r.exists = true
 	r.dirty = true
 	r.applied++
-	if err := r.ledger.recordSince(r.doc, before); err != nil {
+	saved, err := r.ledger.recordSince(r.doc, before)
+	if err != nil {
 		h.log.Error("read accepted changes", "document", r.id, "err", err)
 	}
-	if r.publish != nil {
-		if cs, err := r.doc.Changes(before...); err == nil {
-			r.send(heldSend{changes: automerge.SaveChanges(cs)})
-		}
+	if r.publish != nil && len(saved) > 0 {
+		r.send(heldSend{changes: saved})
 	}
 	if r.mentions != nil {
 		r.mentions.changed(p, h.cfg.MentionSettle)
