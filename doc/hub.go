@@ -104,6 +104,10 @@ type Hub struct {
 	// lockSeconds is how long a peer's message held its room's lock, by
 	// kind: an acknowledgement (no automerge) or any other sync message.
 	lockAck, lockSync prometheus.Observer
+	// Requests for a document not here (lookup.go): how they ended, and
+	// the lookups (store read again, cluster asked) they took.
+	requestsArrived, requestsUnavailable prometheus.Counter
+	lookups                              prometheus.Counter
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -138,8 +142,17 @@ func NewHub(cfg Config) (*Hub, error) {
 		Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
 	}, []string{"kind"})
 	h.lockAck, h.lockSync = lockSeconds.WithLabelValues("acknowledgement"), lockSeconds.WithLabelValues("sync")
+	waited := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_document_requests_waited_total",
+		Help: "Requests for a document this node did not have, by how they ended: arrived (the document came while the peer waited) or unavailable.",
+	}, []string{"outcome"})
+	h.requestsArrived, h.requestsUnavailable = waited.WithLabelValues("arrived"), waited.WithLabelValues("unavailable")
+	h.lookups = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_lookups_total",
+		Help: "Lookups for a requested document after its grace window: the store read again and, in a cluster, the other nodes asked.",
+	})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

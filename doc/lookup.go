@@ -90,8 +90,12 @@ func (r *room) scheduleLookup(h *Hub, at time.Time) {
 	h.after(time.Until(at), func() { h.lookup(r, gen) })
 }
 
-// endLookup records that no request waits any more. The caller holds r.mu.
-func (r *room) endLookup() {
+// endLookup records that no request waits any more; those still waiting
+// when the document exists got it. The caller holds r.mu.
+func (r *room) endLookup(h *Hub) {
+	if r.exists {
+		h.requestsArrived.Add(float64(len(r.asked)))
+	}
 	r.asked, r.looking, r.deferred, r.foundRetries = nil, false, false, 0
 }
 
@@ -175,13 +179,13 @@ func (h *Hub) lookup(r *room, gen uint64) {
 		return
 	}
 	if r.evicted || r.exists {
-		r.endLookup()
+		r.endLookup(h)
 		r.mu.Unlock()
 		return
 	}
 	r.pruneAsked()
 	if len(r.asked) == 0 {
-		r.endLookup()
+		r.endLookup(h)
 		r.mu.Unlock()
 		return
 	}
@@ -197,6 +201,7 @@ func (h *Hub) lookup(r *room, gen uint64) {
 	}
 	r.mu.Unlock()
 
+	h.lookups.Inc()
 	h.reload(r)
 	if h.cfg.Finder == nil {
 		h.verdict(r, gen, now, false)
@@ -223,12 +228,12 @@ func (h *Hub) verdict(r *room, gen uint64, cutoff time.Time, found bool) {
 		return
 	}
 	if r.evicted || r.exists {
-		r.endLookup()
+		r.endLookup(h)
 		return
 	}
 	r.pruneAsked()
 	if len(r.asked) == 0 {
-		r.endLookup()
+		r.endLookup(h)
 		return
 	}
 	if r.waitLonger(h, time.Now()) {
@@ -251,9 +256,10 @@ func (h *Hub) verdict(r *room, gen uint64, cutoff time.Time, found bool) {
 		r.send(heldSend{peer: r.asked[n].peer, unavailable: true})
 		n++
 	}
+	h.requestsUnavailable.Add(float64(n))
 	r.asked = r.asked[n:]
 	if len(r.asked) == 0 {
-		r.endLookup()
+		r.endLookup(h)
 		return
 	}
 	r.scheduleLookup(h, r.asked[0].due)
