@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/automerge/automerge-go"
 	"github.com/tandemhq/tandem/doc/amcheck"
@@ -76,6 +77,49 @@ type ledger struct {
 	actors map[string]actorClock
 	ops    int64
 	queued map[[32]byte]queuedChange
+	// made holds, per actor, the objects its changes made, as runs of op
+	// counters in order: whether each is a map (addressed by map keys) or
+	// a list or text (by list positions). automerge aborts when an op
+	// addresses an object by the other kind of key.
+	made map[string][]madeRun
+}
+
+// madeRun is a run of objects an actor's change made.
+type madeRun struct {
+	start, n uint64
+	isMap    bool
+}
+
+// kindOf reports whether the object an actor's op counter made is a map,
+// and whether the ledger knows it.
+func (l *ledger) kindOf(actor string, ctr uint64) (isMap, ok bool) {
+	runs := l.made[actor]
+	i := sort.Search(len(runs), func(i int) bool { return runs[i].start+runs[i].n > ctr })
+	if i < len(runs) && runs[i].start <= ctr {
+		return runs[i].isMap, true
+	}
+	return false, false
+}
+
+// noteMade adds the objects a change made.
+func (l *ledger) noteMade(c *amcheck.Change) {
+	if len(c.Made) == 0 {
+		return
+	}
+	if l.made == nil {
+		l.made = make(map[string][]madeRun)
+	}
+	a := string(c.Actor)
+	runs := l.made[a]
+	for _, m := range c.Made {
+		runs = append(runs, madeRun{start: m.Counter, n: m.N, isMap: m.Map})
+	}
+	// An actor's op counters grow with its changes: in order but for a
+	// change applied after a later one's, which automerge refuses anyway.
+	if !sort.SliceIsSorted(runs, func(i, j int) bool { return runs[i].start < runs[j].start }) {
+		sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
+	}
+	l.made[a] = runs
 }
 
 // queuedChange is a change automerge holds back, with its bytes for the
@@ -105,6 +149,7 @@ func (l *ledger) record(changes []amcheck.Change) {
 		}
 		l.actors[a] = ac
 		l.ops += int64(c.Ops)
+		l.noteMade(&c)
 		delete(l.queued, c.Hash)
 	}
 }
@@ -178,7 +223,24 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		}
 		return true
 	}
+	// Objects made by the changes replayed so far, as the ledger will
+	// hold them once they are applied.
+	var madeHere ledger
 	apply := func(c *queuedChange) error {
+		for _, ref := range c.Refs {
+			isMap, ok := l.kindOf(string(ref.Actor), ref.Counter)
+			if !ok {
+				isMap, ok = madeHere.kindOf(string(ref.Actor), ref.Counter)
+			}
+			if ok && isMap != ref.MapKeys {
+				what := "a list or text by map key"
+				if isMap {
+					what = "a map by list position"
+				}
+				return fmt.Errorf("%w: change %x addresses %s", ErrRefused, c.Hash[:4], what)
+			}
+		}
+		madeHere.noteMade(&c.Change)
 		a := hex.EncodeToString(c.Actor)
 		ac := clock(a)
 		if c.Seq != ac.seq+1 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -339,5 +340,56 @@ func TestSandboxFollowsTheRoom(t *testing.T) {
 	}
 	if !bytes.Equal([]byte(b.get(t, "remote")), []byte("15")) {
 		t.Fatalf("b sees remote %q", b.get(t, "remote"))
+	}
+}
+
+// messageWithRawChanges is a sync message from a peer with no heads that
+// carries these change chunks as they are.
+func messageWithRawChanges(chunks ...[]byte) []byte {
+	b := []byte{syncMessageV1, 0, 0, 0} // no heads, need or have
+	b = append(b, byte(len(chunks)))
+	for _, c := range chunks {
+		b = appendBytes(b, c)
+	}
+	return b
+}
+
+// A change that puts a map key into a text object made earlier would
+// abort automerge's core (which the sandbox would catch); the guard
+// refuses it before automerge sees it, sandbox or not: when the text came
+// in an earlier message, and when both come in one.
+func TestAMapKeyIntoTextIsRefused(t *testing.T) {
+	text, err := os.ReadFile("testdata/map-key-into-text/1-text-doc.chunk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := os.ReadFile("testdata/map-key-into-text/2-map-key-into-text.chunk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	p := &fakePeer{id: "p"}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: messageWithRawChanges(text)}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := h.Heads(testDoc)
+	err = h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: messageWithRawChanges(bad)})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("err = %v, want ErrRefused", err)
+	}
+	if after, _ := h.Heads(testDoc); len(after) != len(before) || !bytes.Equal(after[0], before[0]) {
+		t.Fatal("the refused change touched the document")
+	}
+
+	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
+	err = h.Sync(context.Background(), &fakePeer{id: "q"}, SyncMessage{DocumentID: other, Data: messageWithRawChanges(text, bad)})
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("both in one message: err = %v, want ErrRefused", err)
+	}
+	// The node still serves: a well-formed client syncs the first document.
+	c := newClient("c")
+	c.sync(t, h, true)
+	if _, ok := h.Heads(testDoc); !ok {
+		t.Fatal("the document is gone")
 	}
 }
