@@ -173,15 +173,26 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The refused messages are sent as a client sends its changes once it
+	// knows the server lacks them. (Left to the sync loop, a client skips
+	// a change the server's bloom filter falsely says it has, about once
+	// in a hundred runs, and the message would not pass the limit.)
+	sendAll := func(c *client, since ...automerge.ChangeHash) error {
+		cs, err := c.doc.Changes(since...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: messageWithChanges(c.doc.Heads(), cs)})
+	}
 	big := newClient("big")
 	listChange(t, big, "big", 100)
-	if err := syncUntilErr(t, big, h); !errors.Is(err, ErrLimit) {
+	if err := sendAll(big); !errors.Is(err, ErrLimit) {
 		t.Fatalf("a change of 101 ops: err = %v, want ErrLimit", err)
 	}
 	two := newClient("two")
 	listChange(t, two, "x", 80)
 	listChange(t, two, "y", 80)
-	if err := syncUntilErr(t, two, h); !errors.Is(err, ErrLimit) {
+	if err := sendAll(two); !errors.Is(err, ErrLimit) {
 		t.Fatalf("a message of 162 ops: err = %v, want ErrLimit", err)
 	}
 
@@ -189,8 +200,9 @@ func TestLimits(t *testing.T) {
 	if err := syncUntilErr(t, a, h); err != nil {
 		t.Fatal(err)
 	}
+	before := a.doc.Heads()
 	listChange(t, a, "over", 90) // 273 ops in all
-	if err := syncUntilErr(t, a, h); !errors.Is(err, ErrLimit) {
+	if err := sendAll(a, before...); !errors.Is(err, ErrLimit) {
 		t.Fatalf("past the document's limit: err = %v, want ErrLimit", err)
 	}
 
