@@ -122,11 +122,17 @@ func (r *room) broadcast() {
 		}
 		r.send(heldSend{peer: m.peer, shared: s})
 		m.expect = heads
-		if len(m.unacked) == maxUnacked {
-			m.unacked = append(m.unacked[:0], m.unacked[1:]...)
-		}
-		m.unacked = append(m.unacked, sentFanout{heads: now, at: r.lastFanout})
+		m.remember(now, r.lastFanout)
 	}
+}
+
+// remember notes that m was sent a message bringing it to heads (as
+// headsKey) at this time, for its acknowledgement. The caller holds the room's lock.
+func (m *member) remember(heads string, at time.Time) {
+	if len(m.unacked) == maxUnacked {
+		m.unacked = append(m.unacked[:0], m.unacked[1:]...)
+	}
+	m.unacked = append(m.unacked, sentFanout{heads: heads, at: at})
 }
 
 // maxUnacked bounds the fan-outs a member remembers until acknowledged

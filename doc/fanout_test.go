@@ -244,3 +244,72 @@ func TestAPeerThatMissedAFanoutCatchesUp(t *testing.T) {
 		t.Fatal("b did not catch up")
 	}
 }
+
+// Two peers typing at once: each change reaches the room from heads that
+// lack the other's latest change. The author's answer carries that change
+// (built as a fan-out is, one message), and the author stays served
+// without automerge: its acknowledgements need no answer.
+func TestConcurrentTypistsStayOnTheFanoutPath(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "a", "0")
+	a.level(t, h, false)
+	b.level(t, h, true)
+	r := roomOf(t, h, testDoc)
+	send := func(c *client) {
+		t.Helper()
+		m, ok := c.state.GenerateMessage()
+		if !ok {
+			t.Fatalf("%s has nothing to send", c.peer.id)
+		}
+		if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i <= 20; i++ {
+		a.setText(t, "a", fmt.Sprint(i))
+		send(a) // a's change; b is sent it, unread
+		b.setText(t, "b", fmt.Sprint(i))
+		send(b) // b's change, from heads without a's
+		got := b.peer.takeSyncs()
+		if len(got) != 2 || changesIn(t, got[1]) != 1 {
+			t.Fatalf("round %d: b got %d messages, want the fan-out of a's change and its answer with it", i, len(got))
+		}
+		r.mu.Lock()
+		expect := r.members["b"].expect
+		r.mu.Unlock()
+		if !sameHeads(expect, r.doc.Heads()) {
+			t.Fatalf("round %d: the room does not know b's heads after answering it", i)
+		}
+		for _, d := range got {
+			if _, err := b.state.ReceiveMessage(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range a.peer.takeSyncs() {
+			if _, err := a.state.ReceiveMessage(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range []*client{a, b} { // acknowledgements: no answer
+			if m, ok := c.state.GenerateMessage(); ok {
+				if err := h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		h.Flush(context.Background())
+		if n := len(a.peer.syncsSoFar()) + len(b.peer.syncsSoFar()); n != 0 {
+			t.Fatalf("round %d: %d answers to acknowledgements", i, n)
+		}
+	}
+	heads := r.doc.Heads()
+	for _, c := range []*client{a, b} {
+		if !sameHeads(c.doc.Heads(), heads) || c.get(t, "a") != "20" || c.get(t, "b") != "20" {
+			t.Fatalf("%s did not converge", c.peer.id)
+		}
+	}
+}

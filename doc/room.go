@@ -197,7 +197,10 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	r.noteAhead(m, sm.heads)
 	r.ledger.hold(held, r.known)
-	if msg.Request || changed || !sm.settled(after, m.sentAt, r.known) {
+	switch {
+	case changed && !msg.Request && len(sm.need) == 0 && r.knowsAll(sm.heads):
+		r.answerAuthor(m, sm.heads, after)
+	case msg.Request || changed || !sm.settled(after, m.sentAt, r.known):
 		r.sendSync(m, after)
 	}
 	if len(sm.need) == 0 && sm.namesExactly(after) {
@@ -281,6 +284,42 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
+	}
+}
+
+// knowsAll reports whether the document has every change named.
+func (r *room) knowsAll(heads [][]byte) bool {
+	for _, h := range heads {
+		if !r.known(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// answerAuthor answers a peer whose message brought the document changes
+// and named heads the document now has: the peer holds at least those
+// heads, so the room sends it, built as a fan-out is, the changes it has
+// beyond them (none, if it is level: then only the room's heads) and
+// serves it without automerge from then on, as it does a reader. Left to
+// automerge, a peer typing while others type would stay on its sync state:
+// every fan-out to it generated for it alone and every acknowledgement
+// from it received by automerge under the room's lock. The caller holds
+// r.mu.
+func (r *room) answerAuthor(m *member, had [][]byte, heads []automerge.ChangeHash) {
+	from := make([]automerge.ChangeHash, len(had))
+	for i := range had {
+		copy(from[i][:], had[i])
+	}
+	cs, err := r.doc.Changes(from...)
+	if err != nil {
+		r.sendSync(m, heads)
+		return
+	}
+	r.send(heldSend{peer: m.peer, data: syncWithChanges(heads, cs)})
+	m.sentAt, m.expect = heads, heads
+	if len(cs) > 0 {
+		m.remember(headsKey(heads), time.Now())
 	}
 }
 
