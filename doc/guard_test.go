@@ -299,13 +299,13 @@ func TestSandboxTakesTheFault(t *testing.T) {
 	d.RootMap().Set("title", "kept")
 	d.Commit("title")
 	for name, msg := range map[string][]byte{"repro": reproMessage(t), "bloom": bloomWithoutBits(d.Heads())} {
-		if err := sb.check(testDoc, d, nil, msg); !errors.Is(err, errSandboxFault) {
+		if err := sb.check(testDoc, d.Heads(), nil, msg, func(f func(*automerge.Doc)) { f(d) }); !errors.Is(err, errSandboxFault) {
 			t.Fatalf("%s: err = %v, want a fault", name, err)
 		}
 	}
 	c := automerge.NewSyncState(automerge.New())
 	m, _ := c.GenerateMessage()
-	if err := sb.check(testDoc, d, nil, m.Bytes()); err != nil {
+	if err := sb.check(testDoc, d.Heads(), nil, m.Bytes(), func(f func(*automerge.Doc)) { f(d) }); err != nil {
 		t.Fatalf("a good message after the faults: %v", err)
 	}
 	if got, _ := d.RootMap().Get("title"); got.Str() != "kept" {

@@ -41,6 +41,8 @@ func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
 }
 
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {

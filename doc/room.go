@@ -21,6 +21,12 @@ type room struct {
 	loaded  chan struct{} // closed once doc is loaded (or loadErr set)
 	loadErr error         // written before loaded is closed
 
+	// applyMu is held, before mu, by whoever changes the document across
+	// a sandbox rehearsal or from another node: the document changes only
+	// under it (and mu), so a message rehearsed at some heads is applied
+	// at the same heads.
+	applyMu sync.Mutex
+
 	mu         sync.Mutex // guards everything below
 	doc        *automerge.Doc
 	exists     bool // the document has content: stored, or changes received
@@ -147,7 +153,18 @@ func (r *room) join(p Peer) *member {
 // receiveSync applies a sync message from p, read as sm, and answers the
 // room. It reports whether the document changed. counted says that the
 // message was counted in r.arriving.
+//
+// A message carrying changes is first rehearsed in the sandbox, outside
+// the room's lock (under applyMu, so that the document stays at the heads
+// rehearsed on): acknowledgements and fan-outs go on meanwhile.
 func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) (changed bool, err error) {
+	var in *admitted
+	var rehearsal error
+	if len(sm.changes) > 0 && h.cfg.Sandbox != nil {
+		r.applyMu.Lock()
+		defer r.applyMu.Unlock()
+		in, rehearsal = r.rehearse(h, msg, sm)
+	}
 	r.mu.Lock()
 	locked, lock := time.Now(), h.lockSync
 	defer func() {
@@ -161,27 +178,19 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
-	if m := r.members[p.ID()]; m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, locked) {
+	if rehearsal != nil {
+		return false, rehearsal
+	}
+	if m := r.members[p.ID()]; in == nil && m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, locked) {
 		lock = h.lockAck
 		return false, nil // nothing to apply or answer
 	}
-	refused := false
-	if msg.ReadOnly {
-		sm, refused = sm.stripForReadOnly(r.known, r.heads())
-	}
-	held, err := r.ledger.admit(h.cfg.Limits, sm.changes, r.known)
-	if err != nil {
-		return false, err
-	}
-	if len(sm.changes) > 0 && h.cfg.Sandbox != nil {
-		err := h.cfg.Sandbox.check(r.id, r.doc, r.ledger.queuedBytes(), sm.raw)
-		if errors.Is(err, errSandboxFault) {
-			return false, fmt.Errorf("%w: %v", ErrRefused, err)
-		}
-		if err != nil {
+	if in == nil {
+		if in, err = r.admit(h, msg, sm); err != nil {
 			return false, err
 		}
 	}
+	sm, refused, held := in.sm, in.refused, in.held
 	m := r.join(p)
 	if r.mentions != nil && len(sm.changes) > 0 {
 		r.mentions.before(r.doc, p)
@@ -216,6 +225,63 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return changed, ErrReadOnly
 	}
 	return changed, nil
+}
+
+// admitted is a message the guard let through: sm without what a
+// read-only peer may not write (refused says some was), and held, the
+// guard's account of the changes automerge will keep back.
+type admitted struct {
+	sm      *syncMessage
+	refused bool
+	held    []queuedChange
+}
+
+// admit runs the guard on a message. The caller holds r.mu.
+func (r *room) admit(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, error) {
+	in := &admitted{sm: sm}
+	if msg.ReadOnly {
+		in.sm, in.refused = sm.stripForReadOnly(r.known, r.heads())
+	}
+	held, err := r.ledger.admit(h.cfg.Limits, in.sm.changes, r.known)
+	if err != nil {
+		return nil, err
+	}
+	in.held = held
+	return in, nil
+}
+
+// rehearse admits a message carrying changes and applies it in the
+// sandbox at the document's heads, holding r.mu only to read the room.
+// The caller holds r.applyMu, so the document stays as rehearsed until
+// the message is applied.
+func (r *room) rehearse(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, error) {
+	r.mu.Lock()
+	if r.evicted {
+		r.mu.Unlock()
+		return nil, errEvicted
+	}
+	in, err := r.admit(h, msg, sm)
+	var heads []automerge.ChangeHash
+	var queued [][]byte
+	if err == nil {
+		heads, queued = r.doc.Heads(), r.ledger.queuedBytes()
+	}
+	r.mu.Unlock()
+	if err != nil || len(in.sm.changes) == 0 {
+		return in, err
+	}
+	err = h.cfg.Sandbox.check(r.id, heads, queued, in.sm.raw, r.read)
+	if errors.Is(err, errSandboxFault) {
+		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	return in, err
+}
+
+// read runs f on the document under the room's lock.
+func (r *room) read(f func(*automerge.Doc)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r.doc)
 }
 
 // accepted records changes a local peer made: they are to be stored, and

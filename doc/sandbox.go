@@ -59,6 +59,9 @@ type Sandbox struct {
 	faults  prometheus.Counter
 	starts  prometheus.Counter
 	checks  prometheus.Histogram
+	// catchUps counts copies brought to the room's document, by the
+	// changes since their heads or by the whole document.
+	catchUps *prometheus.CounterVec
 }
 
 // errSandboxFault marks a message that ended the worker checking it.
@@ -94,9 +97,13 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 			Help:    "Time to check one client message in the sandbox, catching its copy up included.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}),
+		catchUps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_sandbox_catchups_total",
+			Help: "Sandbox copies caught up with the room's document, by what was sent: changes or the whole document.",
+		}, []string{"kind"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(s.faults, s.starts, s.checks)
+		cfg.Registerer.MustRegister(s.faults, s.starts, s.checks, s.catchUps)
 	}
 	for range cfg.Workers {
 		s.workers = append(s.workers, &sandboxWorker{sb: s})
@@ -104,16 +111,18 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 	return s, nil
 }
 
-// check applies msg to the sandbox's copy of the document first. doc is
-// the room's document, read (under the room's lock) to catch the copy up;
-// queued are the changes the room's automerge keeps back for missing
-// dependencies. An error wrapping errSandboxFault means the message ended
-// the worker; any other error means the sandbox could not check it.
-func (s *Sandbox) check(documentID string, doc *automerge.Doc, queued [][]byte, msg []byte) error {
+// check applies msg to the sandbox's copy of the document first, at the
+// room's heads. read runs a function on the room's document, under the
+// room's lock, to catch the copy up; queued are the changes the room's
+// automerge keeps back for missing dependencies. The document must not
+// change until the room has applied msg (the room's applyMu). An error
+// wrapping errSandboxFault means the message ended the worker; any other
+// error means the sandbox could not check it.
+func (s *Sandbox) check(documentID string, heads []automerge.ChangeHash, queued [][]byte, msg []byte, read func(func(*automerge.Doc))) error {
 	start := time.Now()
 	defer func() { s.checks.Observe(time.Since(start).Seconds()) }()
 	w := s.workers[maphash.String(s.seed, documentID)%uint64(len(s.workers))]
-	return w.check(documentID, doc, queued, msg)
+	return w.check(documentID, heads, queued, msg, read)
 }
 
 // Close stops the workers. It is safe to call twice.
@@ -132,7 +141,7 @@ const (
 	sbCheck    = 'C' // document id, heads, message: apply it
 	sbCatchUp  = 'U' // document id, full flag, data, queued changes
 	sbOK       = 'K'
-	sbBehind   = 'B' // the copy's heads (none: no copy), or full: the copy has heads the room lacks
+	sbBehind   = 'B' // the copy's heads (none: no copy); the room decides how to catch it up
 	sbRejected = 'E' // automerge returned an error (no fault): its text
 )
 
@@ -200,10 +209,9 @@ func (w *sandboxWorker) roundTrip(req []byte) ([]byte, error) {
 	return readFrame(w.out)
 }
 
-func (w *sandboxWorker) check(documentID string, doc *automerge.Doc, queued [][]byte, msg []byte) error {
+func (w *sandboxWorker) check(documentID string, heads []automerge.ChangeHash, queued [][]byte, msg []byte, read func(func(*automerge.Doc))) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	heads := doc.Heads()
 	req := appendBytes(appendHeads(appendBytes([]byte{sbCheck}, []byte(documentID)), heads), msg)
 	retried := false
 	for attempt := 0; attempt < 4; attempt++ {
@@ -225,7 +233,7 @@ func (w *sandboxWorker) check(documentID string, doc *automerge.Doc, queued [][]
 		case sbRejected:
 			return fmt.Errorf("%w: %s", ErrBadSyncMessage, reply[1:])
 		case sbBehind:
-			if err := w.catchUp(documentID, doc, queued, reply[1:]); err != nil {
+			if err := w.catchUp(documentID, read, queued, reply[1:]); err != nil {
 				return fmt.Errorf("sandbox: catch up document %s: %w", documentID, err)
 			}
 		default:
@@ -236,27 +244,34 @@ func (w *sandboxWorker) check(documentID string, doc *automerge.Doc, queued [][]
 	return fmt.Errorf("sandbox: the copy of document %s does not catch up", documentID)
 }
 
-// catchUp brings the worker's copy to the room's document: the changes
-// since the copy's heads when the room knows them all, the whole document
-// otherwise.
-func (w *sandboxWorker) catchUp(documentID string, doc *automerge.Doc, queued [][]byte, theirs []byte) error {
-	full := len(theirs) == 0 || theirs[0] == 1
+// catchUp brings the worker's copy, at the heads theirs, to the room's
+// document: the changes since those heads when the room has them all
+// (they may be heads of the copy but no longer of the room), the whole
+// document otherwise (no copy, or one with changes the room lacks).
+func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc)), queued [][]byte, theirs []byte) error {
+	since, ok := readHeads(theirs)
+	full := !ok || len(since) == 0
 	var data []byte
-	if !full {
-		hs, ok := readHeads(theirs[1:])
-		if ok {
-			if cs, err := doc.Changes(hs...); err == nil {
-				data = automerge.SaveChanges(cs)
-			} else {
+	read(func(doc *automerge.Doc) {
+		for _, h := range since {
+			if _, err := doc.Change(h); err != nil {
 				full = true
 			}
-		} else {
+		}
+		if !full {
+			if cs, err := doc.Changes(since...); err == nil {
+				data = automerge.SaveChanges(cs)
+				return
+			}
 			full = true
 		}
-	}
-	if full {
 		data = doc.Save()
+	})
+	kind := "changes"
+	if full {
+		kind = "document"
 	}
+	w.sb.catchUps.WithLabelValues(kind).Inc()
 	req := appendBytes([]byte{sbCatchUp}, []byte(documentID))
 	if full {
 		req = append(req, 1)

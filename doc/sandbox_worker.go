@@ -2,7 +2,6 @@ package doc
 
 import (
 	"bufio"
-	"bytes"
 	"container/list"
 	"fmt"
 	"io"
@@ -87,16 +86,8 @@ func (c *sandboxCopyCache) handle(req []byte) []byte {
 		if cp == nil {
 			return []byte{sbBehind}
 		}
-		ours := cp.doc.Heads()
-		if !sameHeads(ours, heads) {
-			// Ahead of the room (heads it may not know): start over.
-			full := byte(0)
-			for _, h := range ours {
-				if !containsHash(heads, h) {
-					full = 1
-				}
-			}
-			return appendHeads([]byte{sbBehind, full}, ours)
+		if ours := cp.doc.Heads(); !sameHeads(ours, heads) {
+			return appendHeads([]byte{sbBehind}, ours)
 		}
 		if err := rehearse(cp.doc, msg); err != nil {
 			return append([]byte{sbRejected}, err.Error()...)
@@ -187,15 +178,6 @@ func levelAt(heads []automerge.ChangeHash) []byte {
 	b = append(b, 0) // an empty bloom filter
 	b = append(b, 0) // no changes
 	return b
-}
-
-func containsHash(hs []automerge.ChangeHash, h automerge.ChangeHash) bool {
-	for _, x := range hs {
-		if bytes.Equal(x[:], h[:]) {
-			return true
-		}
-	}
-	return false
 }
 
 // sandboxWorkerEnv marks a process started as a sandbox worker.
