@@ -261,8 +261,7 @@ func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
 	if n := testutil.ToFloat64(b.srv.metrics.errors.WithLabelValues(errPeerTaken)); n != 1 {
 		t.Fatalf("node B counted %v refusals, want 1", n)
 	}
-	sendEphemeral(t, attacker, "P", 9, cursorUpdate(t, "6@m"))
-	recvError(t, attacker, "send join before any other message")
+	expectClose(t, attacker, websocket.ClosePolicyViolation)
 	attacker.Close()
 	waitFor(t, "node B done with the attacker", func() bool { return b.srv.Connections() == 1 })
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -40,6 +41,7 @@ type conn struct {
 	writerDone chan struct{} // closed once the socket is closed
 	closeOnce  sync.Once
 	reason     CloseReason // set once, by close
+	ended      atomic.Bool // set by close, after reason
 	movedTo    string      // the node a newer connection of this peer is on (claims)
 
 	grant   *auth.Grant   // what the token allows; nil when running open
@@ -139,6 +141,9 @@ func (c *conn) readLoop(ctx context.Context) CloseReason {
 			return ReasonTooBig
 		}
 		c.handle(ctx, mt, data)
+		if c.ended.Load() {
+			return c.reason // closed while handling (a violation, say): read no further
+		}
 	}
 }
 
@@ -163,22 +168,29 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 	overRate := !c.limiter.Allow()
 	if mt != websocket.BinaryMessage {
-		c.protocolError(errTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
+		c.violation(ReasonTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
 		return
 	}
 	m, err := wire.Decode(data)
 	if err != nil {
-		c.protocolError(errMalformed, err.Error())
+		c.violation(ReasonMalformed, err.Error())
 		return
 	}
 	c.srv.metrics.received.WithLabelValues(typeLabel(m.Type)).Inc()
 	if err := m.Validate(); err != nil {
-		c.protocolError(errInvalid, fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err))
+		text := fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err)
+		if errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID) {
+			// A type from a newer protocol, or one document's id: the
+			// connection's other documents go on.
+			c.protocolError(errInvalid, text)
+		} else {
+			c.violation(ReasonInvalid, text)
+		}
 		return
 	}
 	if c.peerID == "" {
 		if m.Type != wire.TypeJoin {
-			c.protocolError(errNotJoined, "send join before any other message")
+			c.violation(ReasonNotJoined, "send join before any other message")
 			return
 		}
 		c.join(ctx, m)
@@ -196,7 +208,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		if m.SenderID == c.peerID {
 			c.sendPeer() // a repeated join is answered again
 		} else {
-			c.protocolError(errRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
+			c.violation(ReasonRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
 		}
 		return
 	}
@@ -207,7 +219,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 			c.srv.metrics.dropped.WithLabelValues(dropForeignSender).Inc()
 			return
 		}
-		c.protocolError(errWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
+		c.violation(ReasonWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
 		return
 	}
 	switch m.Type {
@@ -317,7 +329,7 @@ func (c *conn) join(ctx context.Context, m *wire.Message) {
 			c.release()
 			c.release = nil
 		}
-		c.protocolError(errPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
+		c.violation(ReasonPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
 		c.peerID = ""
 		return
 	}
@@ -384,13 +396,11 @@ func (c *conn) documentError(documentID string, err error) {
 	case errors.Is(err, doc.ErrRefused):
 		// Input automerge cannot take safely: the client is broken or
 		// hostile, and would only send it again.
-		c.protocolError(errRefused, fmt.Sprintf("sync message for document %s refused: %v", documentID, err))
-		c.close(ReasonRefused, true)
+		c.violation(ReasonRefused, fmt.Sprintf("sync message for document %s refused: %v", documentID, err))
 	case errors.Is(err, doc.ErrLimit):
-		c.protocolError(errOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
-		c.close(ReasonOverLimit, true)
+		c.violation(ReasonOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
 	case errors.Is(err, doc.ErrBadSyncMessage):
-		c.protocolError(errBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
+		c.violation(ReasonBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
 	case errors.Is(err, doc.ErrClosed):
 		c.close(ReasonShutdown, false)
 	default:
@@ -400,6 +410,14 @@ func (c *conn) documentError(documentID string, err error) {
 }
 
 // protocolError sends the client an error message and counts it.
+// violation tells the client why its message breaks the protocol, then
+// closes the connection with the code that names the fault (r.Name is
+// also the error's reason); nothing it sent after is handled.
+func (c *conn) violation(r CloseReason, text string) {
+	c.protocolError(r.Name, text)
+	c.close(r, true)
+}
+
 func (c *conn) protocolError(reason, text string) {
 	c.srv.metrics.errors.WithLabelValues(reason).Inc()
 	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote, "reason", reason, "detail", text)

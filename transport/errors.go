@@ -30,9 +30,20 @@ var (
 	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
 	ReasonExpired     = CloseReason{4004, "token_expired", "token expired"}
-	ReasonFlood       = CloseReason{4005, "flood", "message rate far above the limit"}
-	ReasonRefused     = CloseReason{websocket.CloseInvalidFramePayloadData, "sync_refused", "sync message refused"}
-	ReasonOverLimit   = CloseReason{websocket.CloseMessageTooBig, "document_limit", "changes over a document limit"}
+	ReasonRefused     = CloseReason{websocket.CloseInvalidFramePayloadData, errRefused, "sync message refused"}
+	ReasonOverLimit   = CloseReason{websocket.CloseMessageTooBig, errOverLimit, "changes over a document limit"}
+
+	// Protocol violations: the client is told why in an error message,
+	// then closed with the code that names the fault.
+	ReasonTextFrame   = CloseReason{websocket.CloseUnsupportedData, errTextFrame, "text frame: the protocol is CBOR in binary frames"}
+	ReasonMalformed   = CloseReason{websocket.CloseInvalidFramePayloadData, errMalformed, "frame does not decode as a protocol message"}
+	ReasonBadSync     = CloseReason{websocket.CloseInvalidFramePayloadData, errBadSync, "sync data is not an automerge sync message"}
+	ReasonInvalid     = CloseReason{websocket.CloseProtocolError, errInvalid, "message lacks what its type requires"}
+	ReasonNotJoined   = CloseReason{websocket.CloseProtocolError, errNotJoined, "message before join"}
+	ReasonRejoin      = CloseReason{websocket.CloseProtocolError, errRejoin, "join as another peer on a joined socket"}
+	ReasonWrongSender = CloseReason{websocket.ClosePolicyViolation, errWrongSender, "senderId is not the peer that joined"}
+	ReasonPeerTaken   = CloseReason{websocket.ClosePolicyViolation, errPeerTaken, "peer id in use by another user"}
+	ReasonFlood       = CloseReason{websocket.ClosePolicyViolation, "flood", "message rate far above the limit"}
 )
 
 // Reasons for protocol errors sent to a client (tandem_protocol_errors_total)

@@ -412,8 +412,6 @@ func TestBadInputLeavesStoredDocumentIntact(t *testing.T) {
 	w.set("title", "intact")
 	w.sync(wire.TypeSync)
 
-	bad := dial(t, s.url)
-	join(t, bad, "mallory")
 	frames := [][]byte{
 		{0xff, 0xfe},
 		nested(200),
@@ -422,12 +420,16 @@ func TestBadInputLeavesStoredDocumentIntact(t *testing.T) {
 		must(wire.Encode(&wire.Message{Type: wire.TypeSync, SenderID: "mallory", DocumentID: testDoc, Data: []byte{0x42, 0x05, 0xff}})),
 		must(wire.Encode(&wire.Message{Type: wire.TypeRequest, SenderID: "mallory", DocumentID: "1111", Data: []byte{0x42}})),
 	}
-	for _, f := range frames {
+	for _, f := range frames { // each on a connection of its own: most close it
+		bad := dial(t, s.url)
+		join(t, bad, "mallory")
 		if err := bad.WriteMessage(websocket.BinaryMessage, f); err != nil {
 			t.Fatal(err)
 		}
 		recvError(t, bad, "")
 	}
+	bad := dial(t, s.url)
+	join(t, bad, "mallory")
 	if err := bad.WriteMessage(websocket.TextMessage, []byte("hello")); err != nil {
 		t.Fatal(err)
 	}

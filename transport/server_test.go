@@ -159,52 +159,86 @@ func TestUnsupportedVersionIsRefused(t *testing.T) {
 	expectClose(t, ws, ReasonUnsupported.Code)
 }
 
-// TestBadInputKeepsConnection sends each kind of bad frame and checks that
-// the client is told why and can go on using the connection.
-func TestBadInputKeepsConnection(t *testing.T) {
+// TestBadInputGetsErrorAndCloseCode sends each kind of bad frame on a
+// connection of its own: the client is told why in an error message, and
+// a frame that breaks the protocol then closes the connection with the code
+// that names the fault; a fault scoped to one document leaves it open.
+func TestBadInputGetsErrorAndCloseCode(t *testing.T) {
 	s := newTestServer(t, Config{})
-	ws := dial(t, s.url)
-
-	send(t, ws, &wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte{0x42}})
-	recvError(t, ws, "send join before")
-	join(t, ws, "alice")
-
+	deep := func() (int, []byte) {
+		b := []byte{0xa2, 0x64, 't', 'y', 'p', 'e', 0x64, 's', 'y', 'n', 'c', 0x61, 'x'}
+		return websocket.BinaryMessage, append(append(b, bytes.Repeat([]byte{0x81}, 5000)...), 0)
+	}
 	cases := []struct {
-		name  string
-		frame func() (int, []byte)
-		want  string
+		name   string
+		joined bool
+		frame  func() (int, []byte)
+		want   string
+		code   int // 0: the connection stays open
+		reason string
 	}{
-		{"text frame", func() (int, []byte) { return websocket.TextMessage, []byte(`{"type":"sync"}`) }, "binary frames"},
-		{"garbage", func() (int, []byte) { return websocket.BinaryMessage, []byte{0xff, 0x13, 0x37} }, "malformed"},
-		{"empty frame", func() (int, []byte) { return websocket.BinaryMessage, nil }, "malformed"},
-		{"deep nesting", func() (int, []byte) {
-			b := []byte{0xa2, 0x64, 't', 'y', 'p', 'e', 0x64, 's', 'y', 'n', 'c', 0x61, 'x'}
-			return websocket.BinaryMessage, append(append(b, bytes.Repeat([]byte{0x81}, 5000)...), 0)
-		}, "malformed"},
-		{"unknown type", frame(&wire.Message{Type: "teleport", SenderID: "alice"}), "unknown message type"},
-		{"invalid document id", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: "../../etc", Data: []byte{0x42}}), "invalid document id"},
-		{"sync without data", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc}), "no data"},
-		{"forged sender", frame(&wire.Message{Type: wire.TypeSync, SenderID: "mallory", DocumentID: testDoc, Data: []byte{0x42}}), "does not match"},
-		{"join as another peer", frame(&wire.Message{Type: wire.TypeJoin, SenderID: "mallory"}), "joined as"},
-		{"sync data that is not automerge", frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte("hello")}), "not an automerge sync message"},
+		{"sync before join", false, frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte{0x42}}), "send join before", websocket.CloseProtocolError, errNotJoined},
+		{"text frame", true, func() (int, []byte) { return websocket.TextMessage, []byte(`{"type":"sync"}`) }, "binary frames", websocket.CloseUnsupportedData, errTextFrame},
+		{"text frame before join", false, func() (int, []byte) { return websocket.TextMessage, []byte("hello") }, "binary frames", websocket.CloseUnsupportedData, errTextFrame},
+		{"garbage", true, func() (int, []byte) { return websocket.BinaryMessage, []byte{0xff, 0x13, 0x37} }, "malformed", websocket.CloseInvalidFramePayloadData, errMalformed},
+		{"truncated CBOR", true, func() (int, []byte) {
+			b, _ := wire.Encode(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte{0x42, 1, 2, 3}})
+			return websocket.BinaryMessage, b[:len(b)-3]
+		}, "malformed", websocket.CloseInvalidFramePayloadData, errMalformed},
+		{"empty frame", true, func() (int, []byte) { return websocket.BinaryMessage, nil }, "malformed", websocket.CloseInvalidFramePayloadData, errMalformed},
+		{"deep nesting", true, deep, "malformed", websocket.CloseInvalidFramePayloadData, errMalformed},
+		{"sync data that is not automerge", true, frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc, Data: []byte("hello")}), "not an automerge sync message", websocket.CloseInvalidFramePayloadData, errBadSync},
+		{"sync without data", true, frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: testDoc}), "no data", websocket.CloseProtocolError, errInvalid},
+		{"ephemeral without a clock", true, frame(&wire.Message{Type: wire.TypeEphemeral, SenderID: "alice", DocumentID: testDoc, Data: []byte{0xa0}}), "invalid ephemeral", websocket.CloseProtocolError, errInvalid},
+		{"peer message from a client", true, frame(&wire.Message{Type: wire.TypePeer, SenderID: "alice"}), "invalid peer", websocket.CloseProtocolError, errInvalid},
+		{"join as another peer", true, frame(&wire.Message{Type: wire.TypeJoin, SenderID: "mallory"}), "joined as", websocket.CloseProtocolError, errRejoin},
+		{"forged sender", true, frame(&wire.Message{Type: wire.TypeSync, SenderID: "mallory", DocumentID: testDoc, Data: []byte{0x42}}), "does not match", websocket.ClosePolicyViolation, errWrongSender},
+		{"unknown type", true, frame(&wire.Message{Type: "teleport", SenderID: "alice"}), "unknown message type", 0, errInvalid},
+		{"invalid document id", true, frame(&wire.Message{Type: wire.TypeSync, SenderID: "alice", DocumentID: "../../etc", Data: []byte{0x42}}), "invalid document id", 0, errInvalid},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			before := testutil.ToFloat64(s.metrics.errors.WithLabelValues(c.reason))
+			ws := dial(t, s.url)
+			if c.joined {
+				join(t, ws, "alice")
+			}
 			mt, b := c.frame()
 			if err := ws.WriteMessage(mt, b); err != nil {
 				t.Fatal(err)
 			}
 			recvError(t, ws, c.want)
+			if n := testutil.ToFloat64(s.metrics.errors.WithLabelValues(c.reason)) - before; n != 1 {
+				t.Errorf("tandem_protocol_errors_total{reason=%q} rose by %v, want 1", c.reason, n)
+			}
+			if c.code != 0 {
+				expectClose(t, ws, c.code)
+				return
+			}
+			// Still served: a repeated join is answered (and is the next message).
+			join(t, ws, "alice")
 		})
 	}
 	// Gossip of remote heads is accepted without an answer or an error.
-	send(t, ws, &wire.Message{Type: wire.TypeRemoteSubscriptionChange, SenderID: "alice", TargetID: serverID})
-	send(t, ws, &wire.Message{Type: wire.TypeRemoteHeadsChanged, SenderID: "alice", TargetID: serverID, DocumentID: testDoc})
-	// Still served: a repeated join is answered (and is the next message).
+	ws := dial(t, s.url)
+	join(t, ws, "bob")
+	send(t, ws, &wire.Message{Type: wire.TypeRemoteSubscriptionChange, SenderID: "bob", TargetID: serverID})
+	send(t, ws, &wire.Message{Type: wire.TypeRemoteHeadsChanged, SenderID: "bob", TargetID: serverID, DocumentID: testDoc})
+	join(t, ws, "bob")
+}
+
+// A frame sent after the one that broke the protocol is not handled: the
+// connection ends at the violation.
+func TestNothingIsHandledAfterAViolation(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
 	join(t, ws, "alice")
-	if n := sum(t, s.metrics.errors); n != float64(len(cases)+1) {
-		t.Errorf("tandem_protocol_errors_total = %v, want %d", n, len(cases)+1)
+	if err := ws.WriteMessage(websocket.BinaryMessage, []byte{0xff}); err != nil {
+		t.Fatal(err)
 	}
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: "alice", SupportedProtocolVersions: []string{"1"}})
+	recvError(t, ws, "malformed")
+	expectClose(t, ws, websocket.CloseInvalidFramePayloadData) // and no peer message before it
 }
 
 // sum adds up every series of a counter vector.
@@ -373,9 +407,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // the same sequence number at once; stock clients never send one.
 func TestHeartbeatIsAcknowledged(t *testing.T) {
 	s := newTestServer(t, Config{})
+	early := dial(t, s.url)
+	send(t, early, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "a", Seq: 1})
+	recvError(t, early, "send join before")
+	expectClose(t, early, websocket.CloseProtocolError)
 	ws := dial(t, s.url)
-	send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "a", Seq: 1})
-	recvError(t, ws, "send join before")
 	join(t, ws, "a")
 	for seq := uint64(1); seq <= 3; seq++ {
 		before := time.Now().UnixMilli()

@@ -106,6 +106,7 @@ func (c *conn) push(f outFrame) bool {
 func (c *conn) close(r CloseReason, drain bool) {
 	c.closeOnce.Do(func() {
 		c.reason = r
+		c.ended.Store(true)
 		c.wmu.Lock()
 		if !drain {
 			clear(c.out)
