@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -38,8 +39,9 @@ type Config struct {
 	// RelaySession is the ephemeral session under which the hub sends
 	// presence in peers' names; default random per hub. See forward.go.
 	RelaySession string
-	// MaxNesting bounds how deeply a presence payload may nest; default
-	// DefaultMaxNesting (16), at least 4.
+	// MaxNesting bounds how deeply a presence payload may nest: 0 for
+	// DefaultMaxNesting (16), else MinNesting to MaxNesting (4 to 64);
+	// New refuses anything else.
 	MaxNesting int
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.
@@ -78,7 +80,7 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.MaxNesting < 4 {
+	if c.MaxNesting == 0 {
 		c.MaxNesting = DefaultMaxNesting
 	}
 	if c.Logger == nil {
@@ -124,9 +126,12 @@ type peerInfo struct {
 // New returns a Hub. Run drives its ticks.
 func New(cfg Config) *Hub {
 	cfg.setDefaults()
+	if cfg.MaxNesting < MinNesting || cfg.MaxNesting > MaxNesting {
+		panic(fmt.Sprintf("awareness: Config.MaxNesting %d is out of range (%d to %d)", cfg.MaxNesting, MinNesting, MaxNesting))
+	}
 	dec, err := newDecMode(cfg.MaxNesting)
 	if err != nil {
-		panic(err) // MaxNesting was brought into range above
+		panic(err)
 	}
 	return &Hub{
 		cfg:      cfg,

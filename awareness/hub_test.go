@@ -1,6 +1,7 @@
 package awareness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -439,5 +440,58 @@ func TestHeartbeatsAreForwarded(t *testing.T) {
 	got := b.take()
 	if len(got) != 1 || got[0].body.Type != TypeHeartbeat {
 		t.Fatalf("b got %+v, want a heartbeat", got)
+	}
+}
+
+// identifiedPeer is a fakePeer with a verified identity, as a connection
+// with a token has.
+type identifiedPeer struct {
+	*fakePeer
+	identity Identity
+}
+
+func (p *identifiedPeer) Identity() Identity { return p.identity }
+
+// nestedPresence is an update of channel whose value is an array nested
+// levels deep; the payload then nests levels+2 deep (the envelope and the
+// message are maps).
+func nestedPresence(channel string, levels int) []byte {
+	value := append(bytes.Repeat([]byte{0x81}, levels), 0x01) // levels arrays around 1
+	b, err := encMode.Marshal(envelope{Presence: &presenceMessage{Type: TypeUpdate, Channel: channel, Value: value}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// At every depth a hub may be configured for, a presence payload within it
+// is read as presence (so the user channel is the token's, whatever the
+// client wrote), and one past it is refused: never relayed as the client
+// wrote it, as an application's own ephemeral would be.
+func TestPresenceDepthIsOneDecoder(t *testing.T) {
+	for depth := MinNesting; depth <= MaxNesting; depth++ {
+		h := New(Config{MaxNesting: depth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		p := &identifiedPeer{fakePeer: &fakePeer{id: "p"}, identity: Identity{UserID: "ana", Name: "Ana"}}
+		handled, err := h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: 1, Data: nestedPresence(ChannelUser, depth-2)})
+		if err != nil || !handled {
+			t.Fatalf("depth %d: a payload nested %d deep: handled %v, %v; want presence", depth, depth, handled, err)
+		}
+		if views := h.DocumentPresence(doc1); len(views) != 1 || views[0].UserID != "ana" || views[0].Name != "Ana" {
+			t.Fatalf("depth %d: the peer shows as %+v, want the token's user", depth, views)
+		}
+		handled, err = h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: 2, Data: nestedPresence(ChannelUser, depth-1)})
+		if handled || !errors.Is(err, ErrBadPresence) {
+			t.Fatalf("depth %d: a payload nested %d deep: handled %v, %v; want ErrBadPresence", depth, depth+1, handled, err)
+		}
+	}
+	for _, bad := range []int{1, MinNesting - 1, MaxNesting + 1} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("MaxNesting %d: New accepted it", bad)
+				}
+			}()
+			New(Config{MaxNesting: bad})
+		}()
 	}
 }

@@ -49,8 +49,13 @@ const (
 var ErrBadPresence = errors.New("bad presence message")
 
 // DefaultMaxNesting is how deeply a presence payload may nest unless
-// Config.MaxNesting says otherwise.
-const DefaultMaxNesting = 16
+// Config.MaxNesting says otherwise; MinNesting and MaxNesting bound what
+// it may say.
+const (
+	DefaultMaxNesting = 16
+	MinNesting        = 4
+	MaxNesting        = 64
+)
 
 // presenceMessage is the value under "__presence".
 type presenceMessage struct {
@@ -71,7 +76,9 @@ var (
 
 func init() {
 	var err error
-	decMode, err = newDecMode(DefaultMaxNesting)
+	// Values are checked on the way in, at the hub's depth: read them back
+	// at any depth a hub may allow.
+	decMode, err = newDecMode(MaxNesting)
 	if err != nil {
 		panic(err)
 	}
@@ -93,13 +100,15 @@ func newDecMode(maxNesting int) (cbor.DecMode, error) {
 
 // parsePresence returns the presence message in an ephemeral payload, or
 // nil if the payload is not presence (an application's own ephemeral).
-// dm bounds the nesting.
+// dm bounds the nesting, and reads the whole payload: a payload within it
+// is either presence or not, never "not presence" because a second
+// decoder of another depth could not read it.
 func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 	if err := dm.Wellformed(data); err != nil {
 		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, dm.DecOptions().MaxNestedLevels, err)
 	}
 	var probe map[string]cbor.RawMessage
-	if err := decMode.Unmarshal(data, &probe); err != nil {
+	if err := dm.Unmarshal(data, &probe); err != nil {
 		return nil, nil // not a map with string keys: not presence
 	}
 	raw, ok := probe["__presence"]
@@ -107,7 +116,7 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 		return nil, nil
 	}
 	var m presenceMessage
-	if err := decMode.Unmarshal(raw, &m); err != nil {
+	if err := dm.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
 	}
 	switch m.Type {

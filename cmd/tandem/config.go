@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/tandemhq/tandem/awareness"
 )
 
 // config is the command line of cmd/tandem. Every flag has a TANDEM_*
@@ -145,8 +147,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.NodeTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)
 	}
-	if c.MaxPresenceDepth < 4 || c.MaxPresenceDepth > 64 {
-		return c, fmt.Errorf("--max-presence-depth must be between 4 and 64")
+	if c.MaxPresenceDepth < awareness.MinNesting || c.MaxPresenceDepth > awareness.MaxNesting {
+		return c, fmt.Errorf("--max-presence-depth %d is out of range (%d to %d)", c.MaxPresenceDepth, awareness.MinNesting, awareness.MaxNesting)
 	}
 	if c.MessageRate <= 0 {
 		return c, fmt.Errorf("--message-rate must be positive")

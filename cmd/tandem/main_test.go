@@ -35,6 +35,9 @@ func TestParseConfig(t *testing.T) {
 		{nil, map[string]string{"TANDEM_PING_INTERVAL": "soon"}},
 		{[]string{"--log-level", "loud"}, nil},
 		{[]string{"stray"}, nil},
+		{[]string{"--max-presence-depth", "3"}, nil},
+		{[]string{"--max-presence-depth", "65"}, nil},
+		{[]string{"--max-presence-depth", "0"}, nil},
 	}
 	for _, b := range bad {
 		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {
