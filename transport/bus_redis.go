@@ -211,12 +211,31 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 	<-ctx.Done()
 	b.ps.Close()
 	wg.Wait()
-	// Tell the others at once rather than letting them wait out the TTL.
-	bye, _ := cbor.Marshal(busMsg{Kind: "bye", Node: b.cfg.NodeID})
+	// Tell the others at once rather than letting them wait out the TTL:
+	// what is still queued (the leaves of the peers that just left), then
+	// the node's bye, then its key.
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	b.cfg.Client.Publish(sctx, nodesChannel, bye)
-	b.cfg.Client.Del(sctx, "tandem:node:"+b.cfg.NodeID)
+	pipe := b.cfg.Client.Pipeline()
+	n := 0
+	for drained := false; !drained; {
+		select {
+		case m := <-b.out:
+			b.queue(sctx, pipe, m)
+			n++
+		default:
+			drained = true
+		}
+	}
+	bye, _ := cbor.Marshal(busMsg{Kind: "bye", Node: b.cfg.NodeID})
+	pipe.Publish(sctx, nodesChannel, bye)
+	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
+	if _, err := pipe.Exec(sctx); err != nil {
+		b.dropped.Add(float64(n))
+		b.log.Warn("bus: the goodbye to the cluster failed; the other nodes will wait out the node TTL", "err", err)
+		return
+	}
+	b.published.Add(float64(n))
 }
 
 // Ping reports whether Redis answers.
@@ -645,6 +664,7 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	}
 	b.mu.Unlock()
 	if m.Kind == "bye" {
+		b.log.Info("bus: a node said goodbye", "node", m.Node)
 		b.nodeGone(m.Node)
 		return
 	}

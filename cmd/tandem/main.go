@@ -80,13 +80,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Background parts (presence ticks, the cluster bus) run until
-	// stopBackground; the deferred call waits for them.
+	// stopBackground; the deferred call waits for them, and only then
+	// closes the Redis client: the bus says its goodbye to the cluster
+	// (the queued leaves, then the node's bye) as it stops. Deferred calls
+	// run last first, so this runs after everything registered below: the
+	// sockets are closed and the documents flushed by then.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	defer func() { stopBackground(); bg.Wait() }()
+	var redisClient *redis.Client
+	defer func() {
+		stopBackground()
+		bg.Wait()
+		if redisClient != nil {
+			redisClient.Close()
+		}
+	}()
 
 	var bus *transport.RedisBus
-	var redisClient *redis.Client
 	var checks []web.Check
 	if pingStore != nil {
 		checks = append(checks, web.Check{Name: "postgres", Ping: pingStore})
@@ -97,7 +107,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("--redis-url: %w", err)
 		}
 		redisClient = redis.NewClient(opts)
-		defer redisClient.Close()
 		bus, err = transport.NewRedisBus(transport.BusConfig{
 			Client: redisClient, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
 		})

@@ -4,7 +4,7 @@ import { test } from "node:test"
 import assert from "node:assert/strict"
 import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
-import { spawn } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
@@ -99,6 +99,38 @@ test("a node killed with SIGKILL: its users disappear from the other nodes withi
   assert.ok(bye.at - killed < 2000 + 2000, `took ${bye.at - killed} ms`)
   const user = await (await fetch(`${nodes[1].http}/api/users/ana/presence`)).json()
   assert.equal(user.status, "offline")
+})
+
+test("a node stopped with SIGTERM: its users are gone from the other nodes at once, not after the node TTL", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis, ["--node-ttl", "30s"])
+  const owner = await connected(client(t, nodes[1].url))
+  const doc = owner.create({})
+  const probe = await connected(client(t, nodes[0].url))
+  await probe.find(doc.url)
+  probe.close()
+  const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
+  const child = spawn(process.execPath, [fileURLToPath(new URL("peer.mjs", import.meta.url)), nodes[0].url, doc.url, '{"user":{"id":"ana"}}'], {
+    stdio: ["ignore", "pipe", "inherit"],
+  })
+  defer(t, () => child.kill("SIGKILL"))
+  const aPeer = (await createInterface({ input: child.stdout })[Symbol.asyncIterator]().next()).value
+  await until("B sees A across nodes", () => stateOf(b, aPeer), 10000)
+  const stopped = Date.now()
+  await nodes[0].kill("SIGTERM")
+  const exitedIn = Date.now() - stopped
+  const bye = await until("B's goodbye for A", () => b.events.find(e => e.type === "goodbye" && e.peerId === aPeer), 15000)
+  t.diagnostic(`A gone on node 2 ${bye.at - stopped} ms after SIGTERM to node 1 (it exited in ${exitedIn} ms; node TTL 30 s)`)
+  assert.equal(nodes[0].proc.exitCode, 0, "node 1 stopped cleanly")
+  assert.ok(bye.at - stopped < 2000, `took ${bye.at - stopped} ms`)
+  // The node said so itself: its bye reached node 2 and its key is gone.
+  await until("node 2 hearing node 1's bye", () => nodes[1].logs.some(l => l.includes('"msg":"bus: a node said goodbye"') && l.includes('"node":"n1"')), 2000)
+  const key = execFileSync("redis-cli", ["-p", String(redis.port), "EXISTS", "tandem:node:n1"]).toString().trim()
+  assert.equal(key, "0", "node 1's key is deleted")
+  await until("ana offline on node 2", async () => {
+    const user = await (await fetch(`${nodes[1].http}/api/users/ana/presence`)).json()
+    return user.status === "offline"
+  }, 2000)
 })
 
 test("Redis stopped and restarted in the middle of editing: all converge, nothing lost", async t => {
