@@ -46,6 +46,11 @@ type Config struct {
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.
 	Replicator Replicator
+	// RemoteTTL removes a peer of another node not heard of (a delta, or
+	// its node's roster naming it) for this long, once that node has sent
+	// a roster: a leave lost on the way cannot leave a ghost. Zero: remote
+	// peers live as long as their node.
+	RemoteTTL time.Duration
 	// Directory, in a cluster, answers for users this node does not
 	// follow: their status on the other nodes.
 	Directory Directory
@@ -100,6 +105,7 @@ type Hub struct {
 	peers    map[string]*peerInfo // by peer id
 	users    map[string]*userInfo // by user id
 	watchers map[string]map[*watcher]struct{}
+	rostered map[string]bool // nodes that sent a roster: their peers expire by RemoteTTL
 	out      outbox
 
 	// Owned by the dispatcher (outbox.go), not guarded by mu: the count
@@ -142,6 +148,7 @@ func New(cfg Config) *Hub {
 		peers:    make(map[string]*peerInfo),
 		users:    make(map[string]*userInfo),
 		watchers: make(map[string]map[*watcher]struct{}),
+		rostered: make(map[string]bool),
 	}
 }
 
@@ -375,7 +382,14 @@ func (h *Hub) Tick() {
 	now := h.cfg.Now()
 	for _, pi := range h.peers {
 		if pi.conn == nil {
-			continue // a remote peer: its node's heartbeat keeps it (NodeGone)
+			// A remote peer: its node's rosters keep it (ApplyRoster),
+			// its node's death ends it (NodeGone).
+			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
+				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
+				h.metrics.expired.Inc()
+				h.remove(pi, &fx)
+			}
+			continue
 		}
 		if now.Sub(pi.lastHeard) > h.cfg.TTL {
 			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)

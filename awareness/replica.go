@@ -35,6 +35,11 @@ type Delta struct {
 	Heartbeat bool                `cbor:"h,omitempty"`
 }
 
+// IsGoodbye reports whether the delta says the peer left the document.
+func (d Delta) IsGoodbye() bool {
+	return len(d.Registers) == 0 && !d.Heartbeat && !d.Gone.IsZero()
+}
+
 // publish sends a local peer's forwarded channels to the other nodes.
 func (h *Hub) publish(r *room, peer string, channels []string, heartbeat bool) {
 	pi := h.peers[peer]
@@ -112,10 +117,14 @@ func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
 	h.refreshUser(pi.user, &fx)
 }
 
-// NodeAlive records a heartbeat of another node: its peers stay.
+// NodeAlive records a heartbeat of another node: its peers stay. A node
+// that sends rosters keeps its peers by them instead, peer by peer.
 func (h *Hub) NodeAlive(node string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.cfg.RemoteTTL > 0 && h.rostered[node] {
+		return
+	}
 	now := h.cfg.Now()
 	for _, pi := range h.peers {
 		if pi.node == node {
@@ -130,6 +139,7 @@ func (h *Hub) NodeAlive(node string) {
 func (h *Hub) NodeGone(node string) {
 	var fx effects
 	h.mu.Lock()
+	delete(h.rostered, node)
 	for _, pi := range h.peers {
 		if pi.conn == nil && pi.node == node {
 			h.remove(pi, &fx)
@@ -143,6 +153,73 @@ func (h *Hub) NodeGone(node string) {
 	}
 	h.mu.Unlock()
 	fx.run(h)
+}
+
+// LocalRoster lists this node's peers visible in a document, for the
+// other nodes (ApplyRoster): sent now and then, it repairs a lost leave.
+func (h *Hub) LocalRoster(documentID string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[documentID]
+	if r == nil {
+		return nil
+	}
+	var out []string
+	for id, p := range r.state {
+		if pi := h.peers[id]; pi != nil && pi.conn != nil && p.Visible() {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// ApplyRoster takes another node's list of its peers visible in a
+// document. Its peers here that it does not list are gone from the
+// document (their leave was lost on the way): goodbye in their names.
+// Those it lists are heard of. It reports whether it lists a peer this
+// node has no presence of (a state lost on the way): the caller then asks
+// that node for its whole presence in the document.
+func (h *Hub) ApplyRoster(node, documentID string, peers []string) (missing bool) {
+	var fx effects
+	h.mu.Lock()
+	defer func() { h.mu.Unlock(); fx.run(h) }()
+	h.rostered[node] = true
+	r := h.rooms[documentID]
+	if r == nil {
+		return false
+	}
+	listed := make(map[string]bool, len(peers))
+	now := h.cfg.Now()
+	for _, id := range peers {
+		listed[id] = true
+		pi := h.peers[id]
+		switch {
+		case pi == nil:
+			missing = true
+		case pi.conn != nil:
+			// Connected here now (moved): this node speaks for it.
+		default:
+			pi.lastHeard = now
+			if p := r.state[id]; p == nil || !p.Visible() {
+				missing = true
+			}
+		}
+	}
+	for id, p := range r.state {
+		pi := h.peers[id]
+		if pi == nil || pi.conn != nil || pi.node != node || listed[id] || !p.Visible() {
+			continue
+		}
+		h.log.Info("presence: a remote peer missing from its node's roster", "peer", id, "node", node, "document", documentID)
+		if r.state.Remove(id, h.serverClock(pi)) {
+			h.sendGoodbye(r, id)
+		}
+		delete(pi.docs, documentID)
+		if len(pi.docs) == 0 {
+			h.forget(pi, &fx)
+		}
+	}
+	return missing
 }
 
 // LocalState returns the whole presence of this node's peers in a

@@ -3,6 +3,7 @@ package awareness
 import (
 	"sync"
 	"testing"
+	"time"
 )
 
 // fakeReplicator records what a hub publishes for other nodes.
@@ -84,5 +85,120 @@ func TestRemotePeerOutlivesRoom(t *testing.T) {
 	f.hub.NodeGone("node1")
 	if len(f.hub.peers) != 0 || len(f.hub.rooms) != 0 {
 		t.Fatalf("left behind %d peers and %d rooms", len(f.hub.peers), len(f.hub.rooms))
+	}
+}
+
+// goodbyeFor reports whether p was told that peer left.
+func goodbyeFor(p *fakePeer, peer string) bool {
+	bye := false
+	for _, g := range p.take() {
+		bye = bye || (g.msg.SenderID == peer && g.body.Type == TypeGoodbye)
+	}
+	return bye
+}
+
+// A leave that never arrived (lost on the bus) is repaired by the next
+// roster of the peer's node: the peer is no longer in it.
+func TestRosterRepairsALostLeave(t *testing.T) {
+	f1, f2 := newFixture(t), newFixture(t)
+	r1 := &fakeReplicator{users: map[string]Status{}}
+	f1.hub.cfg.Replicator = r1
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f2.update(b, "cursor", "1@b")
+	f1.update(a, "cursor", "7@x")
+	for _, d := range r1.deltas {
+		f2.hub.ApplyRemote("node1", doc1, d)
+	}
+	r1.deltas = nil
+	if missing := f2.hub.ApplyRoster("node1", doc1, f1.hub.LocalRoster(doc1)); missing {
+		t.Fatal("node 2 misses a peer node 1 listed")
+	}
+	b.take()
+
+	f1.hub.Leave(a)
+	var leaves int
+	for _, d := range r1.deltas {
+		if d.Peer == "a" && d.IsGoodbye() {
+			leaves++
+		}
+	}
+	if leaves != 1 {
+		t.Fatalf("node 1 published %d goodbyes for a, want 1 (deltas %+v)", leaves, r1.deltas)
+	}
+	// The goodbye is lost: node 2 still shows a, until node 1's roster.
+	if len(f2.hub.DocumentPresence(doc1)) != 2 {
+		t.Fatal("node 2 should still show a before the roster")
+	}
+	if f2.hub.ApplyRoster("node1", doc1, f1.hub.LocalRoster(doc1)) {
+		t.Fatal("an empty roster misses nothing")
+	}
+	if !goodbyeFor(b, "a") {
+		t.Fatal("b got no goodbye for a after node 1's roster left it out")
+	}
+	if v := f2.hub.UserPresence(t.Context(), "a"); v.Status != StatusOffline {
+		t.Fatalf("node 2 sees a's user %s", v.Status)
+	}
+}
+
+// A state that never arrived is asked for again: the roster names a peer
+// the receiving node has no presence of.
+func TestRosterTellsOfAMissingState(t *testing.T) {
+	f := newFixture(t)
+	b := &fakePeer{id: "b"}
+	f.update(b, "cursor", "1@b")
+	if !f.hub.ApplyRoster("node1", doc1, []string{"a"}) {
+		t.Fatal("a roster naming an unknown peer should say something is missing")
+	}
+}
+
+// A remote peer whose node's rosters stop arriving (lost, say) expires
+// after the remote TTL, as a local peer does after its TTL, even while its
+// node's heartbeats go on.
+func TestRemotePeerExpiresUnheardOf(t *testing.T) {
+	f := newFixture(t)
+	f.hub.cfg.RemoteTTL = 9 * time.Second
+	b := &fakePeer{id: "b"}
+	f.update(b, "cursor", "1@b")
+	f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
+		"cursor": {Clock: Clock{Count: 1, Session: "s"}, Value: enc("1@x")},
+	}})
+	f.hub.ApplyRoster("node1", doc1, []string{"a"})
+	b.take()
+	for range 4 { // the node lives on; rosters naming a stop arriving
+		f.clock.Advance(2 * time.Second)
+		f.hub.NodeAlive("node1")
+		f.hub.Touch(b)
+		f.hub.Tick()
+	}
+	if goodbyeFor(b, "a") {
+		t.Fatal("a expired within the remote TTL")
+	}
+	f.clock.Advance(2 * time.Second)
+	f.hub.Touch(b)
+	f.hub.Tick()
+	if !goodbyeFor(b, "a") {
+		t.Fatal("a did not expire after the remote TTL")
+	}
+}
+
+// A node that never sent a roster (an older one, during an upgrade) keeps
+// its peers alive by its heartbeats, as before.
+func TestPeersOfANodeWithoutRostersLiveByItsHeartbeat(t *testing.T) {
+	f := newFixture(t)
+	f.hub.cfg.RemoteTTL = 9 * time.Second
+	b := &fakePeer{id: "b"}
+	f.update(b, "cursor", "1@b")
+	f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
+		"cursor": {Clock: Clock{Count: 1, Session: "s"}, Value: enc("1@x")},
+	}})
+	b.take()
+	for range 10 {
+		f.clock.Advance(2 * time.Second)
+		f.hub.NodeAlive("node1")
+		f.hub.Touch(b)
+		f.hub.Tick()
+	}
+	if goodbyeFor(b, "a") {
+		t.Fatal("a peer of a node without rosters expired")
 	}
 }

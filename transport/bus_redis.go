@@ -39,6 +39,8 @@ type PresenceReplica interface {
 	NodeAlive(node string)
 	NodeGone(node string)
 	LocalState(documentID string) []awareness.Delta
+	LocalRoster(documentID string) []string
+	ApplyRoster(node, documentID string, peers []string) (missing bool)
 }
 
 // BusConfig configures a RedisBus. Zero fields take the documented defaults.
@@ -69,10 +71,13 @@ type BusConfig struct {
 //
 // What travels on a document's channel: accepted changes ("chg"), heads
 // for anti-entropy ("heads"), requests for missing changes ("want"),
-// presence deltas ("pres") and greetings of a node that starts watching
-// ("hello"), answered with the whole presence of the others' peers.
-// Publishing never blocks a caller: messages wait in a bounded queue and
-// are dropped when Redis is away; the heads exchange repairs the loss.
+// presence deltas ("pres"), each node's list of its peers in the document
+// ("roster", with the heads every GossipInterval) and greetings of a node
+// that starts watching ("hello"), answered with the whole presence of the
+// others' peers. Publishing never blocks a caller: messages wait in a
+// bounded queue and are dropped when it is full (Redis away, say); the
+// heads exchange and the rosters repair the loss. Leaves are never
+// dropped: past the queue they wait in a list of their own, sent first.
 type RedisBus struct {
 	cfg      BusConfig
 	log      *slog.Logger
@@ -99,12 +104,23 @@ type RedisBus struct {
 	claims  map[string][]*peerClaim // this node's peer id claims (claims_redis.go)
 	recheck chan string             // peer ids another node may have taken a claim on
 
+	// lose, set by tests before Run, makes the bus lose the messages it
+	// reports true for, as a lossy network or a full queue would.
+	lose func(busOut) bool
+
+	lmu           sync.Mutex // guards leaves
+	leaves        []busOut   // leaves that found the queue full, oldest first
+	leavesWaiting chan struct{}
+
 	published, dropped, received prometheus.Counter
 }
 
 type busOut struct {
 	channel string
 	payload []byte
+	// leave marks a peer's goodbye or a user's offline status: never
+	// dropped for a full queue.
+	leave bool
 	// A user's status on this node, written to its hash at once as well.
 	user   string
 	status awareness.Status
@@ -119,6 +135,8 @@ type busMsg struct {
 	Delta *awareness.Delta `cbor:"x,omitempty"`
 	User  string           `cbor:"u,omitempty"`
 	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
+	// Peers lists the sender's peers visible in the document ("roster").
+	Peers []string `cbor:"ps,omitempty"`
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
 	// Finding a document ("ask" on the nodes channel, "answer" to the
@@ -164,21 +182,23 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		cfg.Logger = slog.Default()
 	}
 	b := &RedisBus{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		out:        make(chan busOut, cfg.Queue),
-		watched:    make(map[string]int),
-		subscribed: make(map[string]bool),
-		changed:    make(map[string]bool),
-		nodes:      make(map[string]time.Time),
-		users:      make(map[string]bool),
-		usersSub:   make(map[string]bool),
-		usersDirty: make(map[string]bool),
-		wake:       make(chan struct{}, 1),
-		claims:     make(map[string][]*peerClaim),
-		asks:       make(map[uint64]*pendingAsk),
-		askSeq:     rand.Uint64() >> 1, // a restarted node does not take answers meant for its last run
-		recheck:    make(chan string, 64),
+		cfg: cfg,
+		log: cfg.Logger,
+		out: make(chan busOut, cfg.Queue),
+
+		leavesWaiting: make(chan struct{}, 1),
+		watched:       make(map[string]int),
+		subscribed:    make(map[string]bool),
+		changed:       make(map[string]bool),
+		nodes:         make(map[string]time.Time),
+		users:         make(map[string]bool),
+		usersSub:      make(map[string]bool),
+		usersDirty:    make(map[string]bool),
+		wake:          make(chan struct{}, 1),
+		claims:        make(map[string][]*peerClaim),
+		asks:          make(map[uint64]*pendingAsk),
+		askSeq:        rand.Uint64() >> 1, // a restarted node does not take answers meant for its last run
+		recheck:       make(chan string, 64),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
@@ -218,6 +238,10 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 	defer cancel()
 	pipe := b.cfg.Client.Pipeline()
 	n := 0
+	for _, m := range b.takeLeaves() {
+		b.queue(sctx, pipe, m)
+		n++
+	}
 	for drained := false; !drained; {
 		select {
 		case m := <-b.out:
@@ -237,6 +261,10 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 	}
 	b.published.Add(float64(n))
 }
+
+// RosterInterval is how often the node lists its peers of each watched
+// document to the others (with the document's heads).
+func (b *RedisBus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
 
 // Ping reports whether Redis answers.
 func (b *RedisBus) Ping(ctx context.Context) error { return b.cfg.Client.Ping(ctx).Err() }
@@ -419,7 +447,7 @@ func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
 	if err != nil {
 		return
 	}
-	b.enqueue(busOut{channel: userChannel(userID), payload: payload, user: userID, status: st})
+	b.enqueue(busOut{channel: userChannel(userID), payload: payload, user: userID, status: st, leave: st == awareness.StatusOffline})
 }
 
 // WatchUsers implements awareness.Replicator.
@@ -439,56 +467,130 @@ func (b *RedisBus) WatchUsers(userIDs []string, on bool) {
 
 // PublishPresence implements awareness.Replicator.
 func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
-	b.send(documentID, busMsg{Kind: "pres", Delta: &d})
+	b.sendMarked(documentID, busMsg{Kind: "pres", Delta: &d}, d.IsGoodbye())
 }
 
-func (b *RedisBus) send(documentID string, m busMsg) {
+func (b *RedisBus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
+
+func (b *RedisBus) sendMarked(documentID string, m busMsg, leave bool) {
 	m.Node = b.cfg.NodeID
 	payload, err := cbor.Marshal(m)
 	if err != nil {
 		b.log.Error("bus: encode", "err", err)
 		return
 	}
-	b.enqueue(busOut{channel: docChannel(documentID), payload: payload})
+	b.enqueue(busOut{channel: docChannel(documentID), payload: payload, leave: leave})
 }
 
+// maxLeaves bounds the leaves waiting past a full queue (one per peer
+// that left while Redis was away, say); past it the rosters repair.
+const maxLeaves = 1 << 16
+
 func (b *RedisBus) enqueue(o busOut) {
+	if b.lose != nil && b.lose(o) {
+		return
+	}
 	select {
 	case b.out <- o:
+		return
 	default:
-		b.dropped.Inc()
 	}
+	if o.leave {
+		b.lmu.Lock()
+		kept := len(b.leaves) < maxLeaves
+		if kept {
+			b.leaves = append(b.leaves, o)
+		}
+		b.lmu.Unlock()
+		if kept {
+			select {
+			case b.leavesWaiting <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+	b.dropped.Inc()
+}
+
+// takeLeaves returns the leaves waiting past the queue, oldest first.
+func (b *RedisBus) takeLeaves() []busOut {
+	b.lmu.Lock()
+	defer b.lmu.Unlock()
+	ls := b.leaves
+	b.leaves = nil
+	return ls
 }
 
 // publishLoop publishes the queue, many messages per round trip.
 func (b *RedisBus) publishLoop(ctx context.Context) {
+	var retry time.Duration // after a failed round trip, wait this long
 	for {
-		var first busOut
-		select {
-		case <-ctx.Done():
-			return
-		case first = <-b.out:
+		if retry > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
 		}
-		pipe := b.cfg.Client.Pipeline()
-		b.queue(ctx, pipe, first)
-		n := 1
+		batch := b.takeLeaves()
+		if len(batch) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-b.out:
+				batch = append(batch, m)
+			case <-b.leavesWaiting:
+				continue
+			}
+		}
 	more:
-		for n < 256 {
+		for len(batch) < 256 {
 			select {
 			case m := <-b.out:
-				b.queue(ctx, pipe, m)
-				n++
+				batch = append(batch, m)
 			default:
 				break more
 			}
 		}
+		pipe := b.cfg.Client.Pipeline()
+		for _, m := range batch {
+			b.queue(ctx, pipe, m)
+		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			b.dropped.Add(float64(n))
-			b.log.Debug("bus: publish failed", "messages", n, "err", err)
+			lost := b.keepLeaves(batch)
+			b.dropped.Add(float64(lost))
+			b.log.Debug("bus: publish failed", "messages", len(batch), "dropped", lost, "err", err)
+			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
 			continue
 		}
-		b.published.Add(float64(n))
+		retry = 0
+		b.published.Add(float64(len(batch)))
 	}
+}
+
+// keepLeaves puts the leaves of a batch that did not go out back before
+// the waiting ones, and reports how many other messages are lost.
+func (b *RedisBus) keepLeaves(batch []busOut) (lost int) {
+	var kept []busOut
+	for _, m := range batch {
+		if m.leave {
+			kept = append(kept, m)
+		} else {
+			lost++
+		}
+	}
+	if len(kept) == 0 {
+		return lost
+	}
+	b.lmu.Lock()
+	b.leaves = append(kept, b.leaves...)
+	if over := len(b.leaves) - maxLeaves; over > 0 {
+		b.leaves = b.leaves[:maxLeaves]
+		lost += over
+	}
+	b.lmu.Unlock()
+	return lost
 }
 
 // queue adds one outgoing message to a pipeline.
@@ -584,6 +686,9 @@ func (b *RedisBus) gossip() {
 		if heads, ok := b.docs.Heads(id); ok {
 			b.send(id, busMsg{Kind: "heads", Heads: heads})
 		}
+		// Even an empty roster says something: none of this node's
+		// peers is in the document any more.
+		b.send(id, busMsg{Kind: "roster", Peers: b.presence.LocalRoster(id)})
 	}
 }
 
@@ -714,6 +819,10 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	case "pres":
 		if m.Delta != nil {
 			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
+		}
+	case "roster":
+		if b.presence.ApplyRoster(m.Node, docID, m.Peers) {
+			b.send(docID, busMsg{Kind: "hello"}) // a state lost on its way: ask again
 		}
 	case "hello":
 		for _, d := range b.presence.LocalState(docID) {

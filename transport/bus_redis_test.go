@@ -12,6 +12,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -63,17 +64,24 @@ type node struct {
 	stop     func()
 }
 
-func startNode(t *testing.T, id string) *node {
+// startNode starts a node; opts adjust its bus and presence settings.
+func startNode(t *testing.T, id string, opts ...func(*BusConfig, *awareness.Config)) *node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("Redis at %s: %v", redisAddr(), err)
 	}
-	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, Logger: logger})
+	bcfg := BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, Logger: logger}
+	pcfg := awareness.Config{Logger: logger}
+	for _, o := range opts {
+		o(&bcfg, &pcfg)
+	}
+	bus, err := NewRedisBus(bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pcfg.Replicator = bus
 	store, err := doc.OpenBoltStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +90,7 @@ func startNode(t *testing.T, id string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus})
+	presence := awareness.New(pcfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	bus.Start(ctx)
 	var wg sync.WaitGroup
@@ -197,5 +205,89 @@ func TestParseUserStatus(t *testing.T) {
 		if st != tc.want || fresh != tc.fresh {
 			t.Errorf("%q: %s %v, want %s %v", tc.v, st, fresh, tc.want, tc.fresh)
 		}
+	}
+}
+
+// presenceType returns the type of a presence message.
+func presenceType(m awareness.Message) string {
+	var env struct {
+		P struct{ Type string } `cbor:"__presence"`
+	}
+	cbor.Unmarshal(m.Data, &env)
+	return env.P.Type
+}
+
+// A peer's goodbye lost on the bus (injected): the next roster of its
+// node no longer names it, and the other node says goodbye in its name.
+// Its node lives on, so neither the node's bye nor its TTL can be what
+// ends the ghost.
+func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
+	docID := fmt.Sprint("roster-test-", time.Now().UnixNano())
+	fast := func(b *BusConfig, p *awareness.Config) {
+		b.GossipInterval = 100 * time.Millisecond
+		b.NodeTTL = time.Minute
+		p.RemoteTTL = time.Minute // the roster, not the TTL, must end it
+	}
+	n1, n2 := startNode(t, "roster-n1", fast), startNode(t, "roster-n2", fast)
+	var lost sync.WaitGroup
+	lost.Add(1)
+	var once sync.Once
+	n1.bus.lose = func(o busOut) bool {
+		if o.leave {
+			once.Do(lost.Done)
+			return true
+		}
+		return false
+	}
+	watcher := &recorder{id: "watcher"}
+	n2.bus.Join(docID)
+	n2.presence.Join(watcher, docID)
+	n1.bus.Join(docID)
+	speaker := &recorder{id: "speaker"}
+	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
+	n1.presence.Join(speaker, docID)
+	n1.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
+	waitFor(t, "the cursor on node 2", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" {
+				return true
+			}
+		}
+		return false
+	})
+	n1.presence.Leave(speaker)
+	lost.Wait() // the goodbye was published, and lost
+	waitFor(t, "goodbye for the speaker on node 2", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
+				return true
+			}
+		}
+		return false
+	})
+	if v := n2.presence.UserPresence(context.Background(), "speaker"); v.Status != awareness.StatusOffline {
+		t.Fatalf("node 2 sees the speaker %s", v.Status)
+	}
+}
+
+// Leaves are never dropped for a full queue: they wait past it, and go
+// out first; other messages are dropped and counted.
+func TestLeavesOutliveAFullQueue(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	t.Cleanup(func() { client.Close() })
+	b, err := NewRedisBus(BusConfig{Client: client, NodeID: "full-queue", Queue: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.PublishPresence("d", awareness.Delta{Peer: "p", Registers: map[string]awareness.Register{"cursor": {}}})
+	b.PublishPresence("d", awareness.Delta{Peer: "q", Registers: map[string]awareness.Register{"cursor": {}}}) // dropped
+	b.PublishPresence("d", awareness.Delta{Peer: "p", Gone: awareness.Clock{Count: 2, Session: "s"}})
+	b.PublishUserStatus("ana", awareness.StatusOffline)
+	if n := testutil.ToFloat64(b.dropped); n != 1 {
+		t.Fatalf("dropped %v, want 1", n)
+	}
+	leaves := b.takeLeaves()
+	if len(leaves) != 2 || !leaves[0].leave || leaves[1].user != "ana" {
+		t.Fatalf("waiting leaves: %+v", leaves)
 	}
 }

@@ -170,6 +170,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MessageBurst:        cfg.MessageBurst,
 	}
 	if bus != nil {
+		// Three rosters missed in a row: the peer is gone.
+		presenceCfg.RemoteTTL = 3 * bus.RosterInterval()
 		docCfg.Replicator = bus
 		docCfg.Finder = bus
 		presenceCfg.Replicator = bus
