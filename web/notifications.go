@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,7 +34,8 @@ const (
 )
 
 type notifyAPI struct {
-	n Notifications
+	n   Notifications
+	log *slog.Logger
 }
 
 // caller returns whose notifications a request is about: the token's user,
@@ -89,11 +91,11 @@ func (a *notifyAPI) post(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := a.n.PostMany(r.Context(), events); err != nil {
-		status := http.StatusInternalServerError
 		if errors.Is(err, notify.ErrBadEvent) {
-			status = http.StatusBadRequest
+			writeError(w, http.StatusBadRequest, err.Error())
+		} else {
+			internalError(a.log, w, r, err)
 		}
-		writeError(w, status, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]int{"queued": len(events)})
@@ -118,7 +120,7 @@ func (a *notifyAPI) list(w http.ResponseWriter, r *http.Request) {
 	}
 	page, unread, next, err := a.n.List(r.Context(), user, o)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		internalError(a.log, w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"notifications": page, "unread": unread, "next": next})
@@ -151,7 +153,7 @@ func (a *notifyAPI) markRead(w http.ResponseWriter, r *http.Request) {
 	}
 	unread, err := a.n.MarkRead(r.Context(), user, ids)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		internalError(a.log, w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"unread": unread})
@@ -187,7 +189,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 		for after := last; ; {
 			page, _, _, err := a.n.List(ctx, user, notify.ListOptions{After: after, Limit: 100})
 			if err != nil {
-				writeError(w, http.StatusInternalServerError, err.Error())
+				internalError(a.log, w, r, err)
 				return
 			}
 			missed = append(missed, page...)
@@ -199,7 +201,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	unread, err := a.n.Unread(ctx, user)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		internalError(a.log, w, r, err)
 		return
 	}
 

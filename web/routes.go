@@ -66,7 +66,9 @@ func NewRouter(cfg Config) http.Handler {
 		status, code := map[string]string{}, http.StatusOK
 		for _, c := range cfg.Ready {
 			if err := c.Ping(ctx); err != nil {
-				status[c.Name], code = "unreachable: "+err.Error(), http.StatusServiceUnavailable
+				// The cause (addresses, database text) goes to the log only.
+				logger.Warn("readyz: a dependency does not answer", "check", c.Name, "err", err)
+				status[c.Name], code = "unreachable", http.StatusServiceUnavailable
 			} else {
 				status[c.Name] = "ok"
 			}
@@ -83,7 +85,7 @@ func NewRouter(cfg Config) http.Handler {
 				r.Get("/presence/watch", a.watchPresence)
 			}
 			if cfg.Notifications != nil {
-				n := &notifyAPI{n: cfg.Notifications}
+				n := &notifyAPI{n: cfg.Notifications, log: logger}
 				r.Post("/notifications", n.post)
 				r.Get("/notifications", n.list)
 				r.Post("/notifications/read", n.markRead)
@@ -109,6 +111,14 @@ func NewRouter(cfg Config) http.Handler {
 // api holds what the REST handlers read.
 type api struct {
 	presence Presence
+}
+
+// internalError answers a request that failed on the server's side with a
+// plain message, and logs the cause: what went wrong inside (addresses,
+// database text) is for the operator, not the client.
+func internalError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, "internal error: the server could not complete the request")
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

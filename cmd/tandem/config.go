@@ -31,6 +31,7 @@ type config struct {
 
 	UnavailableGrace time.Duration
 	SyncWindow       time.Duration
+	HTTPIdleTimeout  time.Duration
 
 	NotifyWindow time.Duration
 
@@ -74,6 +75,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
 	fs.DurationVar(&c.SyncWindow, "sync-window", 15*time.Millisecond,
 		"under sustained change, each peer gets at most one sync message per document per window; 0 sends every change at once")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
+		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
@@ -140,6 +143,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.UnavailableGrace < time.Millisecond || c.UnavailableGrace > 10*time.Second {
 		return c, fmt.Errorf("--unavailable-grace %v is out of range (1ms to 10s)", c.UnavailableGrace)
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		return c, fmt.Errorf("--http-idle-timeout must be positive")
 	}
 	if c.SyncWindow < 0 || c.SyncWindow > time.Second {
 		return c, fmt.Errorf("--sync-window %v is out of range (0 to 1s)", c.SyncWindow)

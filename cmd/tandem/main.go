@@ -222,6 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			WebSocket: ws, Presence: presence, Notifications: notes, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return serveCtx },
 	}
