@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
 	"github.com/tandemhq/tandem/doc"
@@ -239,23 +237,6 @@ func TestNothingIsHandledAfterAViolation(t *testing.T) {
 	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: "alice", SupportedProtocolVersions: []string{"1"}})
 	recvError(t, ws, "malformed")
 	expectClose(t, ws, websocket.CloseInvalidFramePayloadData) // and no peer message before it
-}
-
-// sum adds up every series of a counter vector.
-func sum(t *testing.T, cv *prometheus.CounterVec) float64 {
-	t.Helper()
-	ch := make(chan prometheus.Metric, 64)
-	cv.Collect(ch)
-	close(ch)
-	var total float64
-	for m := range ch {
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil {
-			t.Fatal(err)
-		}
-		total += pb.GetCounter().GetValue()
-	}
-	return total
 }
 
 func frame(m *wire.Message) func() (int, []byte) {

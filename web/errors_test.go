@@ -13,21 +13,21 @@ import (
 	"github.com/tandemhq/tandem/doc/notify"
 )
 
-// internalCause is what a failing dependency says: addresses and database
+// errInternalCause is what a failing dependency says: addresses and database
 // text that are the operator's business, not the client's.
-var internalCause = errors.New(`dial tcp 10.1.2.3:5432: pq: relation "notifications" does not exist`)
+var errInternalCause = errors.New(`dial tcp 10.1.2.3:5432: pq: relation "notifications" does not exist`)
 
-// failingNotifications fails every call with internalCause.
+// failingNotifications fails every call with errInternalCause.
 type failingNotifications struct{}
 
-func (failingNotifications) PostMany(context.Context, []notify.Event) error { return internalCause }
+func (failingNotifications) PostMany(context.Context, []notify.Event) error { return errInternalCause }
 func (failingNotifications) List(context.Context, string, notify.ListOptions) ([]*notify.Notification, int, int64, error) {
-	return nil, 0, 0, internalCause
+	return nil, 0, 0, errInternalCause
 }
 func (failingNotifications) MarkRead(context.Context, string, []int64) (int, error) {
-	return 0, internalCause
+	return 0, errInternalCause
 }
-func (failingNotifications) Unread(context.Context, string) (int, error) { return 0, internalCause }
+func (failingNotifications) Unread(context.Context, string) (int, error) { return 0, errInternalCause }
 func (failingNotifications) Subscribe(string) *notify.Subscription       { return nil }
 
 // A failure inside the server, or a dependency /readyz cannot reach, gets
@@ -35,7 +35,7 @@ func (failingNotifications) Subscribe(string) *notify.Subscription       { retur
 func TestServerFailuresDoNotLeakInternals(t *testing.T) {
 	srv := httptest.NewServer(NewRouter(Config{
 		Notifications: failingNotifications{},
-		Ready:         []Check{{Name: "postgres", Ping: func(context.Context) error { return internalCause }}},
+		Ready:         []Check{{Name: "postgres", Ping: func(context.Context) error { return errInternalCause }}},
 		Logger:        quietLogger(),
 	}))
 	t.Cleanup(srv.Close)
