@@ -24,6 +24,9 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
 func token(t *testing.T, claims jwt.MapClaims) string {
 	t.Helper()
+	if _, ok := claims["exp"]; !ok {
+		claims["exp"] = time.Now().Add(time.Hour).Unix() // tokens must expire
+	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(testSecret)
 	if err != nil {
 		t.Fatal(err)

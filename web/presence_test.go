@@ -129,6 +129,7 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 	t.Cleanup(srv.Close)
 	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"sub": "bo", "docs": map[string]string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp": "read"},
+		"exp": time.Now().Add(time.Hour).Unix(),
 	}).SignedString(secret)
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequest("GET", srv.URL+path, nil)

@@ -37,6 +37,9 @@ type config struct {
 
 	AuthSecret        string
 	AuthPublicKey     string
+	AuthAudience      string
+	AuthIssuer        string
+	AuthAllowNoExp    bool
 	AllowedOrigins    string
 	MaxDocsPerConn    int
 	MaxPeersPerDoc    int
@@ -80,6 +83,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
+	fs.StringVar(&c.AuthAudience, "auth-audience", "", "when set, a client token's aud must name it")
+	fs.StringVar(&c.AuthIssuer, "auth-issuer", "", "when set, a client token's iss must be it")
+	fs.BoolVar(&c.AuthAllowNoExp, "auth-allow-no-exp", false, "accept client tokens without exp (by default a token must expire)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated browser Origins allowed to connect besides this host's own; * for any")
 	fs.IntVar(&c.MaxDocsPerConn, "max-docs-per-conn", 256, "documents one connection may open")
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")

@@ -267,7 +267,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 // newVerifier builds the token verifier; nil means the node runs open.
 func newVerifier(cfg config) (*auth.Verifier, error) {
-	ac := auth.Config{Secret: []byte(cfg.AuthSecret)}
+	ac := auth.Config{Secret: []byte(cfg.AuthSecret), Audience: cfg.AuthAudience, Issuer: cfg.AuthIssuer, AllowNoExpiry: cfg.AuthAllowNoExp}
 	if cfg.AuthPublicKey != "" {
 		key, err := auth.LoadPublicKey(cfg.AuthPublicKey)
 		if err != nil {

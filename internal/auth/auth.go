@@ -86,6 +86,11 @@ type claims struct {
 type Config struct {
 	Secret    []byte
 	PublicKey crypto.PublicKey
+	// Audience and Issuer, when set, must be the token's aud and iss.
+	Audience, Issuer string
+	// AllowNoExpiry accepts tokens without exp; by default a token must
+	// say when it expires.
+	AllowNoExpiry bool
 }
 
 // Verifier checks tokens.
@@ -138,6 +143,16 @@ func LoadPublicKey(path string) (crypto.PublicKey, error) {
 // Verify checks a token and returns its grant.
 func (v *Verifier) Verify(token string) (*Grant, error) {
 	var c claims
+	opts := []jwt.ParserOption{jwt.WithValidMethods(v.methods), jwt.WithLeeway(5 * time.Second), jwt.WithIssuedAt()}
+	if !v.cfg.AllowNoExpiry {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
+	if v.cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(v.cfg.Audience))
+	}
+	if v.cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(v.cfg.Issuer))
+	}
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		switch t.Method.Alg() {
 		case "HS256":
@@ -145,7 +160,7 @@ func (v *Verifier) Verify(token string) (*Grant, error) {
 		default:
 			return v.cfg.PublicKey, nil
 		}
-	}, jwt.WithValidMethods(v.methods), jwt.WithLeeway(5*time.Second), jwt.WithIssuedAt())
+	}, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}

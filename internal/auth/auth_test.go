@@ -19,8 +19,15 @@ import (
 
 var secret = []byte("0123456789abcdef0123456789abcdef")
 
+// sign signs c; a token without exp gets one an hour ahead (tokens must
+// expire), unless c says "exp": nil.
 func sign(t *testing.T, method jwt.SigningMethod, key any, c jwt.MapClaims) string {
 	t.Helper()
+	if exp, ok := c["exp"]; !ok {
+		c["exp"] = time.Now().Add(time.Hour).Unix()
+	} else if exp == nil {
+		delete(c, "exp")
+	}
 	s, err := jwt.NewWithClaims(method, c).SignedString(key)
 	if err != nil {
 		t.Fatal(err)
@@ -147,5 +154,38 @@ func TestAuthenticateSources(t *testing.T) {
 	}
 	if _, err := NewVerifier(Config{Secret: []byte("short")}); err == nil {
 		t.Fatal("a short secret was accepted")
+	}
+}
+
+// A token must say when it expires, unless the operator allows otherwise;
+// with an audience or issuer configured, the token must name it.
+func TestRequiredClaims(t *testing.T) {
+	noExp := sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "exp": nil})
+	strict, err := NewVerifier(Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := strict.Verify(noExp); !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a token without exp: %v, want refused", err)
+	}
+	lenient, _ := NewVerifier(Config{Secret: secret, AllowNoExpiry: true})
+	if _, err := lenient.Verify(noExp); err != nil {
+		t.Errorf("a token without exp, allowed: %v", err)
+	}
+
+	v, _ := NewVerifier(Config{Secret: secret, Audience: "tandem", Issuer: "https://app.example.com"})
+	for name, c := range map[string]jwt.MapClaims{
+		"no aud":    {"sub": "a", "iss": "https://app.example.com"},
+		"wrong aud": {"sub": "a", "aud": "billing", "iss": "https://app.example.com"},
+		"no iss":    {"sub": "a", "aud": "tandem"},
+		"wrong iss": {"sub": "a", "aud": "tandem", "iss": "https://evil.example"},
+	} {
+		if _, err := v.Verify(sign(t, jwt.SigningMethodHS256, secret, c)); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%s: %v, want refused", name, err)
+		}
+	}
+	ok := sign(t, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "a", "aud": []string{"other", "tandem"}, "iss": "https://app.example.com"})
+	if _, err := v.Verify(ok); err != nil {
+		t.Errorf("a token for this audience and issuer: %v", err)
 	}
 }

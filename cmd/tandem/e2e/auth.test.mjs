@@ -12,6 +12,7 @@ const secret = "an-e2e-secret-that-is-32-bytes!!"
 
 // token signs HS256 claims, as an application's backend would.
 function token(claims) {
+  claims = { exp: Math.floor(Date.now() / 1000) + 3600, ...claims } // tokens must expire
   const b64 = v => Buffer.from(JSON.stringify(v)).toString("base64url")
   const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}`
   return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`
