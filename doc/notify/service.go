@@ -105,6 +105,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if s.pusher == nil {
 		s.pusher = localPusher{s}
 	}
+	if cfg.Postgres {
+		unlock, err := lockMigrations(ctx, cfg.DB)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if err := s.store.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -155,6 +162,30 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 type localSQLite struct{ *riversqlite.Driver }
 
 func (localSQLite) SupportsListener() bool { return false }
+
+// migrationLock is the advisory lock the document store takes for its own
+// migrations (doc/store_postgres.go): the schema changes one node at a
+// time across the cluster. Without it, nodes starting together on a fresh
+// database raced to create the same tables, and one exited with a
+// duplicate-key error.
+const migrationLock = 7354123001
+
+// lockMigrations holds migrationLock on a connection of its own until
+// unlock is called.
+func lockMigrations(ctx context.Context, db *sql.DB) (unlock func(), err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("notify: migrate: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("notify: migrate: lock: %w", err)
+	}
+	return func() {
+		conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock)
+		conn.Close()
+	}, nil
+}
 
 func migrateRiver[TTx any](ctx context.Context, drv riverdriver.Driver[TTx]) error {
 	m, err := rivermigrate.New(drv, &rivermigrate.Config{Logger: slog.New(slog.DiscardHandler)})

@@ -426,3 +426,32 @@ func TestResyncEndsTheUsersStreamsOnly(t *testing.T) {
 	default:
 	}
 }
+
+// Nodes that start together on a fresh PostgreSQL migrate one at a time:
+// each gets a working service, none a duplicate-key error from a table
+// another is creating.
+func TestNodesStartingTogetherMigrateOneAtATime(t *testing.T) {
+	pg := backends[1]
+	for round := range 5 {
+		open, _ := pg.open(t)
+		dbs := []*sql.DB{open(), open(), open()}
+		errs := make(chan error, len(dbs))
+		for _, db := range dbs {
+			go func() {
+				s, err := New(context.Background(), Config{DB: db, Postgres: true, Metrics: NewMetrics(nil)})
+				if err == nil {
+					s.Close(context.Background())
+				}
+				errs <- err
+			}()
+		}
+		for range dbs {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		for _, db := range dbs {
+			db.Close()
+		}
+	}
+}
