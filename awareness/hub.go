@@ -43,6 +43,12 @@ type Config struct {
 	// DefaultMaxNesting (16), else MinNesting to MaxNesting (4 to 64);
 	// New refuses anything else.
 	MaxNesting int
+	// MaxChannels bounds the channels one peer may hold in a document's
+	// presence (the server's own included); default 32.
+	MaxChannels int
+	// MaxStateBytes bounds the bytes of one peer's values in a document's
+	// presence; default 64 KiB.
+	MaxStateBytes int
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.
 	Replicator Replicator
@@ -87,6 +93,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxNesting == 0 {
 		c.MaxNesting = DefaultMaxNesting
+	}
+	if c.MaxChannels <= 0 {
+		c.MaxChannels = 32
+	}
+	if c.MaxStateBytes <= 0 {
+		c.MaxStateBytes = 64 << 10
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -228,10 +240,55 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 	}
 	var fx effects
 	h.mu.Lock()
+	if err := h.withinLimits(documentID, p.ID(), pm); err != nil {
+		h.mu.Unlock()
+		return true, err // presence, refused: never relayed as it came
+	}
 	h.receive(p, documentID, m, pm, &fx)
 	h.mu.Unlock()
 	fx.run(h)
 	return true, nil
+}
+
+// withinLimits refuses an update or snapshot that would give the peer more
+// channels or bytes in the document's presence than the limits allow. The
+// caller holds h.mu.
+func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
+	var held map[string]Register
+	if r := h.rooms[documentID]; r != nil {
+		if p := r.state[peer]; p != nil {
+			held = p.Channels
+		}
+	}
+	channels, size := len(held), 0
+	for _, reg := range held {
+		size += len(reg.Value)
+	}
+	add := func(ch string, v []byte) {
+		if old, ok := held[ch]; ok {
+			size -= len(old.Value)
+		} else {
+			channels++
+		}
+		size += len(v)
+	}
+	switch pm.Type {
+	case TypeUpdate:
+		add(pm.Channel, pm.Value)
+	case TypeSnapshot:
+		for ch, v := range pm.State {
+			add(ch, v)
+		}
+	default:
+		return nil
+	}
+	if channels > h.cfg.MaxChannels {
+		return fmt.Errorf("%w: %d channels for one peer, over the limit of %d", ErrPresenceLimit, channels, h.cfg.MaxChannels)
+	}
+	if size > h.cfg.MaxStateBytes {
+		return fmt.Errorf("%w: %d bytes of presence for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
+	}
+	return nil
 }
 
 func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage, fx *effects) {

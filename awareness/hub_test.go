@@ -495,3 +495,44 @@ func TestPresenceDepthIsOneDecoder(t *testing.T) {
 		}()
 	}
 }
+
+// One peer's presence is bounded in channels and bytes: what would pass a
+// limit is refused (and so never relayed); what stays within it goes on.
+func TestPresenceStatePerPeerIsBounded(t *testing.T) {
+	h := New(Config{MaxChannels: 4, MaxStateBytes: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := &fakePeer{id: "p"}
+	count := uint64(0)
+	send := func(m presenceMessage) error {
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handled, err := h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: count, Data: data})
+		if !handled {
+			t.Fatal("a presence message was not handled as presence")
+		}
+		return err
+	}
+	// The hub itself writes the status channel: 1 of 4.
+	for _, ch := range []string{"a", "b", "c"} {
+		if err := send(presenceMessage{Type: TypeUpdate, Channel: ch, Value: enc(1)}); err != nil {
+			t.Fatalf("channel %s: %v", ch, err)
+		}
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: "d", Value: enc(1)}); !errors.Is(err, ErrPresenceLimit) {
+		t.Fatalf("a fifth channel: %v, want ErrPresenceLimit", err)
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: "a", Value: enc(2)}); err != nil {
+		t.Fatalf("a held channel again: %v", err)
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: "b", Value: enc(string(make([]byte, 120)))}); !errors.Is(err, ErrPresenceLimit) {
+		t.Fatalf("120 bytes: %v, want ErrPresenceLimit", err)
+	}
+	if err := send(presenceMessage{Type: TypeSnapshot, State: map[string]cbor.RawMessage{"x": enc(1), "y": enc(1)}}); !errors.Is(err, ErrPresenceLimit) {
+		t.Fatalf("a snapshot adding two channels: %v, want ErrPresenceLimit", err)
+	}
+	if v := h.DocumentPresence(doc1); len(v) != 1 || len(v[0].State) != 4 || v[0].State["a"] != uint64(2) {
+		t.Fatalf("the peer's state is %+v", v)
+	}
+}

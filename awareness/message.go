@@ -48,6 +48,11 @@ const (
 // message types.
 var ErrBadPresence = errors.New("bad presence message")
 
+// ErrPresenceLimit is returned for a presence message that would give its
+// peer more channels or bytes than the hub allows (Config.MaxChannels,
+// MaxStateBytes). It wraps ErrBadPresence.
+var ErrPresenceLimit = fmt.Errorf("%w: over a presence limit", ErrBadPresence)
+
 // DefaultMaxNesting is how deeply a presence payload may nest unless
 // Config.MaxNesting says otherwise; MinNesting and MaxNesting bound what
 // it may say.

@@ -46,6 +46,8 @@ type config struct {
 	MaxConnsPerIP     int
 	MaxEphemeralBytes int
 	MaxPresenceDepth  int
+	MaxPresenceChans  int
+	MaxPresenceBytes  int
 	MessageRate       float64
 	MessageBurst      int
 
@@ -91,6 +93,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
+	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
+	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes of values one peer may hold in a document's presence")
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
@@ -158,6 +162,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.NodeTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)
+	}
+	if c.MaxPresenceChans < 4 || c.MaxPresenceBytes < 1024 {
+		return c, fmt.Errorf("--max-presence-channels must be at least 4 and --max-presence-bytes at least 1024")
 	}
 	if c.MaxPresenceDepth < awareness.MinNesting || c.MaxPresenceDepth > awareness.MaxNesting {
 		return c, fmt.Errorf("--max-presence-depth %d is out of range (%d to %d)", c.MaxPresenceDepth, awareness.MinNesting, awareness.MaxNesting)

@@ -148,9 +148,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
 		AwayAfter:  cfg.AwayAfter,
 		MaxNesting: cfg.MaxPresenceDepth,
-		LastSeen:   store,
-		Logger:     log,
-		Registerer: reg,
+
+		MaxChannels:   cfg.MaxPresenceChans,
+		MaxStateBytes: cfg.MaxPresenceBytes,
+		LastSeen:      store,
+		Logger:        log,
+		Registerer:    reg,
 	}
 	transportCfg := transport.Config{
 		PeerID:          "tandem-" + cfg.NodeID,
