@@ -15,6 +15,13 @@ type Message struct {
 	SessionID string
 	Count     uint64
 	Data      []byte
+	// Channel is the channel an update the hub sends carries (a
+	// heartbeat's is its own pseudo-channel); Whole marks a snapshot or
+	// goodbye, which holds or ends all of the sender's state. A transport
+	// that cannot send at once may keep only the newest message per
+	// document, sender and channel, and drop what a Whole one replaces.
+	Channel string
+	Whole   bool
 	// Shared is the same for every recipient of one message the hub
 	// sends: a transport may keep there what it derives from the message
 	// once for all of them (its encoded frame). Nil on received messages.

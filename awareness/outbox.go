@@ -168,6 +168,14 @@ func (h *Hub) send(d *delivery) {
 		SenderID: d.sender, SessionID: h.cfg.RelaySession, Count: h.relayCount,
 		Data: encodePresence(d.msg), Shared: &Shared{},
 	}
+	switch d.msg.Type {
+	case TypeUpdate:
+		m.Channel = d.msg.Channel
+	case TypeHeartbeat:
+		m.Channel = heartbeatChannel
+	default:
+		m.Whole = true
+	}
 	for _, p := range d.to {
 		p.SendPresence(d.doc, m)
 	}

@@ -30,10 +30,11 @@ type conn struct {
 	ws     *websocket.Conn
 	remote string
 
-	// The writer (writer.go). wmu guards out, writing, closing, the
-	// timers and movedTo.
+	// The writer (writer.go). wmu guards out, pres, writing, closing,
+	// the timers and movedTo.
 	wmu        sync.Mutex
-	out        []outFrame // frames for the writer, bounded by SendQueue
+	out        []outFrame // the lossless lane: frames for the writer, bounded by SendQueue
+	pres       presLane   // the presence lane: the newest frame per document, sender and channel
 	writing    bool       // a writer goroutine runs
 	closing    bool       // the close frame is queued: nothing more is
 	pinger     *time.Timer
@@ -499,7 +500,7 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		}
 		m.Shared.Frame = p
 	}
-	c.queue(p.To(c.peerID), c.srv.metrics.sentEphemeral)
+	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, m.Whole, p.To(c.peerID))
 }
 
 // sendMessage addresses m to this peer, encodes it and queues it.

@@ -18,6 +18,7 @@ type metrics struct {
 	denied      prometheus.Counter
 	syncBytes   *prometheus.CounterVec
 	sendWait    prometheus.Histogram
+	presLane    *prometheus.CounterVec
 
 	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
 }
@@ -52,6 +53,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_connections_refused_total",
 			Help: "Connections refused before the WebSocket upgrade, by reason.",
 		}, []string{"reason"}),
+		presLane: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_presence_lane_total",
+			Help: "Presence frames a connection's presence lane did not send: superseded by a newer one for the same document, sender and channel, or dropped, oldest first, past the lane's bound.",
+		}, []string{"outcome"}),
 		sendWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_send_wait_seconds",
 			Help:    "How long the oldest frame of each write waited in its connection's queue: the server's own share of delivery latency.",
@@ -67,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait)
+		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m

@@ -22,6 +22,114 @@ import (
 // missing) with a close frame of its own, before the reader reports the
 // error; the writer's close frame then follows it.
 
+// Two lanes. Document sync, errors and control frames take the lossless
+// lane (out): in order, bounded by SendQueue, and a connection that lets
+// it fill is closed as a slow consumer. Presence takes a lane of its own
+// (pres) that keeps only the newest frame per document, sender and
+// channel (a snapshot or goodbye replaces all of its sender's), never
+// closes the connection and, past maxPresence frames, drops the oldest.
+// A burst of cursors can so never cut a peer's sync. The writer sends the
+// lossless lane first. Presence frames stay in the order they were
+// queued, which keeps their relay counts rising, as stock clients need.
+
+// maxPresence bounds the frames waiting in one connection's presence lane.
+const maxPresence = 1024
+
+// presKey is what the presence lane keeps one frame of.
+type presKey struct{ doc, sender, channel string }
+
+// presLane is a connection's presence lane. Guarded by conn.wmu.
+type presLane struct {
+	frames []outFrame      // in order; superseded ones have op 0
+	at     map[presKey]int // index in frames of each key's live frame
+	live   int             // frames with op != 0
+}
+
+// take empties the lane and returns its live frames, in order.
+func (l *presLane) take() []outFrame {
+	out := l.frames[:0:0]
+	if l.live > 0 {
+		out = make([]outFrame, 0, l.live)
+		for _, f := range l.frames {
+			if f.op != 0 {
+				out = append(out, f)
+			}
+		}
+	}
+	l.frames, l.live = nil, 0
+	clear(l.at)
+	return out
+}
+
+// kill marks frame i superseded.
+func (l *presLane) kill(i int) {
+	l.frames[i].op, l.frames[i].payload = 0, nil
+	l.live--
+}
+
+// pushPresence queues a presence frame in the presence lane, superseding
+// what it makes old, and starts a writer if none runs.
+func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
+	c.wmu.Lock()
+	if c.closing {
+		c.wmu.Unlock()
+		return
+	}
+	l := &c.pres
+	if l.at == nil {
+		l.at = make(map[presKey]int)
+	}
+	superseded, dropped := 0, 0
+	if whole {
+		for i, f := range l.frames {
+			if f.op != 0 && f.key.doc == k.doc && f.key.sender == k.sender {
+				delete(l.at, f.key)
+				l.kill(i)
+				superseded++
+			}
+		}
+	} else if i, ok := l.at[k]; ok {
+		l.kill(i)
+		superseded++
+	}
+	for i := 0; l.live >= maxPresence; i++ {
+		if f := l.frames[i]; f.op != 0 {
+			if l.at[f.key] == i {
+				delete(l.at, f.key)
+			}
+			l.kill(i)
+			dropped++
+		}
+	}
+	if len(l.frames) > 2*l.live+64 { // mostly superseded: compact
+		live := l.take()
+		l.frames, l.live = live, len(live)
+		for i, f := range live {
+			if f.key.channel != "" {
+				l.at[f.key] = i
+			}
+		}
+	}
+	if !whole {
+		l.at[k] = len(l.frames)
+	}
+	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k})
+	l.live++
+	start := !c.writing
+	c.writing = true
+	c.wmu.Unlock()
+	c.srv.metrics.sentEphemeral.Inc()
+	if superseded > 0 {
+		c.srv.metrics.presLane.WithLabelValues("superseded").Add(float64(superseded))
+	}
+	if dropped > 0 {
+		c.srv.metrics.presLane.WithLabelValues("dropped").Add(float64(dropped))
+	}
+	if start {
+		go c.write()
+	}
+}
+
 // maxBatch bounds the bytes of frames the writer joins into one write.
 const maxBatch = 64 << 10
 
@@ -33,6 +141,7 @@ type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
 	at      time.Time // when it was queued
+	key     presKey   // in the presence lane: what the frame is the newest of
 }
 
 var batchPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -142,15 +251,24 @@ func (c *conn) write() {
 	nc := c.ws.UnderlyingConn()
 	for {
 		c.wmu.Lock()
-		batch := c.out
-		if len(batch) == 0 {
+		batch, pres := c.out, c.pres.take()
+		if c.closing {
+			pres = nil // the close frame ends what is written
+		}
+		if len(batch) == 0 && len(pres) == 0 {
 			c.writing = false
 			c.wmu.Unlock()
 			return
 		}
 		c.out = nil
 		c.wmu.Unlock()
+		batch = append(batch, pres...) // the lossless lane first
 		oldest := batch[0].at
+		for _, f := range batch[1:] {
+			if f.at.Before(oldest) {
+				oldest = f.at
+			}
+		}
 		buf := (*bp)[:0]
 		var err error
 		closing := false
