@@ -118,6 +118,7 @@ type Hub struct {
 	users    map[string]*userInfo // by user id
 	watchers map[string]map[*watcher]struct{}
 	rostered map[string]bool // nodes that sent a roster: their peers expire by RemoteTTL
+	seen     *lastSeenWriter
 	out      outbox
 
 	// Owned by the dispatcher (outbox.go), not guarded by mu: the count
@@ -151,7 +152,7 @@ func New(cfg Config) *Hub {
 	if err != nil {
 		panic(err)
 	}
-	return &Hub{
+	h := &Hub{
 		cfg:      cfg,
 		dec:      dec,
 		log:      cfg.Logger,
@@ -162,6 +163,8 @@ func New(cfg Config) *Hub {
 		watchers: make(map[string]map[*watcher]struct{}),
 		rostered: make(map[string]bool),
 	}
+	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, func(n int) { h.metrics.lastSeenLost.Add(float64(n)) })
+	return h
 }
 
 // Run ticks until ctx ends: it forwards coalesced updates and applies
@@ -169,6 +172,10 @@ func New(cfg Config) *Hub {
 func (h *Hub) Run(ctx context.Context) {
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); h.seen.run(ctx) }()
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():

@@ -3,11 +3,12 @@ package awareness
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	received *prometheus.CounterVec
-	sent     *prometheus.CounterVec
-	updates  *prometheus.CounterVec
-	expired  prometheus.Counter
-	sentType map[string]prometheus.Counter // sent by message type, resolved once
+	received     *prometheus.CounterVec
+	sent         *prometheus.CounterVec
+	updates      *prometheus.CounterVec
+	expired      prometheus.Counter
+	lastSeenLost prometheus.Counter
+	sentType     map[string]prometheus.Counter // sent by message type, resolved once
 }
 
 // sentBy is the sent counter of a message type.
@@ -34,7 +35,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_presence_expired_total",
-			Help: "Peers removed because they were silent past their TTL.",
+			Help: "Peers removed because they were silent past their TTL (a remote peer: unnamed by its node's rosters past the remote TTL).",
+		}),
+		lastSeenLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_presence_last_seen_dropped_total",
+			Help: "Last-seen times not stored because too many waited for the store.",
 		}),
 	}
 	m.sentType = make(map[string]prometheus.Counter)
@@ -42,7 +47,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.sentType[t] = m.sent.WithLabelValues(t)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.sent, m.updates, m.expired)
+		reg.MustRegister(m.received, m.sent, m.updates, m.expired, m.lastSeenLost)
 	}
 	return m
 }

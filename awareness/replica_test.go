@@ -1,7 +1,12 @@
 package awareness
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -200,5 +205,75 @@ func TestPeersOfANodeWithoutRostersLiveByItsHeartbeat(t *testing.T) {
 	}
 	if goodbyeFor(b, "a") {
 		t.Fatal("a peer of a node without rosters expired")
+	}
+}
+
+// gatedLastSeen is a LastSeenBatcher whose writes wait for release, as a
+// slow database would.
+type gatedLastSeen struct {
+	memLastSeen
+	release chan struct{}
+	batches atomic.Int32
+}
+
+func (s *gatedLastSeen) SaveLastSeen(ctx context.Context, u string, at time.Time) error {
+	<-s.release
+	return s.memLastSeen.SaveLastSeen(ctx, u, at)
+}
+
+func (s *gatedLastSeen) SaveLastSeenBatch(ctx context.Context, at map[string]time.Time) error {
+	<-s.release
+	s.batches.Add(1)
+	for u, t := range at {
+		s.memLastSeen.SaveLastSeen(ctx, u, t)
+	}
+	return nil
+}
+
+// A node dies with a thousand users: the other node takes them offline
+// without waiting for the store, and stores their last-seen times in a few
+// batches once the store answers.
+func TestLastSeenIsWrittenOffThePresencePath(t *testing.T) {
+	store := &gatedLastSeen{memLastSeen: memLastSeen{m: map[string]time.Time{}}, release: make(chan struct{})}
+	h := New(Config{LastSeen: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { h.Run(ctx); close(ran) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	b := &fakePeer{id: "b"}
+	h.Join(b, doc1)
+	const users = 1000
+	for i := range users {
+		h.ApplyRemote("node1", doc1, Delta{Peer: fmt.Sprint("p", i), User: fmt.Sprint("u", i), Registers: map[string]Register{
+			"cursor": {Clock: Clock{Count: 1, Session: "s"}, Value: enc(i)},
+		}})
+	}
+	done := make(chan struct{})
+	go func() { h.NodeGone("node1"); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(store.release)
+		t.Fatal("NodeGone waited for the last-seen store")
+	}
+	if v := h.UserPresence(context.Background(), "u7"); v.Status != StatusOffline {
+		t.Fatalf("u7 is %s", v.Status)
+	}
+	close(store.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		store.mu.Lock()
+		n := len(store.m)
+		store.mu.Unlock()
+		if n == users {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d last-seen times stored", n, users)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := store.batches.Load(); n > 10 {
+		t.Fatalf("%d batches for %d users", n, users)
 	}
 }

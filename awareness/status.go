@@ -164,14 +164,7 @@ func (fx *effects) move(userID string) {
 func (fx *effects) run(h *Hub) {
 	h.dispatch()
 	for _, us := range fx.lastSeen {
-		if h.cfg.LastSeen == nil {
-			break
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := h.cfg.LastSeen.SaveLastSeen(ctx, us.UserID, us.LastSeen); err != nil {
-			h.log.Error("presence: store last seen", "user", us.UserID, "err", err)
-		}
-		cancel()
+		h.seen.add(us) // stored by the last-seen writer (lastseen.go), off this path
 	}
 }
 

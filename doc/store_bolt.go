@@ -135,6 +135,24 @@ func (s *BoltStore) SaveLastSeen(_ context.Context, userID string, at time.Time)
 	})
 }
 
+// SaveLastSeenBatch implements awareness.LastSeenBatcher: one transaction.
+func (s *BoltStore) SaveLastSeenBatch(_ context.Context, at map[string]time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSeen)
+		for userID, t := range at {
+			if v := b.Get([]byte(userID)); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= t.UnixMilli() {
+				continue
+			}
+			var v [8]byte
+			binary.BigEndian.PutUint64(v[:], uint64(t.UnixMilli()))
+			if err := b.Put([]byte(userID), v[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // LastSeen returns when a user was last seen, if ever.
 func (s *BoltStore) LastSeen(_ context.Context, userID string) (time.Time, bool, error) {
 	var at time.Time

@@ -175,6 +175,19 @@ func (s *PostgresStore) SaveLastSeen(ctx context.Context, userID string, at time
 	return err
 }
 
+// SaveLastSeenBatch implements awareness.LastSeenBatcher: one statement.
+func (s *PostgresStore) SaveLastSeenBatch(ctx context.Context, at map[string]time.Time) error {
+	users := make([]string, 0, len(at))
+	times := make([]time.Time, 0, len(at))
+	for u, t := range at {
+		users, times = append(users, u), append(times, t)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at)
+		SELECT * FROM unnest($1::text[], $2::timestamptz[])
+		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, users, times)
+	return err
+}
+
 // LastSeen implements awareness.LastSeenStore.
 func (s *PostgresStore) LastSeen(ctx context.Context, userID string) (time.Time, bool, error) {
 	var at time.Time

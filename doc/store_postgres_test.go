@@ -105,6 +105,7 @@ func TestPostgresLastSeen(t *testing.T) {
 	if err != nil || !ok || !got.Equal(at) {
 		t.Fatalf("LastSeen = %v %v %v", got, ok, err)
 	}
+	testLastSeenBatch(t, s, randomDocID(t))
 }
 
 func loadDoc(t testing.TB, s Store, id string) *automerge.Doc {

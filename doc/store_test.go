@@ -227,4 +227,33 @@ func TestLastSeen(t *testing.T) {
 	if err != nil || !ok || !got.Equal(later) {
 		t.Fatalf("LastSeen = %v %v %v, want %v", got, ok, err, later)
 	}
+	testLastSeenBatch(t, s, "bo")
+}
+
+// testLastSeenBatch stores many users at once; an older time loses there
+// too.
+func testLastSeenBatch(t *testing.T, s interface {
+	SaveLastSeen(context.Context, string, time.Time) error
+	SaveLastSeenBatch(context.Context, map[string]time.Time) error
+	LastSeen(context.Context, string) (time.Time, bool, error)
+}, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	if err := s.SaveLastSeen(ctx, prefix+"-0", at.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	batch := map[string]time.Time{}
+	for i := range 500 {
+		batch[fmt.Sprint(prefix, "-", i)] = at
+	}
+	if err := s.SaveLastSeenBatch(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]time.Time{0: at.Add(time.Hour), 1: at, 499: at} {
+		got, ok, err := s.LastSeen(ctx, fmt.Sprint(prefix, "-", i))
+		if err != nil || !ok || !got.Equal(want) {
+			t.Fatalf("user %d: LastSeen = %v %v %v, want %v", i, got, ok, err, want)
+		}
+	}
 }
