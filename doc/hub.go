@@ -223,7 +223,29 @@ func (h *Hub) Ephemeral(ctx context.Context, p Peer, documentID string, e Epheme
 			return err
 		}
 		if err := r.relayEphemeral(p, e); !errors.Is(err, errEvicted) {
+			if rep, ok := h.cfg.Replicator.(EphemeralReplicator); ok && err == nil {
+				rep.PublishEphemeral(documentID, e) // the document's peers on other nodes
+			}
 			return err
+		}
+	}
+}
+
+// RelayRemoteEphemeral sends an ephemeral message a peer on another node
+// sent to every peer of the document here.
+func (h *Hub) RelayRemoteEphemeral(documentID string, e Ephemeral) {
+	r := h.loadedRoom(documentID)
+	if r == nil {
+		return // no peer of the document here
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted {
+		return
+	}
+	for id, m := range r.members {
+		if id != e.SenderID {
+			m.peer.SendEphemeral(r.id, e)
 		}
 	}
 }

@@ -14,6 +14,13 @@ type Replicator interface {
 	PublishChanges(documentID string, changes []byte)
 }
 
+// EphemeralReplicator is a Replicator that also carries the ephemeral
+// messages of a document's peers to its peers on the other nodes. It must
+// not block; it may drop under pressure (ephemerals are not kept).
+type EphemeralReplicator interface {
+	PublishEphemeral(documentID string, e Ephemeral)
+}
+
 // ApplyRemote applies changes that another node accepted, if this node has
 // the document in memory, and syncs them to the local peers. Changes
 // arrive possibly twice or out of order: automerge ignores what it has

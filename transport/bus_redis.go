@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
 )
 
 // DocumentReplica is what the bus needs from the document layer.
@@ -28,6 +29,9 @@ type DocumentReplica interface {
 	// Holds answers whether this node holds the document, stored; it
 	// may answer later, and must not block.
 	Holds(documentID string, answer func(held bool))
+	// RelayRemoteEphemeral sends another node's peer's ephemeral message
+	// to the document's peers here.
+	RelayRemoteEphemeral(documentID string, e doc.Ephemeral)
 }
 
 // PresenceReplica is what the bus needs from the presence layer.
@@ -137,6 +141,8 @@ type busMsg struct {
 	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
 	// Peers lists the sender's peers visible in the document ("roster").
 	Peers []string `cbor:"ps,omitempty"`
+	// Eph is an application's ephemeral message ("eph").
+	Eph *busEphemeral `cbor:"e,omitempty"`
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
 	// Finding a document ("ask" on the nodes channel, "answer" to the
@@ -434,6 +440,19 @@ func (b *RedisBus) subscribeLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// busEphemeral is an application's ephemeral message on the bus.
+type busEphemeral struct {
+	Sender  string `cbor:"s"`
+	Session string `cbor:"ss"`
+	Count   uint64 `cbor:"c"`
+	Data    []byte `cbor:"d"`
+}
+
+// PublishEphemeral implements doc.EphemeralReplicator.
+func (b *RedisBus) PublishEphemeral(documentID string, e doc.Ephemeral) {
+	b.send(documentID, busMsg{Kind: "eph", Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
 }
 
 // PublishChanges implements doc.Replicator.
@@ -819,6 +838,10 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	case "pres":
 		if m.Delta != nil {
 			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
+		}
+	case "eph":
+		if e := m.Eph; e != nil {
+			b.docs.RelayRemoteEphemeral(docID, doc.Ephemeral{SenderID: e.Sender, SessionID: e.Session, Count: e.Count, Data: e.Data})
 		}
 	case "roster":
 		if b.presence.ApplyRoster(m.Node, docID, m.Peers) {

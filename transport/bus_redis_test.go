@@ -34,11 +34,21 @@ type recorder struct {
 	mu sync.Mutex
 	sy [][]byte
 	pr []awareness.Message
+	ep []doc.Ephemeral
 }
 
 func (r *recorder) ID() string                          { return r.id }
 func (r *recorder) SendDocUnavailable(string)           {}
-func (r *recorder) SendEphemeral(string, doc.Ephemeral) {}
+func (r *recorder) SendEphemeral(_ string, e doc.Ephemeral) {
+	r.mu.Lock()
+	r.ep = append(r.ep, e)
+	r.mu.Unlock()
+}
+func (r *recorder) ephemerals() []doc.Ephemeral {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]doc.Ephemeral(nil), r.ep...)
+}
 func (r *recorder) SendSync(_ string, d []byte)         { r.mu.Lock(); r.sy = append(r.sy, d); r.mu.Unlock() }
 func (r *recorder) SendPresence(_ string, m awareness.Message) {
 	r.mu.Lock()
@@ -289,5 +299,40 @@ func TestLeavesOutliveAFullQueue(t *testing.T) {
 	leaves := b.takeLeaves()
 	if len(leaves) != 2 || !leaves[0].leave || leaves[1].user != "ana" {
 		t.Fatalf("waiting leaves: %+v", leaves)
+	}
+}
+
+// An application's ephemeral message reaches the document's peers on the
+// other nodes too, as on the sender's node, and never the sender.
+func TestEphemeralsCrossNodes(t *testing.T) {
+	docID := fmt.Sprint("eph-test-", time.Now().UnixNano())
+	n1, n2 := startNode(t, "eph-n1"), startNode(t, "eph-n2")
+	far, near, sender := &recorder{id: "far"}, &recorder{id: "near"}, &recorder{id: "sender"}
+	n2.bus.Join(docID)
+	n1.bus.Join(docID)
+	n2.hub.Ephemeral(context.Background(), far, docID, doc.Ephemeral{SenderID: "far", SessionID: "f", Count: 1, Data: []byte{0xa0}})
+	n1.hub.Ephemeral(context.Background(), near, docID, doc.Ephemeral{SenderID: "near", SessionID: "n", Count: 1, Data: []byte{0xa0}})
+	waitFor(t, "both nodes subscribed", func() bool {
+		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
+		return err == nil && n[docChannel(docID)] == 2
+	})
+	hello := doc.Ephemeral{SenderID: "sender", SessionID: "s", Count: 7, Data: []byte("hello")}
+	if err := n1.hub.Ephemeral(context.Background(), sender, docID, hello); err != nil {
+		t.Fatal(err)
+	}
+	got := func(r *recorder) bool {
+		for _, e := range r.ephemerals() {
+			if e.SenderID == "sender" && e.SessionID == "s" && e.Count == 7 && string(e.Data) == "hello" {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, "the peer on the other node", func() bool { return got(far) })
+	if !got(near) {
+		t.Fatal("the peer on the same node did not get it")
+	}
+	if got(sender) {
+		t.Fatal("the sender got its own message back")
 	}
 }

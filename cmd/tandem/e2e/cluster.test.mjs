@@ -51,6 +51,28 @@ test("clients on three nodes edit one document concurrently and converge", async
   }, 20000)
 })
 
+test("an application's ephemeral message reaches a peer on another node, and never its sender", async t => {
+  const redis = await startRedis(t)
+  const nodes = await cluster(t, 2, redis)
+  const a = await connected(client(t, nodes[0].url))
+  const ha = a.create({})
+  const hb = await (await connected(client(t, nodes[1].url))).find(ha.url)
+  const atA = [], atB = []
+  ha.on("ephemeral-message", e => atA.push(e.message))
+  hb.on("ephemeral-message", e => atB.push(e.message))
+  // B's node may not have subscribed to the document's channel yet when A
+  // first speaks: A repeats until B hears, as an application's own
+  // keep-alive would.
+  await until("B on node 2 receives A's message", () => {
+    if (atB.length === 0) ha.broadcast({ hello: "from A" })
+    return atB.length > 0
+  }, 10000)
+  assert.deepEqual(atB[0], { hello: "from A" })
+  hb.broadcast({ hello: "from B" })
+  await until("A on node 1 receives B's answer", () => atA.length > 0)
+  assert.ok(atA.every(m => m.hello === "from B"), "A never hears itself")
+})
+
 test("presence and status cross nodes; the added latency is measured", async t => {
   const redis = await startRedis(t)
   const nodes = await cluster(t, 2, redis)
