@@ -18,6 +18,16 @@ package doc
 // nothing back by themselves; messages made while a local change waits
 // still wait behind it.
 
+// maxUnstored bounds the messages with changes a room applies before the
+// store has them: past it, changes are refused (ErrStoreBehind) until a
+// write succeeds. While the store fails, held (a few messages per peer per
+// applied message) and the document stop growing here.
+const maxUnstored = 1024
+
+// storeBehind reports whether the room takes no more changes until the
+// store catches up. The caller holds r.mu.
+func (r *room) storeBehind() bool { return r.applied-r.stored >= maxUnstored }
+
 // heldSend is a message made while the document had changes not yet
 // stored: a sync message or doc-unavailable for a peer, or (peer nil)
 // accepted changes for the other nodes, or (then set) another node's

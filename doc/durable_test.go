@@ -2,8 +2,12 @@ package doc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/automerge/automerge-go"
 )
 
 // gateStore holds every write until the test lets it through, and tells
@@ -128,5 +132,79 @@ func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
 		if got, want := b.get(t, "k"), a.get(t, "k"); got != want {
 			t.Fatalf("round %d: b has %q, a %q", round, got, want)
 		}
+	}
+}
+
+// downStore fails every write while failing is set.
+type downStore struct {
+	Store
+	mu      sync.Mutex
+	failing bool
+}
+
+func (f *downStore) Write(ctx context.Context, b []Write) error {
+	f.mu.Lock()
+	failing := f.failing
+	f.mu.Unlock()
+	if failing {
+		return errors.New("store down")
+	}
+	return f.Store.Write(ctx, b)
+}
+
+func (f *downStore) set(failing bool) {
+	f.mu.Lock()
+	f.failing = failing
+	f.mu.Unlock()
+}
+
+// While the store fails, a room takes at most maxUnstored messages with
+// changes; the next is refused whole (ErrStoreBehind), so what waits for
+// the store stops growing. Once a write succeeds, changes are taken again.
+func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
+	fs := &downStore{Store: openStore(t, t.TempDir())}
+	h := newTestHub(t, fs, Config{})
+	a := newClient("a")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	fs.set(true)
+	send := func() error {
+		m, ok := a.state.GenerateMessage()
+		if !ok {
+			t.Fatal("a has nothing to send")
+		}
+		return h.Sync(context.Background(), a.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()})
+	}
+	for i := 1; i <= maxUnstored; i++ {
+		a.setText(t, "n", fmt.Sprint(i)) // sent at once, no answer between (they are held)
+		if err := send(); err != nil {
+			t.Fatalf("change %d: %v", i, err)
+		}
+	}
+	r := roomOf(t, h, testDoc)
+	r.mu.Lock()
+	heads, held := r.doc.Heads(), len(r.held)
+	r.mu.Unlock()
+	a.setText(t, "n", "over")
+	if err := send(); !errors.Is(err, ErrStoreBehind) {
+		t.Fatalf("past %d unstored messages: %v, want ErrStoreBehind", maxUnstored, err)
+	}
+	r.mu.Lock()
+	same, heldNow := sameHeads(heads, r.doc.Heads()), len(r.held)
+	r.mu.Unlock()
+	if !same || heldNow != held {
+		t.Fatalf("the refused message changed the room: heads kept %v, held %d -> %d", same, held, heldNow)
+	}
+	fs.set(false)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The peer comes back (a fresh sync state, as after a reconnection)
+	// and its refused change is taken.
+	a.peer.takeSyncs()
+	a.state = automerge.NewSyncState(a.doc)
+	a.level(t, h, false)
+	if got := func() string { r.mu.Lock(); defer r.mu.Unlock(); v, _ := r.doc.RootMap().Get("n"); return v.Str() }(); got != "over" {
+		t.Fatalf("the room has n = %q", got)
 	}
 }

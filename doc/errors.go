@@ -16,6 +16,10 @@ var (
 	ErrLimit = errors.New("over a document limit")
 	// ErrReadOnly is returned when a read-only peer's changes were refused.
 	ErrReadOnly = errors.New("read-only access: changes refused")
+	// ErrStoreBehind is returned for a message carrying changes while the
+	// store is too far behind the document (maxUnstored): nothing of it
+	// is applied; the peer is to come back later.
+	ErrStoreBehind = errors.New("the store is behind: changes not taken now")
 	// ErrNotFound is returned by a Store for a document it does not have.
 	ErrNotFound = errors.New("document not found")
 )

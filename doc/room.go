@@ -186,6 +186,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return false, nil // nothing to apply or answer
 	}
 	if in == nil {
+		if len(sm.changes) > 0 && r.storeBehind() {
+			return false, ErrStoreBehind
+		}
 		if in, err = r.admit(h, msg, sm); err != nil {
 			return false, err
 		}
@@ -259,6 +262,10 @@ func (r *room) rehearse(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, er
 	if r.evicted {
 		r.mu.Unlock()
 		return nil, errEvicted
+	}
+	if r.storeBehind() {
+		r.mu.Unlock()
+		return nil, ErrStoreBehind
 	}
 	in, err := r.admit(h, msg, sm)
 	var heads []automerge.ChangeHash

@@ -402,6 +402,8 @@ func (c *conn) documentError(documentID string, err error) {
 		c.violation(ReasonOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
 	case errors.Is(err, doc.ErrBadSyncMessage):
 		c.violation(ReasonBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
+	case errors.Is(err, doc.ErrStoreBehind):
+		c.violation(ReasonStoreBehind, fmt.Sprintf("changes to document %s not taken: the server's store is behind; reconnect later and they are taken then", documentID))
 	case errors.Is(err, doc.ErrClosed):
 		c.close(ReasonShutdown, false)
 	default:
@@ -411,9 +413,10 @@ func (c *conn) documentError(documentID string, err error) {
 }
 
 // protocolError sends the client an error message and counts it.
-// violation tells the client why its message breaks the protocol, then
-// closes the connection with the code that names the fault (r.Name is
-// also the error's reason); nothing it sent after is handled.
+// violation tells the client why its message cannot be taken (it breaks
+// the protocol, or the server cannot store it now), then closes the
+// connection with the code that names the cause (r.Name is also the
+// error's reason); nothing it sent after is handled.
 func (c *conn) violation(r CloseReason, text string) {
 	c.protocolError(r.Name, text)
 	c.close(r, true)

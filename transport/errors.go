@@ -44,6 +44,9 @@ var (
 	ReasonWrongSender = CloseReason{websocket.ClosePolicyViolation, errWrongSender, "senderId is not the peer that joined"}
 	ReasonPeerTaken   = CloseReason{websocket.ClosePolicyViolation, errPeerTaken, "peer id in use by another user"}
 	ReasonFlood       = CloseReason{websocket.ClosePolicyViolation, "flood", "message rate far above the limit"}
+	// The store is behind: the client is to reconnect later, when its
+	// changes, sent again on a fresh sync state, can be stored.
+	ReasonStoreBehind = CloseReason{websocket.CloseTryAgainLater, errStoreBehind, "the server's store is behind: reconnect later"}
 )
 
 // Reasons for protocol errors sent to a client (tandem_protocol_errors_total)
@@ -59,6 +62,7 @@ const (
 	errRefused     = "sync_refused"
 	errOverLimit   = "document_limit"
 	errLoad        = "load_failed"
+	errStoreBehind = "store_behind"
 	errBadPresence = "bad_presence"
 	errReadOnly    = "read_only"
 	errPeerTaken   = "peer_id_taken"
