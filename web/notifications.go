@@ -34,8 +34,9 @@ const (
 )
 
 type notifyAPI struct {
-	n   Notifications
-	log *slog.Logger
+	n       Notifications
+	log     *slog.Logger
+	streams *streamGate
 }
 
 // caller returns whose notifications a request is about: the token's user,
@@ -175,6 +176,11 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	done, ok := a.streams.open(w, r, 0)
+	if !ok {
+		return
+	}
+	defer done()
 	// Subscribe before reading the store: what is stored after the read
 	// arrives as a push, and what both deliver is dropped by id.
 	sub := a.n.Subscribe(user)

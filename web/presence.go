@@ -89,6 +89,11 @@ func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	done, ok := a.streams.open(w, r, len(users))
+	if !ok {
+		return
+	}
+	defer done()
 
 	// Changes are kept newest-per-user until the writer takes them: a
 	// slow client skips intermediate statuses, never the latest.

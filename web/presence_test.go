@@ -162,3 +162,54 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 		t.Errorf("healthz must stay open: %d", code)
 	}
 }
+
+// Streams are bounded per address and by the user ids all watches follow:
+// past a limit a stream is refused with 429; one that ends frees its place.
+func TestStreamsAreBounded(t *testing.T) {
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 16)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp,
+		Streams: StreamLimits{PerIP: 2, Watched: 5}}))
+	t.Cleanup(srv.Close)
+	open := func(users string) (*http.Response, context.CancelFunc) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users="+users, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, cancel
+	}
+	first, end1 := open("a,b")
+	second, end2 := open("c")
+	defer end2()
+	if first.StatusCode != 200 || second.StatusCode != 200 {
+		t.Fatalf("first streams: %d, %d", first.StatusCode, second.StatusCode)
+	}
+	third, end3 := open("d")
+	end3()
+	if third.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a third stream from one address: %d, want 429", third.StatusCode)
+	}
+	end1() // its place is freed once the handler sees the end
+	first.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, end := open("x,y,z")
+		code := resp.StatusCode
+		resp.Body.Close()
+		end()
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a stream ended, a new one still gets %d", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tooMany, end4 := open("p,q,r,s,t")
+	end4()
+	if tooMany.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("watching past the node's total: %d, want 429", tooMany.StatusCode)
+	}
+}

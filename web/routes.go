@@ -46,6 +46,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Logger receives request errors; default slog.Default().
 	Logger *slog.Logger
+	// Streams bounds the presence watch and notification streams.
+	Streams StreamLimits
 }
 
 // NewRouter returns the HTTP handler of a Tandem node.
@@ -54,6 +56,7 @@ func NewRouter(cfg Config) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	streams := newStreamGate(cfg.Streams)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Handle("/ws", cfg.WebSocket)
@@ -79,13 +82,13 @@ func NewRouter(cfg Config) http.Handler {
 		r.Route("/api", func(r chi.Router) {
 			r.Use(auth.Middleware(cfg.Auth, logger))
 			if cfg.Presence != nil {
-				a := &api{presence: cfg.Presence}
+				a := &api{presence: cfg.Presence, streams: streams}
 				r.Get("/docs/{documentID}/presence", a.documentPresence)
 				r.Get("/users/{userID}/presence", a.userPresence)
 				r.Get("/presence/watch", a.watchPresence)
 			}
 			if cfg.Notifications != nil {
-				n := &notifyAPI{n: cfg.Notifications, log: logger}
+				n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}
 				r.Post("/notifications", n.post)
 				r.Get("/notifications", n.list)
 				r.Post("/notifications/read", n.markRead)
@@ -111,6 +114,7 @@ func NewRouter(cfg Config) http.Handler {
 // api holds what the REST handlers read.
 type api struct {
 	presence Presence
+	streams  *streamGate
 }
 
 // internalError answers a request that failed on the server's side with a

@@ -1,0 +1,96 @@
+package web
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+
+	"github.com/tandemhq/tandem/internal/auth"
+)
+
+// StreamLimits bound the long-lived streams (presence watch, notification
+// stream) a node serves: each holds a goroutine, a subscription and, for
+// a watch, follows of its users across the cluster.
+type StreamLimits struct {
+	PerIP   int // open streams from one remote address; default 16
+	PerUser int // open streams of one token's user; default 16
+	Watched int // user ids followed by all watch streams of the node; default 100,000
+}
+
+func (l *StreamLimits) setDefaults() {
+	if l.PerIP <= 0 {
+		l.PerIP = 16
+	}
+	if l.PerUser <= 0 {
+		l.PerUser = 16
+	}
+	if l.Watched <= 0 {
+		l.Watched = 100_000
+	}
+}
+
+// streamGate counts the open streams against StreamLimits.
+type streamGate struct {
+	lim     StreamLimits
+	mu      sync.Mutex
+	perIP   map[string]int
+	perUser map[string]int
+	watched int
+}
+
+func newStreamGate(lim StreamLimits) *streamGate {
+	lim.setDefaults()
+	return &streamGate{lim: lim, perIP: make(map[string]int), perUser: make(map[string]int)}
+}
+
+// open admits a stream of r following watched user ids, or answers 429
+// and reports false. The caller calls the returned done when the stream
+// ends.
+func (g *streamGate) open(w http.ResponseWriter, r *http.Request, watched int) (done func(), ok bool) {
+	ip, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		ip = r.RemoteAddr
+	}
+	user := ""
+	if gr := auth.FromContext(r.Context()); gr != nil {
+		user = gr.UserID
+	}
+	g.mu.Lock()
+	var refusal string
+	switch {
+	case g.perIP[ip] >= g.lim.PerIP:
+		refusal = fmt.Sprintf("%d streams open from this address, the limit", g.lim.PerIP)
+	case user != "" && g.perUser[user] >= g.lim.PerUser:
+		refusal = fmt.Sprintf("%d streams open for this user, the limit", g.lim.PerUser)
+	case g.watched+watched > g.lim.Watched:
+		refusal = "this server follows as many users as it may: try again later"
+	}
+	if refusal != "" {
+		g.mu.Unlock()
+		writeError(w, http.StatusTooManyRequests, refusal)
+		return nil, false
+	}
+	g.perIP[ip]++
+	if user != "" {
+		g.perUser[user]++
+	}
+	g.watched += watched
+	g.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.perIP[ip]--; g.perIP[ip] <= 0 {
+				delete(g.perIP, ip)
+			}
+			if user != "" {
+				if g.perUser[user]--; g.perUser[user] <= 0 {
+					delete(g.perUser, user)
+				}
+			}
+			g.watched -= watched
+		})
+	}, true
+}
