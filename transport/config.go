@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -106,9 +107,15 @@ type Config struct {
 	Auth *auth.Verifier
 	// AllowedOrigins lists the browser Origins that may connect, such as
 	// "https://app.example.com"; "*" allows any. Requests without an
-	// Origin (non-browser clients) and same-host Origins are always
-	// allowed.
+	// Origin (non-browser clients) are always allowed, and so is an Origin
+	// of the request's own Host, except when it cannot be trusted: with no
+	// Auth, a Host name an attacker's page may have rebound to this
+	// server's address (DNS rebinding) is trusted only if it is localhost,
+	// an IP address, or listed in AllowedHosts.
 	AllowedOrigins []string
+	// AllowedHosts lists the host names (with or without a port) whose
+	// same-host Origins an open node trusts.
+	AllowedHosts []string
 
 	// Limits. Each refusal is counted in a metric and told to the client.
 	// MaxDocumentsPerConn bounds the documents one connection opens;
@@ -173,6 +180,26 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// hostTrusted reports whether an open node takes a same-host Origin of
+// this Host at its word: localhost, an IP address, or a listed host. Any
+// other name may be an attacker's, rebound to this server's address.
+func (c *Config) hostTrusted(host string) bool {
+	name := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.Trim(name, "[]"), ".")
+	if strings.EqualFold(name, "localhost") || net.ParseIP(name) != nil {
+		return true
+	}
+	for _, h := range c.AllowedHosts {
+		if strings.EqualFold(h, host) || strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // originAllowed implements the AllowedOrigins rule.
 func (c *Config) originAllowed(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
@@ -183,7 +210,7 @@ func (c *Config) originAllowed(r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	if strings.EqualFold(u.Host, r.Host) {
+	if strings.EqualFold(u.Host, r.Host) && (c.Auth != nil || c.hostTrusted(r.Host)) {
 		return true
 	}
 	for _, o := range c.AllowedOrigins {

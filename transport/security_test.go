@@ -379,6 +379,29 @@ func TestLimits(t *testing.T) {
 			t.Fatalf("allowed origin: %d", status)
 		}
 	})
+	t.Run("same-host origins on an open node: DNS rebinding", func(t *testing.T) {
+		s := newTestServer(t, Config{AllowedHosts: []string{"docs.example.com"}})
+		for _, c := range []struct {
+			host string
+			want int
+		}{
+			{"evil.example:8080", http.StatusForbidden}, // a name rebound to this server
+			{"127.0.0.1:8080", http.StatusSwitchingProtocols},
+			{"localhost:8080", http.StatusSwitchingProtocols},
+			{"[::1]:8080", http.StatusSwitchingProtocols},
+			{"docs.example.com", http.StatusSwitchingProtocols},
+		} {
+			h := http.Header{"Origin": {"http://" + c.host}, "Host": {c.host}}
+			if _, status := dialStatus(t, s.url, h); status != c.want {
+				t.Errorf("Host and Origin %s: %d, want %d", c.host, status, c.want)
+			}
+		}
+		authed := newTestServer(t, authConfig(t)) // a token is needed anyway: the name is not
+		h := http.Header{"Origin": {"http://evil.example:8080"}, "Host": {"evil.example:8080"}}
+		if _, status := dialStatus(t, authed.url+"?token="+token(t, jwt.MapClaims{"sub": "a"}), h); status != http.StatusSwitchingProtocols {
+			t.Errorf("same-host origin with auth: %d", status)
+		}
+	})
 	t.Run("huge ephemeral", func(t *testing.T) {
 		s := newTestServer(t, Config{MaxEphemeralBytes: 1024})
 		ws := dial(t, s.url)

@@ -41,6 +41,7 @@ type config struct {
 	AuthIssuer        string
 	AuthAllowNoExp    bool
 	AllowedOrigins    string
+	AllowedHosts      string
 	MaxDocsPerConn    int
 	MaxPeersPerDoc    int
 	MaxConnsPerIP     int
@@ -88,6 +89,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.AuthAudience, "auth-audience", "", "when set, a client token's aud must name it")
 	fs.StringVar(&c.AuthIssuer, "auth-issuer", "", "when set, a client token's iss must be it")
 	fs.BoolVar(&c.AuthAllowNoExp, "auth-allow-no-exp", false, "accept client tokens without exp (by default a token must expire)")
+	fs.StringVar(&c.AllowedHosts, "allowed-hosts", "", "comma-separated host names whose same-host browser Origins a node without auth trusts (localhost and IP addresses always)")
 	fs.StringVar(&c.AllowedOrigins, "allowed-origins", "", "comma-separated browser Origins allowed to connect besides this host's own; * for any")
 	fs.IntVar(&c.MaxDocsPerConn, "max-docs-per-conn", 256, "documents one connection may open")
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")

@@ -164,6 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		PingInterval:    cfg.PingInterval,
 		Auth:            verifier,
 		AllowedOrigins:  splitList(cfg.AllowedOrigins),
+		AllowedHosts:    splitList(cfg.AllowedHosts),
 
 		MaxDocumentsPerConn: cfg.MaxDocsPerConn,
 		MaxPeersPerDocument: cfg.MaxPeersPerDoc,
