@@ -37,8 +37,8 @@ type recorder struct {
 	ep []doc.Ephemeral
 }
 
-func (r *recorder) ID() string                          { return r.id }
-func (r *recorder) SendDocUnavailable(string)           {}
+func (r *recorder) ID() string                { return r.id }
+func (r *recorder) SendDocUnavailable(string) {}
 func (r *recorder) SendEphemeral(_ string, e doc.Ephemeral) {
 	r.mu.Lock()
 	r.ep = append(r.ep, e)
@@ -49,7 +49,7 @@ func (r *recorder) ephemerals() []doc.Ephemeral {
 	defer r.mu.Unlock()
 	return append([]doc.Ephemeral(nil), r.ep...)
 }
-func (r *recorder) SendSync(_ string, d []byte)         { r.mu.Lock(); r.sy = append(r.sy, d); r.mu.Unlock() }
+func (r *recorder) SendSync(_ string, d []byte) { r.mu.Lock(); r.sy = append(r.sy, d); r.mu.Unlock() }
 func (r *recorder) SendPresence(_ string, m awareness.Message) {
 	r.mu.Lock()
 	r.pr = append(r.pr, m)
