@@ -9,8 +9,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tandemhq/tandem/doc/notify"
+	"github.com/tandemhq/tandem/internal/auth"
 )
 
 // errInternalCause is what a failing dependency says: addresses and database
@@ -65,3 +69,45 @@ func TestServerFailuresDoNotLeakInternals(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// oneNotification lists one mention in a document whose title is secret.
+type oneNotification struct{ failingNotifications }
+
+func (oneNotification) List(context.Context, string, notify.ListOptions) ([]*notify.Notification, int, int64, error) {
+	return []*notify.Notification{{ID: 1, Recipient: "bo", Kind: notify.KindMention, Document: "2gzyVEWRbEhwBcRvStKvD3gBE5pp",
+		Title: "Secret plan", Text: "Ana mentioned you in Secret plan", Actors: []notify.Actor{{ID: "ana", Name: "Ana"}}, ActorCount: 1, Events: 1}}, 1, 0, nil
+}
+
+// A recipient whose token cannot read the document learns that Ana
+// mentioned them, not the document's title or id.
+func TestNotificationsHideDocumentsTheReaderCannotRead(t *testing.T) {
+	secret := []byte("a-web-test-secret-of-32-bytes!!!")
+	v, err := auth.NewVerifier(auth.Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewRouter(Config{Notifications: oneNotification{}, Auth: v, Logger: quietLogger()}))
+	t.Cleanup(srv.Close)
+	list := func(docs map[string]string) string {
+		tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "bo", "docs": docs, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
+		req, _ := http.NewRequest("GET", srv.URL+"/api/notifications", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("list: %d %s", resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	outside := list(map[string]string{"jN3pd9agHvY1zVqDCHrDTE3fDh1": "read"})
+	if strings.Contains(outside, "Secret plan") || strings.Contains(outside, "2gzyVEWRbEhwBcRvStKvD3gBE5pp") || !strings.Contains(outside, "Ana mentioned you in a document") {
+		t.Fatalf("a reader without access sees %s", outside)
+	}
+	if inside := list(map[string]string{"*": "read"}); !strings.Contains(inside, "Ana mentioned you in Secret plan") {
+		t.Fatalf("a reader with access sees %s", inside)
+	}
+}

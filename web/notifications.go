@@ -124,6 +124,10 @@ func (a *notifyAPI) list(w http.ResponseWriter, r *http.Request) {
 		internalError(a.log, w, r, err)
 		return
 	}
+	g := auth.FromContext(r.Context())
+	for i, n := range page {
+		page[i] = forReader(g, n)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"notifications": page, "unread": unread, "next": next})
 }
 
@@ -221,7 +225,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 	for _, n := range missed {
 		sub.Seen(n.ID)
 		caughtUp[n.ID] = true
-		sse(w, "notification", strconv.FormatInt(n.ID, 10), notify.Push{Type: "notification", Notification: n, Unread: unread})
+		sse(w, "notification", strconv.FormatInt(n.ID, 10), notify.Push{Type: "notification", Notification: forReader(auth.FromContext(ctx), n), Unread: unread})
 	}
 	flusher.Flush()
 
@@ -257,11 +261,24 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 					continue // pushed while it was being sent from the store
 				}
 				id = strconv.FormatInt(p.Notification.ID, 10)
+				if shown := forReader(auth.FromContext(ctx), p.Notification); shown != p.Notification {
+					p.Notification = shown
+					b, _ = json.Marshal(p)
+				}
 			}
 			sseRaw(w, p.Type, id, b)
 		}
 		flusher.Flush()
 	}
+}
+
+// forReader is a notification as the reader's token lets it be seen: a
+// document the token cannot read keeps its title and id to itself.
+func forReader(g *auth.Grant, n *notify.Notification) *notify.Notification {
+	if g == nil || n == nil || n.Document == "" || g.Can(n.Document) != auth.None {
+		return n
+	}
+	return n.Redacted()
 }
 
 func sse(w io.Writer, event, id string, v any) {

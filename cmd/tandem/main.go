@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Store: store, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncWindow:       cfg.SyncWindow,
-		Mentions:         mentionSink(bgCtx, notes.Service, func() *awareness.Hub { return presence }, log),
+		Mentions:         mentionSink(bgCtx, notes.Post, func() *awareness.Hub { return presence }, log),
 		Limits: doc.Limits{
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
 			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,

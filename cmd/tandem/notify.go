@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -68,10 +70,40 @@ func (n *notifications) close(ctx context.Context) error {
 	return err
 }
 
-// mentionSink turns the mentions the document hub reports into events:
-// the actor is the token's user, or in open mode the user the peer's
-// presence names. Mentioning yourself notifies nobody.
-func mentionSink(ctx context.Context, n *notify.Service, presence func() *awareness.Hub, log *slog.Logger) func(doc.Mention) {
+// Bounds on what mentions may cost: one report (the changes of a burst of
+// typing) notifies at most maxMentionedPerReport distinct users, and one
+// author causes at most mentionsPerMinute events a minute (a burst of as
+// many); past either, mentions are dropped and logged. A 34 KB change
+// naming 5,000 ids made 5,000 notifications before.
+const (
+	maxMentionedPerReport = 50
+	mentionsPerMinute     = 120
+	maxMentionAuthors     = 10_000 // authors whose budget is remembered
+)
+
+// mentionSink turns the mentions the document hub reports into events
+// posted with post: the actor is the token's user, or in open mode the
+// user the peer's presence names. Mentioning yourself notifies nobody.
+func mentionSink(ctx context.Context, post func(context.Context, notify.Event) error, presence func() *awareness.Hub, log *slog.Logger) func(doc.Mention) {
+	var mu sync.Mutex
+	budgets := make(map[string]*rate.Limiter)
+	allow := func(actor string, n int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		b := budgets[actor]
+		if b == nil {
+			if len(budgets) >= maxMentionAuthors {
+				clear(budgets)
+			}
+			b = rate.NewLimiter(rate.Limit(mentionsPerMinute)/60, mentionsPerMinute)
+			budgets[actor] = b
+		}
+		granted := 0
+		for granted < n && b.Allow() {
+			granted++
+		}
+		return granted
+	}
 	return func(m doc.Mention) {
 		var actor, name string
 		if id, ok := m.Peer.(awareness.Identified); ok {
@@ -91,12 +123,27 @@ func mentionSink(ctx context.Context, n *notify.Service, presence func() *awaren
 		if actor == "" {
 			actor = m.Peer.ID()
 		}
+		var users []string
+		seen := make(map[string]bool, len(m.Users))
 		for _, u := range m.Users {
-			if u == actor {
-				continue
+			if u != actor && !seen[u] {
+				seen[u] = true
+				users = append(users, u)
 			}
+		}
+		if len(users) > maxMentionedPerReport {
+			log.Warn("a change mentions too many users: the rest are not notified",
+				"document", m.DocumentID, "actor", actor, "mentioned", len(users), "notified", maxMentionedPerReport)
+			users = users[:maxMentionedPerReport]
+		}
+		if granted := allow(actor, len(users)); granted < len(users) {
+			log.Warn("an author mentions faster than allowed: the rest are not notified",
+				"document", m.DocumentID, "actor", actor, "mentioned", len(users), "notified", granted)
+			users = users[:granted]
+		}
+		for _, u := range users {
 			e := notify.Event{Recipient: u, Kind: notify.KindMention, Document: m.DocumentID, Title: m.Title, Actor: actor, ActorName: name}
-			if err := n.Post(ctx, e); err != nil {
+			if err := post(ctx, e); err != nil {
 				log.Warn("queueing a mention", "document", m.DocumentID, "recipient", u, "err", err)
 			}
 		}

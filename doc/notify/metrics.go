@@ -1,6 +1,15 @@
 package notify
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// maxKindLabels bounds the kinds tandem_notify_events_total keeps a
+// series for; kinds are the applications' to name, and every new name
+// would be a new series for ever. Later ones count under "other".
+const maxKindLabels = 32
 
 // Metrics of the notification pipeline.
 type Metrics struct {
@@ -13,6 +22,27 @@ type Metrics struct {
 	Duplicates    prometheus.Counter     // repeated pushes not delivered again
 	SlowClosed    prometheus.Counter     // subscriptions closed for falling behind
 	Subscriptions prometheus.Gauge       // live subscriptions on this node
+
+	kmu   sync.Mutex
+	kinds map[string]bool // kinds with a series of their own
+}
+
+// event is the Events counter of a kind: its own series for the server's
+// mentions and the first maxKindLabels kinds, "other" after.
+func (m *Metrics) event(kind string) prometheus.Counter {
+	m.kmu.Lock()
+	if !m.kinds[kind] && kind != KindMention {
+		if m.kinds == nil {
+			m.kinds = make(map[string]bool)
+		}
+		if len(m.kinds) >= maxKindLabels {
+			kind = "other"
+		} else {
+			m.kinds[kind] = true
+		}
+	}
+	m.kmu.Unlock()
+	return m.Events.WithLabelValues(kind)
 }
 
 // NewMetrics registers the metrics with reg (none if nil).

@@ -111,6 +111,22 @@ type Notification struct {
 	Read       bool            `json:"read"`
 }
 
+// Redacted is the notification as a recipient who may not read its
+// document sees it: that something happened, and who did it, but neither
+// the document's title nor its id nor the payload.
+func (n *Notification) Redacted() *Notification {
+	r := *n
+	where := n.Title
+	if where == "" {
+		where = n.Document
+	}
+	if where != "" {
+		r.Text = strings.TrimSuffix(n.Text, where) + "a document"
+	}
+	r.Title, r.Document, r.Payload = "", "", nil
+	return &r
+}
+
 // MaxActors bounds the actors a notification lists by name.
 const MaxActors = 20
 

@@ -273,7 +273,7 @@ func (s *Service) PostMany(ctx context.Context, events []Event) error {
 		return fmt.Errorf("notify: queue event: %w", err)
 	}
 	for _, e := range events {
-		s.cfg.Metrics.Events.WithLabelValues(e.Kind).Inc()
+		s.cfg.Metrics.event(e.Kind).Inc()
 	}
 	return nil
 }

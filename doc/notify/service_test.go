@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
@@ -453,5 +454,21 @@ func TestNodesStartingTogetherMigrateOneAtATime(t *testing.T) {
 		for _, db := range dbs {
 			db.Close()
 		}
+	}
+}
+
+// Kinds are the applications' to name: the metric keeps a series for the
+// first few and counts the rest together.
+func TestEventKindLabelsAreBounded(t *testing.T) {
+	m := NewMetrics(nil)
+	for i := range 100 {
+		m.event(fmt.Sprint("kind-", i)).Inc()
+	}
+	m.event(KindMention).Inc()
+	if n := testutil.CollectAndCount(m.Events); n != maxKindLabels+2 {
+		t.Fatalf("%d series, want %d", n, maxKindLabels+2)
+	}
+	if n := testutil.ToFloat64(m.Events.WithLabelValues("other")); n != 100-maxKindLabels {
+		t.Fatalf("other = %v", n)
 	}
 }
