@@ -65,6 +65,15 @@ func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v.Documents = visible
+	if !grant.CanSee(id) {
+		if len(visible) == 0 {
+			// Neither a contact nor in a document the token can read:
+			// whether the user exists does not leak.
+			writeError(w, http.StatusNotFound, "user not found")
+			return
+		}
+		v.LastSeen = time.Time{} // seen where the caller may look, not when they left
+	}
 	writeJSON(w, http.StatusOK, v)
 }
 
@@ -82,6 +91,17 @@ func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(users) == 0 || len(users) > maxWatchedUsers {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("users must list 1 to %d user ids, comma-separated", maxWatchedUsers))
+		return
+	}
+	grant := auth.FromContext(r.Context())
+	var hidden []string
+	for _, u := range users {
+		if !grant.CanSee(u) {
+			hidden = append(hidden, u)
+		}
+	}
+	if len(hidden) > 0 {
+		writeError(w, http.StatusForbidden, fmt.Sprintf("not among the token's contacts: %s", strings.Join(hidden, ",")))
 		return
 	}
 	flusher, ok := w.(http.Flusher)

@@ -26,8 +26,12 @@ func (f *fakePresence) DocumentPresence(string) []awareness.PeerView {
 	return []awareness.PeerView{{PeerID: "p1", UserID: "ana", Status: awareness.StatusOnline}}
 }
 func (f *fakePresence) UserPresence(_ context.Context, id string) awareness.UserView {
-	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway},
-		Documents: []string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp", "jN3pd9agHvY1zVqDCHrDTE3fDh1"}}
+	docs := []string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp", "jN3pd9agHvY1zVqDCHrDTE3fDh1"}
+	if id == "stranger" { // only in a document test tokens cannot read
+		docs = docs[1:]
+	}
+	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway,
+		LastSeen: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, Documents: docs}
 }
 func (f *fakePresence) Watch(_ context.Context, ids []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func()) {
 	f.watch <- fn
@@ -160,6 +164,25 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 	}
 	if code, _ := get("/healthz", ""); code != http.StatusOK {
 		t.Errorf("healthz must stay open: %d", code)
+	}
+
+	// Status and last-seen are scoped: a user is seen where the token can
+	// read a document they are in, a contact anywhere, with last-seen.
+	if strings.Contains(body, "lastSeen") {
+		t.Errorf("a user who is no contact shows a last-seen: %s", body)
+	}
+	if code, _ := get("/api/users/stranger/presence", tok); code != http.StatusNotFound {
+		t.Errorf("a user in no readable document and no contact: %d, want 404", code)
+	}
+	if code, _ := get("/api/presence/watch?users=ana", tok); code != http.StatusForbidden {
+		t.Errorf("watching a user who is no contact: %d, want 403", code)
+	}
+	contacts, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "bo", "docs": map[string]string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp": "read"},
+		"contacts": []string{"stranger"}, "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString(secret)
+	if code, body := get("/api/users/stranger/presence", contacts); code != http.StatusOK || !strings.Contains(body, "lastSeen") {
+		t.Errorf("a contact: %d %s, want their status and last-seen", code, body)
 	}
 }
 

@@ -52,6 +52,19 @@ type Grant struct {
 	// Notify lets the token post notifications to any user (an
 	// application's service token); others post only to their own user.
 	Notify bool
+	// Contacts are the users whose status and last-seen the token may
+	// read anywhere (its contacts claim; "*" in it is everyone). Without
+	// them a user is seen only where the token can read a document they
+	// are in.
+	Contacts    map[string]bool
+	AllContacts bool
+}
+
+// CanSee reports whether the grant may read a user's status and
+// last-seen wherever the user is: its own, a contact's, or anyone's in
+// open mode.
+func (g *Grant) CanSee(userID string) bool {
+	return g == nil || userID == g.UserID || g.AllContacts || g.Contacts[userID]
 }
 
 // Can returns the grant's access to a document.
@@ -79,6 +92,8 @@ type claims struct {
 	Docs  map[string]string `json:"docs"`
 	// Notify: see Grant.Notify.
 	Notify bool `json:"notify,omitempty"`
+	// Contacts: see Grant.Contacts.
+	Contacts []string `json:"contacts,omitempty"`
 }
 
 // Config says how tokens are signed. Set Secret (HS256) or PublicKey
@@ -180,6 +195,16 @@ func (v *Verifier) Verify(token string) (*Grant, error) {
 	}
 	if c.ExpiresAt != nil {
 		g.Expires = c.ExpiresAt.Time
+	}
+	for _, u := range c.Contacts {
+		if u == "*" {
+			g.AllContacts = true
+		} else {
+			if g.Contacts == nil {
+				g.Contacts = make(map[string]bool, len(c.Contacts))
+			}
+			g.Contacts[u] = true
+		}
 	}
 	return g, nil
 }
