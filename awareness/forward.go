@@ -40,6 +40,10 @@ type room struct {
 	// goodbye: the server keeps their status channel, so a peer with an
 	// empty state is still seen.
 	present map[string]bool
+	// guessed holds the remote peers this node removed on a guess (their
+	// node died, went silent or left them out of a roster): the tombstone
+	// it wrote gives way to the peer's own node, which knows better.
+	guessed map[string]bool
 	// epoch changes whenever the room's members change or a newcomer is
 	// sent the room: a queued update may take a newer value only within
 	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
@@ -57,6 +61,7 @@ func newRoom(id string) *room {
 		pending: make(map[string]map[string]struct{}),
 		greeted: make(map[string]bool),
 		present: make(map[string]bool),
+		guessed: make(map[string]bool),
 	}
 }
 

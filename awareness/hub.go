@@ -425,6 +425,9 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 			h.sendGoodbye(r, pi.id)
 		}
 		r.drop(pi.id)
+		if pi.conn == nil {
+			r.guessed[pi.id] = true
+		}
 		h.newEpoch(r)
 		if len(r.members) == 0 {
 			h.dropRoom(r, fx)

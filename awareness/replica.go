@@ -91,6 +91,12 @@ func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
 	}
 	pi.node, pi.lastHeard = node, now
 	pi.docs[documentID] = struct{}{}
+	if r.guessed[pi.id] && len(d.Registers) > 0 {
+		// This node removed the peer on a guess; its own node says it is
+		// there: that tombstone gives way.
+		delete(r.state, pi.id)
+		delete(r.guessed, pi.id)
+	}
 	for ch, reg := range d.Registers {
 		if pi.clock.Less(reg.Clock) {
 			pi.clock = reg.Clock
@@ -139,7 +145,8 @@ func (h *Hub) NodeAlive(node string) {
 func (h *Hub) NodeGone(node string) {
 	var fx effects
 	h.mu.Lock()
-	delete(h.rostered, node)
+	// h.rostered keeps the node: a delta of its that arrives late makes
+	// a peer that then expires by RemoteTTL, not one that stays for ever.
 	for _, pi := range h.peers {
 		if pi.conn == nil && pi.node == node {
 			h.remove(pi, &fx)
@@ -199,7 +206,7 @@ func (h *Hub) ApplyRoster(node, documentID string, peers []string) (missing bool
 		case pi.conn != nil:
 			// Connected here now (moved): this node speaks for it.
 		default:
-			pi.lastHeard = now
+			pi.lastHeard, pi.node = now, node // it may have moved here from another node
 			if p := r.state[id]; p == nil || !p.Visible() {
 				missing = true
 			}
@@ -214,6 +221,7 @@ func (h *Hub) ApplyRoster(node, documentID string, peers []string) (missing bool
 		if r.state.Remove(id, h.serverClock(pi)) {
 			h.sendGoodbye(r, id)
 		}
+		r.guessed[id] = true
 		delete(pi.docs, documentID)
 		if len(pi.docs) == 0 {
 			h.forget(pi, &fx)

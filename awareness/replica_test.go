@@ -277,3 +277,32 @@ func TestLastSeenIsWrittenOffThePresencePath(t *testing.T) {
 		t.Fatalf("%d batches for %d users", n, users)
 	}
 }
+
+// A node this one took for dead comes back (Redis was away longer than
+// the node TTL): its whole presence, sent again with the clocks it had,
+// brings its peers back. The tombstones this node wrote on a guess give
+// way to the peer's own node.
+func TestPeersOfANodeTakenForDeadComeBack(t *testing.T) {
+	f := newFixture(t)
+	b := &fakePeer{id: "b"}
+	f.update(b, "cursor", "1@b")
+	state := Delta{Peer: "a", User: "ana", Registers: map[string]Register{
+		"cursor": {Clock: Clock{Count: 3, Session: "s"}, Value: enc("7@x")},
+	}}
+	f.hub.ApplyRemote("node1", doc1, state)
+	f.hub.NodeGone("node1")
+	if !goodbyeFor(b, "a") {
+		t.Fatal("no goodbye when node 1 was taken for dead")
+	}
+	f.hub.ApplyRemote("node1", doc1, state) // its answer to the hello, unchanged
+	var back bool
+	for _, v := range f.hub.DocumentPresence(doc1) {
+		back = back || v.PeerID == "a"
+	}
+	if !back {
+		t.Fatal("a did not come back with its node's presence")
+	}
+	if f.hub.ApplyRoster("node1", doc1, []string{"a"}) {
+		t.Fatal("the roster still misses a")
+	}
+}

@@ -186,11 +186,11 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return false, nil // nothing to apply or answer
 	}
 	if in == nil {
-		if len(sm.changes) > 0 && r.storeBehind() {
-			return false, ErrStoreBehind
-		}
 		if in, err = r.admit(h, msg, sm); err != nil {
 			return false, err
+		}
+		if len(in.sm.changes) > 0 && r.storeBehind() {
+			return false, ErrStoreBehind
 		}
 	}
 	sm, refused, held := in.sm, in.refused, in.held
@@ -263,11 +263,10 @@ func (r *room) rehearse(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, er
 		r.mu.Unlock()
 		return nil, errEvicted
 	}
-	if r.storeBehind() {
-		r.mu.Unlock()
-		return nil, ErrStoreBehind
-	}
 	in, err := r.admit(h, msg, sm)
+	if err == nil && len(in.sm.changes) > 0 && r.storeBehind() {
+		err = ErrStoreBehind // a read-only peer's changes, stripped, ask nothing of the store
+	}
 	var heads []automerge.ChangeHash
 	var queued [][]byte
 	if err == nil {

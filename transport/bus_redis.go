@@ -90,13 +90,14 @@ type RedisBus struct {
 	ps       *redis.PubSub
 	out      chan busOut
 
-	mu         sync.Mutex     // guards watched, subscribed, changed and nodes
+	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, users and asked
 	watched    map[string]int // watched documents: local connections on each
 	subscribed map[string]bool
 	changed    map[string]bool // documents whose subscription may need a change
 	nodes      map[string]time.Time
-	users      map[string]bool // users whose status channel this node follows
-	usersSub   map[string]bool // of those, the subscribed ones
+	asked      map[string]time.Time // when a roster last made this node ask a document again
+	users      map[string]bool      // users whose status channel this node follows
+	usersSub   map[string]bool      // of those, the subscribed ones
 	usersDirty map[string]bool
 	wake       chan struct{} // tells subscribeLoop that changed has entries
 
@@ -193,6 +194,7 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		out: make(chan busOut, cfg.Queue),
 
 		leavesWaiting: make(chan struct{}, 1),
+		asked:         make(map[string]time.Time),
 		watched:       make(map[string]int),
 		subscribed:    make(map[string]bool),
 		changed:       make(map[string]bool),
@@ -266,6 +268,23 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 		return
 	}
 	b.published.Add(float64(n))
+}
+
+// mayAskAgain rate-limits the hellos rosters cause: every node answers a
+// hello with its whole presence in the document, so one per document per
+// three roster intervals at most.
+func (b *RedisBus) mayAskAgain(docID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if now.Sub(b.asked[docID]) < 3*b.cfg.GossipInterval {
+		return false
+	}
+	if len(b.asked) > 4096 {
+		clear(b.asked)
+	}
+	b.asked[docID] = now
+	return true
 }
 
 // RosterInterval is how often the node lists its peers of each watched
@@ -515,21 +534,48 @@ func (b *RedisBus) enqueue(o busOut) {
 	default:
 	}
 	if o.leave {
-		b.lmu.Lock()
-		kept := len(b.leaves) < maxLeaves
-		if kept {
-			b.leaves = append(b.leaves, o)
-		}
-		b.lmu.Unlock()
-		if kept {
-			select {
-			case b.leavesWaiting <- struct{}{}:
-			default:
+		// Make room at the tail by dropping the oldest message, so that
+		// the leave goes after everything queued before it: an "offline"
+		// must not overtake an older "online" of the same user (statuses
+		// carry no clock). Only if the oldest is a leave too does one
+		// wait in the list of leaves, sent before the queue.
+		select {
+		case old := <-b.out:
+			if !old.leave {
+				b.dropped.Inc()
+			} else if !b.holdLeave(old) {
+				b.dropped.Inc()
 			}
+		default:
+		}
+		select {
+		case b.out <- o:
+			return
+		default:
+		}
+		if b.holdLeave(o) {
 			return
 		}
 	}
 	b.dropped.Inc()
+}
+
+// holdLeave keeps a leave that found no room in the queue; it reports
+// false past maxLeaves.
+func (b *RedisBus) holdLeave(o busOut) bool {
+	b.lmu.Lock()
+	kept := len(b.leaves) < maxLeaves
+	if kept {
+		b.leaves = append(b.leaves, o)
+	}
+	b.lmu.Unlock()
+	if kept {
+		select {
+		case b.leavesWaiting <- struct{}{}:
+		default:
+		}
+	}
+	return kept
 }
 
 // takeLeaves returns the leaves waiting past the queue, oldest first.
@@ -844,7 +890,7 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 			b.docs.RelayRemoteEphemeral(docID, doc.Ephemeral{SenderID: e.Sender, SessionID: e.Session, Count: e.Count, Data: e.Data})
 		}
 	case "roster":
-		if b.presence.ApplyRoster(m.Node, docID, m.Peers) {
+		if b.presence.ApplyRoster(m.Node, docID, m.Peers) && b.mayAskAgain(docID) {
 			b.send(docID, busMsg{Kind: "hello"}) // a state lost on its way: ask again
 		}
 	case "hello":

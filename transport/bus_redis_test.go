@@ -289,16 +289,28 @@ func TestLeavesOutliveAFullQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.PublishPresence("d", awareness.Delta{Peer: "p", Registers: map[string]awareness.Register{"cursor": {}}})
-	b.PublishPresence("d", awareness.Delta{Peer: "q", Registers: map[string]awareness.Register{"cursor": {}}}) // dropped
-	b.PublishPresence("d", awareness.Delta{Peer: "p", Gone: awareness.Clock{Count: 2, Session: "s"}})
-	b.PublishUserStatus("ana", awareness.StatusOffline)
+	b.PublishUserStatus("ana", awareness.StatusOnline)
+	b.PublishPresence("d", awareness.Delta{Peer: "q", Registers: map[string]awareness.Register{"cursor": {}}}) // dropped: full
 	if n := testutil.ToFloat64(b.dropped); n != 1 {
 		t.Fatalf("dropped %v, want 1", n)
 	}
-	leaves := b.takeLeaves()
-	if len(leaves) != 2 || !leaves[0].leave || leaves[1].user != "ana" {
-		t.Fatalf("waiting leaves: %+v", leaves)
+	// A leave makes room by dropping the oldest: it never overtakes it.
+	b.PublishUserStatus("ana", awareness.StatusOffline)
+	if n := testutil.ToFloat64(b.dropped); n != 2 {
+		t.Fatalf("dropped %v, want 2 (the older online)", n)
+	}
+	if q := <-b.out; q.user != "ana" || q.status != awareness.StatusOffline {
+		t.Fatalf("queued %+v, want ana offline", q)
+	}
+	// The queue full of a leave: another leave waits beside it, both kept.
+	b.PublishUserStatus("bo", awareness.StatusOffline)
+	b.PublishPresence("d", awareness.Delta{Peer: "p", Gone: awareness.Clock{Count: 2, Session: "s"}})
+	if n := testutil.ToFloat64(b.dropped); n != 2 {
+		t.Fatalf("dropped %v, want still 2: leaves are kept", n)
+	}
+	queued, waiting := <-b.out, b.takeLeaves()
+	if !queued.leave || len(waiting) != 1 || !waiting[0].leave {
+		t.Fatalf("queued %+v, waiting %+v", queued, waiting)
 	}
 }
 
