@@ -25,6 +25,12 @@ type Mention struct {
 // only what is there when the typing pauses is a mention.
 const mentionSettle = 1500 * time.Millisecond
 
+// maxMentionWait bounds how long a burst's mentions wait to be reported
+// however long its author keeps typing: the settle timer restarts with
+// every change, and an author typing for minutes would otherwise keep
+// their mentions in memory all that time (lost if the node dies).
+var maxMentionWait = 10 * time.Second // a var for tests
+
 // mentionTracker follows the mentions in a room's text. The text is read
 // again when the peer whose changes are not yet counted (pending) stops
 // being the only author since the last count: when another peer's change
@@ -50,6 +56,7 @@ type mentionBurst struct {
 	net   map[string]int
 	timer *time.Timer
 	gen   uint64
+	since time.Time // the burst's first change
 }
 
 // arm (re)starts a burst's settle timer; a timer armed earlier that has
@@ -91,8 +98,11 @@ func (t *mentionTracker) changed(p Peer, settle time.Duration) {
 	t.pending = p
 	b := t.bursts[p.ID()]
 	if b == nil {
-		b = &mentionBurst{peer: p, net: map[string]int{}}
+		b = &mentionBurst{peer: p, net: map[string]int{}, since: time.Now()}
 		t.bursts[p.ID()] = b
+	}
+	if left := time.Until(b.since.Add(maxMentionWait)); left < settle {
+		settle = max(left, 0) // typing on and on: report what is there by now
 	}
 	t.arm(p.ID(), b, settle)
 	b.peer = p

@@ -164,3 +164,34 @@ func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
 		t.Fatalf("mentions by peer = %v", byPeer)
 	}
 }
+
+// An author who never pauses still has their mentions reported, within
+// maxMentionWait of the burst's first change, not only when they stop.
+func TestMentionsOfAnAuthorWhoNeverPausesAreReported(t *testing.T) {
+	old := maxMentionWait
+	maxMentionWait = 300 * time.Millisecond
+	t.Cleanup(func() { maxMentionWait = old })
+	got := make(chan Mention, 10)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Mentions:      func(m Mention) { got <- m },
+		MentionSettle: time.Hour, // the pause never comes
+	})
+	ana := newClient("peer-ana")
+	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
+	ana.sync(t, h, false)
+	deadline := time.After(10 * time.Second)
+	for n := 0; ; n++ {
+		select {
+		case m := <-got:
+			if !slices.Equal(m.Users, []string{"bo"}) {
+				t.Fatalf("reported %v, want bo", m.Users)
+			}
+			return
+		case <-deadline:
+			t.Fatal("the mention waited for a pause that never came")
+		default:
+		}
+		ana.splice(t, len("Roadmap\nhi @bo "), 0, "x") // typing on
+		ana.sync(t, h, false)
+	}
+}
