@@ -49,20 +49,29 @@ func TestParseConfig(t *testing.T) {
 
 // TestRunServesAndStops starts the node, checks its HTTP surface and stops
 // it as SIGTERM would.
-func TestRunServesAndStops(t *testing.T) {
+// startRun runs the node in this process with these flags beside a data
+// directory of its own; stop stops it as SIGTERM would and returns what
+// run returned.
+func startRun(t *testing.T, args ...string) (addr net.Addr, stop func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir()},
+		done <- run(ctx, append([]string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir()}, args...),
 			func(string) string { return "" }, io.Discard, ready)
 	}()
-	var addr net.Addr
 	select {
 	case addr = <-ready:
 	case err := <-done:
+		cancel()
 		t.Fatalf("run returned early: %v", err)
 	}
+	return addr, func() error { cancel(); return <-done }
+}
+
+func TestRunServesAndStops(t *testing.T) {
+	addr, stop := startRun(t)
 	base := "http://" + addr.String()
 	for path, want := range map[string]string{
 		"/healthz": `"status":"ok"`,
@@ -79,8 +88,7 @@ func TestRunServesAndStops(t *testing.T) {
 			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
 }
@@ -88,20 +96,7 @@ func TestRunServesAndStops(t *testing.T) {
 // An idle keep-alive HTTP connection is closed after --http-idle-timeout,
 // not kept for ever.
 func TestIdleHTTPConnectionsAreClosed(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--http-idle-timeout", "200ms"},
-			func(string) string { return "" }, io.Discard, ready)
-	}()
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("run returned early: %v", err)
-	}
+	addr, stop := startRun(t, "--http-idle-timeout", "200ms")
 	c, err := net.Dial("tcp", addr.String())
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +116,7 @@ func TestIdleHTTPConnectionsAreClosed(t *testing.T) {
 	if _, err := r.ReadByte(); err != io.EOF {
 		t.Fatalf("the idle connection was not closed by the server: %v", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

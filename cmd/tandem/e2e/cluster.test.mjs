@@ -31,6 +31,27 @@ async function member(t, url, docUrl, state) {
 
 const stateOf = (m, peerId) => m.presence.getPeerStates().value[peerId]?.value
 
+// anaOnNode1BoOnNode2 puts Bo, a member of a document, on node 2 and Ana
+// on node 1, and waits until Bo sees Ana. Ana runs in a process of her
+// own: once her node is gone a client would keep reconnecting for ever,
+// and the process dies with the test.
+async function anaOnNode1BoOnNode2(t, nodes) {
+  const owner = await connected(client(t, nodes[1].url))
+  const doc = owner.create({})
+  const probe = await connected(client(t, nodes[0].url))
+  await probe.find(doc.url) // node 1 has the document
+  probe.close() // no client of ours may outlive node 1: it would reconnect for ever
+  const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
+  const child = spawn(process.execPath, [fileURLToPath(new URL("peer.mjs", import.meta.url)), nodes[0].url, doc.url, '{"user":{"id":"ana"}}'], {
+    stdio: ["ignore", "pipe", "inherit"],
+  })
+  defer(t, () => child.kill("SIGKILL"))
+  const aPeer = (await createInterface({ input: child.stdout })[Symbol.asyncIterator]().next()).value
+  await until("B sees A across nodes", () => stateOf(b, aPeer), 10000)
+  return { b, aPeer }
+}
+
+
 test("clients on three nodes edit one document concurrently and converge", async t => {
   const redis = await startRedis(t)
   const nodes = await cluster(t, 3, redis)
@@ -100,20 +121,7 @@ test("presence and status cross nodes; the added latency is measured", async t =
 test("a node killed with SIGKILL: its users disappear from the other nodes within the node TTL", async t => {
   const redis = await startRedis(t)
   const nodes = await cluster(t, 2, redis, ["--node-ttl", "2s"])
-  const owner = await connected(client(t, nodes[1].url))
-  const doc = owner.create({})
-  const probe = await connected(client(t, nodes[0].url))
-  await probe.find(doc.url) // node 1 has the document
-  probe.close() // no client of ours may outlive node 1: it would reconnect for ever
-  const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
-  // A runs in its own process: once its node is gone it would otherwise
-  // keep reconnecting for ever, and dies with the test.
-  const child = spawn(process.execPath, [fileURLToPath(new URL("peer.mjs", import.meta.url)), nodes[0].url, doc.url, '{"user":{"id":"ana"}}'], {
-    stdio: ["ignore", "pipe", "inherit"],
-  })
-  defer(t, () => child.kill("SIGKILL"))
-  const aPeer = (await createInterface({ input: child.stdout })[Symbol.asyncIterator]().next()).value
-  await until("B sees A across nodes", () => stateOf(b, aPeer), 10000)
+  const { b, aPeer } = await anaOnNode1BoOnNode2(t, nodes)
   const killed = Date.now()
   await nodes[0].kill("SIGKILL")
   const bye = await until("B's goodbye for A", () => b.events.find(e => e.type === "goodbye" && e.peerId === aPeer), 15000)
@@ -126,18 +134,7 @@ test("a node killed with SIGKILL: its users disappear from the other nodes withi
 test("a node stopped with SIGTERM: its users are gone from the other nodes at once, not after the node TTL", async t => {
   const redis = await startRedis(t)
   const nodes = await cluster(t, 2, redis, ["--node-ttl", "30s"])
-  const owner = await connected(client(t, nodes[1].url))
-  const doc = owner.create({})
-  const probe = await connected(client(t, nodes[0].url))
-  await probe.find(doc.url)
-  probe.close()
-  const b = await member(t, nodes[1].url, doc.url, { user: { id: "bo" } })
-  const child = spawn(process.execPath, [fileURLToPath(new URL("peer.mjs", import.meta.url)), nodes[0].url, doc.url, '{"user":{"id":"ana"}}'], {
-    stdio: ["ignore", "pipe", "inherit"],
-  })
-  defer(t, () => child.kill("SIGKILL"))
-  const aPeer = (await createInterface({ input: child.stdout })[Symbol.asyncIterator]().next()).value
-  await until("B sees A across nodes", () => stateOf(b, aPeer), 10000)
+  const { b, aPeer } = await anaOnNode1BoOnNode2(t, nodes)
   const stopped = Date.now()
   await nodes[0].kill("SIGTERM")
   const exitedIn = Date.now() - stopped
