@@ -263,9 +263,9 @@ func (c *conn) write() {
 		c.out = nil
 		c.wmu.Unlock()
 		batch = append(batch, pres...) // the lossless lane first
-		oldest := batch[0].at
-		for _, f := range batch[1:] {
-			if f.at.Before(oldest) {
+		var oldest time.Time // of the frames that say when they were queued
+		for _, f := range batch {
+			if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
 				oldest = f.at
 			}
 		}
