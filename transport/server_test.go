@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +45,12 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newTestServerOn(t, cfg, store)
+}
+
+// newTestServerOn is newTestServer on a store of the test's choosing.
+func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
 	if err != nil {
@@ -493,4 +500,55 @@ func TestPresenceCannotCutSync(t *testing.T) {
 		t.Fatalf("%d presence frames for %d updates: nothing was superseded", frames, 2*rounds)
 	}
 	t.Logf("%d presence frames arrived for %d updates", frames, 2*rounds)
+}
+
+// downStore fails every write while down is set: the database is away.
+type downStore struct {
+	doc.Store
+	down atomic.Bool
+}
+
+func (s *downStore) Write(ctx context.Context, b []doc.Write) error {
+	if s.down.Load() {
+		return errors.New("database away")
+	}
+	return s.Store.Write(ctx, b)
+}
+
+// While the store is down a peer may keep typing only so far: past the
+// room's bound of unstored changes, its next change gets an error and the
+// connection closes with 1013 (try again later), so that its client comes
+// back later and sends it again.
+func TestStoreFarBehindClosesTryAgainLater(t *testing.T) {
+	store, err := doc.OpenBoltStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &downStore{Store: store}
+	s := newTestServerOn(t, Config{MessageRate: 1e6, MessageBurst: 1e6}, ds)
+	w := newSyncer(t, s, dial(t, s.url), "w")
+	w.set("n", "0")
+	w.sync(wire.TypeSync) // level, with the store up
+	ds.down.Store(true)
+	for i := 1; i <= 1100; i++ {
+		w.set("n", fmt.Sprint(i)) // each change goes at once: its answer is held
+		m, ok := w.state.GenerateMessage()
+		if !ok {
+			t.Fatalf("change %d: nothing to send", i)
+		}
+		b, _ := wire.Encode(&wire.Message{Type: wire.TypeSync, SenderID: "w", TargetID: serverID, DocumentID: testDoc, Data: m.Bytes()})
+		if err := w.ws.WriteMessage(websocket.BinaryMessage, b); err != nil {
+			break // closed already
+		}
+	}
+	for {
+		m := recv(t, w.ws)
+		if m.Type == wire.TypeError {
+			if !strings.Contains(m.ErrorMessage, "store is behind") {
+				t.Fatalf("error %q", m.ErrorMessage)
+			}
+			break
+		}
+	}
+	expectClose(t, w.ws, websocket.CloseTryAgainLater)
 }
