@@ -263,7 +263,7 @@ func (c *conn) write() {
 		c.out = nil
 		c.wmu.Unlock()
 		batch = append(batch, pres...) // the lossless lane first
-		var oldest time.Time // of the frames that say when they were queued
+		var oldest time.Time           // of the frames that say when they were queued
 		for _, f := range batch {
 			if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
 				oldest = f.at
