@@ -267,11 +267,6 @@ func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc
 		}
 		data = doc.Save()
 	})
-	kind := "changes"
-	if full {
-		kind = "document"
-	}
-	w.sb.catchUps.WithLabelValues(kind).Inc()
 	req := appendBytes([]byte{sbCatchUp}, []byte(documentID))
 	if full {
 		req = append(req, 1)
@@ -290,6 +285,11 @@ func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc
 	if reply[0] != sbOK {
 		return fmt.Errorf("worker answered %q: %s", reply[0], reply[1:])
 	}
+	kind := "changes"
+	if full {
+		kind = "document"
+	}
+	w.sb.catchUps.WithLabelValues(kind).Inc()
 	return nil
 }
 

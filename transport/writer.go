@@ -118,7 +118,6 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 	start := !c.writing
 	c.writing = true
 	c.wmu.Unlock()
-	c.srv.metrics.sentEphemeral.Inc()
 	if superseded > 0 {
 		c.srv.metrics.presLane.WithLabelValues("superseded").Add(float64(superseded))
 	}
@@ -263,7 +262,10 @@ func (c *conn) write() {
 		c.out = nil
 		c.wmu.Unlock()
 		batch = append(batch, pres...) // the lossless lane first
-		var oldest time.Time           // of the frames that say when they were queued
+		if len(pres) > 0 {
+			c.srv.metrics.sentEphemeral.Add(float64(len(pres))) // counted when written, not when superseded
+		}
+		var oldest time.Time // of the frames that say when they were queued
 		for _, f := range batch {
 			if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
 				oldest = f.at
