@@ -156,6 +156,15 @@ func (h *Hub) sendGoodbye(r *room, peer string) {
 // sendRoomTo sends a newcomer a snapshot of every other live peer. Updates
 // queued before the snapshot keep their values: a newer one goes after it.
 func (h *Hub) sendRoomTo(r *room, to Peer) {
+	if n := len(h.out.queue); n > 0 && n+len(r.state) > maxOutbox {
+		// The outbox is far behind: the newcomer is sent the room at its
+		// next presence message (a stock client's heartbeat comes within
+		// seconds) rather than with a snapshot per peer queued now. An
+		// empty outbox takes any room.
+		r.greeted[to.ID()] = false
+		h.metrics.updates.WithLabelValues("deferred").Add(float64(len(r.state)))
+		return
+	}
 	h.newEpoch(r)
 	for id, p := range r.state {
 		if id == to.ID() || !p.Visible() {

@@ -27,6 +27,13 @@ import (
 // One that has dispatched for dispatchTenure hands the rest to a goroutine
 // of its own, so a connection's reader never stays away from its socket.
 
+// maxOutbox bounds the deliveries waiting in the outbox. Updates coalesce
+// (newest per document, peer and channel) and goodbyes are one per peer
+// that leaves, so what can pile up is the room snapshots newcomers are
+// sent, one per peer present: past the bound those wait for the
+// newcomer's next message (sendRoomTo). A var for tests.
+var maxOutbox = 1 << 16
+
 // dispatchTenure is how long a caller dispatches before it hands over.
 const dispatchTenure = 2 * time.Millisecond
 

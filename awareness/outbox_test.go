@@ -292,3 +292,72 @@ func TestOutboxRoomMadeAgain(t *testing.T) {
 		t.Fatalf("y got cursors %v, want the last to be 4", got)
 	}
 }
+
+// blockingPeer holds the dispatcher in its SendPresence until released.
+type blockingPeer struct {
+	*fakePeer
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *blockingPeer) SendPresence(doc string, m Message) {
+	select {
+	case p.entered <- struct{}{}:
+		<-p.release
+	default:
+	}
+	p.fakePeer.SendPresence(doc, m)
+}
+
+// With the outbox far behind, a newcomer is not sent a snapshot per peer
+// at once: the room waits for its next presence message, and then comes.
+func TestANewcomersRoomWaitsWhileTheOutboxIsBehind(t *testing.T) {
+	old := maxOutbox
+	maxOutbox = 3
+	t.Cleanup(func() { maxOutbox = old })
+	f := newFixture(t)
+	slow := &blockingPeer{fakePeer: &fakePeer{id: "slow"}, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	for _, id := range []string{"a", "b", "c"} {
+		f.update(&fakePeer{id: id}, "cursor", "1")
+	}
+	joined := make(chan struct{})
+	go func() { f.hub.Join(slow, doc1); close(joined) }() // dispatches the room to slow, and blocks there
+	<-slow.entered                                        // the dispatcher waits in slow's SendPresence
+	for i := range 4 {
+		f.update(&fakePeer{id: "a"}, fmt.Sprint("ch", i), "x") // the outbox grows meanwhile
+	}
+	newcomer := &fakePeer{id: "new"}
+	f.update(newcomer, "cursor", "9")
+	close(slow.release)
+	<-joined
+	drained := func() bool { // a dispatcher handed over to may still be at it
+		f.hub.dispatch()
+		f.hub.mu.Lock()
+		defer f.hub.mu.Unlock()
+		return len(f.hub.out.queue) == 0 && !f.hub.out.dispatching.Load()
+	}
+	for deadline := time.Now().Add(10 * time.Second); !drained(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the outbox did not drain")
+		}
+		runtime.Gosched()
+	}
+	snapshots := 0
+	for _, g := range newcomer.take() {
+		if g.body.Type == TypeSnapshot {
+			snapshots++
+		}
+	}
+	if snapshots != 0 {
+		t.Fatalf("the newcomer got %d snapshots while the outbox was behind", snapshots)
+	}
+	f.update(newcomer, "cursor", "10") // its next message: the room now
+	for _, g := range newcomer.take() {
+		if g.body.Type == TypeSnapshot {
+			snapshots++
+		}
+	}
+	if snapshots != 3 { // a, b and c (slow never said anything)
+		t.Fatalf("the newcomer got %d snapshots at its next message, want one per peer", snapshots)
+	}
+}
