@@ -156,10 +156,9 @@ func TestRosterTellsOfAMissingState(t *testing.T) {
 	}
 }
 
-// A remote peer whose node's rosters stop arriving (lost, say) expires
-// after the remote TTL, as a local peer does after its TTL, even while its
-// node's heartbeats go on.
-func TestRemotePeerExpiresUnheardOf(t *testing.T) {
+// remotePeerA is a hub with a remote TTL of 9 s where local peer b sees
+// peer a of node1.
+func remotePeerA(t *testing.T) (*fixture, *fakePeer) {
 	f := newFixture(t)
 	f.hub.cfg.RemoteTTL = 9 * time.Second
 	b := &fakePeer{id: "b"}
@@ -167,6 +166,14 @@ func TestRemotePeerExpiresUnheardOf(t *testing.T) {
 	f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
 		"cursor": {Clock: Clock{Count: 1, Session: "s"}, Value: enc("1@x")},
 	}})
+	return f, b
+}
+
+// A remote peer whose node's rosters stop arriving (lost, say) expires
+// after the remote TTL, as a local peer does after its TTL, even while its
+// node's heartbeats go on.
+func TestRemotePeerExpiresUnheardOf(t *testing.T) {
+	f, b := remotePeerA(t)
 	f.hub.ApplyRoster("node1", doc1, []string{"a"})
 	b.take()
 	for range 4 { // the node lives on; rosters naming a stop arriving
@@ -189,13 +196,7 @@ func TestRemotePeerExpiresUnheardOf(t *testing.T) {
 // A node that never sent a roster (an older one, during an upgrade) keeps
 // its peers alive by its heartbeats, as before.
 func TestPeersOfANodeWithoutRostersLiveByItsHeartbeat(t *testing.T) {
-	f := newFixture(t)
-	f.hub.cfg.RemoteTTL = 9 * time.Second
-	b := &fakePeer{id: "b"}
-	f.update(b, "cursor", "1@b")
-	f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
-		"cursor": {Clock: Clock{Count: 1, Session: "s"}, Value: enc("1@x")},
-	}})
+	f, b := remotePeerA(t)
 	b.take()
 	for range 10 {
 		f.clock.Advance(2 * time.Second)

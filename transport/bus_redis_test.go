@@ -161,18 +161,7 @@ func TestRedisBusReplicatesDocumentsAndPresence(t *testing.T) {
 	waitFor(t, "the watcher sent the change", func() bool { return len(watcher.syncs()) > before })
 
 	// Presence from node 1 reaches the watcher on node 2.
-	speaker := &recorder{id: "speaker"}
-	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
-	n1.presence.Join(speaker, docID)
-	n1.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
-	waitFor(t, "the cursor on node 2", func() bool {
-		for _, m := range watcher.presence() {
-			if m.SenderID == "speaker" {
-				return true
-			}
-		}
-		return false
-	})
+	speakTo(t, n1, watcher, docID)
 
 	// Node 1 stops: node 2 says goodbye for its peer at once (bye).
 	n1.stop()
@@ -253,18 +242,7 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 	n2.bus.Join(docID)
 	n2.presence.Join(watcher, docID)
 	n1.bus.Join(docID)
-	speaker := &recorder{id: "speaker"}
-	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
-	n1.presence.Join(speaker, docID)
-	n1.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
-	waitFor(t, "the cursor on node 2", func() bool {
-		for _, m := range watcher.presence() {
-			if m.SenderID == "speaker" {
-				return true
-			}
-		}
-		return false
-	})
+	speaker := speakTo(t, n1, watcher, docID)
 	n1.presence.Leave(speaker)
 	lost.Wait() // the goodbye was published, and lost
 	waitFor(t, "goodbye for the speaker on node 2", func() bool {
@@ -347,4 +325,23 @@ func TestEphemeralsCrossNodes(t *testing.T) {
 	if got(sender) {
 		t.Fatal("the sender got its own message back")
 	}
+}
+
+// speakTo makes a peer on n say a cursor in the document and waits until
+// the watcher, on another node, hears it.
+func speakTo(t *testing.T, n *node, watcher *recorder, docID string) *recorder {
+	t.Helper()
+	speaker := &recorder{id: "speaker"}
+	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
+	n.presence.Join(speaker, docID)
+	n.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
+	waitFor(t, "the cursor on the other node", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" {
+				return true
+			}
+		}
+		return false
+	})
+	return speaker
 }
