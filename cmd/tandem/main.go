@@ -224,6 +224,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	srv := &http.Server{
 		Handler: web.NewRouter(web.Config{
 			WebSocket: ws, Presence: presence, Notifications: notes, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
+			// Streams from one address are bounded as its sockets are: one
+			// flag to raise behind a proxy, which is every client's address.
+			Streams: web.StreamLimits{PerIP: cfg.MaxConnsPerIP},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
