@@ -34,7 +34,7 @@ func BenchmarkKeystroke(b *testing.B) {
 func benchKeystroke(b *testing.B, size int, mentions bool) {
 	cfg := Config{Limits: Limits{DocumentOps: 10_000_000, ChangeOps: 2_000_000, MessageOps: 2_000_000}}
 	if mentions {
-		cfg.Mentions = func(Mention) {}
+		cfg.Mentions = func(Mention) error { return nil }
 	}
 	h := newTestHub(b, openStore(b, b.TempDir()), cfg)
 	typist := newClient("typist")

@@ -42,9 +42,25 @@ type Config struct {
 	// Mentions, when set, receives the mentions (`@<userId>` in a
 	// document's root "text") that local peers insert, once each, after the
 	// peer's edits have paused for MentionSettle (default 1.5 s). It is
-	// called on its own goroutine.
-	Mentions      func(Mention)
+	// called on its own goroutine. Until it returns nil for a report, the
+	// report stays in the document's mention journal, stored with the
+	// changes (mention_journal.go), and is offered again: after a backoff,
+	// or by the node that takes the journal over if this one dies. A
+	// report offered again keeps its Key.
+	Mentions      func(Mention) error
 	MentionSettle time.Duration
+	// MentionAuthor names the user behind a peer whose edits mention
+	// someone, for the report; by default the report names the peer id.
+	MentionAuthor func(documentID string, p Peer) (userID, name string)
+	// NodeID names this node in the mention journals; default a random id.
+	NodeID string
+	// NodeAlive tells whether another node is alive, so that its mention
+	// journals are left to it; by default every other node counts as gone
+	// (a node alone: a journal of another node id is of an earlier run).
+	NodeAlive func(ctx context.Context, node string) (bool, error)
+	// JournalSweep is how often the store's mention journals are looked
+	// through for those of gone nodes; default 15s.
+	JournalSweep time.Duration
 	// UnavailableGrace is how long a request for a document this node
 	// does not have waits for it to arrive before the store and the other
 	// nodes are asked and, if none has it, doc-unavailable is sent
@@ -71,6 +87,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MentionSettle <= 0 {
 		c.MentionSettle = mentionSettle
+	}
+	if c.NodeID == "" {
+		c.NodeID = newUUID()
+	}
+	if c.JournalSweep <= 0 {
+		c.JournalSweep = 15 * time.Second
 	}
 	if c.UnavailableGrace <= 0 {
 		c.UnavailableGrace = 200 * time.Millisecond
@@ -111,6 +133,12 @@ type Hub struct {
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
+	// Mention reports (mention_journal.go): taken over from gone nodes'
+	// journals, handed over, failed to hand over.
+	mentionsTaken, mentionsHanded, mentionsFailed prometheus.Counter
+	sweepNow                                      chan struct{} // NodeGone asks for a sweep
+	swept                                         chan struct{} // closed when the sweep loop ends
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -130,6 +158,9 @@ func NewHub(cfg Config) (*Hub, error) {
 		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
+
+		sweepNow: make(chan struct{}, 1),
+		swept:    make(chan struct{}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_storage_flush_seconds",
 			Help:    "Time to write one batch of accepted changes to the store.",
@@ -151,8 +182,13 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_lookups_total",
 		Help: "Lookups for a requested document after its grace window: the store read again and, in a cluster, the other nodes asked.",
 	})
+	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_mention_reports_total",
+		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
+	}, []string{"event"})
+	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, mentions,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -162,6 +198,11 @@ func NewHub(cfg Config) (*Hub, error) {
 		)
 	}
 	go h.run()
+	if cfg.Mentions != nil {
+		go h.sweepLoop()
+	} else {
+		close(h.swept)
+	}
 	return h, nil
 }
 
@@ -298,15 +339,24 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 			r.publish = h.cfg.Replicator.PublishChanges
 		}
 		if h.cfg.Mentions != nil {
-			rr := r
-			r.mentions = &mentionTracker{counts: map[string]int{}, bursts: map[string]*mentionBurst{},
-				fire: func(peerID string, gen uint64) { h.reportMentions(rr, peerID, gen) }}
+			r.mentions = h.newMentionTracker(r)
 		}
 		h.rooms[documentID] = r
 	}
 	h.mu.Unlock()
 	if !ok {
 		r.load(ctx, h.cfg.Store, h)
+		if r.mentions != nil {
+			r.mu.Lock()
+			dirty, owed := r.mentions.dirty, len(r.mentions.ready) > 0
+			r.mu.Unlock()
+			if dirty {
+				h.markDirty(r) // gone nodes' journals taken over: to delete
+			}
+			if owed {
+				h.after(0, func() { h.handOver(r, true) })
+			}
+		}
 	}
 	select {
 	case <-r.loaded:
@@ -322,6 +372,21 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 		return nil, fmt.Errorf("load document %s: %w", documentID, r.loadErr)
 	}
 	return r, nil
+}
+
+func (h *Hub) newMentionTracker(r *room) *mentionTracker {
+	author := func(p Peer) (string, string) {
+		if h.cfg.MentionAuthor == nil || p == nil {
+			return "", ""
+		}
+		return h.cfg.MentionAuthor(r.id, p)
+	}
+	return &mentionTracker{
+		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
+		fire:   func(peerID string, gen uint64) { h.reportMentions(r, peerID, gen) },
+		author: author,
+		mark:   func() { h.markDirty(r) },
+	}
 }
 
 // markDirty queues r for the next write and wakes the flusher.
@@ -380,13 +445,13 @@ func (h *Hub) Flush(ctx context.Context) error {
 
 	batch := make([]Write, 0, len(rooms))
 	for _, r := range rooms {
-		batch = append(batch, r.takeWrite(h.cfg.CompactAfter))
+		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
 	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())
 	for i, r := range rooms {
-		r.wrote(batch[i], err == nil)
+		r.wrote(batch[i], h.cfg.NodeID, err == nil)
 		if err != nil {
 			h.markDirty(r) // try again on the next tick
 		}
@@ -419,6 +484,7 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Unlock()
 		close(h.stop)
 		<-h.done
+		<-h.swept
 		h.background.Wait()
 		if h.cfg.Mentions != nil {
 			h.reportAllMentions() // before the notification queue stops

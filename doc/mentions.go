@@ -11,8 +11,18 @@ import (
 // document's text: `@<userId>` in the root "text" field.
 type Mention struct {
 	DocumentID string
-	// Peer is the peer whose changes inserted them.
-	Peer Peer
+	// Key names this report for good: a report handed over again (after
+	// a failed attempt, or by the node that took over a dead node's
+	// journal) has the same key, so that the receiver can tell a repeat.
+	Key string
+	// Peer is the peer whose changes inserted them; nil when the report
+	// comes from the journal of a node that died (PeerID names it then).
+	Peer   Peer
+	PeerID string
+	// Actor and ActorName are the user behind the peer, as
+	// Config.MentionAuthor said when the peer's edits began or settled;
+	// Actor is the peer id when it could not say.
+	Actor, ActorName string
 	// Title is the document's root "title", or else the first line of its
 	// text, for the notification to name the document.
 	Title string
@@ -28,7 +38,7 @@ const mentionSettle = 1500 * time.Millisecond
 // maxMentionWait bounds how long a burst's mentions wait to be reported
 // however long its author keeps typing: the settle timer restarts with
 // every change, and an author typing for minutes would otherwise keep
-// their mentions in memory all that time (lost if the node dies).
+// their mentions waiting all that time.
 var maxMentionWait = 10 * time.Second // a var for tests
 
 // mentionTracker follows the mentions in a room's text. The text is read
@@ -40,6 +50,10 @@ var maxMentionWait = 10 * time.Second // a var for tests
 // change inserts nothing. A keystroke of a peer typing alone costs no read
 // of the text (reading a text of a million characters takes tens of
 // milliseconds). Guarded by the room's mutex.
+//
+// What the tracker still owes (bursts, and reports not yet handed over)
+// is the room's mention journal, stored with the changes it accounts for
+// (mention_journal.go).
 type mentionTracker struct {
 	counts  map[string]int // mentions in the text at the last count, by user
 	stale   bool           // counts predate a change nobody local made
@@ -48,15 +62,42 @@ type mentionTracker struct {
 	// fire reports a peer's burst once it has settled; gen tells a timer
 	// that fired just before the burst grew again from the current one.
 	fire func(peerID string, gen uint64)
+	// author names the user behind a peer (Config.MentionAuthor).
+	author func(Peer) (userID, name string)
+
+	ready   []*Mention      // settled reports not yet handed over, oldest first
+	dirty   bool            // the journal changed since it was last written
+	mark    func()          // queues the room for a write
+	drop    []string        // nodes whose journals were taken over, to delete
+	takenBy map[string]bool // nodes whose journals this room took over
+	// After a failed handover the ready reports are offered again in
+	// backoff (retrying while that is scheduled).
+	retrying bool
+	backoff  time.Duration
 }
 
 // mentionBurst sums what one peer's recent changes did to the mentions.
 type mentionBurst struct {
-	peer  Peer
-	net   map[string]int
-	timer *time.Timer
-	gen   uint64
-	since time.Time // the burst's first change
+	peer        Peer
+	key         string
+	actor, name string
+	net         map[string]int
+	timer       *time.Timer
+	gen         uint64
+	since       time.Time // the burst's first change
+}
+
+// touch records that the journal changed.
+func (t *mentionTracker) touch() {
+	if !t.dirty {
+		t.dirty = true
+		t.mark()
+	}
+}
+
+// busy reports whether the tracker owes anything: the room must stay.
+func (t *mentionTracker) busy() bool {
+	return len(t.bursts) > 0 || len(t.ready) > 0 || t.dirty
 }
 
 // arm (re)starts a burst's settle timer; a timer armed earlier that has
@@ -92,20 +133,26 @@ func (t *mentionTracker) before(d *automerge.Doc, p Peer) {
 }
 
 // changed records a local peer's accepted change, after before. The burst
-// is reported
-// (on another goroutine) when the peer's edits settle.
+// is reported (on another goroutine) when the peer's edits settle.
 func (t *mentionTracker) changed(p Peer, settle time.Duration) {
-	t.pending = p
 	b := t.bursts[p.ID()]
-	if b == nil {
-		b = &mentionBurst{peer: p, net: map[string]int{}, since: time.Now()}
-		t.bursts[p.ID()] = b
+	if b == nil || b.peer != p {
+		if b == nil {
+			b = &mentionBurst{net: map[string]int{}, since: time.Now(), key: newUUID()}
+			t.bursts[p.ID()] = b
+		}
+		b.peer = p // a peer id that reconnected goes on with its burst
+		b.actor, b.name = t.author(p)
+		t.touch()
+	}
+	if t.pending != p {
+		t.touch() // the journal keeps the baseline of the pending changes
 	}
 	if left := time.Until(b.since.Add(maxMentionWait)); left < settle {
 		settle = max(left, 0) // typing on and on: report what is there by now
 	}
+	t.pending = p
 	t.arm(p.ID(), b, settle)
-	b.peer = p
 }
 
 // count reads the text and adds what changed in its mentions since the
@@ -116,6 +163,7 @@ func (t *mentionTracker) count(d *automerge.Doc) {
 	}
 	p := t.pending
 	t.pending = nil
+	t.touch()
 	after := countMentions(documentText(d))
 	b := t.bursts[p.ID()]
 	if b != nil && b.peer == p {
@@ -133,22 +181,36 @@ func (t *mentionTracker) count(d *automerge.Doc) {
 	t.counts = after
 }
 
-// take removes a peer's burst and returns the users its edits mentioned,
-// once per mention still there. gen, unless 0, must be the burst's.
-func (t *mentionTracker) take(peerID string, gen uint64) (Peer, []string) {
+// take removes a peer's burst and, if its edits mentioned anyone (once
+// per mention still there), makes it a ready report. gen, unless 0, must
+// be the burst's.
+func (t *mentionTracker) take(d *automerge.Doc, docID, peerID string, gen uint64) *Mention {
 	b := t.bursts[peerID]
 	if b == nil || (gen != 0 && b.gen != gen) {
-		return nil, nil
+		return nil
 	}
 	delete(t.bursts, peerID)
 	b.timer.Stop()
+	t.touch()
 	var users []string
 	for u, n := range b.net {
 		for ; n > 0; n-- {
 			users = append(users, u)
 		}
 	}
-	return b.peer, users
+	if len(users) == 0 {
+		return nil
+	}
+	if b.actor == "" {
+		b.actor, b.name = t.author(b.peer) // its presence may have come after its first change
+	}
+	m := &Mention{DocumentID: docID, Key: b.key, Peer: b.peer, PeerID: b.peer.ID(),
+		Actor: b.actor, ActorName: b.name, Title: documentTitle(d), Users: users}
+	if m.Actor == "" {
+		m.Actor = m.PeerID
+	}
+	t.ready = append(t.ready, m)
+	return m
 }
 
 // documentText returns the root "text" field, or "".
@@ -218,35 +280,78 @@ func mentionChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
-// reportMentions hands a settled burst of a peer's mentions to
-// Config.Mentions.
+// reportMentions makes a settled burst of a peer's mentions a report and
+// hands it over.
 func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
 	r.mu.Lock()
-	var m Mention
+	var m *Mention
 	if r.mentions != nil {
 		m = r.takeMentions(peerID, gen)
 	}
 	r.mu.Unlock()
-	if len(m.Users) > 0 {
-		h.cfg.Mentions(m)
+	if m != nil {
+		h.handOver(r, true)
 	}
 }
 
-// takeMentions takes a peer's burst as a Mention. Called with r.mu held.
-func (r *room) takeMentions(peerID string, gen uint64) Mention {
-	if r.doc != nil {
-		r.mentions.count(r.doc) // the burst's last changes
+// takeMentions makes a peer's burst a ready report. Called with r.mu held.
+func (r *room) takeMentions(peerID string, gen uint64) *Mention {
+	if r.doc == nil {
+		return nil
 	}
-	p, users := r.mentions.take(peerID, gen)
-	m := Mention{DocumentID: r.id, Peer: p, Users: users}
-	if len(users) > 0 && r.doc != nil {
-		m.Title = documentTitle(r.doc)
-	}
-	return m
+	r.mentions.count(r.doc) // the burst's last changes
+	return r.mentions.take(r.doc, r.id, peerID, gen)
 }
 
-// reportAllMentions reports every burst still settling, at once: the node
-// is stopping.
+// handOver gives the room's ready reports to Config.Mentions, oldest
+// first, one caller per room at a time. A report leaves the journal once
+// Mentions took it; on an error the rest wait, and, if retry is set, are
+// handed over again after a backoff (1 s, doubling up to a minute).
+func (h *Hub) handOver(r *room, retry bool) {
+	r.handMu.Lock()
+	defer r.handMu.Unlock()
+	for {
+		r.mu.Lock()
+		if len(r.mentions.ready) == 0 {
+			r.mentions.backoff = 0
+			r.mu.Unlock()
+			return
+		}
+		m := r.mentions.ready[0]
+		r.mu.Unlock()
+		if err := h.cfg.Mentions(*m); err != nil {
+			h.mentionsFailed.Inc()
+			r.mu.Lock()
+			t := r.mentions
+			t.backoff = min(max(2*t.backoff, time.Second), time.Minute)
+			if retry && !t.retrying {
+				t.retrying = true
+				h.after(t.backoff, func() {
+					r.mu.Lock()
+					r.mentions.retrying = false
+					r.mu.Unlock()
+					h.handOver(r, true)
+				})
+			}
+			wait := t.backoff
+			r.mu.Unlock()
+			h.log.Warn("handing over mentions; they stay in the journal", "document", r.id,
+				"users", len(m.Users), "retry_in", wait, "err", err)
+			return
+		}
+		h.mentionsHanded.Inc()
+		r.mu.Lock()
+		if len(r.mentions.ready) > 0 && r.mentions.ready[0] == m {
+			r.mentions.ready = r.mentions.ready[1:]
+			r.mentions.touch()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// reportAllMentions makes every burst still settling a report and hands
+// them over, at once: the node is stopping. What cannot be handed over
+// stays in the journal, written by the last flush.
 func (h *Hub) reportAllMentions() {
 	h.mu.Lock()
 	rooms := make([]*room, 0, len(h.rooms))
@@ -256,17 +361,14 @@ func (h *Hub) reportAllMentions() {
 	h.mu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()
-		var ms []Mention
-		if r.mentions != nil {
-			for id := range r.mentions.bursts {
-				if m := r.takeMentions(id, 0); len(m.Users) > 0 {
-					ms = append(ms, m)
-				}
-			}
+		if r.mentions == nil {
+			r.mu.Unlock()
+			continue
+		}
+		for id := range r.mentions.bursts {
+			r.takeMentions(id, 0)
 		}
 		r.mu.Unlock()
-		for _, m := range ms {
-			h.cfg.Mentions(m)
-		}
+		h.handOver(r, false)
 	}
 }

@@ -51,7 +51,7 @@ func (c *client) splice(t testing.TB, pos int, del int, s string) {
 func TestMentionsCountOncePerInsertionWhenTypingPauses(t *testing.T) {
 	got := make(chan Mention, 10)
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(m Mention) { got <- m },
+		Mentions:      func(m Mention) error { got <- m; return nil },
 		MentionSettle: 50 * time.Millisecond,
 	})
 	ana := newClient("peer-ana")
@@ -114,7 +114,7 @@ func waitNoBursts(t *testing.T, h *Hub) {
 
 func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) { got <- m }, MentionSettle: time.Millisecond})
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) error { got <- m; return nil }, MentionSettle: time.Millisecond})
 	local := newClient("local")
 	local.splice(t, 0, 0, "x")
 	local.sync(t, h, false)
@@ -140,7 +140,7 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 // inserted it, though the text is read only when the author changes.
 func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
 	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) { got <- m }, MentionSettle: time.Hour})
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) error { got <- m; return nil }, MentionSettle: time.Hour})
 	ana, bo := newClient("peer-ana"), newClient("peer-bo")
 	ana.splice(t, 0, 0, "notes ")
 	ana.sync(t, h, false)
@@ -173,7 +173,7 @@ func TestMentionsOfAnAuthorWhoNeverPausesAreReported(t *testing.T) {
 	t.Cleanup(func() { maxMentionWait = old })
 	got := make(chan Mention, 10)
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(m Mention) { got <- m },
+		Mentions:      func(m Mention) error { got <- m; return nil },
 		MentionSettle: time.Hour, // the pause never comes
 	})
 	ana := newClient("peer-ana")

@@ -26,6 +26,9 @@ type room struct {
 	// under it (and mu), so a message rehearsed at some heads is applied
 	// at the same heads.
 	applyMu sync.Mutex
+	// handMu makes one caller at a time hand the room's mention reports
+	// over (mentions.go); taken before mu.
+	handMu sync.Mutex
 
 	mu         sync.Mutex // guards everything below
 	doc        *automerge.Doc
@@ -134,6 +137,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	}
 	if r.mentions != nil {
 		r.mentions.refresh()
+		h.takeOverAtLoad(ctx, r, stored.Journals)
 	}
 	// What was loaded is already stored: start incremental saves from here.
 	r.doc.SaveIncremental()
@@ -437,7 +441,7 @@ func (r *room) leave(h *Hub, p Peer) {
 const opsPerCompactChunk = 1000
 
 // takeWrite takes the changes not yet stored out of the document.
-func (r *room) takeWrite(compactAfter int) Write {
+func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := Write{DocumentID: r.id, upTo: r.applied}
@@ -454,14 +458,20 @@ func (r *room) takeWrite(compactAfter int) Write {
 	}
 	r.dirty = false
 	w.Chunks = r.pending
+	if r.mentions != nil {
+		w.Journals = r.mentions.takeWrite(nodeID)
+	}
 	return w
 }
 
 // wrote records the outcome of storing w.
-func (r *room) wrote(w Write, ok bool) {
+func (r *room) wrote(w Write, nodeID string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok {
+		if r.mentions != nil {
+			r.mentions.unwritten(nodeID, w.Journals)
+		}
 		if w.Snapshot != nil {
 			r.forceCompact = true // the chunks it replaced are gone from pending
 		}
@@ -481,6 +491,7 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
+		(r.mentions != nil && r.mentions.busy()) ||
 		now.Sub(r.emptySince) < after {
 		return false
 	}

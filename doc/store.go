@@ -14,14 +14,29 @@ type Store interface {
 	// Write applies a batch of writes atomically where the store can, and
 	// durably (synced to disk) before it returns.
 	Write(ctx context.Context, batch []Write) error
+	// Journals lists every mention journal stored, of every document and
+	// node, for a node to take over those of nodes that died.
+	Journals(ctx context.Context) ([]Journal, error)
 	// Close releases the store. It is safe to call twice.
 	Close() error
+}
+
+// Journal is one node's record of a document's mentions that it has not
+// yet handed to the notification queue (mention_journal.go). It is
+// written in the same transaction as the changes it accounts for, so that
+// a node killed at any moment leaves behind exactly what it still owed.
+type Journal struct {
+	DocumentID string
+	Node       string
+	Data       []byte
 }
 
 // Stored is a document as a Store holds it.
 type Stored struct {
 	Snapshot []byte
 	Chunks   [][]byte
+	// Journals are the mention journals of the document, by node.
+	Journals map[string][]byte
 }
 
 // Write is one document's part of a batch. A non-nil Snapshot replaces
@@ -34,6 +49,9 @@ type Write struct {
 	Snapshot   []byte
 	Chunks     [][]byte
 	Covers     func(chunk []byte) bool
+	// Journals replaces the document's mention journals of the nodes it
+	// names; an empty one is deleted.
+	Journals map[string][]byte
 
 	upTo uint64 // the room's applied count this write makes durable
 }

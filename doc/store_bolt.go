@@ -29,6 +29,7 @@ var (
 	bucketDocs = []byte("docs")
 	bucketMeta = []byte("meta")
 	bucketSeen = []byte("last-seen")
+	bucketJrnl = []byte("mention-journals") // a bucket per document, a key per node
 	keySnap    = []byte("s")
 	chunkTag   = byte('c')
 	keyStorage = []byte("storage-id")
@@ -45,7 +46,7 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketDocs, bucketMeta, bucketSeen} {
+		for _, name := range [][]byte{bucketDocs, bucketMeta, bucketSeen, bucketJrnl} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -68,7 +69,7 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 			return ErrNotFound
 		}
 		// bbolt's memory is only valid inside the transaction: copy out.
-		return b.ForEach(func(k, v []byte) error {
+		err := b.ForEach(func(k, v []byte) error {
 			switch {
 			case string(k) == string(keySnap):
 				out.Snapshot = append([]byte(nil), v...)
@@ -77,8 +78,56 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 			}
 			return nil
 		})
+		if j := tx.Bucket(bucketJrnl).Bucket([]byte(documentID)); err == nil && j != nil {
+			out.Journals = map[string][]byte{}
+			err = j.ForEach(func(node, data []byte) error {
+				out.Journals[string(node)] = append([]byte(nil), data...)
+				return nil
+			})
+		}
+		return err
 	})
 	return out, err
+}
+
+// Journals implements Store.
+func (s *BoltStore) Journals(context.Context) ([]Journal, error) {
+	var out []Journal
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJrnl).ForEachBucket(func(docID []byte) error {
+			return tx.Bucket(bucketJrnl).Bucket(docID).ForEach(func(node, data []byte) error {
+				out = append(out, Journal{DocumentID: string(docID), Node: string(node), Data: append([]byte(nil), data...)})
+				return nil
+			})
+		})
+	})
+	return out, err
+}
+
+// writeJournals applies a Write's journals.
+func writeJournals(tx *bolt.Tx, w Write) error {
+	if len(w.Journals) == 0 {
+		return nil
+	}
+	all := tx.Bucket(bucketJrnl)
+	b, err := all.CreateBucketIfNotExists([]byte(w.DocumentID))
+	if err != nil {
+		return err
+	}
+	for node, data := range w.Journals {
+		if len(data) == 0 {
+			err = b.Delete([]byte(node))
+		} else {
+			err = b.Put([]byte(node), data)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if k, _ := b.Cursor().First(); k == nil {
+		return all.DeleteBucket([]byte(w.DocumentID))
+	}
+	return nil
 }
 
 // Write implements Store: the whole batch is one transaction and one fsync.
@@ -115,6 +164,9 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 				if err := b.Put(k[:], c); err != nil {
 					return err
 				}
+			}
+			if err := writeJournals(tx, w); err != nil {
+				return err
 			}
 		}
 		return nil

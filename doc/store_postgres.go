@@ -39,6 +39,12 @@ var migrations = []string{
 		key   text PRIMARY KEY,
 		value text NOT NULL
 	);`,
+	`CREATE TABLE tandem_mention_journals (
+		doc_id text  NOT NULL,
+		node   text  NOT NULL,
+		data   bytea NOT NULL,
+		PRIMARY KEY (doc_id, node)
+	);`,
 }
 
 // OpenPostgresStore connects and migrates the schema. Nodes starting
@@ -114,7 +120,39 @@ func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, er
 	if n == 0 {
 		return Stored{}, ErrNotFound
 	}
-	return out, nil
+	rows, err = s.pool.Query(ctx, `SELECT node, data FROM tandem_mention_journals WHERE doc_id = $1`, documentID)
+	if err != nil {
+		return Stored{}, err
+	}
+	for rows.Next() {
+		var node string
+		var data []byte
+		if err := rows.Scan(&node, &data); err != nil {
+			return Stored{}, err
+		}
+		if out.Journals == nil {
+			out.Journals = map[string][]byte{}
+		}
+		out.Journals[node] = data
+	}
+	return out, rows.Err()
+}
+
+// Journals implements Store.
+func (s *PostgresStore) Journals(ctx context.Context) ([]Journal, error) {
+	rows, err := s.pool.Query(ctx, `SELECT doc_id, node, data FROM tandem_mention_journals`)
+	if err != nil {
+		return nil, err
+	}
+	var out []Journal
+	for rows.Next() {
+		var j Journal
+		if err := rows.Scan(&j.DocumentID, &j.Node, &j.Data); err != nil {
+			return nil, err
+		}
+		out = append(out, j)
+	}
+	return out, rows.Err()
 }
 
 // Write implements Store: one transaction for the batch. A compaction
@@ -133,6 +171,18 @@ func (s *PostgresStore) Write(ctx context.Context, batch []Write) error {
 			}
 			for _, c := range w.Chunks {
 				if _, err := tx.Exec(ctx, `INSERT INTO tandem_doc_chunks (doc_id, data) VALUES ($1, $2)`, w.DocumentID, c); err != nil {
+					return err
+				}
+			}
+			for node, data := range w.Journals {
+				var err error
+				if len(data) == 0 {
+					_, err = tx.Exec(ctx, `DELETE FROM tandem_mention_journals WHERE doc_id = $1 AND node = $2`, w.DocumentID, node)
+				} else {
+					_, err = tx.Exec(ctx, `INSERT INTO tandem_mention_journals (doc_id, node, data) VALUES ($1, $2, $3)
+						ON CONFLICT (doc_id, node) DO UPDATE SET data = EXCLUDED.data`, w.DocumentID, node, data)
+				}
+				if err != nil {
 					return err
 				}
 			}

@@ -127,3 +127,7 @@ func loadDoc(t testing.TB, s Store, id string) *automerge.Doc {
 	}
 	return d
 }
+
+func TestPostgresStoreJournals(t *testing.T) {
+	testJournals(t, openPostgres(t), randomDocID(t))
+}

@@ -32,6 +32,9 @@ type DocumentReplica interface {
 	// RelayRemoteEphemeral sends another node's peer's ephemeral message
 	// to the document's peers here.
 	RelayRemoteEphemeral(documentID string, e doc.Ephemeral)
+	// NodeGone tells that a node stopped or went silent past its TTL:
+	// what it still owed (its mention journals) is this node's to take.
+	NodeGone(node string)
 }
 
 // PresenceReplica is what the bus needs from the presence layer.
@@ -290,6 +293,13 @@ func (b *RedisBus) mayAskAgain(docID string) bool {
 // RosterInterval is how often the node lists its peers of each watched
 // document to the others (with the document's heads).
 func (b *RedisBus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
+
+// NodeAlive reports whether a node's key is in Redis: it beat within
+// its TTL (a node that stopped cleanly deleted it).
+func (b *RedisBus) NodeAlive(ctx context.Context, node string) (bool, error) {
+	n, err := b.cfg.Client.Exists(ctx, "tandem:node:"+node).Result()
+	return n > 0, err
+}
 
 // Ping reports whether Redis answers.
 func (b *RedisBus) Ping(ctx context.Context) error { return b.cfg.Client.Ping(ctx).Err() }

@@ -98,6 +98,7 @@ func (b *RedisBus) finish(id uint64, found bool) {
 // questions.
 func (b *RedisBus) nodeGone(node string) {
 	b.presence.NodeGone(node)
+	b.docs.NodeGone(node)
 	var ended []uint64
 	b.amu.Lock()
 	for id, p := range b.asks {

@@ -31,6 +31,7 @@ func (h *holdings) Holds(id string, answer func(bool)) {
 }
 
 func (h *holdings) Heads(string) ([][]byte, bool) { return nil, false }
+func (h *holdings) NodeGone(string)               {}
 
 // startFindBus runs a bus on its own over Redis at addr, with docs as its
 // document layer.

@@ -127,7 +127,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		Store: store, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncWindow:       cfg.SyncWindow,
-		Mentions:         mentionSink(bgCtx, notes.Post, func() *awareness.Hub { return presence }, log),
+		Mentions:         mentionSink(bgCtx, notes.PostMany, log),
+		MentionAuthor:    mentionAuthor(func() *awareness.Hub { return presence }),
+		NodeID:           cfg.NodeID,
 		Limits: doc.Limits{
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
 			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
@@ -178,6 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		presenceCfg.RemoteTTL = 3 * bus.RosterInterval()
 		docCfg.Replicator = bus
 		docCfg.Finder = bus
+		docCfg.NodeAlive = bus.NodeAlive
 		presenceCfg.Replicator = bus
 		presenceCfg.Directory = bus
 		transportCfg.Bus = bus

@@ -81,10 +81,33 @@ const (
 	maxMentionAuthors     = 10_000 // authors whose budget is remembered
 )
 
+// mentionAuthor names the user behind a peer that mentions someone: the
+// token's user, or in open mode the user its presence names.
+func mentionAuthor(presence func() *awareness.Hub) func(string, doc.Peer) (string, string) {
+	return func(documentID string, p doc.Peer) (string, string) {
+		if id, ok := p.(awareness.Identified); ok {
+			if i := id.Identity(); i.UserID != "" {
+				return i.UserID, i.Name
+			}
+		}
+		if h := presence(); h != nil {
+			for _, pv := range h.DocumentPresence(documentID) {
+				if pv.PeerID == p.ID() {
+					name, _ := pv.Name.(string)
+					return pv.UserID, name
+				}
+			}
+		}
+		return "", ""
+	}
+}
+
 // mentionSink turns the mentions the document hub reports into events
-// posted with post: the actor is the token's user, or in open mode the
-// user the peer's presence names. Mentioning yourself notifies nobody.
-func mentionSink(ctx context.Context, post func(context.Context, notify.Event) error, presence func() *awareness.Hub, log *slog.Logger) func(doc.Mention) {
+// posted with post, in one batch per report, each keyed by the report's
+// key and its recipient so that a report offered again notifies nobody
+// twice. Mentioning yourself notifies nobody. An error leaves the report
+// with the hub, which offers it again.
+func mentionSink(ctx context.Context, post func(context.Context, []notify.Event) error, log *slog.Logger) func(doc.Mention) error {
 	var mu sync.Mutex
 	budgets := make(map[string]*rate.Limiter)
 	allow := func(actor string, n int) int {
@@ -104,25 +127,8 @@ func mentionSink(ctx context.Context, post func(context.Context, notify.Event) e
 		}
 		return granted
 	}
-	return func(m doc.Mention) {
-		var actor, name string
-		if id, ok := m.Peer.(awareness.Identified); ok {
-			i := id.Identity()
-			actor, name = i.UserID, i.Name
-		}
-		if actor == "" {
-			if p := presence(); p != nil {
-				for _, pv := range p.DocumentPresence(m.DocumentID) {
-					if pv.PeerID == m.Peer.ID() {
-						actor = pv.UserID
-						name, _ = pv.Name.(string)
-					}
-				}
-			}
-		}
-		if actor == "" {
-			actor = m.Peer.ID()
-		}
+	return func(m doc.Mention) error {
+		actor := m.Actor
 		var users []string
 		seen := make(map[string]bool, len(m.Users))
 		for _, u := range m.Users {
@@ -141,11 +147,17 @@ func mentionSink(ctx context.Context, post func(context.Context, notify.Event) e
 				"document", m.DocumentID, "actor", actor, "mentioned", len(users), "notified", granted)
 			users = users[:granted]
 		}
-		for _, u := range users {
-			e := notify.Event{Recipient: u, Kind: notify.KindMention, Document: m.DocumentID, Title: m.Title, Actor: actor, ActorName: name}
-			if err := post(ctx, e); err != nil {
-				log.Warn("queueing a mention", "document", m.DocumentID, "recipient", u, "err", err)
-			}
+		if len(users) == 0 {
+			return nil
 		}
+		events := make([]notify.Event, len(users))
+		for i, u := range users {
+			events[i] = notify.Event{Recipient: u, Kind: notify.KindMention, Document: m.DocumentID, Title: m.Title,
+				Actor: actor, ActorName: m.ActorName, Key: m.Key + ":" + u}
+		}
+		if err := post(ctx, events); err != nil {
+			return fmt.Errorf("queue %d mentions in %s: %w", len(events), m.DocumentID, err)
+		}
+		return nil
 	}
 }

@@ -8,17 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/notify"
 )
-
-type namedPeer string
-
-func (p namedPeer) ID() string                        { return string(p) }
-func (namedPeer) SendSync(string, []byte)             {}
-func (namedPeer) SendDocUnavailable(string)           {}
-func (namedPeer) SendEphemeral(string, doc.Ephemeral) {}
 
 // What mentions may cost is bounded: one report notifies each user once
 // and at most maxMentionedPerReport of them, never the author, and an
@@ -26,18 +18,18 @@ func (namedPeer) SendEphemeral(string, doc.Ephemeral) {}
 func TestMentionsAreBounded(t *testing.T) {
 	var mu sync.Mutex
 	var posted []notify.Event
-	post := func(_ context.Context, e notify.Event) error {
+	post := func(_ context.Context, es []notify.Event) error {
 		mu.Lock()
-		posted = append(posted, e)
+		posted = append(posted, es...)
 		mu.Unlock()
 		return nil
 	}
-	sink := mentionSink(context.Background(), post, func() *awareness.Hub { return nil }, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sink := mentionSink(context.Background(), post, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	users := []string{"ana", "ana", "me"}
 	for i := range 5000 {
 		users = append(users, fmt.Sprint("u", i))
 	}
-	sink(doc.Mention{DocumentID: "d", Peer: namedPeer("me"), Title: "T", Users: users})
+	sink(doc.Mention{DocumentID: "d", Actor: "me", Title: "T", Users: users})
 	if len(posted) != maxMentionedPerReport {
 		t.Fatalf("one report of 5,000 mentions made %d events, want %d", len(posted), maxMentionedPerReport)
 	}
@@ -49,13 +41,13 @@ func TestMentionsAreBounded(t *testing.T) {
 		seen[e.Recipient] = true
 	}
 	for range 10 {
-		sink(doc.Mention{DocumentID: "d", Peer: namedPeer("me"), Title: "T", Users: users[3:53]})
+		sink(doc.Mention{DocumentID: "d", Actor: "me", Title: "T", Users: users[3:53]})
 	}
 	if len(posted) > mentionsPerMinute+1 { // the budget refills a little while the test runs
 		t.Fatalf("an author's reports made %d events at once, want at most %d", len(posted), mentionsPerMinute)
 	}
 	before := len(posted)
-	sink(doc.Mention{DocumentID: "d", Peer: namedPeer("other"), Title: "T", Users: []string{"ana"}})
+	sink(doc.Mention{DocumentID: "d", Actor: "other", Title: "T", Users: []string{"ana"}})
 	if len(posted) != before+1 {
 		t.Fatal("another author's mention was held back by the first one's budget")
 	}

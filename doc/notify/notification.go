@@ -37,6 +37,10 @@ type Event struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// At is when it was posted (Unix ms), set by Post.
 	At int64 `json:"at,omitempty"`
+	// Key, when set, makes posting the event idempotent: an event whose
+	// key was posted within KeyRetention is taken as a repeat and dropped.
+	// Mentions carry one, so a report offered twice notifies once.
+	Key string `json:"key,omitempty"`
 }
 
 // KindMention is the kind of the events the server makes for mentions.
@@ -47,6 +51,7 @@ const (
 	MaxIDLen      = 128
 	MaxTextLen    = 256
 	MaxPayloadLen = 4096
+	MaxKeyLen     = 256
 )
 
 var kindRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
@@ -70,12 +75,14 @@ func (e *Event) Validate() error {
 		return bad("document must be at most %d bytes", MaxIDLen)
 	case len(e.Title) > MaxTextLen || len(e.ActorName) > MaxTextLen || len(e.Verb) > MaxTextLen:
 		return bad("title, actorName and verb must be at most %d bytes", MaxTextLen)
+	case len(e.Key) > MaxKeyLen:
+		return bad("key must be at most %d bytes", MaxKeyLen)
 	case len(e.Payload) > MaxPayloadLen:
 		return bad("payload must be at most %d bytes", MaxPayloadLen)
 	case len(e.Payload) > 0 && !json.Valid(e.Payload):
 		return bad("payload must be JSON")
 	}
-	for _, s := range []string{e.Recipient, e.Kind, e.Actor, e.Document, e.Title, e.ActorName, e.Verb} {
+	for _, s := range []string{e.Recipient, e.Kind, e.Actor, e.Document, e.Title, e.ActorName, e.Verb, e.Key} {
 		if !utf8.ValidString(s) {
 			return bad("text must be UTF-8")
 		}

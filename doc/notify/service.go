@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -71,6 +72,8 @@ type Service struct {
 	poke chan struct{}
 	wg   sync.WaitGroup
 	stop context.CancelFunc
+
+	keysForgotten atomic.Int64 // when keys past KeyRetention were last deleted (Unix ms)
 }
 
 // New prepares the store and the queue (migrating both) but does not start
@@ -237,13 +240,17 @@ func (s *Service) Post(ctx context.Context, e Event) error {
 // MaxBatch bounds the events of one PostMany.
 const MaxBatch = 1000
 
-// PostMany queues events in one transaction: all or none.
+// KeyRetention is how long an event's key is remembered.
+const KeyRetention = 7 * 24 * time.Hour
+
+// PostMany queues events in one transaction: all or none. Events whose
+// key was posted before are dropped as repeats (counted as kind
+// "repeated").
 func (s *Service) PostMany(ctx context.Context, events []Event) error {
 	if len(events) == 0 || len(events) > MaxBatch {
 		return fmt.Errorf("%w: post 1 to %d events at once", ErrBadEvent, MaxBatch)
 	}
 	now := nowMillis()
-	params := make([]river.InsertManyParams, len(events))
 	for i := range events {
 		e := &events[i]
 		if err := e.Validate(); err != nil {
@@ -251,7 +258,6 @@ func (s *Service) PostMany(ctx context.Context, events []Event) error {
 			return fmt.Errorf("event %d: %w", i, err)
 		}
 		e.At = now
-		params[i] = river.InsertManyParams{Args: eventArgs{Recipient: e.Recipient, EventKind: e.Kind, Document: e.Document}}
 	}
 	tx, err := s.store.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -259,12 +265,26 @@ func (s *Service) PostMany(ctx context.Context, events []Event) error {
 	}
 	defer tx.Rollback()
 	err = s.store.durable(ctx, tx)
+	fresh := make([]*Event, 0, len(events))
+	for i := 0; err == nil && i < len(events); i++ {
+		ok := true
+		if events[i].Key != "" {
+			ok, err = s.store.claimKey(ctx, tx, events[i].Key, now)
+		}
+		if ok && err == nil {
+			fresh = append(fresh, &events[i])
+		}
+	}
 	var res []*rivertype.JobInsertResult
-	if err == nil {
+	if err == nil && len(fresh) > 0 {
+		params := make([]river.InsertManyParams, len(fresh))
+		for i, e := range fresh {
+			params[i] = river.InsertManyParams{Args: eventArgs{Recipient: e.Recipient, EventKind: e.Kind, Document: e.Document}}
+		}
 		res, err = s.river.InsertManyTx(ctx, tx, params)
 	}
 	for i := 0; err == nil && i < len(res); i++ {
-		err = s.store.addEvent(ctx, tx, res[i].Job.ID, &events[i])
+		err = s.store.addEvent(ctx, tx, res[i].Job.ID, fresh[i])
 	}
 	if err == nil {
 		err = tx.Commit()
@@ -272,8 +292,17 @@ func (s *Service) PostMany(ctx context.Context, events []Event) error {
 	if err != nil {
 		return fmt.Errorf("notify: queue event: %w", err)
 	}
-	for _, e := range events {
+	for _, e := range fresh {
 		s.cfg.Metrics.event(e.Kind).Inc()
+	}
+	if repeated := len(events) - len(fresh); repeated > 0 {
+		s.cfg.Metrics.Events.WithLabelValues("repeated").Add(float64(repeated))
+	}
+	if keyed := len(events) > 0 && events[0].Key != ""; keyed && s.keysForgotten.Load() < now-time.Hour.Milliseconds() {
+		s.keysForgotten.Store(now)
+		if err := s.store.forgetKeys(ctx, now-KeyRetention.Milliseconds()); err != nil {
+			s.log.Warn("notify: forgetting old event keys", "err", err)
+		}
 	}
 	return nil
 }

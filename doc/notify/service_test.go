@@ -472,3 +472,57 @@ func TestEventKindLabelsAreBounded(t *testing.T) {
 		t.Fatalf("other = %v", n)
 	}
 }
+
+// An event posted again with its key (a mention report offered twice) is
+// queued once; the same key in a later batch or a batch of its own drops
+// only the repeat.
+func TestAKeyedEventIsQueuedOnce(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			s := startService(t, open(), pg, 100*time.Millisecond)
+			ctx := context.Background()
+			keyed := func(recipient, key string) Event {
+				e := mention(recipient, "ana", "Ana", 0)
+				e.Key = key
+				return e
+			}
+			if err := s.PostMany(ctx, []Event{keyed("bo", "r1:bo"), keyed("cy", "r1:cy")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PostMany(ctx, []Event{keyed("bo", "r1:bo"), keyed("bo", "r2:bo")}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Post(ctx, keyed("cy", "r1:cy")); err != nil {
+				t.Fatal(err)
+			}
+			drained(t, s)
+			waitFor := func(user string, want int) {
+				t.Helper()
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					page, _, _, err := s.List(ctx, user, ListOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					events := 0
+					for _, n := range page {
+						events += n.Events
+					}
+					if events == want && openWindows(t, s) == 0 {
+						return
+					}
+					if events > want || time.Now().After(deadline) {
+						t.Fatalf("%s has %d events, want %d", user, events, want)
+					}
+					time.Sleep(20 * time.Millisecond) // polling the database's state
+				}
+			}
+			waitFor("bo", 2)
+			waitFor("cy", 1)
+			if n := testutil.ToFloat64(s.cfg.Metrics.Events.WithLabelValues("repeated")); n != 2 {
+				t.Fatalf("repeated = %v, want 2", n)
+			}
+		})
+	}
+}

@@ -111,6 +111,12 @@ func (s *store) migrate(ctx context.Context) error {
 			read_at ` + forever + `
 		)`,
 		`CREATE INDEX IF NOT EXISTS tandem_notifications_recipient ON tandem_notifications (recipient, id)`,
+		// Keys of the events posted with one, for KeyRetention.
+		`CREATE TABLE IF NOT EXISTS tandem_notify_keys (
+			key TEXT PRIMARY KEY,
+			at ` + forever + ` NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS tandem_notify_keys_at ON tandem_notify_keys (at)`,
 	}
 	for _, st := range stmts {
 		if _, err := s.db.ExecContext(ctx, st); err != nil {
@@ -125,6 +131,22 @@ type window struct {
 	id                   int64
 	recipient, kind, doc string
 	openedAt, dueAt      int64
+}
+
+// claimKey records an event's key; false if it was posted before.
+func (s *store) claimKey(ctx context.Context, tx *sql.Tx, key string, at int64) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_notify_keys (key, at) VALUES (?, ?) ON CONFLICT DO NOTHING`), key, at)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// forgetKeys deletes the keys posted before a time.
+func (s *store) forgetKeys(ctx context.Context, before int64) error {
+	_, err := s.db.ExecContext(ctx, s.q(`DELETE FROM tandem_notify_keys WHERE at < ?`), before)
+	return err
 }
 
 // addEvent records a queued event, in the transaction that queues its job.

@@ -1,0 +1,259 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// crashCopy returns a new store holding what from holds for the test
+// document, journals included: the disk of a node killed at this moment.
+func crashCopy(t *testing.T, from Store) *BoltStore {
+	t.Helper()
+	st, err := from.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := openStore(t, t.TempDir())
+	w := Write{DocumentID: testDoc, Snapshot: st.Snapshot, Chunks: st.Chunks, Journals: st.Journals}
+	if err := to.Write(context.Background(), []Write{w}); err != nil {
+		t.Fatal(err)
+	}
+	return to
+}
+
+func storedJournals(t *testing.T, s Store) int {
+	t.Helper()
+	js, err := s.Journals(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(js)
+}
+
+func waitNoJournals(t *testing.T, s Store) {
+	t.Helper()
+	waitFor(t, "the journals to be deleted", 10*time.Second, func() bool { return storedJournals(t, s) == 0 })
+}
+
+// testJournals checks a store's journals: written, replaced and deleted
+// per node with the document's changes, kept across a compaction, loaded
+// with the document and listed.
+func testJournals(t *testing.T, s Store, docID string) {
+	ctx := context.Background()
+	write := func(w Write) {
+		t.Helper()
+		w.DocumentID = docID
+		if err := s.Write(ctx, []Write{w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journals := func() map[string]string {
+		t.Helper()
+		st, err := s.Load(ctx, docID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for n, d := range st.Journals {
+			out[n] = string(d)
+		}
+		return out
+	}
+	c := newClient("w")
+	c.setText(t, "k", "v")
+	write(Write{Chunks: [][]byte{c.doc.SaveIncremental()}, Journals: map[string][]byte{"a": []byte("1"), "b": []byte("2")}})
+	write(Write{Journals: map[string][]byte{"a": []byte("3")}})
+	write(Write{Snapshot: c.doc.Save(), Journals: map[string][]byte{"b": {}}})
+	if got := journals(); len(got) != 1 || got["a"] != "3" {
+		t.Fatalf("journals = %v, want a=3", got)
+	}
+	listed, err := s.Journals(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, j := range listed {
+		found = found || (j.DocumentID == docID && j.Node == "a" && string(j.Data) == "3")
+	}
+	if !found {
+		t.Fatalf("Journals() = %+v, missing %s/a", listed, docID)
+	}
+	write(Write{Journals: map[string][]byte{"a": {}}})
+	if got := journals(); len(got) != 0 {
+		t.Fatalf("journals after deleting = %v", got)
+	}
+}
+
+func TestBoltStoreJournals(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	testJournals(t, s, testDoc)
+	if n := storedJournals(t, s); n != 0 {
+		t.Fatalf("%d journals listed after all were deleted", n)
+	}
+}
+
+func authors(documentID string, p Peer) (string, string) {
+	switch p.ID() {
+	case "peer-ana":
+		return "ana", "Ana"
+	case "peer-cy":
+		return "cy", "Cy"
+	}
+	return "", ""
+}
+
+// typeTwoBursts leaves a hub owing two reports: ana's mention of bo,
+// counted when cy began to type, and cy's mention of dee, not counted
+// yet (its changes are pending).
+func typeTwoBursts(t *testing.T, h *Hub) {
+	t.Helper()
+	ana, cy := newClient("peer-ana"), newClient("peer-cy")
+	ana.splice(t, 0, 0, "Roadmap\n")
+	ana.sync(t, h, false)
+	for i, ch := range "hi @bo " {
+		ana.splice(t, 8+i, 0, string(ch))
+		ana.sync(t, h, false)
+	}
+	cy.sync(t, h, true)
+	for i, ch := range "@dee " {
+		cy.splice(t, 8+i, 0, string(ch))
+		cy.sync(t, h, false)
+	}
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sortedReports(t *testing.T, got chan Mention, n int) map[string]Mention {
+	t.Helper()
+	out := map[string]Mention{}
+	for range n {
+		select {
+		case m := <-got:
+			if _, dup := out[m.Actor]; dup {
+				t.Fatalf("%s's mentions reported twice", m.Actor)
+			}
+			out[m.Actor] = m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d reports arrived: %v", len(out), n, out)
+		}
+	}
+	return out
+}
+
+// A node killed while its peers' edits have not settled leaves its
+// mention journal with the changes; the next node to start on that store
+// reports what it owed, once, for the right authors, and deletes it.
+func TestMentionsOfAKilledNodeAreReportedByTheNext(t *testing.T) {
+	var killed atomic.Bool
+	a := newTestHub(t, openStore(t, t.TempDir()), Config{
+		NodeID: "node-a", MentionAuthor: authors, MentionSettle: time.Hour,
+		Mentions: func(m Mention) error {
+			if !killed.Load() {
+				t.Errorf("node a reported %+v before it was killed", m)
+			}
+			return nil
+		},
+	})
+	typeTwoBursts(t, a)
+	disk := crashCopy(t, a.cfg.Store)
+	killed.Store(true) // what node a does from here on is not on this disk
+	js, _ := disk.Journals(context.Background())
+	if len(js) != 1 || js[0].Node != "node-a" {
+		t.Fatalf("the killed node's disk holds journals %+v, want node-a's", js)
+	}
+
+	got := make(chan Mention, 10)
+	newTestHub(t, disk, Config{
+		NodeID: "node-b", MentionAuthor: authors,
+		Mentions: func(m Mention) error { got <- m; return nil },
+	})
+	reports := sortedReports(t, got, 2)
+	if m := reports["ana"]; !slices.Equal(m.Users, []string{"bo"}) || m.ActorName != "Ana" || m.PeerID != "peer-ana" || m.Title != "Roadmap" || m.Key == "" {
+		t.Fatalf("ana's report = %+v", m)
+	}
+	if m := reports["cy"]; !slices.Equal(m.Users, []string{"dee"}) || m.Key == "" || m.Key == reports["ana"].Key {
+		t.Fatalf("cy's report = %+v", m)
+	}
+	waitNoJournals(t, disk)
+	select {
+	case m := <-got:
+		t.Fatalf("an extra report: %+v", m)
+	default:
+	}
+}
+
+// A journal whose node is alive is its node's to report; once the node is
+// gone, a node that has the document loaded already takes it over.
+func TestAJournalIsTakenOverOnlyOnceItsNodeIsGone(t *testing.T) {
+	a := newTestHub(t, openStore(t, t.TempDir()), Config{
+		NodeID: "node-a", MentionAuthor: authors, MentionSettle: time.Hour,
+		Mentions: func(Mention) error { return nil },
+	})
+	typeTwoBursts(t, a)
+	disk := crashCopy(t, a.cfg.Store)
+
+	var aAlive atomic.Bool
+	aAlive.Store(true)
+	got := make(chan Mention, 10)
+	b := newTestHub(t, disk, Config{
+		NodeID: "node-b", MentionAuthor: authors,
+		Mentions:  func(m Mention) error { got <- m; return nil },
+		NodeAlive: func(_ context.Context, node string) (bool, error) { return node == "node-a" && aAlive.Load(), nil },
+	})
+	reader := newClient("reader")
+	reader.sync(t, b, true) // the room is loaded, with node a's journal left alone
+	if err := b.SweepJournals(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("a live node's journal was taken over: %+v", <-got)
+	}
+
+	aAlive.Store(false)
+	b.NodeGone("node-a")
+	reports := sortedReports(t, got, 2)
+	if !slices.Equal(reports["ana"].Users, []string{"bo"}) || !slices.Equal(reports["cy"].Users, []string{"dee"}) {
+		t.Fatalf("reports = %+v", reports)
+	}
+	waitNoJournals(t, disk)
+}
+
+// A report the notification queue cannot take stays in the journal and is
+// offered again, with the same key, until it is taken.
+func TestAFailedReportIsOfferedAgainWithItsKey(t *testing.T) {
+	var calls atomic.Int32
+	offered := make(chan Mention, 10)
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{
+		MentionAuthor: authors, MentionSettle: time.Millisecond,
+		Mentions: func(m Mention) error {
+			offered <- m
+			if calls.Add(1) < 3 {
+				return errors.New("queue away")
+			}
+			return nil
+		},
+	})
+	ana := newClient("peer-ana")
+	ana.splice(t, 0, 0, "hi @bo ")
+	ana.sync(t, h, false)
+	first := <-offered
+	// While the queue is away, the report is in the stored journal.
+	waitFor(t, "the failed report in the stored journal", 10*time.Second, func() bool { return storedJournals(t, s) == 1 })
+	for range 2 {
+		select {
+		case m := <-offered:
+			if m.Key != first.Key || !slices.Equal(m.Users, first.Users) {
+				t.Fatalf("offered again as %+v, first as %+v", m, first)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the failed report was not offered again")
+		}
+	}
+	waitNoJournals(t, s)
+}
