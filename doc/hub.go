@@ -130,6 +130,9 @@ type Hub struct {
 	// the lookups (store read again, cluster asked) they took.
 	requestsArrived, requestsUnavailable prometheus.Counter
 	lookups                              prometheus.Counter
+	// catchUps counts rooms that found changes in the store after a gap
+	// in what the bus carried (replica.go).
+	catchUps prometheus.Counter
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -182,13 +185,17 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_lookups_total",
 		Help: "Lookups for a requested document after its grace window: the store read again and, in a cluster, the other nodes asked.",
 	})
+	h.catchUps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_store_catchups_total",
+		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (the last local peer left, or Redis was unreachable).",
+	})
 	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_mention_reports_total",
 		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
 	}, []string{"event"})
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, mentions,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, mentions,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -371,6 +378,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("load document %s: %w", documentID, r.loadErr)
 	}
+	r.catchUp(ctx, h)
 	return r, nil
 }
 

@@ -1,6 +1,8 @@
 package doc
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/automerge/automerge-go"
@@ -48,6 +50,22 @@ func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
 }
 
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
+	return r.applyOthers(h, func(d *automerge.Doc) error {
+		if changes, err := automerge.LoadChanges(data); err == nil {
+			if err := d.Apply(changes...); err != nil {
+				return fmt.Errorf("apply remote changes to %s: %w", r.id, err)
+			}
+		} else if err := d.LoadIncremental(data); err != nil {
+			return fmt.Errorf("load remote document %s: %w", r.id, err)
+		}
+		return nil
+	})
+}
+
+// applyOthers applies, with apply, changes that other nodes' peers made,
+// and syncs what is new to the local peers. It reports whether the
+// document changed.
+func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	r.mu.Lock()
@@ -59,13 +77,8 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	if r.mentions != nil {
 		r.mentions.count(r.doc) // local peers' pending changes are theirs
 	}
-	if changes, err := automerge.LoadChanges(data); err == nil {
-		err = r.doc.Apply(changes...)
-		if err != nil {
-			return false, fmt.Errorf("apply remote changes to %s: %w", r.id, err)
-		}
-	} else if err := r.doc.LoadIncremental(data); err != nil {
-		return false, fmt.Errorf("load remote document %s: %w", r.id, err)
+	if err := apply(r.doc); err != nil {
+		return false, err
 	}
 	if sameHeads(before, r.doc.Heads()) {
 		return false, nil
@@ -83,6 +96,87 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 		return true, fmt.Errorf("read remote changes to %s: %w", r.id, err)
 	}
 	return true, nil
+}
+
+// A room in memory hears other nodes' changes only while the bus carries
+// its document: while the room has a local peer (the bus follows only
+// what this node's clients need) and Redis is reachable. Past such a gap
+// the room may lack changes that other nodes stored, and nobody may be
+// left to repair it by comparing heads (they may have evicted the
+// document, or died). So a room that had a gap reads the store, which
+// holds every acknowledged change, before it serves a peer again; what
+// was stored after that read reaches it over the bus, whose new
+// subscription greets the nodes that hold the document.
+
+// Missed tells the hub that the bus may have lost messages (Redis was
+// unreachable): every room in memory catches up from the store, at once
+// for those with peers, at their next peer for the others.
+func (h *Hub) Missed() {
+	h.mu.Lock()
+	rooms := make([]*room, 0, len(h.rooms))
+	for _, r := range h.rooms {
+		rooms = append(rooms, r)
+	}
+	h.mu.Unlock()
+	var busy []*room
+	for _, r := range rooms {
+		r.gaps.Add(1)
+		r.mu.Lock()
+		if len(r.members) > 0 {
+			busy = append(busy, r)
+		}
+		r.mu.Unlock()
+	}
+	if len(busy) > 0 {
+		h.after(0, func() {
+			for _, r := range busy {
+				r.catchUp(context.Background(), h)
+			}
+		})
+	}
+}
+
+// catchUp reads the store into the room if it had a gap since it last
+// did. Callers wait for a catch-up under way; a store that fails leaves
+// the gap for the next caller, and the room serves what it has meanwhile.
+func (r *room) catchUp(ctx context.Context, h *Hub) {
+	if r.gaps.Load() == r.caughtUp.Load() {
+		return
+	}
+	r.catchMu.Lock()
+	defer r.catchMu.Unlock()
+	gaps := r.gaps.Load() // a gap opening from here on needs another read
+	if gaps == r.caughtUp.Load() {
+		return // caught up by the caller before
+	}
+	stored, err := h.cfg.Store.Load(context.WithoutCancel(ctx), r.id)
+	if errors.Is(err, ErrNotFound) {
+		r.caughtUp.Store(gaps)
+		return
+	}
+	if err != nil {
+		h.log.Warn("catch up from the store: serving what is in memory", "document", r.id, "err", err)
+		return
+	}
+	changed, err := r.applyOthers(h, func(d *automerge.Doc) error {
+		for _, data := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
+			if data == nil {
+				continue
+			}
+			if err := d.LoadIncremental(data); err != nil {
+				h.log.Error("catch up: skipping a stored chunk that does not load", "document", r.id, "err", err)
+			}
+		}
+		return nil
+	})
+	r.caughtUp.Store(gaps)
+	if changed {
+		h.catchUps.Inc()
+		h.markDirty(r)
+	}
+	if err != nil {
+		h.log.Warn("catch up from the store", "document", r.id, "err", err)
+	}
 }
 
 // Heads returns the heads of a document in memory on this node.

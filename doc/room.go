@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/automerge/automerge-go"
@@ -29,6 +30,14 @@ type room struct {
 	// handMu makes one caller at a time hand the room's mention reports
 	// over (mentions.go); taken before mu.
 	handMu sync.Mutex
+	// Gaps in what the bus carried of the document, counted: its last
+	// local peer left (the bus stopped carrying it) or the bus lost
+	// messages. caughtUp is the count the room last read the store past;
+	// while they differ the room reads the store before it serves
+	// (replica.go). catchMu makes one caller at a time read it; taken
+	// before applyMu.
+	gaps, caughtUp atomic.Uint64
+	catchMu        sync.Mutex
 
 	mu         sync.Mutex // guards everything below
 	doc        *automerge.Doc
@@ -427,6 +436,9 @@ func (r *room) leave(h *Hub, p Peer) {
 		delete(r.members, p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
+			if r.publish != nil { // in a cluster: the bus stops carrying it
+				r.gaps.Add(1)
+			}
 		}
 		r.settle(h)
 	}

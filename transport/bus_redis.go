@@ -35,6 +35,9 @@ type DocumentReplica interface {
 	// NodeGone tells that a node stopped or went silent past its TTL:
 	// what it still owed (its mention journals) is this node's to take.
 	NodeGone(node string)
+	// Missed tells that the bus may have lost messages (Redis was
+	// unreachable): documents in memory catch up from the store.
+	Missed()
 }
 
 // PresenceReplica is what the bus needs from the presence layer.
@@ -800,9 +803,11 @@ func (b *RedisBus) receiveLoop(ctx context.Context) {
 	}
 }
 
-// catchUp greets every watched document again (go-redis has resubscribed)
-// and rereads the statuses of followed users.
+// catchUp has the documents in memory read the store, greets every
+// watched document again (go-redis has resubscribed) and rereads the
+// statuses of followed users.
 func (b *RedisBus) catchUp(ctx context.Context) {
+	b.docs.Missed()
 	b.mu.Lock()
 	docs := make([]string, 0, len(b.watched))
 	for id := range b.watched {

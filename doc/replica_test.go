@@ -1,0 +1,92 @@
+package doc
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+// twoNodes starts two hubs on one store whose bus carries nothing between
+// them: what one node learns of the other's changes comes from the store.
+func twoNodes(t *testing.T) (h1, h2 *Hub) {
+	t.Helper()
+	store := openStore(t, t.TempDir())
+	h1 = newTestHub(t, sharedStore{store}, Config{Replicator: &fakeReplicator{}})
+	h2 = newTestHub(t, sharedStore{store}, Config{Replicator: &fakeReplicator{}})
+	return h1, h2
+}
+
+// A room whose last peer left stays in memory, but the bus no longer
+// carries its document: a peer that comes back must still get every change
+// another node stored meanwhile (the soak found such peers served an old
+// copy for as long as the room stayed in memory). Each round: node 1's
+// peer leaves, node 2's peer writes, a new peer on node 1 reads.
+func TestARoomWithoutPeersCatchesUpFromTheStore(t *testing.T) {
+	h1, h2 := twoNodes(t)
+	writer := newClient("writer")
+	writer.setText(t, "title", "v0")
+	writer.sync(t, h2, false)
+	for round := range 100 {
+		reader := newClient(fmt.Sprint("reader-", round))
+		reader.sync(t, h1, true)
+		want := fmt.Sprint("v", round)
+		if got := reader.get(t, "title"); got != want {
+			t.Fatalf("round %d: a peer joining node 1 read %q, node 2 stored %q", round, got, want)
+		}
+		h1.Leave(reader.peer, testDoc)
+		writer.setText(t, "title", fmt.Sprint("v", round+1))
+		writer.sync(t, h2, false)
+	}
+}
+
+// Two peers of an empty room arrive at once: both get the stored changes
+// in their first answers (the second waits for the first one's catch-up).
+func TestPeersArrivingTogetherShareOneCatchUp(t *testing.T) {
+	for round := range 50 {
+		h1, h2 := twoNodes(t)
+		first := newClient("first")
+		first.sync(t, h1, true) // node 1 holds the (empty) room
+		h1.Leave(first.peer, testDoc)
+		writer := newClient("writer")
+		writer.setText(t, "title", "stored by node 2")
+		writer.sync(t, h2, false)
+
+		readers := []*client{newClient("r1"), newClient("r2")}
+		var wg sync.WaitGroup
+		errs := make([]error, len(readers))
+		for i, r := range readers {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = r.syncLoop(h1, testDoc, true) }()
+		}
+		wg.Wait()
+		for i, r := range readers {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if got := r.get(t, "title"); got != "stored by node 2" {
+				t.Fatalf("round %d: reader %d read %q", round, i, got)
+			}
+		}
+	}
+}
+
+// While Redis is unreachable the bus carries nothing; once it is back the
+// hub is told it missed messages, and a peer connected all along is sent
+// what the other node stored meanwhile.
+func TestAMissedBusCatchesUpFromTheStore(t *testing.T) {
+	h1, h2 := twoNodes(t)
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "title", "before")
+	a.sync(t, h1, false)
+	b.sync(t, h2, true)
+	b.setText(t, "title", "while Redis was down")
+	b.sync(t, h2, false)
+	a.sync(t, h1, false)
+	if got := a.get(t, "title"); got != "before" {
+		t.Fatalf("a read %q before the bus was back; the test's bus carries nothing", got)
+	}
+	h1.Missed()
+	a.receiveUntil(t, h1, testDoc, "the change stored meanwhile", func() bool {
+		return a.get(t, "title") == "while Redis was down"
+	})
+}
