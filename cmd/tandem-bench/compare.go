@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -16,6 +17,11 @@ type server struct {
 	name string
 	cmd  *exec.Cmd
 	url  string
+	port int
+	// How it was started, for restart.
+	ready, urlPath string
+	argv           []string
+	exited         chan struct{} // closed once the process has been waited for
 }
 
 // startServer runs argv with its port as the last argument, waits for the
@@ -27,7 +33,17 @@ func startServer(name, ready, urlPath string, argv ...string) (*server, error) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	for i, a := range argv {
+	return startServerOn(port, name, ready, urlPath, argv...)
+}
+
+// serverLogDir, when set (--server-logs), receives each started server's
+// output in a file named after it.
+var serverLogDir string
+
+// startServerOn is startServer on a given port.
+func startServerOn(port int, name, ready, urlPath string, template ...string) (*server, error) {
+	argv := make([]string, len(template))
+	for i, a := range template {
 		argv[i] = strings.ReplaceAll(a, "{port}", fmt.Sprint(port))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -39,11 +55,28 @@ func startServer(name, ready, urlPath string, argv ...string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
+	var logf *os.File
+	if serverLogDir != "" {
+		logf, err = os.OpenFile(filepath.Join(serverLogDir, strings.ReplaceAll(name, " ", "-")+".log"),
+			os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+	}
 	found := make(chan bool, 1)
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
+		if logf != nil {
+			defer logf.Close()
+		}
 		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		ok := false
 		for sc.Scan() {
+			if logf != nil {
+				fmt.Fprintln(logf, sc.Text())
+			}
 			if !ok && strings.Contains(sc.Text(), ready) {
 				ok = true
 				found <- true
@@ -52,32 +85,48 @@ func startServer(name, ready, urlPath string, argv ...string) (*server, error) {
 		if !ok {
 			found <- false
 		}
+		cmd.Wait()
 	}()
 	select {
 	case ok := <-found:
 		if !ok {
 			cmd.Process.Kill()
-			cmd.Wait()
+			<-exited
 			return nil, fmt.Errorf("%s exited before it listened", name)
 		}
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
-		cmd.Wait()
+		<-exited
 		return nil, fmt.Errorf("%s did not listen within 30s", name)
 	}
-	return &server{name: name, cmd: cmd, url: fmt.Sprintf("ws://127.0.0.1:%d%s", port, urlPath)}, nil
+	return &server{name: name, cmd: cmd, url: fmt.Sprintf("ws://127.0.0.1:%d%s", port, urlPath), port: port,
+		ready: ready, urlPath: urlPath, argv: template, exited: exited}, nil
 }
 
+// stop interrupts the process and waits for it, killing it after 10 s.
 func (s *server) stop() {
 	s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-s.exited:
 	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
-		<-done
+		s.kill()
 	}
+}
+
+// kill ends the process with SIGKILL and waits for it.
+func (s *server) kill() {
+	s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// restart starts the process again, the same way on the same port.
+func (s *server) restart() error {
+	n, err := startServerOn(s.port, s.name, s.ready, s.urlPath, s.argv...)
+	if err != nil {
+		return err
+	}
+	*s = *n
+	return nil
 }
 
 // runCompare runs one scenario (presence, typing or idle) against Tandem

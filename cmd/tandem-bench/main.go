@@ -13,6 +13,11 @@
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //
+// With --soak it runs the fault soak instead (soak.go): a cluster under
+// random disconnects, a node killed with -9, Redis restarted and bad
+// input; it fails unless no ghost outlives the bound and no acknowledged
+// edit or document is lost, damaged or diverged.
+//
 // With --server-pid it reads the server's CPU time and RSS from /proc.
 package main
 
@@ -66,7 +71,10 @@ func main() {
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
 	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--sync-window 50ms\")")
 	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
+	soak := flag.Bool("soak", false, soakHelp)
+	ghostBound := flag.Duration("ghost-bound", 15*time.Second, "soak: how long after a peer left a node may still show it (node TTL plus three rosters, with a margin)")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's own CPU profile to this file")
+	flag.StringVar(&serverLogDir, "server-logs", "", "append the output of every server the tool starts to <dir>/<name>.log")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -93,6 +101,8 @@ func main() {
 	defer stop()
 	var err error
 	switch {
+	case *soak:
+		err = runSoak(ctx, o, *tandemBin, max(*cluster, 2), *postgresURL, *ghostBound)
 	case *cluster > 0:
 		err = runCluster(ctx, o, *tandemBin, *cluster, *postgresURL)
 	case *compare:
