@@ -51,12 +51,10 @@ func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
 
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	return r.applyOthers(h, func(d *automerge.Doc) error {
-		if changes, err := automerge.LoadChanges(data); err == nil {
-			if err := d.Apply(changes...); err != nil {
-				return fmt.Errorf("apply remote changes to %s: %w", r.id, err)
-			}
-		} else if err := d.LoadIncremental(data); err != nil {
-			return fmt.Errorf("load remote document %s: %w", r.id, err)
+		// Changes or a whole document, both read by LoadIncremental; never
+		// Doc.Apply of what LoadChanges read (see loadChanges).
+		if err := loadChanges(d, data); err != nil {
+			return fmt.Errorf("apply remote changes to %s: %w", r.id, err)
 		}
 		return nil
 	})

@@ -1,9 +1,14 @@
 package doc
 
 import (
+	"bytes"
+	"container/list"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/automerge/automerge-go"
 )
 
 // twoNodes starts two hubs on one store whose bus carries nothing between
@@ -89,4 +94,84 @@ func TestAMissedBusCatchesUpFromTheStore(t *testing.T) {
 	a.receiveUntil(t, h1, testDoc, "the change stored meanwhile", func() bool {
 		return a.get(t, "title") == "while Redis was down"
 	})
+}
+
+// gcPressure collects garbage in a loop until the test ends: what the
+// collector frees too early under load, it frees here at once.
+func gcPressure(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
+// manyChanges returns a document of n changes and all of them saved.
+func manyChanges(t *testing.T, n int) (*automerge.Doc, []byte) {
+	t.Helper()
+	d := automerge.New()
+	for i := range n {
+		if err := d.RootMap().Set("n", int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Commit("edit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, automerge.SaveChanges(cs)
+}
+
+// Another node sends hundreds of changes at once (a heads exchange after
+// Redis came back): they are applied and reach the local peer. Read with
+// LoadChanges and applied with Doc.Apply they crashed the process
+// (SIGSEGV in automerge-go; see loadChanges).
+func TestManyRemoteChangesAtOnce(t *testing.T) {
+	gcPressure(t)
+	src, data := manyChanges(t, 600)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Replicator: &fakeReplicator{}})
+	a := newClient("a")
+	a.sync(t, h, true)
+	for range 5 {
+		if err := h.ApplyRemote(testDoc, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heads, _ := h.Heads(testDoc)
+	if len(heads) != 1 || !bytes.Equal(heads[0], src.Heads()[0][:]) {
+		t.Fatal("the hub's heads are not the sender's")
+	}
+	a.receiveUntil(t, h, testDoc, "the remote changes", func() bool {
+		v, err := a.doc.RootMap().Get("n")
+		return err == nil && v.Kind() == automerge.KindInt64 && v.Int64() == 599
+	})
+}
+
+// The sandbox worker's copy catches up with many queued changes at once
+// (the same fault, in the worker).
+func TestSandboxCopyTakesManyQueuedChanges(t *testing.T) {
+	gcPressure(t)
+	src, data := manyChanges(t, 600)
+	c := &sandboxCopyCache{byID: map[string]*list.Element{}, lru: list.New()}
+	for range 5 {
+		d, err := c.catchUp(testDoc, true, automerge.New().Save(), [][]byte{data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameHeads(d.Heads(), src.Heads()) {
+			t.Fatal("the copy's heads are not the changes'")
+		}
+	}
 }

@@ -135,11 +135,7 @@ func (c *sandboxCopyCache) catchUp(id string, full bool, data []byte, queued [][
 		}
 	}
 	for _, q := range queued {
-		changes, err := automerge.LoadChanges(q)
-		if err != nil {
-			return nil, err
-		}
-		if err := d.Apply(changes...); err != nil {
+		if err := loadChanges(d, q); err != nil {
 			return nil, err
 		}
 	}
