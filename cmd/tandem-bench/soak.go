@@ -59,9 +59,10 @@ type soak struct {
 	calmAfter atomic.Int64 // Unix ns: ghosts are measured from here at the earliest (a fault's end)
 	kills     atomic.Int64 // nodes killed so far
 
-	emu    sync.Mutex
-	errors map[string]int // by reason
-	ghosts map[string]time.Duration
+	emu     sync.Mutex
+	errors  map[string]int // by reason
+	ghosts  map[string]time.Duration
+	longest time.Duration // the longest a peer that had left was still shown, within the bound or not
 }
 
 func (s *soak) count(reason string) {
@@ -90,11 +91,13 @@ type soakResult struct {
 	lost, damaged, diverged int
 	ghosts                  map[string]time.Duration // peer on node → how long after it left it was still shown
 	finalGhosts             int                      // peers shown after everyone left and the bound passed
+	crashed                 []string                 // nodes that exited without being killed
+	longest                 time.Duration            // the longest a peer that had left was still shown (while the load ran)
 	errors                  map[string]int           // by reason
 }
 
 func (r soakResult) faulty() bool {
-	return r.lost > 0 || r.damaged > 0 || r.diverged > 0 || len(r.ghosts) > 0 || r.finalGhosts > 0 ||
+	return r.lost > 0 || r.damaged > 0 || r.diverged > 0 || len(r.ghosts) > 0 || r.finalGhosts > 0 || len(r.crashed) > 0 ||
 		r.errors["bad input: unexpected outcome"] > 0
 }
 
@@ -104,10 +107,12 @@ func runSoak(ctx context.Context, o options, tandemBin string, n int, postgresUR
 	if err != nil {
 		return err
 	}
+	fmt.Printf("nodes crashed        %d %v\n", len(r.crashed), r.crashed)
 	fmt.Printf("edits                %d made, %d acknowledged\n", r.edits, r.acked)
 	fmt.Printf("acknowledged lost    %d\n", r.lost)
 	fmt.Printf("documents damaged    %d, diverged between nodes %d\n", r.damaged, r.diverged)
-	fmt.Printf("ghosts past bound    %d during the run, %d after everyone left\n", len(r.ghosts), r.finalGhosts)
+	fmt.Printf("ghosts past bound    %d during the run, %d after everyone left; the longest a peer that left was shown: %v\n",
+		len(r.ghosts), r.finalGhosts, r.longest.Round(100*time.Millisecond))
 	for k, age := range r.ghosts {
 		fmt.Printf("  ghost %s seen %v after it left\n", k, age.Round(time.Millisecond))
 	}
@@ -192,6 +197,14 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 	finalGhosts := s.ghostsNow(time.Now(), true)
 
 	r := soakResult{finalGhosts: finalGhosts}
+	for i, node := range s.nodes {
+		select {
+		case <-node.exited:
+			r.crashed = append(r.crashed, node.name)
+			s.nodeUp[i].Store(false)
+		default:
+		}
+	}
 	var err2 error
 	r.lost, r.damaged, r.diverged, err2 = s.verify()
 	if err2 != nil {
@@ -202,7 +215,7 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 		r.acked += len(p.acked)
 	}
 	s.emu.Lock()
-	r.ghosts, r.errors = s.ghosts, s.errors
+	r.ghosts, r.errors, r.longest = s.ghosts, s.errors, s.longest
 	s.emu.Unlock()
 	return r, nil
 }
@@ -600,7 +613,13 @@ func (s *soak) ghostsNow(now time.Time, final bool) int {
 				if calm.After(from) {
 					from = calm
 				}
-				if age := now.Sub(from); final || age > s.bound {
+				age := now.Sub(from)
+				if !final {
+					s.emu.Lock()
+					s.longest = max(s.longest, age)
+					s.emu.Unlock()
+				}
+				if final || age > s.bound {
 					n++
 					key := fmt.Sprintf("%s on node %d", id, i+1)
 					s.emu.Lock()
@@ -647,7 +666,10 @@ func (s *soak) verify() (lost, damaged, diverged int, err error) {
 	}
 	for doc, peers := range byDoc {
 		var heads []string
-		for _, node := range s.nodes {
+		for i, node := range s.nodes {
+			if !s.nodeUp[i].Load() {
+				continue // crashed: reported as such
+			}
 			d, err := fetchDoc(node.url, doc)
 			if err != nil {
 				return 0, 0, 0, fmt.Errorf("read %s from %s: %w", doc, node.name, err)
@@ -675,9 +697,9 @@ func (s *soak) verify() (lost, damaged, diverged int, err error) {
 			slices.Sort(ss)
 			heads = append(heads, strings.Join(ss, ","))
 		}
-		for i, h := range heads[1:] {
+		for _, h := range heads[1:] {
 			if h != heads[0] {
-				fmt.Printf("  %s: heads on %s %s, on %s %s\n", doc, s.nodes[0].name, heads[0], s.nodes[i+1].name, h)
+				fmt.Printf("  %s: heads differ between nodes: %v\n", doc, heads)
 				diverged++
 				break
 			}
