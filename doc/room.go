@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
 // errEvicted tells a caller that raced with eviction to look the room up
@@ -330,28 +332,49 @@ func (r *room) heads() [][]byte {
 	return out
 }
 
-// covers reports whether every change in a stored chunk (incremental, or
-// a whole saved document) is in the room's document. It is called by the
-// store during a compaction, without the room's lock held.
-func (r *room) covers(chunk []byte) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var hashes []automerge.ChangeHash
-	if changes, err := automerge.LoadChanges(chunk); err == nil {
-		for _, c := range changes {
-			hashes = append(hashes, c.Hash())
-		}
-	} else if d, err := automerge.Load(chunk); err == nil {
-		hashes = d.Heads() // a change is there only with all it depends on
-	} else {
-		return true // unreadable: loading skips it anyway
-	}
-	for _, h := range hashes {
-		if !r.known(h[:]) {
+// coverage returns what a compaction writing the document as it is now
+// (a snapshot) may delete: the stored chunks whose every change the
+// snapshot holds. The store calls it during the write, without the room's
+// lock held, one chunk after another; by then the document may hold more
+// than the snapshot, and those changes do not count.
+//
+// A chunk is read as change chunks (what SaveIncremental writes: changes
+// whose dependencies are in other chunks, which automerge.LoadChanges
+// refuses), or else as a whole document. A chunk readable neither way is
+// kept: nothing is deleted that is not known to be in the snapshot.
+func (r *room) coverage() func(chunk []byte) bool {
+	snapshot := r.doc.Heads()
+	var after map[automerge.ChangeHash]bool // changes added since the snapshot, read at the first call
+	return func(chunk []byte) bool {
+		var hashes []automerge.ChangeHash
+		if changes, err := amcheck.ParseChanges(chunk, amcheck.Limits{}); err == nil {
+			for _, c := range changes {
+				hashes = append(hashes, c.Hash)
+			}
+		} else if d, err := automerge.Load(chunk); err == nil {
+			hashes = d.Heads() // a change is there only with all it depends on
+		} else {
 			return false
 		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if after == nil {
+			after = map[automerge.ChangeHash]bool{}
+			cs, err := r.doc.Changes(snapshot...)
+			if err != nil {
+				return false
+			}
+			for _, c := range cs {
+				after[c.Hash()] = true
+			}
+		}
+		for _, h := range hashes {
+			if !r.known(h[:]) || after[h] {
+				return false
+			}
+		}
+		return true
 	}
-	return true
 }
 
 // known reports whether the document has the change with this hash.
@@ -460,7 +483,7 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk) {
 		// Save resets the incremental baseline: the snapshot holds all.
 		w.Snapshot = r.doc.Save()
-		w.Covers = r.covers
+		w.Covers = r.coverage()
 		r.pending = nil
 		r.forceCompact = false
 	} else if r.dirty {

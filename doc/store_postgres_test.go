@@ -63,7 +63,9 @@ func TestPostgresStoreRoundTrip(t *testing.T) {
 }
 
 // TestPostgresCompactionKeepsUnseenChanges: node A compacts while node B
-// has stored a change A never saw; B's change must survive.
+// has stored changes A never saw, in the chunks nodes write (incremental:
+// their dependencies are in other chunks); B's changes must survive, and
+// so must a change A applied after it took its snapshot.
 func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	ctx := context.Background()
 	s := openPostgres(t)
@@ -72,25 +74,50 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	a.RootMap().Set("base", "x")
 	a.Commit("base")
 	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{a.SaveIncremental()}}})
-	b, _ := a.Fork()
-	b.RootMap().Set("from-b", "y")
-	b.Commit("b")
-	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{b.SaveIncremental()}}}) // B's own edit
+	b := loadDoc(t, s, id) // node B loads the document, as a room does
+	b.SaveIncremental()    // what it loaded is stored
+	for i := range 3 {
+		b.RootMap().Set(fmt.Sprint("from-b-", i), "y")
+		b.Commit("b")
+		s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{b.SaveIncremental()}}}) // B's own edits
+	}
 	a.RootMap().Set("from-a", "z")
 	a.Commit("a")
 	r := &room{doc: a}
-	if err := s.Write(ctx, []Write{{DocumentID: id, Snapshot: a.Save(), Covers: r.covers}}); err != nil {
+	w := Write{DocumentID: id, Snapshot: a.Save(), Covers: r.coverage()}
+	// Between A's snapshot and its write, another node's change reaches
+	// A's document: it is not in the snapshot, so its chunk must stay.
+	late, _ := automerge.Load(b.Save())
+	late.SaveIncremental()
+	late.RootMap().Set("late", "w")
+	late.Commit("late")
+	lateChunk := late.SaveIncremental()
+	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{lateChunk}}})
+	if err := a.LoadIncremental(late.Save()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []Write{w}); err != nil {
 		t.Fatal(err)
 	}
 	got := loadDoc(t, s, id)
-	for _, k := range []string{"base", "from-a", "from-b"} {
+	for _, k := range []string{"base", "from-a", "from-b-0", "from-b-1", "from-b-2", "late"} {
 		if v, _ := got.RootMap().Get(k); v.Kind() != automerge.KindStr {
 			t.Errorf("%s lost by the compaction", k)
 		}
 	}
 	stored, _ := s.Load(ctx, id)
-	if stored.Snapshot == nil || len(stored.Chunks) != 1 {
-		t.Errorf("after compaction: snapshot %v, %d chunks; want the snapshot and B's chunk", stored.Snapshot != nil, len(stored.Chunks))
+	if stored.Snapshot == nil || len(stored.Chunks) != 4 {
+		t.Errorf("after compaction: snapshot %v, %d chunks; want the snapshot, B's three chunks and the late one", stored.Snapshot != nil, len(stored.Chunks))
+	}
+
+	// A compaction by a node that has everything removes every chunk.
+	all := got
+	all.SaveIncremental()
+	if err := s.Write(ctx, []Write{{DocumentID: id, Snapshot: all.Save(), Covers: (&room{doc: all}).coverage()}}); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ := s.Load(ctx, id); stored.Snapshot == nil || len(stored.Chunks) != 0 {
+		t.Errorf("a snapshot holding everything left %d chunks", len(stored.Chunks))
 	}
 }
 
