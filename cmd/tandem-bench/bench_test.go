@@ -130,8 +130,8 @@ func TestSoakScenario(t *testing.T) {
 	}
 	t.Logf("edits %d made, %d acknowledged; errors by reason: %v", r.edits, r.acked, r.errors)
 	if r.faulty() {
-		t.Fatalf("lost %d, damaged %d, diverged %d, ghosts %v during the run and %d after; errors %v",
-			r.lost, r.damaged, r.diverged, r.ghosts, r.finalGhosts, r.errors)
+		t.Fatalf("lost %d (in PostgreSQL %d), damaged %d, diverged %d, crashed %v, ghosts %v during the run and %d after; errors %v",
+			r.lost, r.lostInStore, r.damaged, r.diverged, r.crashed, r.ghosts, r.finalGhosts, r.errors)
 	}
 	if r.acked == 0 {
 		t.Fatal("no edit was acknowledged")

@@ -19,6 +19,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 
+	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -89,6 +90,7 @@ func (s *soak) liveURL() (string, bool) {
 type soakResult struct {
 	edits, acked            int
 	lost, damaged, diverged int
+	lostInStore             int // acknowledged edits missing from PostgreSQL itself
 	ghosts                  map[string]time.Duration // peer on node → how long after it left it was still shown
 	finalGhosts             int                      // peers shown after everyone left and the bound passed
 	crashed                 []string                 // nodes that exited without being killed
@@ -97,7 +99,7 @@ type soakResult struct {
 }
 
 func (r soakResult) faulty() bool {
-	return r.lost > 0 || r.damaged > 0 || r.diverged > 0 || len(r.ghosts) > 0 || r.finalGhosts > 0 || len(r.crashed) > 0 ||
+	return r.lost > 0 || r.lostInStore > 0 || r.damaged > 0 || r.diverged > 0 || len(r.ghosts) > 0 || r.finalGhosts > 0 || len(r.crashed) > 0 ||
 		r.errors["bad input: unexpected outcome"] > 0
 }
 
@@ -109,7 +111,7 @@ func runSoak(ctx context.Context, o options, tandemBin string, n int, postgresUR
 	}
 	fmt.Printf("nodes crashed        %d %v\n", len(r.crashed), r.crashed)
 	fmt.Printf("edits                %d made, %d acknowledged\n", r.edits, r.acked)
-	fmt.Printf("acknowledged lost    %d\n", r.lost)
+	fmt.Printf("acknowledged lost    %d read from the nodes, %d read from PostgreSQL\n", r.lost, r.lostInStore)
 	fmt.Printf("documents damaged    %d, diverged between nodes %d\n", r.damaged, r.diverged)
 	fmt.Printf("ghosts past bound    %d during the run, %d after everyone left; the longest a peer that left was shown: %v\n",
 		len(r.ghosts), r.finalGhosts, r.longest.Round(100*time.Millisecond))
@@ -208,6 +210,9 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 	var err2 error
 	r.lost, r.damaged, r.diverged, err2 = s.verify()
 	if err2 != nil {
+		return none, err2
+	}
+	if r.lostInStore, err2 = s.verifyStore(ctx, postgresURL); err2 != nil {
 		return none, err2
 	}
 	for _, p := range s.peers {
@@ -654,6 +659,48 @@ func presenceOf(base, doc string) ([]string, error) {
 		ids[i] = p.PeerID
 	}
 	return ids, nil
+}
+
+// verifyStore reads every document from PostgreSQL, as a node starting
+// afresh would, and counts acknowledged edits missing or wrong there: the
+// nodes may still hold in memory what the store lost.
+func (s *soak) verifyStore(ctx context.Context, postgresURL string) (lost int, err error) {
+	store, err := doc.OpenPostgresStore(ctx, postgresURL)
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	byDoc := map[string][]*soakPeer{}
+	for _, p := range s.peers {
+		byDoc[p.doc] = append(byDoc[p.doc], p)
+	}
+	for id, peers := range byDoc {
+		stored, err := store.Load(ctx, id)
+		if err != nil {
+			return 0, fmt.Errorf("load %s from PostgreSQL: %w", id, err)
+		}
+		d := automerge.New()
+		for _, chunk := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
+			if chunk != nil {
+				if err := d.LoadIncremental(chunk); err != nil {
+					return 0, fmt.Errorf("load %s from PostgreSQL: %w", id, err)
+				}
+			}
+		}
+		missing := 0
+		for _, p := range peers {
+			for key, want := range p.acked {
+				if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
+					missing++
+				}
+			}
+		}
+		if missing > 0 {
+			fmt.Printf("  %s in PostgreSQL: %d acknowledged edits missing\n", id, missing)
+		}
+		lost += missing
+	}
+	return lost, nil
 }
 
 // verify reads every document from every node with a fresh client and
