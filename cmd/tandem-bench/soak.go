@@ -90,7 +90,7 @@ func (s *soak) liveURL() (string, bool) {
 type soakResult struct {
 	edits, acked            int
 	lost, damaged, diverged int
-	lostInStore             int // acknowledged edits missing from PostgreSQL itself
+	lostInStore             int                      // acknowledged edits missing from PostgreSQL itself
 	ghosts                  map[string]time.Duration // peer on node → how long after it left it was still shown
 	finalGhosts             int                      // peers shown after everyone left and the bound passed
 	crashed                 []string                 // nodes that exited without being killed
