@@ -73,8 +73,12 @@ func TestNotificationAPIRefusesBadInput(t *testing.T) {
 	}
 	// Nothing bad was queued; a good event still is.
 	res, err := http.Post(srv.URL+"/api/notifications", "application/json", strings.NewReader(`{"recipient":"ana","kind":"x","actor":"bo"}`))
-	if err != nil || res.StatusCode != http.StatusAccepted {
-		t.Fatalf("good event: %v %v", res.StatusCode, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("good event: %v", res.StatusCode)
 	}
 	if n := testutil.ToFloat64(m.Events.WithLabelValues("x")); n != 1 {
 		t.Errorf("queued events of kind x = %v, want 1", n)
