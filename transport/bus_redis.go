@@ -79,15 +79,8 @@ type BusConfig struct {
 // Redis keys with a TTL (tandem:node:<id>), and so do the peer ids of
 // authenticated connections (claims_redis.go).
 //
-// What travels on a document's channel: accepted changes ("chg"), heads
-// for anti-entropy ("heads"), requests for missing changes ("want"),
-// presence deltas ("pres"), each node's list of its peers in the document
-// ("roster", with the heads every GossipInterval) and greetings of a node
-// that starts watching ("hello"), answered with the whole presence of the
-// others' peers. Publishing never blocks a caller: messages wait in a
-// bounded queue and are dropped when it is full (Redis away, say); the
-// heads exchange and the rosters repair the loss. Leaves are never
-// dropped: past the queue they wait in a list of their own, sent first.
+// BUS.md, beside this file, is the protocol: channels, kinds of message,
+// keys, and what is dropped when and how it is repaired.
 type RedisBus struct {
 	cfg      BusConfig
 	log      *slog.Logger
@@ -137,9 +130,34 @@ type busOut struct {
 	status awareness.Status
 }
 
+// busKind names what a bus message is; BUS.md describes each.
+type busKind string
+
+// The kinds of bus message, by channel (BUS.md).
+const (
+	// tandem:nodes
+	kindAlive busKind = "alive" // a node's heartbeat
+	kindBye   busKind = "bye"   // a node stops cleanly: its peers are gone
+	kindClaim busKind = "claim" // a node took over a peer id claim
+	kindAsk   busKind = "ask"   // who holds this document?
+	// tandem:inbox:<node>
+	kindAnswer busKind = "answer" // the answer to an ask
+	// tandem:doc:<id>: the document (repair by comparing heads) ...
+	kindChanges busKind = "chg"   // changes a node accepted and stored
+	kindHeads   busKind = "heads" // a node's heads of the document
+	kindWant    busKind = "want"  // the changes after these heads, please
+	// ... its presence and ephemerals
+	kindPresence  busKind = "pres"   // a presence delta of one of the sender's peers
+	kindRoster    busKind = "roster" // the sender's peers present in the document
+	kindHello     busKind = "hello"  // a node starts watching: send your state
+	kindEphemeral busKind = "eph"    // an application's ephemeral message
+	// tandem:user:<id>
+	kindUser busKind = "user" // a user's status on the sending node
+)
+
 // busMsg is one message on the bus, CBOR-encoded.
 type busMsg struct {
-	Kind  string           `cbor:"k"`
+	Kind  busKind          `cbor:"k"`
 	Node  string           `cbor:"n"`
 	Data  []byte           `cbor:"d,omitempty"`
 	Heads [][]byte         `cbor:"h,omitempty"`
@@ -265,7 +283,7 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 			drained = true
 		}
 	}
-	bye, _ := cbor.Marshal(busMsg{Kind: "bye", Node: b.cfg.NodeID})
+	bye, _ := cbor.Marshal(busMsg{Kind: kindBye, Node: b.cfg.NodeID})
 	pipe.Publish(sctx, nodesChannel, bye)
 	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
 	if _, err := pipe.Exec(sctx); err != nil {
@@ -468,7 +486,7 @@ func (b *RedisBus) subscribeLoop(ctx context.Context) {
 			}
 			b.mu.Unlock()
 			for _, id := range sub {
-				b.send(id, busMsg{Kind: "hello"})
+				b.send(id, busMsg{Kind: kindHello})
 			}
 		}
 	}
@@ -484,17 +502,17 @@ type busEphemeral struct {
 
 // PublishEphemeral implements doc.EphemeralReplicator.
 func (b *RedisBus) PublishEphemeral(documentID string, e doc.Ephemeral) {
-	b.send(documentID, busMsg{Kind: "eph", Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
+	b.send(documentID, busMsg{Kind: kindEphemeral, Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
 }
 
 // PublishChanges implements doc.Replicator.
 func (b *RedisBus) PublishChanges(documentID string, changes []byte) {
-	b.send(documentID, busMsg{Kind: "chg", Data: changes})
+	b.send(documentID, busMsg{Kind: kindChanges, Data: changes})
 }
 
 // PublishUserStatus implements awareness.Replicator.
 func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
-	payload, err := cbor.Marshal(busMsg{Kind: "user", Node: b.cfg.NodeID, User: userID, Status: st})
+	payload, err := cbor.Marshal(busMsg{Kind: kindUser, Node: b.cfg.NodeID, User: userID, Status: st})
 	if err != nil {
 		return
 	}
@@ -518,7 +536,7 @@ func (b *RedisBus) WatchUsers(userIDs []string, on bool) {
 
 // PublishPresence implements awareness.Replicator.
 func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
-	b.sendMarked(documentID, busMsg{Kind: "pres", Delta: &d}, d.IsGoodbye())
+	b.sendMarked(documentID, busMsg{Kind: kindPresence, Delta: &d}, d.IsGoodbye())
 }
 
 func (b *RedisBus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
@@ -710,7 +728,7 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 	defer beat.Stop()
 	gossip := time.NewTicker(b.cfg.GossipInterval)
 	defer gossip.Stop()
-	alive, _ := cbor.Marshal(busMsg{Kind: "alive", Node: b.cfg.NodeID})
+	alive, _ := cbor.Marshal(busMsg{Kind: kindAlive, Node: b.cfg.NodeID})
 	for {
 		select {
 		case <-ctx.Done():
@@ -762,11 +780,11 @@ func (b *RedisBus) gossip() {
 	b.mu.Unlock()
 	for _, id := range docs {
 		if heads, ok := b.docs.Heads(id); ok {
-			b.send(id, busMsg{Kind: "heads", Heads: heads})
+			b.send(id, busMsg{Kind: kindHeads, Heads: heads})
 		}
 		// Even an empty roster says something: none of this node's
 		// peers is in the document any more.
-		b.send(id, busMsg{Kind: "roster", Peers: b.presence.LocalRoster(id)})
+		b.send(id, busMsg{Kind: kindRoster, Peers: b.presence.LocalRoster(id)})
 	}
 }
 
@@ -820,12 +838,12 @@ func (b *RedisBus) catchUp(ctx context.Context) {
 	b.mu.Unlock()
 	b.readUsers(ctx, users)
 	for _, id := range docs {
-		b.send(id, busMsg{Kind: "hello"})
+		b.send(id, busMsg{Kind: kindHello})
 		for _, d := range b.presence.LocalState(id) {
 			b.PublishPresence(id, d)
 		}
 		if heads, ok := b.docs.Heads(id); ok {
-			b.send(id, busMsg{Kind: "heads", Heads: heads})
+			b.send(id, busMsg{Kind: kindHeads, Heads: heads})
 		}
 	}
 }
@@ -842,35 +860,35 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 	b.received.Inc()
 	b.mu.Lock()
 	_, known := b.nodes[m.Node]
-	if m.Kind == "bye" {
+	if m.Kind == kindBye {
 		delete(b.nodes, m.Node)
 	} else {
 		b.nodes[m.Node] = time.Now()
 	}
 	b.mu.Unlock()
-	if m.Kind == "bye" {
+	if m.Kind == kindBye {
 		b.log.Info("bus: a node said goodbye", "node", m.Node)
 		b.nodeGone(m.Node)
 		return
 	}
-	if !known || m.Kind == "alive" {
+	if !known || m.Kind == kindAlive {
 		b.presence.NodeAlive(m.Node)
 	}
 	switch m.Kind {
-	case "claim":
+	case kindClaim:
 		b.recheckClaims(m.Peer)
 		return
-	case "ask":
+	case kindAsk:
 		b.answer(m)
 		return
-	case "answer":
+	case kindAnswer:
 		if rm.Channel == inboxChannel(b.cfg.NodeID) {
 			b.answered(m.Node, m.Ask, m.Doc, m.Found)
 		}
 		return
 	}
 	if user, ok := strings.CutPrefix(rm.Channel, "tandem:user:"); ok {
-		if m.Kind == "user" && m.User == user {
+		if m.Kind == kindUser && m.User == user {
 			b.presence.ApplyUserStatus(m.Node, user, m.Status)
 		}
 		return
@@ -880,40 +898,40 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 		return
 	}
 	switch m.Kind {
-	case "chg":
+	case kindChanges:
 		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {
 			b.log.Warn("bus: remote changes", "document", docID, "err", err)
 		}
-	case "heads":
+	case kindHeads:
 		missing, behind := b.docs.Compare(docID, m.Heads)
 		if missing {
 			heads, _ := b.docs.Heads(docID)
-			b.send(docID, busMsg{Kind: "want", Heads: heads})
+			b.send(docID, busMsg{Kind: kindWant, Heads: heads})
 		} else if behind != nil {
-			b.send(docID, busMsg{Kind: "chg", Data: behind})
+			b.send(docID, busMsg{Kind: kindChanges, Data: behind})
 		}
-	case "want":
+	case kindWant:
 		if data := b.docs.ChangesSince(docID, m.Heads); data != nil {
-			b.send(docID, busMsg{Kind: "chg", Data: data})
+			b.send(docID, busMsg{Kind: kindChanges, Data: data})
 		}
-	case "pres":
+	case kindPresence:
 		if m.Delta != nil {
 			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
 		}
-	case "eph":
+	case kindEphemeral:
 		if e := m.Eph; e != nil {
 			b.docs.RelayRemoteEphemeral(docID, doc.Ephemeral{SenderID: e.Sender, SessionID: e.Session, Count: e.Count, Data: e.Data})
 		}
-	case "roster":
+	case kindRoster:
 		if b.presence.ApplyRoster(m.Node, docID, m.Peers) && b.mayAskAgain(docID) {
-			b.send(docID, busMsg{Kind: "hello"}) // a state lost on its way: ask again
+			b.send(docID, busMsg{Kind: kindHello}) // a state lost on its way: ask again
 		}
-	case "hello":
+	case kindHello:
 		for _, d := range b.presence.LocalState(docID) {
 			b.PublishPresence(docID, d)
 		}
 		if heads, ok := b.docs.Heads(docID); ok {
-			b.send(docID, busMsg{Kind: "heads", Heads: heads})
+			b.send(docID, busMsg{Kind: kindHeads, Heads: heads})
 		}
 	}
 }

@@ -98,7 +98,7 @@ func (b *RedisBus) ClaimPeer(ctx context.Context, peerID, userID string, moved f
 	if node, _ := res[1].(string); node != "" && node != b.cfg.NodeID {
 		// The same user's connection on another node had it: that node
 		// checks its claims now rather than at its next beat.
-		payload, err := cbor.Marshal(busMsg{Kind: "claim", Node: b.cfg.NodeID, Peer: peerID})
+		payload, err := cbor.Marshal(busMsg{Kind: kindClaim, Node: b.cfg.NodeID, Peer: peerID})
 		if err == nil {
 			b.enqueue(busOut{channel: nodesChannel, payload: payload})
 		}

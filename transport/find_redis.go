@@ -42,7 +42,7 @@ func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
 	b.asks[id] = p
 	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.finish(id, false) })
 	b.amu.Unlock()
-	payload, err := cbor.Marshal(busMsg{Kind: "ask", Node: b.cfg.NodeID, Doc: documentID, Ask: id})
+	payload, err := cbor.Marshal(busMsg{Kind: kindAsk, Node: b.cfg.NodeID, Doc: documentID, Ask: id})
 	if err != nil {
 		b.finish(id, false)
 		return
@@ -56,7 +56,7 @@ func (b *RedisBus) answer(m busMsg) {
 		return
 	}
 	b.docs.Holds(m.Doc, func(held bool) {
-		payload, err := cbor.Marshal(busMsg{Kind: "answer", Node: b.cfg.NodeID, Doc: m.Doc, Ask: m.Ask, Found: held})
+		payload, err := cbor.Marshal(busMsg{Kind: kindAnswer, Node: b.cfg.NodeID, Doc: m.Doc, Ask: m.Ask, Found: held})
 		if err == nil {
 			b.enqueue(busOut{channel: inboxChannel(m.Node), payload: payload})
 		}
