@@ -46,7 +46,11 @@ type soakPeer struct {
 	pending map[automerge.ChangeHash]string // edits not yet acknowledged, by change
 	acked   map[string]int64                // acknowledged edits: key → value
 	online  bool
+	// count numbers its ephemeral messages in its one session, across
+	// connections, as a Repo does: presence orders a peer's writes by it.
+	count   uint64
 	leftAt  time.Time // when its last connection ended
+	lastURL string    // the node of its last connection
 }
 
 // soak is one run's shared state.
@@ -64,6 +68,16 @@ type soak struct {
 	errors  map[string]int // by reason
 	ghosts  map[string]time.Duration
 	longest time.Duration // the longest a peer that had left was still shown, within the bound or not
+}
+
+// nodeName names the node serving url.
+func (s *soak) nodeName(url string) string {
+	for _, n := range s.nodes {
+		if n.url == url {
+			return n.name
+		}
+	}
+	return url
 }
 
 func (s *soak) count(reason string) {
@@ -273,7 +287,7 @@ func (s *soak) session(ctx context.Context, p *soakPeer, url string, rate float6
 		return ws.WriteMessage(websocket.BinaryMessage, b)
 	}
 	p.mu.Lock()
-	p.ws, p.state, p.online = ws, automerge.NewSyncState(p.d), true
+	p.ws, p.state, p.online, p.lastURL = ws, automerge.NewSyncState(p.d), true, url
 	err = send(&wire.Message{Type: wire.TypeJoin, SupportedProtocolVersions: []string{wire.ProtocolV1},
 		PeerMetadata: &wire.PeerMetadata{IsEphemeral: true}})
 	if err == nil {
@@ -308,7 +322,6 @@ func (s *soak) session(ctx context.Context, p *soakPeer, url string, rate float6
 	defer cursor.Stop()
 	end := time.NewTimer(life)
 	defer end.Stop()
-	var seq uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -343,11 +356,11 @@ func (s *soak) session(ctx context.Context, p *soakPeer, url string, rate float6
 				ws.Close()
 			}
 		case <-cursor.C:
-			seq++
-			value, _ := cbor.Marshal(map[string]any{"s": seq})
-			data, _ := cbor.Marshal(map[string]update{"__presence": {Type: "update", Channel: "cursor", Value: value}})
 			p.mu.Lock()
-			err := send(&wire.Message{Type: wire.TypeEphemeral, DocumentID: p.doc, SessionID: p.id, Count: seq, Data: data})
+			p.count++
+			value, _ := cbor.Marshal(map[string]any{"s": p.count})
+			data, _ := cbor.Marshal(map[string]update{"__presence": {Type: "update", Channel: "cursor", Value: value}})
+			err := send(&wire.Message{Type: wire.TypeEphemeral, DocumentID: p.doc, SessionID: p.id, Count: p.count, Data: data})
 			p.mu.Unlock()
 			if err != nil {
 				ws.Close()
@@ -433,7 +446,7 @@ func (s *soak) faults(ctx context.Context, d time.Duration) {
 	if ctx.Err() != nil {
 		return
 	}
-	fmt.Println("fault: kill -9 node 1")
+	fmt.Println(time.Now().Format("15:04:05.000"), "fault: kill -9 node 1")
 	s.nodeUp[0].Store(false)
 	s.kills.Add(1)
 	s.nodes[0].kill()
@@ -442,13 +455,13 @@ func (s *soak) faults(ctx context.Context, d time.Duration) {
 		s.count("soak: node 1 did not restart: " + err.Error())
 	} else {
 		s.nodeUp[0].Store(true)
-		fmt.Println("fault: node 1 restarted")
+		fmt.Println(time.Now().Format("15:04:05.000"), "fault: node 1 restarted")
 	}
 	sleepCtx(ctx, d/3-3*time.Second)
 	if ctx.Err() != nil {
 		return
 	}
-	fmt.Println("fault: Redis restarted")
+	fmt.Println(time.Now().Format("15:04:05.000"), "fault: Redis restarted")
 	s.redis.kill()
 	sleepCtx(ctx, 2*time.Second)
 	if err := s.redis.restart(); err != nil {
@@ -609,7 +622,7 @@ func (s *soak) ghostsNow(now time.Time, final bool) int {
 					continue
 				}
 				p.mu.Lock()
-				online, left := p.online, p.leftAt
+				online, left, last := p.online, p.leftAt, p.lastURL
 				p.mu.Unlock()
 				if online || left.IsZero() {
 					continue
@@ -626,7 +639,7 @@ func (s *soak) ghostsNow(now time.Time, final bool) int {
 				}
 				if final || age > s.bound {
 					n++
-					key := fmt.Sprintf("%s on node %d", id, i+1)
+					key := fmt.Sprintf("%s on node %d (it left %s at %s)", id, i+1, s.nodeName(last), left.Format("15:04:05.000"))
 					s.emu.Lock()
 					if age > s.ghosts[key] {
 						s.ghosts[key] = age
@@ -705,7 +718,11 @@ func (s *soak) verifyStore(ctx context.Context, postgresURL string) (lost int, e
 
 // verify reads every document from every node with a fresh client and
 // counts acknowledged edits missing or wrong, documents that do not load
-// again, and documents whose heads differ between nodes.
+// again, and documents whose heads still differ between nodes after
+// three reads 2 s apart: a node may hold changes it has not stored yet
+// (waiting for a dependency that another node stored), and stores them
+// once a read brings it the dependency; another node reads them at its
+// next read. Acknowledged edits count at the first read.
 func (s *soak) verify() (lost, damaged, diverged int, err error) {
 	byDoc := map[string][]*soakPeer{}
 	for _, p := range s.peers {
@@ -713,43 +730,51 @@ func (s *soak) verify() (lost, damaged, diverged int, err error) {
 	}
 	for doc, peers := range byDoc {
 		var heads []string
-		for i, node := range s.nodes {
-			if !s.nodeUp[i].Load() {
-				continue // crashed: reported as such
+		for pass := 0; pass < 3; pass++ {
+			if pass > 0 {
+				time.Sleep(2 * time.Second)
 			}
-			d, err := fetchDoc(node.url, doc)
-			if err != nil {
-				return 0, 0, 0, fmt.Errorf("read %s from %s: %w", doc, node.name, err)
-			}
-			if _, err := automerge.Load(d.Save()); err != nil {
-				damaged++
-			}
-			missing := 0
-			for _, p := range peers {
-				for key, want := range p.acked {
-					if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
-						missing++
-					}
+			heads = heads[:0]
+			for i, node := range s.nodes {
+				if !s.nodeUp[i].Load() {
+					continue // crashed: reported as such
 				}
+				d, err := fetchDoc(node.url, doc)
+				if err != nil {
+					return 0, 0, 0, fmt.Errorf("read %s from %s: %w", doc, node.name, err)
+				}
+				if pass == 0 {
+					if _, err := automerge.Load(d.Save()); err != nil {
+						damaged++
+					}
+					missing := 0
+					for _, p := range peers {
+						for key, want := range p.acked {
+							if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
+								missing++
+							}
+						}
+					}
+					if missing > 0 {
+						fmt.Printf("  %s on %s: %d acknowledged edits missing\n", doc, node.name, missing)
+					}
+					lost += missing
+				}
+				hs := d.Heads()
+				ss := make([]string, len(hs))
+				for i, h := range hs {
+					ss[i] = h.String()
+				}
+				slices.Sort(ss)
+				heads = append(heads, strings.Join(ss, ","))
 			}
-			if missing > 0 {
-				fmt.Printf("  %s on %s: %d acknowledged edits missing\n", doc, node.name, missing)
-			}
-			lost += missing
-			hs := d.Heads()
-			ss := make([]string, len(hs))
-			for i, h := range hs {
-				ss[i] = h.String()
-			}
-			slices.Sort(ss)
-			heads = append(heads, strings.Join(ss, ","))
-		}
-		for _, h := range heads[1:] {
-			if h != heads[0] {
-				fmt.Printf("  %s: heads differ between nodes: %v\n", doc, heads)
-				diverged++
+			if !slices.ContainsFunc(heads, func(h string) bool { return h != heads[0] }) {
 				break
 			}
+			fmt.Printf("  %s: heads differ between nodes at read %d: %v\n", doc, pass+1, heads)
+		}
+		if slices.ContainsFunc(heads, func(h string) bool { return h != heads[0] }) {
+			diverged++
 		}
 	}
 	return lost, damaged, diverged, nil
