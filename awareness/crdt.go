@@ -5,14 +5,21 @@ import (
 	"fmt"
 )
 
-// Clock orders the writes of one peer: the count of its ephemeral messages,
-// then its session id. A peer's counts only grow within a session.
-// Writes made by the server in a peer's name (clearing a typing flag,
-// removing a vanished peer) use the peer's latest count and the session
-// with ServerSuffix and a sequence number appended: they beat what the
-// server has seen from the peer, and each other in order, and lose to
-// anything the peer sends later.
+// Clock orders the writes of one peer: first its era, then the count of
+// its ephemeral messages, then its session id. A peer's counts only grow
+// within a session, but a new session (a reloaded tab that keeps its peer
+// id) counts from zero again: the era, the time (Unix ms) at which the
+// node the peer is connected to first saw the session, puts a later
+// session after everything of an earlier one, tombstones included. A
+// node gives a session it sees for a peer an era past any it knows of the
+// peer, so eras only grow for a peer even across nodes whose clocks
+// differ. Writes made by the server in a peer's name (clearing a typing
+// flag, removing a vanished peer) use the peer's latest era and count and
+// the session with ServerSuffix and a sequence number appended: they beat
+// what the server has seen from the peer, and each other in order, and
+// lose to anything the peer sends later.
 type Clock struct {
+	Era     int64 `cbor:"Era,omitempty"` // zero from nodes that predate eras: the oldest
 	Count   uint64
 	Session string
 }
@@ -22,6 +29,9 @@ const ServerSuffix = "~tandem"
 
 // Less reports whether c is older than d.
 func (c Clock) Less(d Clock) bool {
+	if c.Era != d.Era {
+		return c.Era < d.Era
+	}
 	if c.Count != d.Count {
 		return c.Count < d.Count
 	}
@@ -29,11 +39,11 @@ func (c Clock) Less(d Clock) bool {
 }
 
 // IsZero reports whether c is the zero clock, older than every write.
-func (c Clock) IsZero() bool { return c.Count == 0 && c.Session == "" }
+func (c Clock) IsZero() bool { return c.Era == 0 && c.Count == 0 && c.Session == "" }
 
 // Server returns the clock of the seq-th server write that supersedes c.
 func (c Clock) Server(seq uint64) Clock {
-	return Clock{Count: c.Count, Session: fmt.Sprintf("%s%s%016x", c.Session, ServerSuffix, seq)}
+	return Clock{Era: c.Era, Count: c.Count, Session: fmt.Sprintf("%s%s%016x", c.Session, ServerSuffix, seq)}
 }
 
 // Register is one channel's last-writer-wins register. Value is the

@@ -138,6 +138,8 @@ type peerInfo struct {
 	status     Status    // effective status
 	identity   *Identity // verified identity, if the peer has one
 	clock      Clock     // the newest clock seen from the peer
+	session    string    // the session of its messages here
+	era        int64     // that session's era (Clock)
 	serverSeq  uint64    // writes the server made in the peer's name
 	docs       map[string]struct{}
 }
@@ -302,7 +304,11 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 	pi, r := h.join(p, documentID, fx)
 	now := h.cfg.Now()
 	pi.lastHeard = now
-	c := Clock{Count: m.Count, Session: m.SessionID}
+	if pi.session != m.SessionID || pi.era == 0 {
+		// A session new here: after everything known of the peer.
+		pi.session, pi.era = m.SessionID, max(now.UnixMilli(), pi.clock.Era+1)
+	}
+	c := Clock{Era: pi.era, Count: m.Count, Session: m.SessionID}
 	if pi.clock.Less(c) {
 		pi.clock = c
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // fakeReplicator records what a hub publishes for other nodes.
@@ -305,5 +307,54 @@ func TestPeersOfANodeTakenForDeadComeBack(t *testing.T) {
 	}
 	if f.hub.ApplyRoster("node1", doc1, []string{"a"}) {
 		t.Fatal("the roster still misses a")
+	}
+}
+
+// A tab that reloads keeps its peer id (the application passes one) but
+// starts a new session, whose counts start again at one: it must be seen
+// at once, here and on the other nodes, though the others still hold the
+// tombstone of its old session, counted far higher (it stayed invisible
+// until its new count passed the old one).
+func TestAReloadedPeerWithTheSamePeerIDIsSeen(t *testing.T) {
+	f1, f2 := newFixture(t), newFixture(t)
+	r1 := &fakeReplicator{users: map[string]Status{}}
+	f1.hub.cfg.Replicator = r1
+	b, c := &fakePeer{id: "b"}, &fakePeer{id: "c"}
+	f1.hub.Join(c, doc1) // c watches on a's node
+	f2.hub.Join(b, doc1) // b on the other node
+	a := &fakePeer{id: "a"}
+	for range 50 {
+		f1.update(a, "cursor", "1@x")
+	}
+	f1.hub.Leave(a)
+	f1.clock.Advance(time.Second)
+	f1.hub.Tick()
+
+	// The reload: a new connection, a new session, count 1.
+	a2 := &fakePeer{id: "a"}
+	data, err := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc("2@y")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f1.hub.Receive(a2, doc1, Message{SenderID: "a", SessionID: "after-reload", Count: 1, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	f1.clock.Advance(time.Second)
+	f1.hub.Tick()
+	for _, d := range r1.deltas {
+		f2.hub.ApplyRemote("node1", doc1, d)
+	}
+	f2.clock.Advance(time.Second)
+	f2.hub.Tick()
+	for name, p := range map[string]*fakePeer{"c, on a's node": c, "b, on the other node": b} {
+		var cursor any
+		for _, g := range p.take() {
+			if g.msg.SenderID == "a" && g.body.Type == TypeUpdate && g.body.Channel == "cursor" {
+				cursor = value(t, g.body.Value)
+			}
+		}
+		if cursor != "2@y" {
+			t.Errorf("%s: a's cursor after the reload is %v, want 2@y", name, cursor)
+		}
 	}
 }
