@@ -315,14 +315,20 @@ type Stats struct {
 	Peers int
 }
 
-// Stats returns the current counts.
-func (h *Hub) Stats() Stats {
+// roomsNow returns the rooms in memory now.
+func (h *Hub) roomsNow() []*room {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	rooms := make([]*room, 0, len(h.rooms))
 	for _, r := range h.rooms {
 		rooms = append(rooms, r)
 	}
-	h.mu.Unlock()
+	return rooms
+}
+
+// Stats returns the current counts.
+func (h *Hub) Stats() Stats {
+	rooms := h.roomsNow()
 	s := Stats{Rooms: len(rooms)}
 	for _, r := range rooms {
 		r.mu.Lock()

@@ -353,12 +353,7 @@ func (h *Hub) handOver(r *room, retry bool) {
 // them over, at once: the node is stopping. What cannot be handed over
 // stays in the journal, written by the last flush.
 func (h *Hub) reportAllMentions() {
-	h.mu.Lock()
-	rooms := make([]*room, 0, len(h.rooms))
-	for _, r := range h.rooms {
-		rooms = append(rooms, r)
-	}
-	h.mu.Unlock()
+	rooms := h.roomsNow()
 	for _, r := range rooms {
 		r.mu.Lock()
 		if r.mentions == nil {

@@ -110,12 +110,7 @@ func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, erro
 // unreachable): every room in memory catches up from the store, at once
 // for those with peers, at their next peer for the others.
 func (h *Hub) Missed() {
-	h.mu.Lock()
-	rooms := make([]*room, 0, len(h.rooms))
-	for _, r := range h.rooms {
-		rooms = append(rooms, r)
-	}
-	h.mu.Unlock()
+	rooms := h.roomsNow()
 	var busy []*room
 	for _, r := range rooms {
 		r.gaps.Add(1)

@@ -674,6 +674,20 @@ func presenceOf(base, doc string) ([]string, error) {
 	return ids, nil
 }
 
+// missingAcked counts the edits the peers saw acknowledged that d lacks
+// or holds with another value.
+func missingAcked(d *automerge.Doc, peers []*soakPeer) int {
+	missing := 0
+	for _, p := range peers {
+		for key, want := range p.acked {
+			if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
+				missing++
+			}
+		}
+	}
+	return missing
+}
+
 // verifyStore reads every document from PostgreSQL, as a node starting
 // afresh would, and counts acknowledged edits missing or wrong there: the
 // nodes may still hold in memory what the store lost.
@@ -700,14 +714,7 @@ func (s *soak) verifyStore(ctx context.Context, postgresURL string) (lost int, e
 				}
 			}
 		}
-		missing := 0
-		for _, p := range peers {
-			for key, want := range p.acked {
-				if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
-					missing++
-				}
-			}
-		}
+		missing := missingAcked(d, peers)
 		if missing > 0 {
 			fmt.Printf("  %s in PostgreSQL: %d acknowledged edits missing\n", id, missing)
 		}
@@ -747,14 +754,7 @@ func (s *soak) verify() (lost, damaged, diverged int, err error) {
 					if _, err := automerge.Load(d.Save()); err != nil {
 						damaged++
 					}
-					missing := 0
-					for _, p := range peers {
-						for key, want := range p.acked {
-							if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
-								missing++
-							}
-						}
-					}
+					missing := missingAcked(d, peers)
 					if missing > 0 {
 						fmt.Printf("  %s on %s: %d acknowledged edits missing\n", doc, node.name, missing)
 					}
