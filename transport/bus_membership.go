@@ -1,0 +1,112 @@
+package transport
+
+// Node membership: heartbeats and the node key, silent nodes expired,
+// and the periodic heads and rosters of every watched document.
+
+import (
+	"context"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+const nodesChannel = "tandem:nodes"
+
+// inboxChannel carries what is meant for one node only: the answers to
+// its questions.
+func inboxChannel(node string) string { return "tandem:inbox:" + node }
+
+// mayAskAgain rate-limits the hellos rosters cause: every node answers a
+// hello with its whole presence in the document, so one per document per
+// three roster intervals at most.
+func (b *RedisBus) mayAskAgain(docID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if now.Sub(b.asked[docID]) < 3*b.cfg.GossipInterval {
+		return false
+	}
+	if len(b.asked) > 4096 {
+		clear(b.asked)
+	}
+	b.asked[docID] = now
+	return true
+}
+
+// RosterInterval is how often the node lists its peers of each watched
+// document to the others (with the document's heads).
+func (b *RedisBus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
+
+// NodeAlive reports whether a node's key is in Redis: it beat within
+// its TTL (a node that stopped cleanly deleted it).
+func (b *RedisBus) NodeAlive(ctx context.Context, node string) (bool, error) {
+	n, err := b.cfg.Client.Exists(ctx, "tandem:node:"+node).Result()
+	return n > 0, err
+}
+
+// beatLoop announces this node, renews its peer id claims, gossips heads,
+// and expires silent nodes.
+func (b *RedisBus) beatLoop(ctx context.Context) {
+	beat := time.NewTicker(b.cfg.NodeTTL / 5)
+	defer beat.Stop()
+	gossip := time.NewTicker(b.cfg.GossipInterval)
+	defer gossip.Stop()
+	alive, _ := cbor.Marshal(busMsg{Kind: kindAlive, Node: b.cfg.NodeID})
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat.C:
+			pipe := b.cfg.Client.Pipeline()
+			pipe.Publish(ctx, nodesChannel, alive)
+			pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
+			for user, st := range b.presence.LocalUserStatuses() {
+				b.writeUserStatus(ctx, pipe, user, st)
+			}
+			claims := b.claimsOf("")
+			renewals := b.queueRenewals(ctx, pipe, claims)
+			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
+			b.settle(ctx, claims, renewals, true)
+			b.expireNodes()
+		case peer := <-b.recheck:
+			b.renewClaims(ctx, b.claimsOf(peer))
+		case <-gossip.C:
+			b.gossip()
+		}
+	}
+}
+
+func (b *RedisBus) expireNodes() {
+	now := time.Now()
+	var gone []string
+	b.mu.Lock()
+	for n, seen := range b.nodes {
+		if now.Sub(seen) > b.cfg.NodeTTL {
+			gone = append(gone, n)
+			delete(b.nodes, n)
+		}
+	}
+	b.mu.Unlock()
+	for _, n := range gone {
+		b.log.Warn("bus: node silent past its TTL; removing its peers", "node", n)
+		b.nodeGone(n)
+	}
+}
+
+// gossip publishes the heads of every watched document.
+func (b *RedisBus) gossip() {
+	b.mu.Lock()
+	docs := make([]string, 0, len(b.watched))
+	for id := range b.watched {
+		docs = append(docs, id)
+	}
+	b.mu.Unlock()
+	for _, id := range docs {
+		if heads, ok := b.docs.Heads(id); ok {
+			b.send(id, busMsg{Kind: kindHeads, Heads: heads})
+		}
+		// Even an empty roster says something: none of this node's
+		// peers is in the document any more.
+		b.send(id, busMsg{Kind: kindRoster, Peers: b.presence.LocalRoster(id)})
+	}
+}

@@ -1,0 +1,213 @@
+package transport
+
+// Publishing (BUS.md, "Loss and order"): what the layers hand the bus
+// waits in a bounded queue that one loop sends in pipelines; leaves are
+// never dropped for a full queue.
+
+import (
+	"context"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
+)
+
+type busOut struct {
+	channel string
+	payload []byte
+	// leave marks a peer's goodbye or a user's offline status: never
+	// dropped for a full queue.
+	leave bool
+	// A user's status on this node, written to its hash at once as well.
+	user   string
+	status awareness.Status
+}
+
+// busEphemeral is an application's ephemeral message on the bus.
+type busEphemeral struct {
+	Sender  string `cbor:"s"`
+	Session string `cbor:"ss"`
+	Count   uint64 `cbor:"c"`
+	Data    []byte `cbor:"d"`
+}
+
+// PublishEphemeral implements doc.EphemeralReplicator.
+func (b *RedisBus) PublishEphemeral(documentID string, e doc.Ephemeral) {
+	b.send(documentID, busMsg{Kind: kindEphemeral, Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
+}
+
+// PublishChanges implements doc.Replicator.
+func (b *RedisBus) PublishChanges(documentID string, changes []byte) {
+	b.send(documentID, busMsg{Kind: kindChanges, Data: changes})
+}
+
+// PublishPresence implements awareness.Replicator.
+func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
+	b.sendMarked(documentID, busMsg{Kind: kindPresence, Delta: &d}, d.IsGoodbye())
+}
+
+func (b *RedisBus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
+
+func (b *RedisBus) sendMarked(documentID string, m busMsg, leave bool) {
+	m.Node = b.cfg.NodeID
+	payload, err := cbor.Marshal(m)
+	if err != nil {
+		b.log.Error("bus: encode", "err", err)
+		return
+	}
+	b.enqueue(busOut{channel: docChannel(documentID), payload: payload, leave: leave})
+}
+
+// maxLeaves bounds the leaves waiting past a full queue (one per peer
+// that left while Redis was away, say); past it the rosters repair.
+const maxLeaves = 1 << 16
+
+func (b *RedisBus) enqueue(o busOut) {
+	if b.lose != nil && b.lose(o) {
+		return
+	}
+	select {
+	case b.out <- o:
+		return
+	default:
+	}
+	if o.leave {
+		// Make room at the tail by dropping the oldest message, so that
+		// the leave goes after everything queued before it: an "offline"
+		// must not overtake an older "online" of the same user (statuses
+		// carry no clock). Only if the oldest is a leave too does one
+		// wait in the list of leaves, sent before the queue.
+		select {
+		case old := <-b.out:
+			if !old.leave {
+				b.dropped.Inc()
+			} else if !b.holdLeave(old) {
+				b.dropped.Inc()
+			}
+		default:
+		}
+		select {
+		case b.out <- o:
+			return
+		default:
+		}
+		if b.holdLeave(o) {
+			return
+		}
+	}
+	b.dropped.Inc()
+}
+
+// holdLeave keeps a leave that found no room in the queue; it reports
+// false past maxLeaves.
+func (b *RedisBus) holdLeave(o busOut) bool {
+	b.lmu.Lock()
+	kept := len(b.leaves) < maxLeaves
+	if kept {
+		b.leaves = append(b.leaves, o)
+	}
+	b.lmu.Unlock()
+	if kept {
+		select {
+		case b.leavesWaiting <- struct{}{}:
+		default:
+		}
+	}
+	return kept
+}
+
+// takeLeaves returns the leaves waiting past the queue, oldest first.
+func (b *RedisBus) takeLeaves() []busOut {
+	b.lmu.Lock()
+	defer b.lmu.Unlock()
+	ls := b.leaves
+	b.leaves = nil
+	return ls
+}
+
+// publishLoop publishes the queue, many messages per round trip.
+func (b *RedisBus) publishLoop(ctx context.Context) {
+	var retry time.Duration // after a failed round trip, wait this long
+	for {
+		if retry > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retry):
+			}
+		}
+		batch := b.takeLeaves()
+		if len(batch) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-b.out:
+				batch = append(batch, m)
+			case <-b.leavesWaiting:
+				continue
+			}
+		}
+	more:
+		for len(batch) < 256 {
+			select {
+			case m := <-b.out:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		pipe := b.cfg.Client.Pipeline()
+		for _, m := range batch {
+			b.queue(ctx, pipe, m)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			lost := b.keepLeaves(batch)
+			b.dropped.Add(float64(lost))
+			b.log.Debug("bus: publish failed", "messages", len(batch), "dropped", lost, "err", err)
+			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+			continue
+		}
+		retry = 0
+		b.published.Add(float64(len(batch)))
+	}
+}
+
+// keepLeaves puts the leaves of a batch that did not go out back before
+// the waiting ones, and reports how many other messages are lost.
+func (b *RedisBus) keepLeaves(batch []busOut) (lost int) {
+	var kept []busOut
+	for _, m := range batch {
+		if m.leave {
+			kept = append(kept, m)
+		} else {
+			lost++
+		}
+	}
+	if len(kept) == 0 {
+		return lost
+	}
+	b.lmu.Lock()
+	b.leaves = append(kept, b.leaves...)
+	if over := len(b.leaves) - maxLeaves; over > 0 {
+		b.leaves = b.leaves[:maxLeaves]
+		lost += over
+	}
+	b.lmu.Unlock()
+	return lost
+}
+
+// queue adds one outgoing message to a pipeline.
+func (b *RedisBus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
+	pipe.Publish(ctx, m.channel, m.payload)
+	if m.user == "" {
+		return
+	}
+	if m.status == awareness.StatusOffline {
+		pipe.HDel(ctx, userKey(m.user), b.cfg.NodeID)
+		return
+	}
+	b.writeUserStatus(ctx, pipe, m.user, m.status)
+}
