@@ -86,6 +86,7 @@ type RedisBus struct {
 	presence PresenceReplica // set by Run
 	ps       *redis.PubSub
 	out      chan busOut
+	docLane  chan docWork // received document messages, for documentLoop
 
 	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, users and asked
 	watched    map[string]int // watched documents: local connections on each
@@ -187,9 +188,10 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		cfg.Logger = slog.Default()
 	}
 	b := &RedisBus{
-		cfg: cfg,
-		log: cfg.Logger,
-		out: make(chan busOut, cfg.Queue),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		out:     make(chan busOut, cfg.Queue),
+		docLane: make(chan docWork, docLaneSize),
 
 		leavesWaiting: make(chan struct{}, 1),
 		asked:         make(map[string]time.Time),
@@ -229,11 +231,12 @@ func (b *RedisBus) Start(ctx context.Context) {
 func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
 	b.docs, b.presence = docs, presence
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); b.publishLoop(ctx) }()
 	go func() { defer wg.Done(); b.subscribeLoop(ctx) }()
 	go func() { defer wg.Done(); b.beatLoop(ctx) }()
 	go func() { defer wg.Done(); b.receiveLoop(ctx) }()
+	go func() { defer wg.Done(); b.documentLoop(ctx) }()
 	<-ctx.Done()
 	b.ps.Close()
 	wg.Wait()
@@ -392,7 +395,7 @@ func (b *RedisBus) receiveLoop(ctx context.Context) {
 			b.catchUp(ctx)
 		}
 		if m, ok := msg.(*redis.Message); ok {
-			b.dispatch(m)
+			b.dispatch(ctx, m)
 		}
 	}
 }
@@ -424,7 +427,7 @@ func (b *RedisBus) catchUp(ctx context.Context) {
 	}
 }
 
-func (b *RedisBus) dispatch(rm *redis.Message) {
+func (b *RedisBus) dispatch(ctx context.Context, rm *redis.Message) {
 	var m busMsg
 	if err := cbor.Unmarshal([]byte(rm.Payload), &m); err != nil {
 		b.log.Warn("bus: undecodable message", "channel", rm.Channel, "err", err)
@@ -474,21 +477,12 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 		return
 	}
 	switch m.Kind {
-	case kindChanges:
-		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {
-			b.log.Warn("bus: remote changes", "document", docID, "err", err)
-		}
-	case kindHeads:
-		missing, behind := b.docs.Compare(docID, m.Heads)
-		if missing {
-			heads, _ := b.docs.Heads(docID)
-			b.send(docID, busMsg{Kind: kindWant, Heads: heads})
-		} else if behind != nil {
-			b.send(docID, busMsg{Kind: kindChanges, Data: behind})
-		}
-	case kindWant:
-		if data := b.docs.ChangesSince(docID, m.Heads); data != nil {
-			b.send(docID, busMsg{Kind: kindChanges, Data: data})
+	case kindChanges, kindHeads, kindWant:
+		// To the document lane: applying another node's changes costs
+		// automerge's time, which presence must not wait for.
+		select {
+		case b.docLane <- docWork{docID: docID, m: m}:
+		case <-ctx.Done():
 		}
 	case kindPresence:
 		if m.Delta != nil {
@@ -508,6 +502,52 @@ func (b *RedisBus) dispatch(rm *redis.Message) {
 		}
 		if heads, ok := b.docs.Heads(docID); ok {
 			b.send(docID, busMsg{Kind: kindHeads, Heads: heads})
+		}
+	}
+}
+
+// docLaneSize bounds the document messages received and not yet applied;
+// past it the receive loop waits for the document lane.
+const docLaneSize = 4096
+
+// docWork is a document message on its way to the document lane.
+type docWork struct {
+	docID string
+	m     busMsg
+}
+
+// documentLoop applies, in the order they came, the document messages
+// the receive loop hands it: changes, heads and wants. Presence, rosters
+// and goodbyes go on meanwhile (a busy start of many documents delayed
+// goodbyes by 15 s when both shared the receive loop).
+func (b *RedisBus) documentLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w := <-b.docLane:
+			b.applyDocument(w.docID, w.m)
+		}
+	}
+}
+
+func (b *RedisBus) applyDocument(docID string, m busMsg) {
+	switch m.Kind {
+	case kindChanges:
+		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {
+			b.log.Warn("bus: remote changes", "document", docID, "err", err)
+		}
+	case kindHeads:
+		missing, behind := b.docs.Compare(docID, m.Heads)
+		if missing {
+			heads, _ := b.docs.Heads(docID)
+			b.send(docID, busMsg{Kind: kindWant, Heads: heads})
+		} else if behind != nil {
+			b.send(docID, busMsg{Kind: kindChanges, Data: behind})
+		}
+	case kindWant:
+		if data := b.docs.ChangesSince(docID, m.Heads); data != nil {
+			b.send(docID, busMsg{Kind: kindChanges, Data: data})
 		}
 	}
 }

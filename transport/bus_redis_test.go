@@ -77,6 +77,12 @@ type node struct {
 // startNode starts a node; opts adjust its bus and presence settings.
 func startNode(t *testing.T, id string, opts ...func(*BusConfig, *awareness.Config)) *node {
 	t.Helper()
+	return startNodeWith(t, id, nil, opts...)
+}
+
+// startNodeWith is startNode whose bus sees the hub through docs, if set.
+func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica, opts ...func(*BusConfig, *awareness.Config)) *node {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
@@ -105,7 +111,11 @@ func startNode(t *testing.T, id string, opts ...func(*BusConfig, *awareness.Conf
 	bus.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
+	var replica DocumentReplica = hub
+	if docs != nil {
+		replica = docs(hub)
+	}
+	go func() { defer wg.Done(); bus.Run(ctx, replica, presence) }()
 	go func() { defer wg.Done(); presence.Run(ctx) }()
 	n := &node{hub: hub, presence: presence, bus: bus}
 	var once sync.Once
@@ -344,4 +354,76 @@ func speakTo(t *testing.T, n *node, watcher *recorder, docID string) *recorder {
 		return false
 	})
 	return speaker
+}
+
+// slowApply is a DocumentReplica whose ApplyRemote waits for the test.
+type slowApply struct {
+	DocumentReplica
+	applying chan struct{} // told when an ApplyRemote starts
+	release  chan struct{} // closed by the test
+}
+
+func (s *slowApply) ApplyRemote(documentID string, changes []byte) error {
+	select {
+	case s.applying <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return s.DocumentReplica.ApplyRemote(documentID, changes)
+}
+
+// Applying another node's changes takes automerge's time; presence and
+// goodbyes received meanwhile must not wait for it (they shared one
+// receive loop, and the soak saw goodbyes 15 s late while many documents
+// started at once).
+func TestPresenceDoesNotWaitForDocumentChanges(t *testing.T) {
+	docID := fmt.Sprint("lanes-test-", time.Now().UnixNano())
+	slow := &slowApply{applying: make(chan struct{}, 1), release: make(chan struct{})}
+	n1 := startNode(t, "lanes-n1")
+	n2 := startNodeWith(t, "lanes-n2", func(h *doc.Hub) DocumentReplica { slow.DocumentReplica = h; return slow })
+	t.Cleanup(func() {
+		select {
+		case <-slow.release:
+		default:
+			close(slow.release)
+		}
+	})
+	watcher := &recorder{id: "watcher"}
+	n2.bus.Join(docID)
+	n2.presence.Join(watcher, docID)
+	n2.hub.Sync(context.Background(), watcher, doc.SyncMessage{DocumentID: docID, Data: emptySync(t), Request: true})
+	n1.bus.Join(docID)
+	waitFor(t, "both nodes subscribed", func() bool {
+		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
+		return err == nil && n[docChannel(docID)] == 2
+	})
+
+	// A change on node 1 reaches node 2, whose ApplyRemote now hangs.
+	d := automerge.New()
+	d.RootMap().Set("title", "slow to apply")
+	d.Commit("create")
+	n1.bus.PublishChanges(docID, d.Save())
+	select {
+	case <-slow.applying:
+	case <-time.After(10 * time.Second):
+		t.Fatal("node 2 never started applying the change")
+	}
+
+	// Meanwhile a peer of node 1 speaks and leaves: node 2 hears both.
+	speaker := speakTo(t, n1, watcher, docID)
+	n1.presence.Leave(speaker)
+	waitFor(t, "the speaker's goodbye on node 2", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
+				return true
+			}
+		}
+		return false
+	})
+
+	close(slow.release)
+	waitFor(t, "the change applied once released", func() bool {
+		heads, ok := n2.hub.Heads(docID)
+		return ok && len(heads) == 1
+	})
 }
