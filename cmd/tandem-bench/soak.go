@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -64,10 +65,11 @@ type soak struct {
 	calmAfter atomic.Int64 // Unix ns: ghosts are measured from here at the earliest (a fault's end)
 	kills     atomic.Int64 // nodes killed so far
 
-	emu     sync.Mutex
-	errors  map[string]int // by reason
-	ghosts  map[string]time.Duration
-	longest time.Duration // the longest a peer that had left was still shown, within the bound or not
+	emu        sync.Mutex
+	errors     map[string]int // by reason
+	ghosts     map[string]time.Duration
+	longest    time.Duration // the longest a peer that had left was still shown, within the bound or not
+	longestWho string        // which peer, where, when it left
 }
 
 // nodeName names the node serving url.
@@ -109,7 +111,8 @@ type soakResult struct {
 	finalGhosts             int                      // peers shown after everyone left and the bound passed
 	crashed                 []string                 // nodes that exited without being killed
 	longest                 time.Duration            // the longest a peer that had left was still shown (while the load ran)
-	errors                  map[string]int           // by reason
+	longestWho              string
+	errors                  map[string]int // by reason
 }
 
 func (r soakResult) faulty() bool {
@@ -127,8 +130,8 @@ func runSoak(ctx context.Context, o options, tandemBin string, n int, postgresUR
 	fmt.Printf("edits                %d made, %d acknowledged\n", r.edits, r.acked)
 	fmt.Printf("acknowledged lost    %d read from the nodes, %d read from PostgreSQL\n", r.lost, r.lostInStore)
 	fmt.Printf("documents damaged    %d, diverged between nodes %d\n", r.damaged, r.diverged)
-	fmt.Printf("ghosts past bound    %d during the run, %d after everyone left; the longest a peer that left was shown: %v\n",
-		len(r.ghosts), r.finalGhosts, r.longest.Round(100*time.Millisecond))
+	fmt.Printf("ghosts past bound    %d during the run, %d after everyone left; the longest a peer that left was shown: %v (%s)\n",
+		len(r.ghosts), r.finalGhosts, r.longest.Round(100*time.Millisecond), r.longestWho)
 	for k, age := range r.ghosts {
 		fmt.Printf("  ghost %s seen %v after it left\n", k, age.Round(time.Millisecond))
 	}
@@ -209,6 +212,7 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 
 	// Every peer has left. After the bound, no node may show any of them.
 	fmt.Printf("load done; waiting %v for the last goodbyes\n", s.bound)
+	s.printBusCounts()
 	time.Sleep(s.bound)
 	finalGhosts := s.ghostsNow(time.Now(), true)
 
@@ -234,7 +238,7 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 		r.acked += len(p.acked)
 	}
 	s.emu.Lock()
-	r.ghosts, r.errors, r.longest = s.ghosts, s.errors, s.longest
+	r.ghosts, r.errors, r.longest, r.longestWho = s.ghosts, s.errors, s.longest, s.longestWho
 	s.emu.Unlock()
 	return r, nil
 }
@@ -632,14 +636,16 @@ func (s *soak) ghostsNow(now time.Time, final bool) int {
 					from = calm
 				}
 				age := now.Sub(from)
+				key := fmt.Sprintf("%s on node %d (it left %s at %s)", id, i+1, s.nodeName(last), left.Format("15:04:05.000"))
 				if !final {
 					s.emu.Lock()
-					s.longest = max(s.longest, age)
+					if age > s.longest {
+						s.longest, s.longestWho = age, key
+					}
 					s.emu.Unlock()
 				}
 				if final || age > s.bound {
 					n++
-					key := fmt.Sprintf("%s on node %d (it left %s at %s)", id, i+1, s.nodeName(last), left.Format("15:04:05.000"))
 					s.emu.Lock()
 					if age > s.ghosts[key] {
 						s.ghosts[key] = age
@@ -650,6 +656,33 @@ func (s *soak) ghostsNow(now time.Time, final bool) int {
 		}
 	}
 	return n
+}
+
+// printBusCounts prints what each node published to Redis and dropped
+// (a full queue, or Redis away), from its metrics.
+func (s *soak) printBusCounts() {
+	for i, node := range s.nodes {
+		if !s.nodeUp[i].Load() {
+			continue
+		}
+		base := "http://" + strings.TrimSuffix(strings.TrimPrefix(node.url, "ws://"), "/ws")
+		c := http.Client{Timeout: 2 * time.Second}
+		res, err := c.Get(base + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var counts []string
+		for _, line := range strings.Split(string(body), "\n") {
+			for _, name := range []string{"tandem_redis_published_total", "tandem_redis_dropped_total"} {
+				if v, ok := strings.CutPrefix(line, name+" "); ok {
+					counts = append(counts, strings.TrimPrefix(strings.TrimSuffix(name, "_total"), "tandem_redis_")+" "+v)
+				}
+			}
+		}
+		fmt.Printf("  %s's bus: %s\n", node.name, strings.Join(counts, ", "))
+	}
 }
 
 func presenceOf(base, doc string) ([]string, error) {
