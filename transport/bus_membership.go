@@ -6,8 +6,6 @@ package transport
 import (
 	"context"
 	"time"
-
-	"github.com/fxamacker/cbor/v2"
 )
 
 const nodesChannel = "tandem:nodes"
@@ -51,29 +49,36 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 	defer beat.Stop()
 	gossip := time.NewTicker(b.cfg.GossipInterval)
 	defer gossip.Stop()
-	alive, _ := cbor.Marshal(busMsg{Kind: kindAlive, Node: b.cfg.NodeID})
+	alive, _ := b.encode(busMsg{Kind: kindAlive})
+	b.beat(ctx, alive) // at once: a node restarted under its id is told apart now
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-beat.C:
-			pipe := b.cfg.Client.Pipeline()
-			pipe.Publish(ctx, nodesChannel, alive)
-			pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
-			for user, st := range b.presence.LocalUserStatuses() {
-				b.writeUserStatus(ctx, pipe, user, st)
-			}
-			claims := b.claimsOf("")
-			renewals := b.queueRenewals(ctx, pipe, claims)
-			pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
-			b.settle(ctx, claims, renewals, true)
-			b.expireNodes()
+			b.beat(ctx, alive)
 		case peer := <-b.recheck:
 			b.renewClaims(ctx, b.claimsOf(peer))
 		case <-gossip.C:
 			b.gossip()
 		}
 	}
+}
+
+// beat announces this node, renews its key, its users' statuses and its
+// peer id claims, and expires silent nodes.
+func (b *RedisBus) beat(ctx context.Context, alive []byte) {
+	pipe := b.cfg.Client.Pipeline()
+	pipe.Publish(ctx, nodesChannel, alive)
+	pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
+	for user, st := range b.presence.LocalUserStatuses() {
+		b.writeUserStatus(ctx, pipe, user, st)
+	}
+	claims := b.claimsOf("")
+	renewals := b.queueRenewals(ctx, pipe, claims)
+	pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
+	b.settle(ctx, claims, renewals, true)
+	b.expireNodes()
 }
 
 func (b *RedisBus) expireNodes() {
@@ -84,6 +89,7 @@ func (b *RedisBus) expireNodes() {
 		if now.Sub(seen) > b.cfg.NodeTTL {
 			gone = append(gone, n)
 			delete(b.nodes, n)
+			delete(b.runs, n)
 		}
 	}
 	b.mu.Unlock()

@@ -8,7 +8,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/fxamacker/cbor/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -52,8 +51,7 @@ func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
 func (b *RedisBus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
 
 func (b *RedisBus) sendMarked(documentID string, m busMsg, leave bool) {
-	m.Node = b.cfg.NodeID
-	payload, err := cbor.Marshal(m)
+	payload, err := b.encode(m)
 	if err != nil {
 		b.log.Error("bus: encode", "err", err)
 		return

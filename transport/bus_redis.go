@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -88,11 +89,14 @@ type RedisBus struct {
 	out      chan busOut
 	docLane  chan docWork // received document messages, for documentLoop
 
-	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, users and asked
+	run string // this process's run (busMsg.Run)
+
+	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, runs, users and asked
 	watched    map[string]int // watched documents: local connections on each
 	subscribed map[string]bool
 	changed    map[string]bool // documents whose subscription may need a change
 	nodes      map[string]time.Time
+	runs       map[string]string    // the run last heard of each node
 	asked      map[string]time.Time // when a roster last made this node ask a document again
 	users      map[string]bool      // users whose status channel this node follows
 	usersSub   map[string]bool      // of those, the subscribed ones
@@ -145,8 +149,11 @@ const (
 
 // busMsg is one message on the bus, CBOR-encoded.
 type busMsg struct {
-	Kind  busKind          `cbor:"k"`
-	Node  string           `cbor:"n"`
+	Kind busKind `cbor:"k"`
+	Node string  `cbor:"n"`
+	// Run is the sending node's run: random per process start, so that a
+	// node restarted under the same id is told from its previous run.
+	Run   string           `cbor:"i,omitempty"`
 	Data  []byte           `cbor:"d,omitempty"`
 	Heads [][]byte         `cbor:"h,omitempty"`
 	Delta *awareness.Delta `cbor:"x,omitempty"`
@@ -199,6 +206,8 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 		subscribed:    make(map[string]bool),
 		changed:       make(map[string]bool),
 		nodes:         make(map[string]time.Time),
+		runs:          make(map[string]string),
+		run:           fmt.Sprintf("%016x", rand.Uint64()),
 		users:         make(map[string]bool),
 		usersSub:      make(map[string]bool),
 		usersDirty:    make(map[string]bool),
@@ -260,7 +269,7 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 			drained = true
 		}
 	}
-	bye, _ := cbor.Marshal(busMsg{Kind: kindBye, Node: b.cfg.NodeID})
+	bye, _ := b.encode(busMsg{Kind: kindBye})
 	pipe.Publish(sctx, nodesChannel, bye)
 	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
 	if _, err := pipe.Exec(sctx); err != nil {
@@ -269,6 +278,12 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 		return
 	}
 	b.published.Add(float64(n))
+}
+
+// encode makes a message of this node's, CBOR-encoded.
+func (b *RedisBus) encode(m busMsg) ([]byte, error) {
+	m.Node, m.Run = b.cfg.NodeID, b.run
+	return cbor.Marshal(m)
 }
 
 // Ping reports whether Redis answers.
@@ -439,12 +454,25 @@ func (b *RedisBus) dispatch(ctx context.Context, rm *redis.Message) {
 	b.received.Inc()
 	b.mu.Lock()
 	_, known := b.nodes[m.Node]
+	prev := b.runs[m.Node]
+	restarted := prev != "" && m.Run != "" && m.Run != prev
 	if m.Kind == kindBye {
 		delete(b.nodes, m.Node)
+		delete(b.runs, m.Node)
 	} else {
 		b.nodes[m.Node] = time.Now()
+		if m.Run != "" {
+			b.runs[m.Node] = m.Run
+		}
 	}
 	b.mu.Unlock()
+	if restarted {
+		// Killed and started again under the same id before its TTL ran
+		// out: what its last run held is gone, now.
+		b.log.Warn("bus: a node restarted; removing the peers of its last run", "node", m.Node)
+		b.nodeGone(m.Node)
+		known = false
+	}
 	if m.Kind == kindBye {
 		b.log.Info("bus: a node said goodbye", "node", m.Node)
 		b.nodeGone(m.Node)

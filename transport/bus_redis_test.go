@@ -427,3 +427,36 @@ func TestPresenceDoesNotWaitForDocumentChanges(t *testing.T) {
 		return ok && len(heads) == 1
 	})
 }
+
+// A node killed and started again under the same id (a fixed --node-id)
+// before its TTL ran out: the other nodes drop what its last run held as
+// soon as they hear the new run, rather than when rosters or the remote
+// TTL catch up (a minute here, so only the restart can end it).
+func TestARestartedNodesPeersGoAtOnce(t *testing.T) {
+	docID := fmt.Sprint("restart-test-", time.Now().UnixNano())
+	slow := func(b *BusConfig, p *awareness.Config) {
+		b.NodeTTL, b.GossipInterval, p.RemoteTTL = time.Minute, time.Minute, time.Minute
+	}
+	n1, n2 := startNode(t, "restart-n1", slow), startNode(t, "restart-n2", slow)
+	watcher := &recorder{id: "watcher"}
+	n2.bus.Join(docID)
+	n2.presence.Join(watcher, docID)
+	n1.bus.Join(docID)
+	waitFor(t, "both nodes subscribed", func() bool {
+		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
+		return err == nil && n[docChannel(docID)] == 2
+	})
+	speakTo(t, n1, watcher, docID)
+
+	n1.bus.cfg.Client.Close() // killed: no goodbye, no bye
+	n1.stop()
+	startNode(t, "restart-n1", slow)
+	waitFor(t, "goodbye for the speaker of the last run", func() bool {
+		for _, m := range watcher.presence() {
+			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fxamacker/cbor/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -101,7 +100,7 @@ func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
 
 // PublishUserStatus implements awareness.Replicator.
 func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
-	payload, err := cbor.Marshal(busMsg{Kind: kindUser, Node: b.cfg.NodeID, User: userID, Status: st})
+	payload, err := b.encode(busMsg{Kind: kindUser, User: userID, Status: st})
 	if err != nil {
 		return
 	}

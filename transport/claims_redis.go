@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fxamacker/cbor/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,7 +97,7 @@ func (b *RedisBus) ClaimPeer(ctx context.Context, peerID, userID string, moved f
 	if node, _ := res[1].(string); node != "" && node != b.cfg.NodeID {
 		// The same user's connection on another node had it: that node
 		// checks its claims now rather than at its next beat.
-		payload, err := cbor.Marshal(busMsg{Kind: kindClaim, Node: b.cfg.NodeID, Peer: peerID})
+		payload, err := b.encode(busMsg{Kind: kindClaim, Peer: peerID})
 		if err == nil {
 			b.enqueue(busOut{channel: nodesChannel, payload: payload})
 		}

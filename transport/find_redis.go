@@ -2,8 +2,6 @@ package transport
 
 import (
 	"time"
-
-	"github.com/fxamacker/cbor/v2"
 )
 
 // Finding a document across the cluster (doc.Finder). A node that lacks a
@@ -42,7 +40,7 @@ func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
 	b.asks[id] = p
 	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.finish(id, false) })
 	b.amu.Unlock()
-	payload, err := cbor.Marshal(busMsg{Kind: kindAsk, Node: b.cfg.NodeID, Doc: documentID, Ask: id})
+	payload, err := b.encode(busMsg{Kind: kindAsk, Doc: documentID, Ask: id})
 	if err != nil {
 		b.finish(id, false)
 		return
@@ -56,7 +54,7 @@ func (b *RedisBus) answer(m busMsg) {
 		return
 	}
 	b.docs.Holds(m.Doc, func(held bool) {
-		payload, err := cbor.Marshal(busMsg{Kind: kindAnswer, Node: b.cfg.NodeID, Doc: m.Doc, Ask: m.Ask, Found: held})
+		payload, err := b.encode(busMsg{Kind: kindAnswer, Doc: m.Doc, Ask: m.Ask, Found: held})
 		if err == nil {
 			b.enqueue(busOut{channel: inboxChannel(m.Node), payload: payload})
 		}
