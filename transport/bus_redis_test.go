@@ -135,17 +135,8 @@ func TestRedisBusReplicatesDocumentsAndPresence(t *testing.T) {
 	docID := fmt.Sprint("bus-test-", time.Now().UnixNano()) // channels are per document: no other test meets it
 	n1, n2 := startNode(t, "bus-n1"), startNode(t, "bus-n2")
 
-	// A peer on node 2 watches the document (as a connection's first
-	// message would make it), so node 2 subscribes.
-	watcher := &recorder{id: "watcher"}
-	n2.bus.Join(docID)
-	n2.presence.Join(watcher, docID)
-	n2.hub.Sync(context.Background(), watcher, doc.SyncMessage{DocumentID: docID, Data: emptySync(t), Request: true})
-	n1.bus.Join(docID)
-	waitFor(t, "both nodes subscribed", func() bool {
-		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
-		return err == nil && n[docChannel(docID)] == 2
-	})
+	// A peer on node 2 and node 1 watch the document.
+	watcher := watchOnTwoNodes(t, n1, n2, docID)
 
 	// A writer on node 1 creates content; the watcher on node 2 is sent it.
 	before := len(watcher.syncs())
@@ -185,6 +176,29 @@ func TestRedisBusReplicatesDocumentsAndPresence(t *testing.T) {
 			}
 		}
 		return false
+	})
+}
+
+// watchOnTwoNodes makes a peer of node 2 watch the document (presence and
+// a sync request, as a connection's first message would), and node 1
+// watch it too; it returns once both nodes subscribe.
+func watchOnTwoNodes(t *testing.T, n1, n2 *node, docID string) *recorder {
+	t.Helper()
+	watcher := &recorder{id: "watcher"}
+	n2.bus.Join(docID)
+	n2.presence.Join(watcher, docID)
+	n2.hub.Sync(context.Background(), watcher, doc.SyncMessage{DocumentID: docID, Data: emptySync(t), Request: true})
+	n1.bus.Join(docID)
+	subscribedOnBoth(t, n1, docID)
+	return watcher
+}
+
+// subscribedOnBoth waits until two nodes subscribe to the document.
+func subscribedOnBoth(t *testing.T, n1 *node, docID string) {
+	t.Helper()
+	waitFor(t, "both nodes subscribed", func() bool {
+		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
+		return err == nil && n[docChannel(docID)] == 2
 	})
 }
 
@@ -312,10 +326,7 @@ func TestEphemeralsCrossNodes(t *testing.T) {
 	n1.bus.Join(docID)
 	n2.hub.Ephemeral(context.Background(), far, docID, doc.Ephemeral{SenderID: "far", SessionID: "f", Count: 1, Data: []byte{0xa0}})
 	n1.hub.Ephemeral(context.Background(), near, docID, doc.Ephemeral{SenderID: "near", SessionID: "n", Count: 1, Data: []byte{0xa0}})
-	waitFor(t, "both nodes subscribed", func() bool {
-		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
-		return err == nil && n[docChannel(docID)] == 2
-	})
+	subscribedOnBoth(t, n1, docID)
 	hello := doc.Ephemeral{SenderID: "sender", SessionID: "s", Count: 7, Data: []byte("hello")}
 	if err := n1.hub.Ephemeral(context.Background(), sender, docID, hello); err != nil {
 		t.Fatal(err)
@@ -388,15 +399,7 @@ func TestPresenceDoesNotWaitForDocumentChanges(t *testing.T) {
 			close(slow.release)
 		}
 	})
-	watcher := &recorder{id: "watcher"}
-	n2.bus.Join(docID)
-	n2.presence.Join(watcher, docID)
-	n2.hub.Sync(context.Background(), watcher, doc.SyncMessage{DocumentID: docID, Data: emptySync(t), Request: true})
-	n1.bus.Join(docID)
-	waitFor(t, "both nodes subscribed", func() bool {
-		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
-		return err == nil && n[docChannel(docID)] == 2
-	})
+	watcher := watchOnTwoNodes(t, n1, n2, docID)
 
 	// A change on node 1 reaches node 2, whose ApplyRemote now hangs.
 	d := automerge.New()
@@ -442,10 +445,7 @@ func TestARestartedNodesPeersGoAtOnce(t *testing.T) {
 	n2.bus.Join(docID)
 	n2.presence.Join(watcher, docID)
 	n1.bus.Join(docID)
-	waitFor(t, "both nodes subscribed", func() bool {
-		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
-		return err == nil && n[docChannel(docID)] == 2
-	})
+	subscribedOnBoth(t, n1, docID)
 	speakTo(t, n1, watcher, docID)
 
 	n1.bus.cfg.Client.Close() // killed: no goodbye, no bye
