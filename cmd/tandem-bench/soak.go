@@ -246,7 +246,7 @@ func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgr
 // live runs a peer until ctx ends: connect to a node that is up, sync,
 // edit and move its cursor, then drop the connection (half the time
 // without a close frame, as a killed tab) and stay away a while, mostly
-// briefly, sometimes past the ghost bound.
+// briefly, sometimes three times the ghost bound.
 func (s *soak) live(ctx context.Context, p *soakPeer, rate float64) {
 	for ctx.Err() == nil {
 		url, ok := s.liveURL()
@@ -257,7 +257,9 @@ func (s *soak) live(ctx context.Context, p *soakPeer, rate float64) {
 		s.session(ctx, p, url, rate, time.Duration(1+rand.IntN(5))*time.Second)
 		away := time.Duration(100+rand.IntN(500)) * time.Millisecond
 		if rand.IntN(5) == 0 {
-			away = s.bound + 2*time.Second
+			// Long enough to see a ghost outlive the bound by far: a peer
+			// that is back is online again, which ends the measurement.
+			away = 3 * s.bound
 		}
 		sleepCtx(ctx, away)
 	}
