@@ -49,24 +49,24 @@ type Presence interface {
 var _ Presence = (*awareness.Hub)(nil)
 
 // Bus is told which documents this node's connections watch, so that a
-// cluster bus subscribes only to those. *RedisBus implements it.
+// cluster bus subscribes only to those. *redisbus.Bus implements it.
 type Bus interface {
 	Join(documentID string)
 	Leave(documentID string)
 }
 
-var _ Bus = (*RedisBus)(nil)
+
 
 // Claims ties the peer id of each authenticated connection to its user
-// across a cluster. *RedisBus implements it.
+// across a cluster. *redisbus.Bus implements it.
 type Claims interface {
-	// ClaimPeer takes peerID for userID on this node. It returns
-	// ErrPeerTaken if another user holds it on any node; a claim of the
-	// same user elsewhere is taken over, and moved is later called on
-	// the connection that held it, with the node it went to. Another
-	// error means the cluster could not be asked. release, never nil,
-	// gives the claim up; call it once the connection ends.
-	ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), err error)
+	// ClaimPeer takes peerID for userID on this node. taken reports that
+	// another user holds it on some node; a claim of the same user
+	// elsewhere is taken over, and moved is later called on the
+	// connection that held it, with the node it went to. An error means
+	// the cluster could not be asked. release, never nil, gives the claim
+	// up; call it once the connection ends.
+	ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), taken bool, err error)
 }
 
 // Config configures a Server. Zero fields take the documented defaults.

@@ -352,13 +352,13 @@ func (c *conn) claim(ctx context.Context) bool {
 		return true
 	}
 	user := c.grant.UserID
-	release, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
+	release, taken, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
 	c.release = release
 	switch {
+	case taken:
+		return false
 	case err == nil:
 		return true
-	case errors.Is(err, ErrPeerTaken):
-		return false
 	}
 	if p := c.srv.cfg.Presence; p != nil {
 		if other, ok := p.RemoteUser(c.peerID); ok && other != user {

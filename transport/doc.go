@@ -7,15 +7,10 @@
 // a bounded queue; a peer too slow to drain it is disconnected with the
 // reason "slow consumer", because document sync must never drop a message.
 //
-// RedisBus joins nodes into a cluster: it carries accepted changes and
-// presence between the nodes that watch a document, node liveness, and
-// user statuses, over Redis Pub/Sub and keys with TTLs (bus_redis.go),
-// asks the other nodes for a document this node lacks (find_redis.go), and
-// ties each authenticated connection's peer id to its user across the
-// cluster (claims_redis.go).
-//
-// The wire format lives in the subpackage wire; its PROTOCOL.md says what
-// Tandem accepts and sends.
+// Two subpackages: wire is the wire format (its PROTOCOL.md says what
+// Tandem accepts and sends), and redisbus joins nodes into a cluster over
+// Redis (its BUS.md is the protocol between nodes). The Server sees the
+// cluster only through the Bus and Claims interfaces.
 //
 // Concurrency: Server methods are safe for concurrent use. The doc.Peer
 // methods of a connection never block: they encode and queue a frame, or

@@ -1,14 +1,8 @@
 package transport
 
 import (
-	"errors"
-
 	"github.com/gorilla/websocket"
 )
-
-// ErrPeerTaken is returned by Claims when another user's connection holds
-// the peer id.
-var ErrPeerTaken = errors.New("transport: peer id in use by another user")
 
 // CloseReason says why a connection ended. Code and Text go to the client
 // in the close frame; Name labels tandem_disconnects_total.

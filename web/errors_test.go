@@ -13,8 +13,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/tandemhq/tandem/doc/notify"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 // errInternalCause is what a failing dependency says: addresses and database

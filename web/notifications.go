@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/tandemhq/tandem/doc/notify"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 // Notifications is what the notification API needs; *notify.Service

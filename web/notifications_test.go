@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/tandemhq/tandem/doc/notify"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 // notifyServer runs the notification API on a real service with an SQLite

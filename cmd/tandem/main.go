@@ -30,6 +30,7 @@ import (
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/transport"
+	"github.com/tandemhq/tandem/transport/redisbus"
 	"github.com/tandemhq/tandem/web"
 )
 
@@ -96,7 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}()
 
-	var bus *transport.RedisBus
+	var bus *redisbus.Bus
 	var checks []web.Check
 	if pingStore != nil {
 		checks = append(checks, web.Check{Name: "postgres", Ping: pingStore})
@@ -107,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return fmt.Errorf("--redis-url: %w", err)
 		}
 		redisClient = redis.NewClient(opts)
-		bus, err = transport.NewRedisBus(transport.BusConfig{
+		bus, err = redisbus.New(redisbus.Config{
 			Client: redisClient, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
 		})
 		if err != nil {

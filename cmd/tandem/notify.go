@@ -14,8 +14,8 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
-	"github.com/tandemhq/tandem/doc/notify"
-	"github.com/tandemhq/tandem/transport"
+	"github.com/tandemhq/tandem/transport/redisbus"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 // notifications opens the notification pipeline: in PostgreSQL when the
@@ -24,7 +24,7 @@ import (
 type notifications struct {
 	*notify.Service
 	db     *sql.DB
-	pusher *transport.NotifyPusher
+	pusher *redisbus.NotifyPusher
 }
 
 func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer, rc *redis.Client) (*notifications, error) {
@@ -45,7 +45,7 @@ func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg pr
 		DB: db, Postgres: cfg.PostgresURL != "", Window: cfg.NotifyWindow, Logger: log, Metrics: notify.NewMetrics(reg),
 	}
 	if rc != nil {
-		n.pusher = transport.NewNotifyPusher(rc, log)
+		n.pusher = redisbus.NewNotifyPusher(rc, log)
 		nc.Pusher = n.pusher
 	}
 	if n.Service, err = notify.New(ctx, nc); err != nil {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/tandemhq/tandem/doc"
-	"github.com/tandemhq/tandem/doc/notify"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 // What mentions may cost is bounded: one report notifies each user once

@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 import (
 	"time"
@@ -22,7 +22,7 @@ type pendingAsk struct {
 }
 
 // FindDocument implements doc.Finder.
-func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
+func (b *Bus) FindDocument(documentID string, done func(found bool)) {
 	b.mu.Lock()
 	waiting := make(map[string]bool, len(b.nodes))
 	for n := range b.nodes {
@@ -49,7 +49,7 @@ func (b *RedisBus) FindDocument(documentID string, done func(found bool)) {
 }
 
 // answer answers another node's question, when this node knows.
-func (b *RedisBus) answer(m busMsg) {
+func (b *Bus) answer(m busMsg) {
 	if m.Doc == "" || m.Ask == 0 {
 		return
 	}
@@ -64,7 +64,7 @@ func (b *RedisBus) answer(m busMsg) {
 // answered records node's answer to question id about the document doc.
 // An answer about another document is to an earlier run of this node
 // (question numbers start afresh at random): it is ignored.
-func (b *RedisBus) answered(node string, id uint64, doc string, found bool) {
+func (b *Bus) answered(node string, id uint64, doc string, found bool) {
 	b.amu.Lock()
 	p := b.asks[id]
 	if p == nil || p.doc != doc {
@@ -80,7 +80,7 @@ func (b *RedisBus) answered(node string, id uint64, doc string, found bool) {
 }
 
 // finish ends question id, once.
-func (b *RedisBus) finish(id uint64, found bool) {
+func (b *Bus) finish(id uint64, found bool) {
 	b.amu.Lock()
 	p := b.asks[id]
 	delete(b.asks, id)
@@ -94,7 +94,7 @@ func (b *RedisBus) finish(id uint64, found bool) {
 
 // nodeGone removes a stopped node's peers, and its part in this node's
 // questions.
-func (b *RedisBus) nodeGone(node string) {
+func (b *Bus) nodeGone(node string) {
 	b.presence.NodeGone(node)
 	b.docs.NodeGone(node)
 	var ended []uint64

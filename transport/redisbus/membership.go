@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 // Node membership: heartbeats and the node key, silent nodes expired,
 // and the periodic heads and rosters of every watched document.
@@ -17,7 +17,7 @@ func inboxChannel(node string) string { return "tandem:inbox:" + node }
 // mayAskAgain rate-limits the hellos rosters cause: every node answers a
 // hello with its whole presence in the document, so one per document per
 // three roster intervals at most.
-func (b *RedisBus) mayAskAgain(docID string) bool {
+func (b *Bus) mayAskAgain(docID string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
@@ -33,18 +33,18 @@ func (b *RedisBus) mayAskAgain(docID string) bool {
 
 // RosterInterval is how often the node lists its peers of each watched
 // document to the others (with the document's heads).
-func (b *RedisBus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
+func (b *Bus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
 
 // NodeAlive reports whether a node's key is in Redis: it beat within
 // its TTL (a node that stopped cleanly deleted it).
-func (b *RedisBus) NodeAlive(ctx context.Context, node string) (bool, error) {
+func (b *Bus) NodeAlive(ctx context.Context, node string) (bool, error) {
 	n, err := b.cfg.Client.Exists(ctx, "tandem:node:"+node).Result()
 	return n > 0, err
 }
 
 // beatLoop announces this node, renews its peer id claims, gossips heads,
 // and expires silent nodes.
-func (b *RedisBus) beatLoop(ctx context.Context) {
+func (b *Bus) beatLoop(ctx context.Context) {
 	beat := time.NewTicker(b.cfg.NodeTTL / 5)
 	defer beat.Stop()
 	gossip := time.NewTicker(b.cfg.GossipInterval)
@@ -67,7 +67,7 @@ func (b *RedisBus) beatLoop(ctx context.Context) {
 
 // beat announces this node, renews its key, its users' statuses and its
 // peer id claims, and expires silent nodes.
-func (b *RedisBus) beat(ctx context.Context, alive []byte) {
+func (b *Bus) beat(ctx context.Context, alive []byte) {
 	pipe := b.cfg.Client.Pipeline()
 	pipe.Publish(ctx, nodesChannel, alive)
 	pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
@@ -81,7 +81,7 @@ func (b *RedisBus) beat(ctx context.Context, alive []byte) {
 	b.expireNodes()
 }
 
-func (b *RedisBus) expireNodes() {
+func (b *Bus) expireNodes() {
 	now := time.Now()
 	var gone []string
 	b.mu.Lock()
@@ -100,7 +100,7 @@ func (b *RedisBus) expireNodes() {
 }
 
 // gossip publishes the heads of every watched document.
-func (b *RedisBus) gossip() {
+func (b *Bus) gossip() {
 	b.mu.Lock()
 	docs := make([]string, 0, len(b.watched))
 	for id := range b.watched {

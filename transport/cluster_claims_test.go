@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemhq/tandem/internal/testenv"
+
 	"github.com/fxamacker/cbor/v2"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
@@ -19,11 +21,9 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/transport/redisbus"
 	"github.com/tandemhq/tandem/transport/wire"
 )
-
-// redisAt is the address of a private redis-server (notify_redis_test.go).
-func redisAt(r *privateRedis) string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
 
 // memSeen is a LastSeenStore that remembers who was saved.
 type memSeen struct {
@@ -67,7 +67,7 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	// A long node TTL: nothing here waits for a beat, and no node is
 	// expired while Redis is stopped.
-	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: 30 * time.Second, Logger: logger})
+	bus, err := redisbus.New(redisbus.Config{Client: client, NodeID: id, NodeTTL: 30 * time.Second, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +245,8 @@ func checkQuiet(t *testing.T, who string, got []heard, peer, want string) {
 // with the peer id of a user connected to node A is refused, as on one
 // node, and the victim is untouched everywhere.
 func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
-	rds := startPrivateRedis(t, 0)
-	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+	rds := testenv.StartRedis(t, 0)
+	a, b := startClusterNode(t, rds.Addr(), "node-a"), startClusterNode(t, rds.Addr(), "node-b")
 
 	victim := a.dial(t, user("victim", "Victim", "write"))
 	join(t, victim, "P")
@@ -295,8 +295,8 @@ func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
 // on one node: A closes it (4000) without a goodbye in the peer's name,
 // and the peer goes on from B.
 func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
-	rds := startPrivateRedis(t, 0)
-	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+	rds := testenv.StartRedis(t, 0)
+	a, b := startClusterNode(t, rds.Addr(), "node-a"), startClusterNode(t, rds.Addr(), "node-b")
 
 	old := a.dial(t, user("ana", "Ana", "write"))
 	join(t, old, "P")
@@ -336,14 +336,14 @@ func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
 // TestPeerIDWhileRedisIsDown: with Redis away a node still refuses a peer
 // id it knows to be another user's, and accepts the rest.
 func TestPeerIDWhileRedisIsDown(t *testing.T) {
-	rds := startPrivateRedis(t, 0)
-	a, b := startClusterNode(t, redisAt(rds), "node-a"), startClusterNode(t, redisAt(rds), "node-b")
+	rds := testenv.StartRedis(t, 0)
+	a, b := startClusterNode(t, rds.Addr(), "node-a"), startClusterNode(t, rds.Addr(), "node-b")
 	victim := a.dial(t, user("victim", "Victim", "write"))
 	join(t, victim, "P")
 	sendEphemeral(t, victim, "P", 1, cursorUpdate(t, "1@v"))
 	observe(t, b, "obs-b", "P", "1@v")
 
-	rds.stop()
+	rds.Stop()
 	attacker := b.dial(t, user("attacker", "Mallory", "read"))
 	send(t, attacker, &wire.Message{Type: wire.TypeJoin, SenderID: "P",
 		PeerMetadata: &wire.PeerMetadata{IsEphemeral: true}, SupportedProtocolVersions: []string{"1"}})

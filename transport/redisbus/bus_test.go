@@ -1,14 +1,15 @@
-package transport
+package redisbus
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
@@ -18,15 +19,6 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 )
-
-// redisAddr is the Redis the bus tests use; CI starts one. A test that
-// cannot reach it fails rather than skips.
-func redisAddr() string {
-	if a := os.Getenv("TANDEM_TEST_REDIS"); a != "" {
-		return a
-	}
-	return "127.0.0.1:6379"
-}
 
 // recorder is a peer that keeps what it is sent.
 type recorder struct {
@@ -70,30 +62,30 @@ func (r *recorder) presence() []awareness.Message {
 type node struct {
 	hub      *doc.Hub
 	presence *awareness.Hub
-	bus      *RedisBus
+	bus      *Bus
 	stop     func()
 }
 
 // startNode starts a node; opts adjust its bus and presence settings.
-func startNode(t *testing.T, id string, opts ...func(*BusConfig, *awareness.Config)) *node {
+func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)) *node {
 	t.Helper()
 	return startNodeWith(t, id, nil, opts...)
 }
 
 // startNodeWith is startNode whose bus sees the hub through docs, if set.
-func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica, opts ...func(*BusConfig, *awareness.Config)) *node {
+func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica, opts ...func(*Config, *awareness.Config)) *node {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("Redis at %s: %v", redisAddr(), err)
+		t.Fatalf("Redis at %s: %v", testenv.RedisAddr(), err)
 	}
-	bcfg := BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, Logger: logger}
+	bcfg := Config{Client: client, NodeID: id, NodeTTL: time.Second, Logger: logger}
 	pcfg := awareness.Config{Logger: logger}
 	for _, o := range opts {
 		o(&bcfg, &pcfg)
 	}
-	bus, err := NewRedisBus(bcfg)
+	bus, err := New(bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +238,7 @@ func presenceType(m awareness.Message) string {
 // ends the ghost.
 func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 	docID := fmt.Sprint("roster-test-", time.Now().UnixNano())
-	fast := func(b *BusConfig, p *awareness.Config) {
+	fast := func(b *Config, p *awareness.Config) {
 		b.GossipInterval = 100 * time.Millisecond
 		b.NodeTTL = time.Minute
 		p.RemoteTTL = time.Minute // the roster, not the TTL, must end it
@@ -285,9 +277,9 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 // Leaves are never dropped for a full queue: they wait past it, and go
 // out first; other messages are dropped and counted.
 func TestLeavesOutliveAFullQueue(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { client.Close() })
-	b, err := NewRedisBus(BusConfig{Client: client, NodeID: "full-queue", Queue: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b, err := New(Config{Client: client, NodeID: "full-queue", Queue: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +429,7 @@ func TestPresenceDoesNotWaitForDocumentChanges(t *testing.T) {
 // TTL catch up (a minute here, so only the restart can end it).
 func TestARestartedNodesPeersGoAtOnce(t *testing.T) {
 	docID := fmt.Sprint("restart-test-", time.Now().UnixNano())
-	slow := func(b *BusConfig, p *awareness.Config) {
+	slow := func(b *Config, p *awareness.Config) {
 		b.NodeTTL, b.GossipInterval, p.RemoteTTL = time.Minute, time.Minute, time.Minute
 	}
 	n1, n2 := startNode(t, "restart-n1", slow), startNode(t, "restart-n2", slow)

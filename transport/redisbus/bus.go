@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 import (
 	"context"
@@ -52,8 +52,8 @@ type PresenceReplica interface {
 	ApplyRoster(node, documentID string, peers []string) (missing bool)
 }
 
-// BusConfig configures a RedisBus. Zero fields take the documented defaults.
-type BusConfig struct {
+// Config configures a Bus. Zero fields take the documented defaults.
+type Config struct {
 	Client redis.UniversalClient // required
 	NodeID string                // required
 	// NodeTTL is how long a silent node keeps its peers; default 5s.
@@ -71,17 +71,17 @@ type BusConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// RedisBus replicates documents and presence between nodes over Redis
+// Bus replicates documents and presence between nodes over Redis
 // Pub/Sub. Each watched document has a channel, subscribed while this
 // node has peers on it; one more carries node heartbeats, and word of a
 // peer id claim taken over from another node. Live node state also sits in
 // Redis keys with a TTL (tandem:node:<id>), and so do the peer ids of
-// authenticated connections (claims_redis.go).
+// authenticated connections (claims.go).
 //
 // BUS.md, beside this file, is the protocol: channels, kinds of message,
 // keys, and what is dropped when and how it is repaired.
-type RedisBus struct {
-	cfg      BusConfig
+type Bus struct {
+	cfg      Config
 	log      *slog.Logger
 	docs     DocumentReplica // set by Run
 	presence PresenceReplica // set by Run
@@ -108,7 +108,7 @@ type RedisBus struct {
 	askSeq uint64
 
 	cmu     sync.Mutex              // guards claims
-	claims  map[string][]*peerClaim // this node's peer id claims (claims_redis.go)
+	claims  map[string][]*peerClaim // this node's peer id claims (claims.go)
 	recheck chan string             // peer ids another node may have taken a claim on
 
 	// lose, set by tests before Run, makes the bus lose the messages it
@@ -174,10 +174,10 @@ type busMsg struct {
 
 func docChannel(id string) string { return "tandem:doc:" + id }
 
-// NewRedisBus validates cfg. Run starts it.
-func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
+// New validates cfg. Run starts it.
+func New(cfg Config) (*Bus, error) {
 	if cfg.Client == nil || cfg.NodeID == "" {
-		return nil, errors.New("transport: BusConfig needs Client and NodeID")
+		return nil, errors.New("redisbus: Config needs Client and NodeID")
 	}
 	if cfg.NodeTTL <= 0 {
 		cfg.NodeTTL = 5 * time.Second
@@ -194,7 +194,7 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	b := &RedisBus{
+	b := &Bus{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		out:     make(chan busOut, cfg.Queue),
@@ -232,12 +232,12 @@ func NewRedisBus(cfg BusConfig) (*RedisBus, error) {
 // Start subscribes to the node channel and this node's inbox; call it
 // before serving clients. Run then serves the bus with the layers it
 // replicates.
-func (b *RedisBus) Start(ctx context.Context) {
+func (b *Bus) Start(ctx context.Context) {
 	b.ps = b.cfg.Client.Subscribe(ctx, nodesChannel, inboxChannel(b.cfg.NodeID))
 }
 
 // Run serves the bus until ctx ends; then it says goodbye for this node.
-func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
+func (b *Bus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
 	b.docs, b.presence = docs, presence
 	var wg sync.WaitGroup
 	wg.Add(5)
@@ -281,17 +281,17 @@ func (b *RedisBus) Run(ctx context.Context, docs DocumentReplica, presence Prese
 }
 
 // encode makes a message of this node's, CBOR-encoded.
-func (b *RedisBus) encode(m busMsg) ([]byte, error) {
+func (b *Bus) encode(m busMsg) ([]byte, error) {
 	m.Node, m.Run = b.cfg.NodeID, b.run
 	return cbor.Marshal(m)
 }
 
 // Ping reports whether Redis answers.
-func (b *RedisBus) Ping(ctx context.Context) error { return b.cfg.Client.Ping(ctx).Err() }
+func (b *Bus) Ping(ctx context.Context) error { return b.cfg.Client.Ping(ctx).Err() }
 
 // Join counts a local connection on a document; the first one makes the
 // node subscribe to the document's channel. It never blocks on Redis.
-func (b *RedisBus) Join(documentID string) {
+func (b *Bus) Join(documentID string) {
 	b.mu.Lock()
 	b.watched[documentID]++
 	b.changed[documentID] = true
@@ -300,7 +300,7 @@ func (b *RedisBus) Join(documentID string) {
 }
 
 // Leave undoes Join; after the last one the node unsubscribes.
-func (b *RedisBus) Leave(documentID string) {
+func (b *Bus) Leave(documentID string) {
 	b.mu.Lock()
 	if b.watched[documentID]--; b.watched[documentID] <= 0 {
 		delete(b.watched, documentID)
@@ -310,7 +310,7 @@ func (b *RedisBus) Leave(documentID string) {
 	b.poke()
 }
 
-func (b *RedisBus) poke() {
+func (b *Bus) poke() {
 	select {
 	case b.wake <- struct{}{}:
 	default:
@@ -319,7 +319,7 @@ func (b *RedisBus) poke() {
 
 // subscribeLoop brings the subscriptions in line with the watched
 // documents, off the callers' goroutines (Redis may be slow or away).
-func (b *RedisBus) subscribeLoop(ctx context.Context) {
+func (b *Bus) subscribeLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -385,7 +385,7 @@ func (b *RedisBus) subscribeLoop(ctx context.Context) {
 // receiveLoop dispatches what other nodes publish. After a lost
 // connection, go-redis resubscribes; this loop then greets every watched
 // document again so that all nodes catch up.
-func (b *RedisBus) receiveLoop(ctx context.Context) {
+func (b *Bus) receiveLoop(ctx context.Context) {
 	broken := false
 	for {
 		msg, err := b.ps.Receive(ctx)
@@ -418,7 +418,7 @@ func (b *RedisBus) receiveLoop(ctx context.Context) {
 // catchUp has the documents in memory read the store, greets every
 // watched document again (go-redis has resubscribed) and rereads the
 // statuses of followed users.
-func (b *RedisBus) catchUp(ctx context.Context) {
+func (b *Bus) catchUp(ctx context.Context) {
 	b.docs.Missed()
 	b.mu.Lock()
 	docs := make([]string, 0, len(b.watched))
@@ -442,7 +442,7 @@ func (b *RedisBus) catchUp(ctx context.Context) {
 	}
 }
 
-func (b *RedisBus) dispatch(ctx context.Context, rm *redis.Message) {
+func (b *Bus) dispatch(ctx context.Context, rm *redis.Message) {
 	var m busMsg
 	if err := cbor.Unmarshal([]byte(rm.Payload), &m); err != nil {
 		b.log.Warn("bus: undecodable message", "channel", rm.Channel, "err", err)
@@ -548,7 +548,7 @@ type docWork struct {
 // the receive loop hands it: changes, heads and wants. Presence, rosters
 // and goodbyes go on meanwhile (a busy start of many documents delayed
 // goodbyes by 15 s when both shared the receive loop).
-func (b *RedisBus) documentLoop(ctx context.Context) {
+func (b *Bus) documentLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -559,7 +559,7 @@ func (b *RedisBus) documentLoop(ctx context.Context) {
 	}
 }
 
-func (b *RedisBus) applyDocument(docID string, m busMsg) {
+func (b *Bus) applyDocument(docID string, m busMsg) {
 	switch m.Kind {
 	case kindChanges:
 		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {

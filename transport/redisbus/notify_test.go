@@ -1,77 +1,22 @@
-package transport
+package redisbus
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tandemhq/tandem/internal/testenv"
+
 	"github.com/redis/go-redis/v9"
 )
 
-// privateRedis runs redis-server on a port of its own; stop and start it
-// again to simulate an outage.
-type privateRedis struct {
-	t    *testing.T
-	port int
-	cmd  *exec.Cmd
-}
-
-func startPrivateRedis(t *testing.T, port int) *privateRedis {
-	t.Helper()
-	if port == 0 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-	}
-	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server is required for this test: %v", err)
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("redis-server did not start")
-	}
-	r := &privateRedis{t: t, port: port, cmd: cmd}
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *privateRedis) stop() {
-	if r.cmd.ProcessState == nil {
-		r.cmd.Process.Kill()
-		r.cmd.Wait()
-	}
-}
-
 func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
-	r := startPrivateRedis(t, 0)
-	client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port), MaxRetries: -1})
+	r := testenv.StartRedis(t, 0)
+	client := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	defer client.Close()
 	p := NewNotifyPusher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var mu sync.Mutex
@@ -118,8 +63,8 @@ func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
 	}
 
 	// Redis goes away and comes back on the same port.
-	r.stop()
-	startPrivateRedis(t, r.port)
+	r.Stop()
+	testenv.StartRedis(t, r.Port)
 	select {
 	case u := <-resynced:
 		if u != "ana" {

@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 // Users' statuses across nodes: each node writes its users' statuses to
 // a hash per user and publishes changes on the user's channel, which the
@@ -26,7 +26,7 @@ func userKey(id string) string { return "tandem:user-status:" + id }
 
 // followUsers subscribes to the status channels of newly watched users and
 // reads what the other nodes last wrote for them.
-func (b *RedisBus) followUsers(ctx context.Context, sub, unsub []string) {
+func (b *Bus) followUsers(ctx context.Context, sub, unsub []string) {
 	if len(unsub) > 0 {
 		chans := make([]string, len(unsub))
 		for i, id := range unsub {
@@ -49,7 +49,7 @@ func (b *RedisBus) followUsers(ctx context.Context, sub, unsub []string) {
 
 // UserStatus implements awareness.Directory: the best status the other
 // nodes wrote for the user and have not let expire.
-func (b *RedisBus) UserStatus(ctx context.Context, userID string) (awareness.Status, error) {
+func (b *Bus) UserStatus(ctx context.Context, userID string) (awareness.Status, error) {
 	fields, err := b.cfg.Client.HGetAll(ctx, userKey(userID)).Result()
 	if err != nil {
 		return awareness.StatusOffline, err
@@ -74,7 +74,7 @@ func (b *RedisBus) UserStatus(ctx context.Context, userID string) (awareness.Sta
 }
 
 // readUsers applies the statuses other nodes last wrote for these users.
-func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
+func (b *Bus) readUsers(ctx context.Context, sub []string) {
 	if len(sub) == 0 {
 		return
 	}
@@ -99,7 +99,7 @@ func (b *RedisBus) readUsers(ctx context.Context, sub []string) {
 }
 
 // PublishUserStatus implements awareness.Replicator.
-func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
+func (b *Bus) PublishUserStatus(userID string, st awareness.Status) {
 	payload, err := b.encode(busMsg{Kind: kindUser, User: userID, Status: st})
 	if err != nil {
 		return
@@ -108,7 +108,7 @@ func (b *RedisBus) PublishUserStatus(userID string, st awareness.Status) {
 }
 
 // WatchUsers implements awareness.Replicator.
-func (b *RedisBus) WatchUsers(userIDs []string, on bool) {
+func (b *Bus) WatchUsers(userIDs []string, on bool) {
 	b.mu.Lock()
 	for _, id := range userIDs {
 		if on {
@@ -124,7 +124,7 @@ func (b *RedisBus) WatchUsers(userIDs []string, on bool) {
 
 // writeUserStatus sets this node's field of a user's status hash, valid for
 // one node TTL, and keeps the hash alive for two.
-func (b *RedisBus) writeUserStatus(ctx context.Context, pipe redis.Pipeliner, user string, st awareness.Status) {
+func (b *Bus) writeUserStatus(ctx context.Context, pipe redis.Pipeliner, user string, st awareness.Status) {
 	until := time.Now().Add(b.cfg.NodeTTL).UnixMilli()
 	pipe.HSet(ctx, userKey(user), b.cfg.NodeID, fmt.Sprintf("%s %d", st, until))
 	pipe.PExpire(ctx, userKey(user), 2*b.cfg.NodeTTL)

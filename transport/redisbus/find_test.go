@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,11 +37,11 @@ func (h *holdings) NodeGone(string)               {}
 
 // startFindBus runs a bus on its own over Redis at addr, with docs as its
 // document layer.
-func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeout time.Duration) (*RedisBus, func()) {
+func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeout time.Duration) (*Bus, func()) {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client := redis.NewClient(&redis.Options{Addr: addr})
-	bus, err := NewRedisBus(BusConfig{Client: client, NodeID: id, NodeTTL: time.Second, AskTimeout: askTimeout, Logger: logger})
+	bus, err := New(Config{Client: client, NodeID: id, NodeTTL: time.Second, AskTimeout: askTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeou
 	return bus, stop
 }
 
-func knows(b *RedisBus, nodes ...string) func() bool {
+func knows(b *Bus, nodes ...string) func() bool {
 	return func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -75,7 +77,7 @@ func knows(b *RedisBus, nodes ...string) func() bool {
 }
 
 // find asks and waits for the answer.
-func find(t *testing.T, b *RedisBus, id string) (found bool, took time.Duration) {
+func find(t *testing.T, b *Bus, id string) (found bool, took time.Duration) {
 	t.Helper()
 	start := time.Now()
 	ch := make(chan bool, 1)
@@ -90,7 +92,7 @@ func find(t *testing.T, b *RedisBus, id string) (found bool, took time.Duration)
 }
 
 func TestFindDocumentAcrossNodes(t *testing.T) {
-	addr := redisAt(startPrivateRedis(t, 0))
+	addr := testenv.StartRedis(t, 0).Addr()
 	// The asker's timeout is far longer than any wait below: an answer
 	// that comes back at all came from the other nodes.
 	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, time.Minute)
@@ -118,7 +120,7 @@ func TestFindDocumentAcrossNodes(t *testing.T) {
 }
 
 func TestFindDocumentTimesOut(t *testing.T) {
-	addr := redisAt(startPrivateRedis(t, 0))
+	addr := testenv.StartRedis(t, 0).Addr()
 	const timeout = 200 * time.Millisecond
 	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, timeout)
 	startFindBus(t, addr, "mute", &holdings{held: map[string]bool{}}, 0) // answers nothing
@@ -128,7 +130,7 @@ func TestFindDocumentTimesOut(t *testing.T) {
 		t.Fatalf("found %v after %v, want not found after the %v timeout", found, took, timeout)
 	}
 	// Alone, a node has nobody to ask.
-	alone, _ := startFindBus(t, redisAt(startPrivateRedis(t, 0)), "alone", &holdings{}, time.Minute)
+	alone, _ := startFindBus(t, testenv.StartRedis(t, 0).Addr(), "alone", &holdings{}, time.Minute)
 	if found, _ := find(t, alone, "anything"); found {
 		t.Fatal("a node alone found a document")
 	}

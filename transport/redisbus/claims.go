@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 import (
 	"context"
@@ -68,16 +68,15 @@ return 0
 type peerClaim struct {
 	peer, user, token string
 	moved             func(node string) // the transport's: a newer connection of the user took it
-	held              bool              // Redis said it is ours; guarded by RedisBus.cmu
+	held              bool              // Redis said it is ours; guarded by Bus.cmu
 }
 
-var _ Claims = (*RedisBus)(nil)
 
-// ClaimPeer implements Claims: one Redis round trip. When Redis cannot
+// ClaimPeer implements transport.Claims: one Redis round trip. When Redis cannot
 // answer, the claim is kept here and taken by the next beat that reaches
 // Redis, and the error says so; deciding whether to accept the join is the
 // caller's.
-func (b *RedisBus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (func(), error) {
+func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), taken bool, err error) {
 	pc := &peerClaim{peer: peerID, user: userID, token: claimToken(), moved: moved}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
@@ -88,10 +87,10 @@ func (b *RedisBus) ClaimPeer(ctx context.Context, peerID, userID string, moved f
 	}
 	if err != nil {
 		b.addClaim(pc, false)
-		return func() { b.release(pc) }, fmt.Errorf("transport: claim peer id %q: %w", peerID, err)
+		return func() { b.release(pc) }, false, fmt.Errorf("redisbus: claim peer id %q: %w", peerID, err)
 	}
-	if taken, _ := res[0].(int64); taken != 1 {
-		return func() {}, ErrPeerTaken
+	if ok, _ := res[0].(int64); ok != 1 {
+		return func() {}, true, nil
 	}
 	b.addClaim(pc, true)
 	if node, _ := res[1].(string); node != "" && node != b.cfg.NodeID {
@@ -102,7 +101,7 @@ func (b *RedisBus) ClaimPeer(ctx context.Context, peerID, userID string, moved f
 			b.enqueue(busOut{channel: nodesChannel, payload: payload})
 		}
 	}
-	return func() { b.release(pc) }, nil
+	return func() { b.release(pc) }, false, nil
 }
 
 func claimToken() string {
@@ -111,7 +110,7 @@ func claimToken() string {
 	return hex.EncodeToString(t[:])
 }
 
-func (b *RedisBus) addClaim(pc *peerClaim, held bool) {
+func (b *Bus) addClaim(pc *peerClaim, held bool) {
 	b.cmu.Lock()
 	pc.held = held
 	b.claims[pc.peer] = append(b.claims[pc.peer], pc)
@@ -120,7 +119,7 @@ func (b *RedisBus) addClaim(pc *peerClaim, held bool) {
 
 // dropClaim forgets a claim. It reports whether the claim was still here
 // and whether Redis had confirmed it.
-func (b *RedisBus) dropClaim(pc *peerClaim) (here, held bool) {
+func (b *Bus) dropClaim(pc *peerClaim) (here, held bool) {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	list := b.claims[pc.peer]
@@ -142,7 +141,7 @@ func (b *RedisBus) dropClaim(pc *peerClaim) (here, held bool) {
 // nothing if another connection's claim replaced it. A claim Redis never
 // confirmed (it was away) is only forgotten here: if it was taken after
 // all, it expires within a node TTL. So is one Redis does not answer for.
-func (b *RedisBus) release(pc *peerClaim) {
+func (b *Bus) release(pc *peerClaim) {
 	if here, held := b.dropClaim(pc); !here || !held {
 		return
 	}
@@ -154,7 +153,7 @@ func (b *RedisBus) release(pc *peerClaim) {
 }
 
 // claimsOf returns this node's claims, all of them or those of one peer id.
-func (b *RedisBus) claimsOf(peerID string) []*peerClaim {
+func (b *Bus) claimsOf(peerID string) []*peerClaim {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	if peerID != "" {
@@ -168,7 +167,7 @@ func (b *RedisBus) claimsOf(peerID string) []*peerClaim {
 }
 
 // recheckClaims is told that another node took a claim on peerID.
-func (b *RedisBus) recheckClaims(peerID string) {
+func (b *Bus) recheckClaims(peerID string) {
 	b.cmu.Lock()
 	_, ours := b.claims[peerID]
 	b.cmu.Unlock()
@@ -183,7 +182,7 @@ func (b *RedisBus) recheckClaims(peerID string) {
 
 // queueRenewals adds the renewal of each claim to a pipeline; settle reads
 // the answers once it has run.
-func (b *RedisBus) queueRenewals(ctx context.Context, pipe redis.Pipeliner, claims []*peerClaim) []*redis.Cmd {
+func (b *Bus) queueRenewals(ctx context.Context, pipe redis.Pipeliner, claims []*peerClaim) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(claims))
 	ttl := b.cfg.NodeTTL.Milliseconds()
 	for i, pc := range claims {
@@ -193,7 +192,7 @@ func (b *RedisBus) queueRenewals(ctx context.Context, pipe redis.Pipeliner, clai
 }
 
 // renewClaims renews claims in a pipeline of their own.
-func (b *RedisBus) renewClaims(ctx context.Context, claims []*peerClaim) {
+func (b *Bus) renewClaims(ctx context.Context, claims []*peerClaim) {
 	if len(claims) == 0 {
 		return
 	}
@@ -206,7 +205,7 @@ func (b *RedisBus) renewClaims(ctx context.Context, claims []*peerClaim) {
 // settle acts on renewals: a claim the same user took on another node
 // means this node's connection was replaced. After a Redis restart the
 // script must be loaded again; retry then renews at once.
-func (b *RedisBus) settle(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd, retry bool) {
+func (b *Bus) settle(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd, retry bool) {
 	for i, cmd := range cmds {
 		res, err := cmd.Result()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {

@@ -1,4 +1,4 @@
-package transport
+package redisbus
 
 // Publishing (BUS.md, "Loss and order"): what the layers hand the bus
 // waits in a bounded queue that one loop sends in pipelines; leaves are
@@ -34,23 +34,23 @@ type busEphemeral struct {
 }
 
 // PublishEphemeral implements doc.EphemeralReplicator.
-func (b *RedisBus) PublishEphemeral(documentID string, e doc.Ephemeral) {
+func (b *Bus) PublishEphemeral(documentID string, e doc.Ephemeral) {
 	b.send(documentID, busMsg{Kind: kindEphemeral, Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
 }
 
 // PublishChanges implements doc.Replicator.
-func (b *RedisBus) PublishChanges(documentID string, changes []byte) {
+func (b *Bus) PublishChanges(documentID string, changes []byte) {
 	b.send(documentID, busMsg{Kind: kindChanges, Data: changes})
 }
 
 // PublishPresence implements awareness.Replicator.
-func (b *RedisBus) PublishPresence(documentID string, d awareness.Delta) {
+func (b *Bus) PublishPresence(documentID string, d awareness.Delta) {
 	b.sendMarked(documentID, busMsg{Kind: kindPresence, Delta: &d}, d.IsGoodbye())
 }
 
-func (b *RedisBus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
+func (b *Bus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }
 
-func (b *RedisBus) sendMarked(documentID string, m busMsg, leave bool) {
+func (b *Bus) sendMarked(documentID string, m busMsg, leave bool) {
 	payload, err := b.encode(m)
 	if err != nil {
 		b.log.Error("bus: encode", "err", err)
@@ -63,7 +63,7 @@ func (b *RedisBus) sendMarked(documentID string, m busMsg, leave bool) {
 // that left while Redis was away, say); past it the rosters repair.
 const maxLeaves = 1 << 16
 
-func (b *RedisBus) enqueue(o busOut) {
+func (b *Bus) enqueue(o busOut) {
 	if b.lose != nil && b.lose(o) {
 		return
 	}
@@ -101,7 +101,7 @@ func (b *RedisBus) enqueue(o busOut) {
 
 // holdLeave keeps a leave that found no room in the queue; it reports
 // false past maxLeaves.
-func (b *RedisBus) holdLeave(o busOut) bool {
+func (b *Bus) holdLeave(o busOut) bool {
 	b.lmu.Lock()
 	kept := len(b.leaves) < maxLeaves
 	if kept {
@@ -118,7 +118,7 @@ func (b *RedisBus) holdLeave(o busOut) bool {
 }
 
 // takeLeaves returns the leaves waiting past the queue, oldest first.
-func (b *RedisBus) takeLeaves() []busOut {
+func (b *Bus) takeLeaves() []busOut {
 	b.lmu.Lock()
 	defer b.lmu.Unlock()
 	ls := b.leaves
@@ -127,7 +127,7 @@ func (b *RedisBus) takeLeaves() []busOut {
 }
 
 // publishLoop publishes the queue, many messages per round trip.
-func (b *RedisBus) publishLoop(ctx context.Context) {
+func (b *Bus) publishLoop(ctx context.Context) {
 	var retry time.Duration // after a failed round trip, wait this long
 	for {
 		if retry > 0 {
@@ -175,7 +175,7 @@ func (b *RedisBus) publishLoop(ctx context.Context) {
 
 // keepLeaves puts the leaves of a batch that did not go out back before
 // the waiting ones, and reports how many other messages are lost.
-func (b *RedisBus) keepLeaves(batch []busOut) (lost int) {
+func (b *Bus) keepLeaves(batch []busOut) (lost int) {
 	var kept []busOut
 	for _, m := range batch {
 		if m.leave {
@@ -198,7 +198,7 @@ func (b *RedisBus) keepLeaves(batch []busOut) (lost int) {
 }
 
 // queue adds one outgoing message to a pipeline.
-func (b *RedisBus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
+func (b *Bus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
 	pipe.Publish(ctx, m.channel, m.payload)
 	if m.user == "" {
 		return

@@ -1,13 +1,3 @@
-// Package notify turns events (mentions in documents, an application's own
-// events) into notifications: events go through a durable River queue, a
-// worker folds the events with the same recipient, kind and document over
-// a window into one notification, stores it, and only then pushes it to the
-// recipient's live connections on every node.
-//
-// The store is the source of truth: PostgreSQL when the node has one, an
-// SQLite file under the data directory otherwise. The queue lives in the
-// same database, so that consuming an event, storing a notification and
-// enqueueing its push commit together or not at all.
 package notify
 
 import (

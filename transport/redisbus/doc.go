@@ -1,0 +1,18 @@
+// Package redisbus joins Tandem nodes into a cluster over Redis.
+//
+// A Bus carries, between the nodes that watch a document, the changes each
+// node accepted and the presence of its peers; it keeps node liveness
+// (heartbeats, a key per node with a TTL, a goodbye on a clean stop) and
+// user statuses (membership.go, users.go); it asks the other nodes for a
+// document this node lacks (find.go); and it ties each authenticated
+// connection's peer id to its user across the cluster (claims.go).
+// NotifyPusher carries notification pushes to every node (notify.go).
+//
+// BUS.md, beside this file, is the protocol: channels, kinds of message,
+// keys, and what is lost when and how it is repaired.
+//
+// Subscriptions follow the documents this node's clients watch (Join and
+// Leave), never the whole cluster's. Publishing never blocks the caller:
+// messages wait in a bounded queue that one loop sends in pipelines
+// (publish.go).
+package redisbus
