@@ -25,11 +25,14 @@
 // window has passed and the document is not on its way, not in the store
 // and (through a Finder) on no other node (lookup.go).
 //
-// In a cluster, accepted changes also go to a Replicator, and changes other
-// nodes accepted come back through ApplyRemote; Compare and ChangesSince
-// let nodes repair gaps by comparing heads (replica.go). Stores: the
+// In a cluster the hub speaks the document protocol between nodes
+// (cluster.go): accepted changes go out through a Cluster as they are
+// stored, other nodes' changes come back through Receive, and the heads
+// exchange (AnnounceHeads) repairs what a lost message missed. The bus
+// that carries these messages sees only bytes. A room that had a gap in
+// what the bus carried catches up from the store (replica.go). Stores: the
 // embedded BoltStore and the shared PostgresStore.
 //
-// This package knows nothing of WebSocket, CBOR or HTTP; package transport
+// This package knows nothing of WebSocket or HTTP; package transport
 // adapts sockets to the Peer interface.
 package doc

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/automerge/automerge-go"
+	"github.com/fxamacker/cbor/v2"
 )
 
 // gateStore holds every write until the test lets it through, and tells
@@ -31,19 +32,24 @@ func (g *gateStore) Write(ctx context.Context, b []Write) error {
 	return g.Store.Write(ctx, b)
 }
 
-// fakeReplicator records what the hub publishes for other nodes.
-type fakeReplicator struct {
+// fakeCluster records the document messages the hub publishes for other
+// nodes.
+type fakeCluster struct {
 	mu        sync.Mutex
-	published [][]byte
+	published []clusterMsg
 }
 
-func (f *fakeReplicator) PublishChanges(_ string, changes []byte) {
+func (f *fakeCluster) PublishDocument(_ string, payload []byte) {
+	var m clusterMsg
+	if err := cbor.Unmarshal(payload, &m); err != nil {
+		panic(err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.published = append(f.published, changes)
+	f.published = append(f.published, m)
 }
 
-func (f *fakeReplicator) count() int {
+func (f *fakeCluster) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.published)
@@ -55,8 +61,8 @@ func (f *fakeReplicator) count() int {
 // past the store in any round fails the test.
 func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
 	g := newGateStore(t)
-	rep := &fakeReplicator{}
-	h := newTestHub(t, g, Config{Replicator: rep})
+	rep := &fakeCluster{}
+	h := newTestHub(t, g, Config{Cluster: rep})
 	t.Cleanup(func() { close(g.proceed) }) // before the hub's Close, which may write
 	a, b := newClient("a"), newClient("b")
 	waiting := func() bool { // the room holds an applied change not yet stored

@@ -340,7 +340,7 @@ func TestSandboxFollowsTheRoom(t *testing.T) {
 			remote.sync(t, h, true)
 			remote.setText(t, "remote", strconv.Itoa(i))
 			ch, _ := remote.doc.Changes(a.doc.Heads()...)
-			if err := h.ApplyRemote(testDoc, automerge.SaveChanges(ch)); err != nil {
+			if err := h.applyRemoteChanges(testDoc, automerge.SaveChanges(ch)); err != nil {
 				t.Fatal(err)
 			}
 			h.Flush(context.Background())

@@ -28,9 +28,11 @@ type Config struct {
 	// CompactAfter is how many incremental chunks a document collects
 	// before it is rewritten as one snapshot; default 64.
 	CompactAfter int
-	// Replicator, when set, receives every change accepted from a local
-	// peer, once it is stored, for the other nodes of a cluster.
-	Replicator Replicator
+	// Cluster, when set, carries this node's document messages to the
+	// other nodes of a cluster (cluster.go): every change accepted from a
+	// local peer, once it is stored, and the heads exchange that repairs
+	// what a lost message missed.
+	Cluster Cluster
 	// Limits bound what a client's changes may add (guard.go).
 	Limits Limits
 	// Sandbox, when set, applies every client message that carries
@@ -142,6 +144,13 @@ type Hub struct {
 	sweepNow                                      chan struct{} // NodeGone asks for a sweep
 	swept                                         chan struct{} // closed when the sweep loop ends
 
+	// The document lane (cluster.go): other nodes' changes, heads and
+	// wants, handled in order by laneLoop. beforeLane, set by tests
+	// before any traffic, runs before each.
+	lane       chan laneWork
+	laneDone   chan struct{}
+	beforeLane func()
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -161,6 +170,9 @@ func NewHub(cfg Config) (*Hub, error) {
 		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
+
+		lane:     make(chan laneWork, laneSize),
+		laneDone: make(chan struct{}),
 
 		sweepNow: make(chan struct{}, 1),
 		swept:    make(chan struct{}),
@@ -205,6 +217,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		)
 	}
 	go h.run()
+	go h.laneLoop()
 	if cfg.Mentions != nil {
 		go h.sweepLoop()
 	} else {
@@ -271,29 +284,10 @@ func (h *Hub) Ephemeral(ctx context.Context, p Peer, documentID string, e Epheme
 			return err
 		}
 		if err := r.relayEphemeral(p, e); !errors.Is(err, errEvicted) {
-			if rep, ok := h.cfg.Replicator.(EphemeralReplicator); ok && err == nil {
-				rep.PublishEphemeral(documentID, e) // the document's peers on other nodes
+			if err == nil {
+				h.publishEphemeral(documentID, e) // the document's peers on other nodes
 			}
 			return err
-		}
-	}
-}
-
-// RelayRemoteEphemeral sends an ephemeral message a peer on another node
-// sent to every peer of the document here.
-func (h *Hub) RelayRemoteEphemeral(documentID string, e Ephemeral) {
-	r := h.loadedRoom(documentID)
-	if r == nil {
-		return // no peer of the document here
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.evicted {
-		return
-	}
-	for id, m := range r.members {
-		if id != e.SenderID {
-			m.peer.SendEphemeral(r.id, e)
 		}
 	}
 }
@@ -348,8 +342,8 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
-		if h.cfg.Replicator != nil {
-			r.publish = h.cfg.Replicator.PublishChanges
+		if h.cfg.Cluster != nil {
+			r.publish = h.publishChanges
 		}
 		if h.cfg.Mentions != nil {
 			r.mentions = h.newMentionTracker(r)
@@ -498,6 +492,7 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Unlock()
 		close(h.stop)
 		<-h.done
+		<-h.laneDone
 		<-h.swept
 		h.background.Wait()
 		if h.cfg.Mentions != nil {

@@ -122,7 +122,7 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 	remote := newClient("remote")
 	remote.doc, _ = automerge.Load(local.doc.Save())
 	remote.splice(t, 1, 0, " @ana ")
-	if err := h.ApplyRemote(testDoc, remote.doc.Save()); err != nil {
+	if err := h.applyRemoteChanges(testDoc, remote.doc.Save()); err != nil {
 		t.Fatal(err)
 	}
 	// Then a local edit elsewhere in the text: it inserted no mention.

@@ -153,7 +153,7 @@ func TestRehearsalsStayInStepWithTheRoom(t *testing.T) {
 				errs <- err
 				return
 			}
-			if err := h.ApplyRemote(testDoc, automerge.SaveChanges(cs)); err != nil {
+			if err := h.applyRemoteChanges(testDoc, automerge.SaveChanges(cs)); err != nil {
 				errs <- err
 				return
 			}

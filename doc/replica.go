@@ -8,26 +8,14 @@ import (
 	"github.com/automerge/automerge-go"
 )
 
-// Replicator carries accepted changes to the other nodes of a cluster,
-// once they are stored. PublishChanges must not block: it queues, and may
-// drop under pressure, because the nodes repair gaps by comparing heads
-// (see RemoteHeads). It is called with the room's lock held.
-type Replicator interface {
-	PublishChanges(documentID string, changes []byte)
-}
+// Applying what other nodes accepted (cluster.go speaks the protocol), and
+// catching up from the store after a gap in what the bus carried.
 
-// EphemeralReplicator is a Replicator that also carries the ephemeral
-// messages of a document's peers to its peers on the other nodes. It must
-// not block; it may drop under pressure (ephemerals are not kept).
-type EphemeralReplicator interface {
-	PublishEphemeral(documentID string, e Ephemeral)
-}
-
-// ApplyRemote applies changes that another node accepted, if this node has
-// the document in memory, and syncs them to the local peers. Changes
-// arrive possibly twice or out of order: automerge ignores what it has
-// and holds what misses a dependency until the dependency comes.
-func (h *Hub) ApplyRemote(documentID string, changes []byte) error {
+// applyRemoteChanges applies changes that another node accepted, if this
+// node has the document in memory, and syncs them to the local peers.
+// Changes arrive possibly twice or out of order: automerge ignores what it
+// has and holds what misses a dependency until the dependency comes.
+func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 	h.mu.Lock()
 	r := h.rooms[documentID]
 	h.mu.Unlock()
@@ -186,11 +174,11 @@ func (h *Hub) Heads(documentID string) ([][]byte, bool) {
 	return r.heads(), true
 }
 
-// Compare tells how another node's heads of a document relate to this
+// compare tells how another node's heads of a document relate to this
 // node's copy: whether that node has changes this one lacks (missing), and
 // the changes it lacks from this one (behind), if any. A nil behind with
 // missing false means both are level, or the document is not here.
-func (h *Hub) Compare(documentID string, theirs [][]byte) (missing bool, behind []byte) {
+func (h *Hub) compare(documentID string, theirs [][]byte) (missing bool, behind []byte) {
 	r := h.loadedRoom(documentID)
 	if r == nil {
 		return false, nil
@@ -214,9 +202,9 @@ func (h *Hub) Compare(documentID string, theirs [][]byte) (missing bool, behind 
 	return false, automerge.SaveChanges(changes)
 }
 
-// ChangesSince returns what a node with these heads lacks: the changes
+// changesSince returns what a node with these heads lacks: the changes
 // after them, or the whole document if some heads are unknown here.
-func (h *Hub) ChangesSince(documentID string, theirs [][]byte) []byte {
+func (h *Hub) changesSince(documentID string, theirs [][]byte) []byte {
 	r := h.loadedRoom(documentID)
 	if r == nil {
 		return nil

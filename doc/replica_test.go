@@ -16,8 +16,8 @@ import (
 func twoNodes(t *testing.T) (h1, h2 *Hub) {
 	t.Helper()
 	store := openStore(t, t.TempDir())
-	h1 = newTestHub(t, sharedStore{store}, Config{Replicator: &fakeReplicator{}})
-	h2 = newTestHub(t, sharedStore{store}, Config{Replicator: &fakeReplicator{}})
+	h1 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
+	h2 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
 	return h1, h2
 }
 
@@ -141,11 +141,11 @@ func manyChanges(t *testing.T, n int) (*automerge.Doc, []byte) {
 func TestManyRemoteChangesAtOnce(t *testing.T) {
 	gcPressure(t)
 	src, data := manyChanges(t, 600)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Replicator: &fakeReplicator{}})
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}})
 	a := newClient("a")
 	a.sync(t, h, true)
 	for range 5 {
-		if err := h.ApplyRemote(testDoc, data); err != nil {
+		if err := h.applyRemoteChanges(testDoc, data); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -61,7 +61,7 @@ type room struct {
 	// document's heads waits in held, in the order it was made.
 	applied, stored uint64
 	held            []heldSend
-	publish         func(documentID string, changes []byte) // nil without a Replicator
+	publish         func(documentID string, changes []byte) // nil outside a cluster
 
 	ledger ledger // the guard's account of the document (guard.go)
 

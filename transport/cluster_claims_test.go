@@ -75,7 +75,7 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Replicator: bus})
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,8 +55,6 @@ type Bus interface {
 	Leave(documentID string)
 }
 
-
-
 // Claims ties the peer id of each authenticated connection to its user
 // across a cluster. *redisbus.Bus implements it.
 type Claims interface {

@@ -179,7 +179,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if bus != nil {
 		// Three rosters missed in a row: the peer is gone.
 		presenceCfg.RemoteTTL = 3 * bus.RosterInterval()
-		docCfg.Replicator = bus
+		docCfg.Cluster = bus
 		docCfg.Finder = bus
 		docCfg.NodeAlive = bus.NodeAlive
 		presenceCfg.Replicator = bus

@@ -15,22 +15,21 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
-	"github.com/tandemhq/tandem/doc"
 )
 
 // DocumentReplica is what the bus needs from the document layer.
 // *doc.Hub implements it.
 type DocumentReplica interface {
-	ApplyRemote(documentID string, changes []byte) error
-	Heads(documentID string) ([][]byte, bool)
-	Compare(documentID string, theirs [][]byte) (missing bool, behind []byte)
-	ChangesSince(documentID string, theirs [][]byte) []byte
+	// Receive takes a document message another node published with
+	// PublishDocument (doc/cluster.go is that protocol); it may block
+	// while the document layer is far behind, not longer.
+	Receive(documentID string, payload []byte) error
+	// AnnounceHeads publishes this node's heads of a document, if it has
+	// them: the other nodes answer with what either side lacks.
+	AnnounceHeads(documentID string)
 	// Holds answers whether this node holds the document, stored; it
 	// may answer later, and must not block.
 	Holds(documentID string, answer func(held bool))
-	// RelayRemoteEphemeral sends another node's peer's ephemeral message
-	// to the document's peers here.
-	RelayRemoteEphemeral(documentID string, e doc.Ephemeral)
 	// NodeGone tells that a node stopped or went silent past its TTL:
 	// what it still owed (its mention journals) is this node's to take.
 	NodeGone(node string)
@@ -87,7 +86,6 @@ type Bus struct {
 	presence PresenceReplica // set by Run
 	ps       *redis.PubSub
 	out      chan busOut
-	docLane  chan docWork // received document messages, for documentLoop
 
 	run string // this process's run (busMsg.Run)
 
@@ -134,15 +132,12 @@ const (
 	kindAsk   busKind = "ask"   // who holds this document?
 	// tandem:inbox:<node>
 	kindAnswer busKind = "answer" // the answer to an ask
-	// tandem:doc:<id>: the document (repair by comparing heads) ...
-	kindChanges busKind = "chg"   // changes a node accepted and stored
-	kindHeads   busKind = "heads" // a node's heads of the document
-	kindWant    busKind = "want"  // the changes after these heads, please
-	// ... its presence and ephemerals
-	kindPresence  busKind = "pres"   // a presence delta of one of the sender's peers
-	kindRoster    busKind = "roster" // the sender's peers present in the document
-	kindHello     busKind = "hello"  // a node starts watching: send your state
-	kindEphemeral busKind = "eph"    // an application's ephemeral message
+	// tandem:doc:<id>: the document layer's own messages, as bytes ...
+	kindDoc busKind = "doc" // a document message (doc/cluster.go)
+	// ... and presence
+	kindPresence busKind = "pres"   // a presence delta of one of the sender's peers
+	kindRoster   busKind = "roster" // the sender's peers present in the document
+	kindHello    busKind = "hello"  // a node starts watching: send your state
 	// tandem:user:<id>
 	kindUser busKind = "user" // a user's status on the sending node
 )
@@ -153,16 +148,14 @@ type busMsg struct {
 	Node string  `cbor:"n"`
 	// Run is the sending node's run: random per process start, so that a
 	// node restarted under the same id is told from its previous run.
-	Run   string           `cbor:"i,omitempty"`
+	Run string `cbor:"i,omitempty"`
+	// Data is a document message ("doc"), opaque to the bus.
 	Data  []byte           `cbor:"d,omitempty"`
-	Heads [][]byte         `cbor:"h,omitempty"`
 	Delta *awareness.Delta `cbor:"x,omitempty"`
 	User  string           `cbor:"u,omitempty"`
 	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
 	// Peers lists the sender's peers visible in the document ("roster").
 	Peers []string `cbor:"ps,omitempty"`
-	// Eph is an application's ephemeral message ("eph").
-	Eph *busEphemeral `cbor:"e,omitempty"`
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
 	// Finding a document ("ask" on the nodes channel, "answer" to the
@@ -195,10 +188,9 @@ func New(cfg Config) (*Bus, error) {
 		cfg.Logger = slog.Default()
 	}
 	b := &Bus{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		out:     make(chan busOut, cfg.Queue),
-		docLane: make(chan docWork, docLaneSize),
+		cfg: cfg,
+		log: cfg.Logger,
+		out: make(chan busOut, cfg.Queue),
 
 		leavesWaiting: make(chan struct{}, 1),
 		asked:         make(map[string]time.Time),
@@ -240,12 +232,11 @@ func (b *Bus) Start(ctx context.Context) {
 func (b *Bus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
 	b.docs, b.presence = docs, presence
 	var wg sync.WaitGroup
-	wg.Add(5)
+	wg.Add(4)
 	go func() { defer wg.Done(); b.publishLoop(ctx) }()
 	go func() { defer wg.Done(); b.subscribeLoop(ctx) }()
 	go func() { defer wg.Done(); b.beatLoop(ctx) }()
 	go func() { defer wg.Done(); b.receiveLoop(ctx) }()
-	go func() { defer wg.Done(); b.documentLoop(ctx) }()
 	<-ctx.Done()
 	b.ps.Close()
 	wg.Wait()
@@ -410,7 +401,7 @@ func (b *Bus) receiveLoop(ctx context.Context) {
 			b.catchUp(ctx)
 		}
 		if m, ok := msg.(*redis.Message); ok {
-			b.dispatch(ctx, m)
+			b.dispatch(m)
 		}
 	}
 }
@@ -436,13 +427,11 @@ func (b *Bus) catchUp(ctx context.Context) {
 		for _, d := range b.presence.LocalState(id) {
 			b.PublishPresence(id, d)
 		}
-		if heads, ok := b.docs.Heads(id); ok {
-			b.send(id, busMsg{Kind: kindHeads, Heads: heads})
-		}
+		b.docs.AnnounceHeads(id)
 	}
 }
 
-func (b *Bus) dispatch(ctx context.Context, rm *redis.Message) {
+func (b *Bus) dispatch(rm *redis.Message) {
 	var m busMsg
 	if err := cbor.Unmarshal([]byte(rm.Payload), &m); err != nil {
 		b.log.Warn("bus: undecodable message", "channel", rm.Channel, "err", err)
@@ -505,20 +494,15 @@ func (b *Bus) dispatch(ctx context.Context, rm *redis.Message) {
 		return
 	}
 	switch m.Kind {
-	case kindChanges, kindHeads, kindWant:
-		// To the document lane: applying another node's changes costs
-		// automerge's time, which presence must not wait for.
-		select {
-		case b.docLane <- docWork{docID: docID, m: m}:
-		case <-ctx.Done():
+	case kindDoc:
+		// The document layer queues what costs automerge's time: presence
+		// does not wait for it.
+		if err := b.docs.Receive(docID, m.Data); err != nil {
+			b.log.Warn("bus: a document message", "node", m.Node, "err", err)
 		}
 	case kindPresence:
 		if m.Delta != nil {
 			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
-		}
-	case kindEphemeral:
-		if e := m.Eph; e != nil {
-			b.docs.RelayRemoteEphemeral(docID, doc.Ephemeral{SenderID: e.Sender, SessionID: e.Session, Count: e.Count, Data: e.Data})
 		}
 	case kindRoster:
 		if b.presence.ApplyRoster(m.Node, docID, m.Peers) && b.mayAskAgain(docID) {
@@ -528,54 +512,6 @@ func (b *Bus) dispatch(ctx context.Context, rm *redis.Message) {
 		for _, d := range b.presence.LocalState(docID) {
 			b.PublishPresence(docID, d)
 		}
-		if heads, ok := b.docs.Heads(docID); ok {
-			b.send(docID, busMsg{Kind: kindHeads, Heads: heads})
-		}
-	}
-}
-
-// docLaneSize bounds the document messages received and not yet applied;
-// past it the receive loop waits for the document lane.
-const docLaneSize = 4096
-
-// docWork is a document message on its way to the document lane.
-type docWork struct {
-	docID string
-	m     busMsg
-}
-
-// documentLoop applies, in the order they came, the document messages
-// the receive loop hands it: changes, heads and wants. Presence, rosters
-// and goodbyes go on meanwhile (a busy start of many documents delayed
-// goodbyes by 15 s when both shared the receive loop).
-func (b *Bus) documentLoop(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case w := <-b.docLane:
-			b.applyDocument(w.docID, w.m)
-		}
-	}
-}
-
-func (b *Bus) applyDocument(docID string, m busMsg) {
-	switch m.Kind {
-	case kindChanges:
-		if err := b.docs.ApplyRemote(docID, m.Data); err != nil {
-			b.log.Warn("bus: remote changes", "document", docID, "err", err)
-		}
-	case kindHeads:
-		missing, behind := b.docs.Compare(docID, m.Heads)
-		if missing {
-			heads, _ := b.docs.Heads(docID)
-			b.send(docID, busMsg{Kind: kindWant, Heads: heads})
-		} else if behind != nil {
-			b.send(docID, busMsg{Kind: kindChanges, Data: behind})
-		}
-	case kindWant:
-		if data := b.docs.ChangesSince(docID, m.Heads); data != nil {
-			b.send(docID, busMsg{Kind: kindChanges, Data: data})
-		}
+		b.docs.AnnounceHeads(docID)
 	}
 }

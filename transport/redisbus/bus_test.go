@@ -69,12 +69,6 @@ type node struct {
 // startNode starts a node; opts adjust its bus and presence settings.
 func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)) *node {
 	t.Helper()
-	return startNodeWith(t, id, nil, opts...)
-}
-
-// startNodeWith is startNode whose bus sees the hub through docs, if set.
-func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica, opts ...func(*Config, *awareness.Config)) *node {
-	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
@@ -94,7 +88,7 @@ func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica,
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Replicator: bus})
+	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +97,7 @@ func startNodeWith(t *testing.T, id string, docs func(*doc.Hub) DocumentReplica,
 	bus.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	var replica DocumentReplica = hub
-	if docs != nil {
-		replica = docs(hub)
-	}
-	go func() { defer wg.Done(); bus.Run(ctx, replica, presence) }()
+	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
 	go func() { defer wg.Done(); presence.Run(ctx) }()
 	n := &node{hub: hub, presence: presence, bus: bus}
 	var once sync.Once
@@ -357,70 +347,6 @@ func speakTo(t *testing.T, n *node, watcher *recorder, docID string) *recorder {
 		return false
 	})
 	return speaker
-}
-
-// slowApply is a DocumentReplica whose ApplyRemote waits for the test.
-type slowApply struct {
-	DocumentReplica
-	applying chan struct{} // told when an ApplyRemote starts
-	release  chan struct{} // closed by the test
-}
-
-func (s *slowApply) ApplyRemote(documentID string, changes []byte) error {
-	select {
-	case s.applying <- struct{}{}:
-	default:
-	}
-	<-s.release
-	return s.DocumentReplica.ApplyRemote(documentID, changes)
-}
-
-// Applying another node's changes takes automerge's time; presence and
-// goodbyes received meanwhile must not wait for it (they shared one
-// receive loop, and the soak saw goodbyes 15 s late while many documents
-// started at once).
-func TestPresenceDoesNotWaitForDocumentChanges(t *testing.T) {
-	docID := fmt.Sprint("lanes-test-", time.Now().UnixNano())
-	slow := &slowApply{applying: make(chan struct{}, 1), release: make(chan struct{})}
-	n1 := startNode(t, "lanes-n1")
-	n2 := startNodeWith(t, "lanes-n2", func(h *doc.Hub) DocumentReplica { slow.DocumentReplica = h; return slow })
-	t.Cleanup(func() {
-		select {
-		case <-slow.release:
-		default:
-			close(slow.release)
-		}
-	})
-	watcher := watchOnTwoNodes(t, n1, n2, docID)
-
-	// A change on node 1 reaches node 2, whose ApplyRemote now hangs.
-	d := automerge.New()
-	d.RootMap().Set("title", "slow to apply")
-	d.Commit("create")
-	n1.bus.PublishChanges(docID, d.Save())
-	select {
-	case <-slow.applying:
-	case <-time.After(10 * time.Second):
-		t.Fatal("node 2 never started applying the change")
-	}
-
-	// Meanwhile a peer of node 1 speaks and leaves: node 2 hears both.
-	speaker := speakTo(t, n1, watcher, docID)
-	n1.presence.Leave(speaker)
-	waitFor(t, "the speaker's goodbye on node 2", func() bool {
-		for _, m := range watcher.presence() {
-			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
-				return true
-			}
-		}
-		return false
-	})
-
-	close(slow.release)
-	waitFor(t, "the change applied once released", func() bool {
-		heads, ok := n2.hub.Heads(docID)
-		return ok && len(heads) == 1
-	})
 }
 
 // A node killed and started again under the same id (a fixed --node-id)

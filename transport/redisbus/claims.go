@@ -71,7 +71,6 @@ type peerClaim struct {
 	held              bool              // Redis said it is ours; guarded by Bus.cmu
 }
 
-
 // ClaimPeer implements transport.Claims: one Redis round trip. When Redis cannot
 // answer, the claim is kept here and taken by the next beat that reaches
 // Redis, and the error says so; deciding whether to accept the join is the

@@ -32,8 +32,8 @@ func (h *holdings) Holds(id string, answer func(bool)) {
 	}
 }
 
-func (h *holdings) Heads(string) ([][]byte, bool) { return nil, false }
-func (h *holdings) NodeGone(string)               {}
+func (h *holdings) AnnounceHeads(string) {}
+func (h *holdings) NodeGone(string)      {}
 
 // startFindBus runs a bus on its own over Redis at addr, with docs as its
 // document layer.

@@ -108,9 +108,7 @@ func (b *Bus) gossip() {
 	}
 	b.mu.Unlock()
 	for _, id := range docs {
-		if heads, ok := b.docs.Heads(id); ok {
-			b.send(id, busMsg{Kind: kindHeads, Heads: heads})
-		}
+		b.docs.AnnounceHeads(id)
 		// Even an empty roster says something: none of this node's
 		// peers is in the document any more.
 		b.send(id, busMsg{Kind: kindRoster, Peers: b.presence.LocalRoster(id)})

@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
-	"github.com/tandemhq/tandem/doc"
 )
 
 type busOut struct {
@@ -25,22 +24,10 @@ type busOut struct {
 	status awareness.Status
 }
 
-// busEphemeral is an application's ephemeral message on the bus.
-type busEphemeral struct {
-	Sender  string `cbor:"s"`
-	Session string `cbor:"ss"`
-	Count   uint64 `cbor:"c"`
-	Data    []byte `cbor:"d"`
-}
-
-// PublishEphemeral implements doc.EphemeralReplicator.
-func (b *Bus) PublishEphemeral(documentID string, e doc.Ephemeral) {
-	b.send(documentID, busMsg{Kind: kindEphemeral, Eph: &busEphemeral{Sender: e.SenderID, Session: e.SessionID, Count: e.Count, Data: e.Data}})
-}
-
-// PublishChanges implements doc.Replicator.
-func (b *Bus) PublishChanges(documentID string, changes []byte) {
-	b.send(documentID, busMsg{Kind: kindChanges, Data: changes})
+// PublishDocument implements doc.Cluster: the bytes go to the document's
+// channel as they are.
+func (b *Bus) PublishDocument(documentID string, payload []byte) {
+	b.send(documentID, busMsg{Kind: kindDoc, Data: payload})
 }
 
 // PublishPresence implements awareness.Replicator.
