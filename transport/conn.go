@@ -88,24 +88,12 @@ func (c *conn) serve() {
 	c.startTimers()
 	c.close(c.readLoop(ctx), false)
 	cancel()
-	if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
-		c.wmu.Lock()
-		node := c.movedTo
-		c.wmu.Unlock()
-		if node != "" {
-			p.Handoff(c, node) // the peer goes on there: nothing in its name
-		} else {
-			p.Leave(c) // goodbye in the peer's name, before anything else
-		}
-	}
+	c.wmu.Lock()
+	movedTo := c.movedTo
+	c.wmu.Unlock()
+	c.srv.members.leave(c, c.docs, movedTo)
 	if c.release != nil {
 		c.release()
-	}
-	for id := range c.docs {
-		c.srv.cfg.Documents.Leave(c, id)
-		if b := c.srv.cfg.Bus; b != nil {
-			b.Leave(id)
-		}
 	}
 	c.srv.forget(c)
 	<-c.writerDone
@@ -271,21 +259,14 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		if !c.open(m.DocumentID) {
 			return
 		}
-		if p := c.srv.cfg.Presence; p != nil {
-			handled, err := p.Receive(c, m.DocumentID, awareness.Message{
-				SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-			})
-			if err != nil {
-				c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, err))
-				return
-			}
-			if handled {
-				return
-			}
-		}
-		c.documentError(m.DocumentID, c.srv.cfg.Documents.Ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
+		presenceErr, docErr := c.srv.members.ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
 			SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-		}))
+		})
+		if presenceErr != nil {
+			c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, presenceErr))
+			return
+		}
+		c.documentError(m.DocumentID, docErr)
 	default:
 		// doc-unavailable, remote-heads gossip and error messages from a
 		// client need no answer.
@@ -293,9 +274,9 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 }
 
-// open records the connection's first message for a document, within the
-// limits: presence then sends the newcomer everyone already there. It
-// reports false, having told the client why, when a limit is reached.
+// open puts the connection in a document at its first message for it,
+// within the limits (members.join). It reports false, having told the
+// client why, when a limit is reached.
 func (c *conn) open(documentID string) bool {
 	if _, ok := c.docs[documentID]; ok {
 		return true
@@ -304,17 +285,11 @@ func (c *conn) open(documentID string) bool {
 		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", len(c.docs)))
 		return false
 	}
-	if !c.srv.openDocument(documentID) {
+	if !c.srv.members.join(c, documentID) {
 		c.protocolError(errDocFull, fmt.Sprintf("document %s has %d peers on this server, the limit", documentID, c.srv.cfg.MaxPeersPerDocument))
 		return false
 	}
 	c.docs[documentID] = struct{}{}
-	if b := c.srv.cfg.Bus; b != nil {
-		b.Join(documentID)
-	}
-	if p := c.srv.cfg.Presence; p != nil {
-		p.Join(c, documentID)
-	}
 	return true
 }
 

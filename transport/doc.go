@@ -12,6 +12,10 @@
 // Redis (its BUS.md is the protocol between nodes). The Server sees the
 // cluster only through the Bus and Claims interfaces.
 //
+// One record per node says which connection is in which document
+// (members.go): it alone tells presence, the document layer and the bus,
+// and routes each ephemeral once, to presence or to the document's relay.
+//
 // Concurrency: Server methods are safe for concurrent use. The doc.Peer
 // methods of a connection never block: they encode and queue a frame, or
 // close the connection when its queue is full.

@@ -22,12 +22,13 @@ type Server struct {
 	metrics  *metrics
 	upgrader websocket.Upgrader
 
-	mu       sync.Mutex       // guards peers, conns, closing, perIP and docPeers
-	peers    map[string]*conn // joined connections by peer id
-	conns    map[*conn]struct{}
-	closing  bool
-	perIP    map[string]int // open connections by remote IP
-	docPeers map[string]int // connections on each document
+	members *members // who is in which document
+
+	mu      sync.Mutex       // guards peers, conns, closing and perIP
+	peers   map[string]*conn // joined connections by peer id
+	conns   map[*conn]struct{}
+	closing bool
+	perIP   map[string]int // open connections by remote IP
 
 	wg sync.WaitGroup // one per connection handler
 }
@@ -42,7 +43,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registerer),
@@ -59,11 +60,12 @@ func NewServer(cfg Config) (*Server, error) {
 			// Origins are checked before the upgrade, in ServeHTTP.
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
-		peers:    make(map[string]*conn),
-		conns:    make(map[*conn]struct{}),
-		perIP:    make(map[string]int),
-		docPeers: make(map[string]int),
-	}, nil
+		peers: make(map[string]*conn),
+		conns: make(map[*conn]struct{}),
+		perIP: make(map[string]int),
+	}
+	s.members = newMembers(&s.cfg)
+	return s, nil
 }
 
 // refuse answers a request that may not upgrade.
@@ -177,27 +179,10 @@ func (s *Server) bind(c *conn) bool {
 	return true
 }
 
-// openDocument counts c as a peer of a document unless the document is
-// full.
-func (s *Server) openDocument(documentID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.docPeers[documentID] >= s.cfg.MaxPeersPerDocument {
-		return false
-	}
-	s.docPeers[documentID]++
-	return true
-}
-
 // forget removes c once its handler is done.
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id := range c.docs {
-		if s.docPeers[id]--; s.docPeers[id] <= 0 {
-			delete(s.docPeers, id)
-		}
-	}
 	delete(s.conns, c)
 	if c.peerID != "" && s.peers[c.peerID] == c {
 		delete(s.peers, c.peerID)
