@@ -483,8 +483,9 @@ func (h *Hub) evictIdle(now time.Time) {
 	}
 }
 
-// Close stops the flush loop, writes every pending change and closes the
-// store. It is safe to call more than once.
+// Close stops the flush loop and the document lane and writes every
+// pending change. The store stays open: it is its opener's to close, after
+// this. Close is safe to call more than once.
 func (h *Hub) Close(ctx context.Context) error {
 	h.closeOnce.Do(func() {
 		h.mu.Lock()
@@ -498,7 +499,7 @@ func (h *Hub) Close(ctx context.Context) error {
 		if h.cfg.Mentions != nil {
 			h.reportAllMentions() // before the notification queue stops
 		}
-		h.closeErr = errors.Join(h.Flush(ctx), h.cfg.Store.Close())
+		h.closeErr = h.Flush(ctx) // the store is its opener's to close
 	})
 	return h.closeErr
 }

@@ -28,7 +28,6 @@ var _ Store = (*BoltStore)(nil)
 var (
 	bucketDocs = []byte("docs")
 	bucketMeta = []byte("meta")
-	bucketSeen = []byte("last-seen")
 	bucketJrnl = []byte("mention-journals") // a bucket per document, a key per node
 	keySnap    = []byte("s")
 	chunkTag   = byte('c')
@@ -46,7 +45,9 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketDocs, bucketMeta, bucketSeen, bucketJrnl} {
+		// Files from before awareness/lastseen also hold a "last-seen"
+		// bucket: that package copies it, this one leaves it alone.
+		for _, name := range [][]byte{bucketDocs, bucketMeta, bucketJrnl} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -171,51 +172,6 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 		}
 		return nil
 	})
-}
-
-// SaveLastSeen records when a user was last seen; an older time than the
-// one stored is ignored. It implements awareness.LastSeenStore.
-func (s *BoltStore) SaveLastSeen(_ context.Context, userID string, at time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSeen)
-		if v := b.Get([]byte(userID)); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= at.UnixMilli() {
-			return nil
-		}
-		var v [8]byte
-		binary.BigEndian.PutUint64(v[:], uint64(at.UnixMilli()))
-		return b.Put([]byte(userID), v[:])
-	})
-}
-
-// SaveLastSeenBatch implements awareness.LastSeenBatcher: one transaction.
-func (s *BoltStore) SaveLastSeenBatch(_ context.Context, at map[string]time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSeen)
-		for userID, t := range at {
-			if v := b.Get([]byte(userID)); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= t.UnixMilli() {
-				continue
-			}
-			var v [8]byte
-			binary.BigEndian.PutUint64(v[:], uint64(t.UnixMilli()))
-			if err := b.Put([]byte(userID), v[:]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// LastSeen returns when a user was last seen, if ever.
-func (s *BoltStore) LastSeen(_ context.Context, userID string) (time.Time, bool, error) {
-	var at time.Time
-	var ok bool
-	err := s.db.View(func(tx *bolt.Tx) error {
-		if v := tx.Bucket(bucketSeen).Get([]byte(userID)); len(v) == 8 {
-			at, ok = time.UnixMilli(int64(binary.BigEndian.Uint64(v))).UTC(), true
-		}
-		return nil
-	})
-	return at, ok, err
 }
 
 // StorageID returns this store's stable identity, made on first use. The

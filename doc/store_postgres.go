@@ -5,14 +5,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PostgresStore keeps documents and last-seen times in PostgreSQL, shared
-// by every node of a cluster. A document is rows of tandem_doc_chunks in
+// PostgresStore keeps documents in PostgreSQL, shared by every node of a
+// cluster. A document is rows of tandem_doc_chunks in
 // id order: snapshots (automerge Save) and incremental chunks.
 type PostgresStore struct {
 	pool *pgxpool.Pool
@@ -21,7 +20,8 @@ type PostgresStore struct {
 var _ Store = (*PostgresStore)(nil)
 
 // migrations bring the schema from version i to i+1. Never edit one that
-// has shipped: add another.
+// has shipped: add another. (The first made tandem_last_seen, which is
+// presence's now: awareness/lastseen creates it if it is not there.)
 var migrations = []string{
 	`CREATE TABLE tandem_doc_chunks (
 		id         bigserial PRIMARY KEY,
@@ -215,37 +215,6 @@ func compactRows(ctx context.Context, tx pgx.Tx, w Write) error {
 	}
 	_, err = tx.Exec(ctx, `INSERT INTO tandem_doc_chunks (doc_id, snapshot, data) VALUES ($1, true, $2)`, w.DocumentID, w.Snapshot)
 	return err
-}
-
-// SaveLastSeen implements awareness.LastSeenStore; an older time than the
-// stored one is ignored.
-func (s *PostgresStore) SaveLastSeen(ctx context.Context, userID string, at time.Time) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at) VALUES ($1, $2)
-		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, userID, at)
-	return err
-}
-
-// SaveLastSeenBatch implements awareness.LastSeenBatcher: one statement.
-func (s *PostgresStore) SaveLastSeenBatch(ctx context.Context, at map[string]time.Time) error {
-	users := make([]string, 0, len(at))
-	times := make([]time.Time, 0, len(at))
-	for u, t := range at {
-		users, times = append(users, u), append(times, t)
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at)
-		SELECT * FROM unnest($1::text[], $2::timestamptz[])
-		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, users, times)
-	return err
-}
-
-// LastSeen implements awareness.LastSeenStore.
-func (s *PostgresStore) LastSeen(ctx context.Context, userID string) (time.Time, bool, error) {
-	var at time.Time
-	err := s.pool.QueryRow(ctx, `SELECT seen_at FROM tandem_last_seen WHERE user_id = $1`, userID).Scan(&at)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, false, nil
-	}
-	return at.UTC(), err == nil, err
 }
 
 // StorageID returns the cluster's storage identity, made once.

@@ -121,20 +121,6 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	}
 }
 
-func TestPostgresLastSeen(t *testing.T) {
-	ctx := context.Background()
-	s := openPostgres(t)
-	user := randomDocID(t)
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	s.SaveLastSeen(ctx, user, at)
-	s.SaveLastSeen(ctx, user, at.Add(-time.Hour))
-	got, ok, err := s.LastSeen(ctx, user)
-	if err != nil || !ok || !got.Equal(at) {
-		t.Fatalf("LastSeen = %v %v %v", got, ok, err)
-	}
-	testLastSeenBatch(t, s, randomDocID(t))
-}
-
 func loadDoc(t testing.TB, s Store, id string) *automerge.Doc {
 	t.Helper()
 	stored, err := s.Load(context.Background(), id)

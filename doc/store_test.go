@@ -66,7 +66,10 @@ func TestDocumentSurvivesRestart(t *testing.T) {
 		a.setText(t, "n", fmt.Sprint(i))
 		a.sync(t, h, false)
 	}
-	if err := h.Close(context.Background()); err != nil { // flushes and closes the store
+	if err := h.Close(context.Background()); err != nil { // flushes
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	h2 := newTestHub(t, openStore(t, dir), Config{})
@@ -208,52 +211,5 @@ func TestStorageIDIsStable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tandem.db")); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func TestLastSeen(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	ctx := context.Background()
-	if _, ok, err := s.LastSeen(ctx, "ana"); ok || err != nil {
-		t.Fatalf("unknown user: ok=%v err=%v", ok, err)
-	}
-	later := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	for _, at := range []time.Time{later, later.Add(-time.Hour)} { // an older write loses
-		if err := s.SaveLastSeen(ctx, "ana", at); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, ok, err := s.LastSeen(ctx, "ana")
-	if err != nil || !ok || !got.Equal(later) {
-		t.Fatalf("LastSeen = %v %v %v, want %v", got, ok, err, later)
-	}
-	testLastSeenBatch(t, s, "bo")
-}
-
-// testLastSeenBatch stores many users at once; an older time loses there
-// too.
-func testLastSeenBatch(t *testing.T, s interface {
-	SaveLastSeen(context.Context, string, time.Time) error
-	SaveLastSeenBatch(context.Context, map[string]time.Time) error
-	LastSeen(context.Context, string) (time.Time, bool, error)
-}, prefix string) {
-	t.Helper()
-	ctx := context.Background()
-	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
-	if err := s.SaveLastSeen(ctx, prefix+"-0", at.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	batch := map[string]time.Time{}
-	for i := range 500 {
-		batch[fmt.Sprint(prefix, "-", i)] = at
-	}
-	if err := s.SaveLastSeenBatch(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range map[int]time.Time{0: at.Add(time.Hour), 1: at, 499: at} {
-		got, ok, err := s.LastSeen(ctx, fmt.Sprint(prefix, "-", i))
-		if err != nil || !ok || !got.Equal(want) {
-			t.Fatalf("user %d: LastSeen = %v %v %v, want %v", i, got, ok, err, want)
-		}
 	}
 }

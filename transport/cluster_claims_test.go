@@ -75,6 +75,7 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
 	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)

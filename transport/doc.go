@@ -1,11 +1,13 @@
 // Package transport carries the automerge-repo protocol over WebSocket.
 //
 // A Server upgrades HTTP requests to WebSocket connections. Each connection
-// has exactly two goroutines: a reader that decodes frames and hands them to
-// the document layer (the Documents interface), and a writer that alone
-// writes to the socket and sends the liveness pings. Outbound frames wait in
-// a bounded queue; a peer too slow to drain it is disconnected with the
-// reason "slow consumer", because document sync must never drop a message.
+// has a reader goroutine for its life, which decodes frames and hands them
+// to the document layer (the Documents interface) and to presence, and a
+// writer goroutine only while frames wait to be written (writer.go): it
+// alone writes to the socket, every waiting frame in one write. Pings run
+// on a timer. Outbound frames wait in a bounded queue; a peer too slow to
+// drain it is disconnected with the reason "slow consumer", because
+// document sync must never drop a message.
 //
 // Two subpackages: wire is the wire format (its PROTOCOL.md says what
 // Tandem accepts and sends), and redisbus joins nodes into a cluster over

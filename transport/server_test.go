@@ -45,6 +45,7 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
 	return newTestServerOn(t, cfg, store)
 }
 
@@ -524,6 +525,7 @@ func TestStoreFarBehindClosesTryAgainLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
 	ds := &downStore{Store: store}
 	s := newTestServerOn(t, Config{MessageRate: 1e6, MessageBurst: 1e6}, ds)
 	w := newSyncer(t, s, dial(t, s.url), "w")

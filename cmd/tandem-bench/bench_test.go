@@ -62,6 +62,7 @@ func startTestNode(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
 	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
 	if err != nil {
 		t.Fatal(err)

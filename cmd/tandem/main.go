@@ -64,11 +64,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		cfg.NodeID = defaultNodeID()
 	}
 
-	store, storageID, pingStore, err := openStore(ctx, cfg, log)
+	st, err := openStores(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer st.close()
 	verifier, err := newVerifier(cfg)
 	if err != nil {
 		return err
@@ -99,8 +99,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	var bus *redisbus.Bus
 	var checks []web.Check
-	if pingStore != nil {
-		checks = append(checks, web.Check{Name: "postgres", Ping: pingStore})
+	if st.ping != nil {
+		checks = append(checks, web.Check{Name: "postgres", Ping: st.ping})
 	}
 	if cfg.RedisURL != "" {
 		opts, err := redis.ParseURL(cfg.RedisURL)
@@ -125,7 +125,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	var presence *awareness.Hub // set below; mentions arrive only once serving
 	docCfg := doc.Config{
-		Store: store, Logger: log, Registerer: reg,
+		Store: st.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncWindow:       cfg.SyncWindow,
 		Mentions:         mentionSink(bgCtx, notes.PostMany, log),
@@ -154,13 +154,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 		MaxChannels:   cfg.MaxPresenceChans,
 		MaxStateBytes: cfg.MaxPresenceBytes,
-		LastSeen:      store,
+		LastSeen:      st.lastSeen,
 		Logger:        log,
 		Registerer:    reg,
 	}
 	transportCfg := transport.Config{
 		PeerID:          "tandem-" + cfg.NodeID,
-		StorageID:       storageID,
+		StorageID:       st.storageID,
 		Logger:          log,
 		Registerer:      reg,
 		MaxMessageBytes: cfg.MaxMessageBytes,
@@ -248,7 +248,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	log.Info("tandem serving", "addr", ln.Addr().String(), "node_id", cfg.NodeID, "storage_id", storageID)
+	log.Info("tandem serving", "addr", ln.Addr().String(), "node_id", cfg.NodeID, "storage_id", st.storageID)
 	if ready != nil {
 		ready <- ln.Addr()
 	}

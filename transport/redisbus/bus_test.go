@@ -88,6 +88,7 @@ func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
 	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)
