@@ -12,6 +12,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 // Peer is one connection's peer as presence sees it. SendPresence queues an
@@ -111,6 +112,7 @@ type Hub struct {
 	log     *slog.Logger
 	metrics *metrics
 	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
+	loop    lifecycle.Loop
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id
@@ -144,15 +146,16 @@ type peerInfo struct {
 	docs       map[string]struct{}
 }
 
-// New returns a Hub. Run drives its ticks.
-func New(cfg Config) *Hub {
+// New validates cfg and returns a Hub. Run drives its ticks and its
+// last-seen writes; Close stops them.
+func New(cfg Config) (*Hub, error) {
 	cfg.setDefaults()
 	if cfg.MaxNesting < MinNesting || cfg.MaxNesting > MaxNesting {
-		panic(fmt.Sprintf("awareness: Config.MaxNesting %d is out of range (%d to %d)", cfg.MaxNesting, MinNesting, MaxNesting))
+		return nil, fmt.Errorf("awareness: Config.MaxNesting %d is out of range (%d to %d)", cfg.MaxNesting, MinNesting, MaxNesting)
 	}
 	dec, err := newDecMode(cfg.MaxNesting)
 	if err != nil {
-		panic(err)
+		return nil, fmt.Errorf("awareness: %w", err)
 	}
 	h := &Hub{
 		cfg:      cfg,
@@ -166,12 +169,23 @@ func New(cfg Config) *Hub {
 		rostered: make(map[string]bool),
 	}
 	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, func(n int) { h.metrics.lastSeenLost.Add(float64(n)) })
-	return h
+	return h, nil
 }
 
-// Run ticks until ctx ends: it forwards coalesced updates and applies
-// typing expiry, status changes and TTLs.
-func (h *Hub) Run(ctx context.Context) {
+// Run ticks until ctx ends or Close: it forwards coalesced updates and
+// applies typing expiry, status changes and TTLs.
+func (h *Hub) Run(ctx context.Context) error {
+	return h.loop.Run(ctx, h.run)
+}
+
+// Close stops Run, which writes the last-seen times still queued, and
+// waits for it or ctx. Safe to call twice.
+func (h *Hub) Close(ctx context.Context) error {
+	_, err := h.loop.Stop(ctx)
+	return err
+}
+
+func (h *Hub) run(ctx context.Context) error {
 	t := time.NewTicker(h.cfg.Tick)
 	defer t.Stop()
 	var wg sync.WaitGroup
@@ -181,7 +195,7 @@ func (h *Hub) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 			h.Tick()
 		}

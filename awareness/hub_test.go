@@ -87,10 +87,20 @@ type fixture struct {
 	count map[string]uint64
 }
 
+// newHub is New for a test, which fails if cfg is refused.
+func newHub(t testing.TB, cfg Config) *Hub {
+	t.Helper()
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 func newFixture(t *testing.T) *fixture {
 	clock := &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
 	seen := &memLastSeen{m: map[string]time.Time{}}
-	h := New(Config{
+	h := newHub(t, Config{
 		Now: clock.Now, LastSeen: seen, RelaySession: "relay",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -470,7 +480,7 @@ func nestedPresence(channel string, levels int) []byte {
 // wrote it, as an application's own ephemeral would be.
 func TestPresenceDepthIsOneDecoder(t *testing.T) {
 	for depth := MinNesting; depth <= MaxNesting; depth++ {
-		h := New(Config{MaxNesting: depth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		h := newHub(t, Config{MaxNesting: depth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		p := &identifiedPeer{fakePeer: &fakePeer{id: "p"}, identity: Identity{UserID: "ana", Name: "Ana"}}
 		handled, err := h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: 1, Data: nestedPresence(ChannelUser, depth-2)})
 		if err != nil || !handled {
@@ -485,21 +495,16 @@ func TestPresenceDepthIsOneDecoder(t *testing.T) {
 		}
 	}
 	for _, bad := range []int{1, MinNesting - 1, MaxNesting + 1} {
-		func() {
-			defer func() {
-				if recover() == nil {
-					t.Errorf("MaxNesting %d: New accepted it", bad)
-				}
-			}()
-			New(Config{MaxNesting: bad})
-		}()
+		if _, err := New(Config{MaxNesting: bad}); err == nil {
+			t.Errorf("MaxNesting %d: New accepted it", bad)
+		}
 	}
 }
 
 // One peer's presence is bounded in channels and bytes: what would pass a
 // limit is refused (and so never relayed); what stays within it goes on.
 func TestPresenceStatePerPeerIsBounded(t *testing.T) {
-	h := New(Config{MaxChannels: 4, MaxStateBytes: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := newHub(t, Config{MaxChannels: 4, MaxStateBytes: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	p := &fakePeer{id: "p"}
 	count := uint64(0)
 	send := func(m presenceMessage) error {

@@ -238,7 +238,7 @@ func (s *gatedLastSeen) SaveLastSeenBatch(ctx context.Context, at map[string]tim
 // batches once the store answers.
 func TestLastSeenIsWrittenOffThePresencePath(t *testing.T) {
 	store := &gatedLastSeen{memLastSeen: memLastSeen{m: map[string]time.Time{}}, release: make(chan struct{})}
-	h := New(Config{LastSeen: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := newHub(t, Config{LastSeen: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { h.Run(ctx); close(ran) }()

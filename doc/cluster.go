@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/fxamacker/cbor/v2"
@@ -123,12 +124,11 @@ func (h *Hub) AnnounceHeads(documentID string) {
 }
 
 // laneLoop handles the received changes, heads and wants in order, until
-// Close.
-func (h *Hub) laneLoop() {
-	defer close(h.laneDone)
+// ctx ends.
+func (h *Hub) laneLoop(ctx context.Context) {
 	for {
 		select {
-		case <-h.stop:
+		case <-ctx.Done():
 			return
 		case w := <-h.lane:
 			if h.beforeLane != nil {

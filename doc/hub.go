@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 // Config configures a Hub. Zero fields take the documented defaults.
@@ -142,17 +143,15 @@ type Hub struct {
 	// journals, handed over, failed to hand over.
 	mentionsTaken, mentionsHanded, mentionsFailed prometheus.Counter
 	sweepNow                                      chan struct{} // NodeGone asks for a sweep
-	swept                                         chan struct{} // closed when the sweep loop ends
 
 	// The document lane (cluster.go): other nodes' changes, heads and
 	// wants, handled in order by laneLoop. beforeLane, set by tests
 	// before any traffic, runs before each.
 	lane       chan laneWork
-	laneDone   chan struct{}
 	beforeLane func()
 
-	stop      chan struct{}
-	done      chan struct{}
+	loop      lifecycle.Loop
+	stop      chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -169,13 +168,10 @@ func NewHub(cfg Config) (*Hub, error) {
 		dirty: make(map[*room]struct{}),
 		kick:  make(chan struct{}, 1),
 		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
 
-		lane:     make(chan laneWork, laneSize),
-		laneDone: make(chan struct{}),
+		lane: make(chan laneWork, laneSize),
 
 		sweepNow: make(chan struct{}, 1),
-		swept:    make(chan struct{}),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_storage_flush_seconds",
 			Help:    "Time to write one batch of accepted changes to the store.",
@@ -216,14 +212,27 @@ func NewHub(cfg Config) (*Hub, error) {
 			}, func() float64 { return float64(h.Stats().Peers) }),
 		)
 	}
-	go h.run()
-	go h.laneLoop()
-	if cfg.Mentions != nil {
-		go h.sweepLoop()
-	} else {
-		close(h.swept)
-	}
 	return h, nil
+}
+
+// Run works until ctx ends or Close: it writes accepted changes to the
+// store as they come (and nothing names a change before it is stored),
+// handles other nodes' document messages in order, evicts idle rooms and
+// sweeps gone nodes' mention journals. Without Run, changes are stored
+// only by Flush and Close.
+func (h *Hub) Run(ctx context.Context) error {
+	return h.loop.Run(ctx, func(ctx context.Context) error {
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); h.flushLoop(ctx) }()
+		go func() { defer wg.Done(); h.laneLoop(ctx) }()
+		if h.cfg.Mentions != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); h.sweepLoop(ctx) }()
+		}
+		wg.Wait()
+		return nil
+	})
 }
 
 // SyncMessage is a sync or request message from a peer.
@@ -408,17 +417,17 @@ func (h *Hub) markDirty(r *room) {
 	}
 }
 
-// run writes changed rooms as soon as they change (one batch at a time, so
-// that a batch groups every room that changed while the one before it
-// was written), retries failed writes and evicts idle rooms until Close.
-func (h *Hub) run() {
-	defer close(h.done)
+// flushLoop writes changed rooms as soon as they change (one batch at a
+// time, so that a batch groups every room that changed while the one
+// before it was written), retries failed writes and evicts idle rooms
+// until ctx ends.
+func (h *Hub) flushLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
 	failed := false
 	for {
 		select {
-		case <-h.stop:
+		case <-ctx.Done():
 			return
 		case <-h.kick:
 			if failed {
@@ -483,7 +492,7 @@ func (h *Hub) evictIdle(now time.Time) {
 	}
 }
 
-// Close stops the flush loop and the document lane and writes every
+// Close refuses new work, stops Run and waits for it, then writes every
 // pending change. The store stays open: it is its opener's to close, after
 // this. Close is safe to call more than once.
 func (h *Hub) Close(ctx context.Context) error {
@@ -491,15 +500,13 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Lock()
 		h.closed = true
 		h.mu.Unlock()
-		close(h.stop)
-		<-h.done
-		<-h.laneDone
-		<-h.swept
+		close(h.stop) // a Receive waiting for the lane gives up
+		_, err := h.loop.Stop(ctx)
 		h.background.Wait()
 		if h.cfg.Mentions != nil {
 			h.reportAllMentions() // before the notification queue stops
 		}
-		h.closeErr = h.Flush(ctx) // the store is its opener's to close
+		h.closeErr = errors.Join(err, h.Flush(ctx))
 	})
 	return h.closeErr
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 const testDoc = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
@@ -180,7 +181,14 @@ func newTestHub(t testing.TB, s Store, cfg Config) *Hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Close(context.Background()) })
+	ran := make(chan error, 1)
+	go func() { ran <- h.Run(context.Background()) }()
+	t.Cleanup(func() {
+		h.Close(context.Background())
+		if err := <-ran; err != nil && !errors.Is(err, lifecycle.ErrClosed) {
+			t.Errorf("Run: %v", err)
+		}
+	})
 	return h
 }
 

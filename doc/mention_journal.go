@@ -245,23 +245,16 @@ func (h *Hub) NodeGone(string) {
 }
 
 // sweepLoop sweeps the journals at start, every JournalSweep and on
-// NodeGone, until Close.
-func (h *Hub) sweepLoop() {
-	defer close(h.swept)
+// NodeGone, until ctx ends.
+func (h *Hub) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.JournalSweep)
 	defer t.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-h.stop
-		cancel()
-	}()
 	for {
 		if err := h.SweepJournals(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("sweeping mention journals", "err", err)
 		}
 		select {
-		case <-h.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-h.sweepNow:

@@ -80,13 +80,17 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	go hub.Run(context.Background()) // until hub.Close
 	seen := &memSeen{saved: map[string]time.Time{}}
-	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus, Directory: bus, LastSeen: seen})
+	presence, err := awareness.New(awareness.Config{Logger: logger, Replicator: bus, Directory: bus, LastSeen: seen})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	bus.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
+	bus.Attach(hub, presence)
+	go func() { defer wg.Done(); bus.Run(ctx) }()
 	go func() { defer wg.Done(); presence.Run(ctx) }()
 
 	cfg := authConfig(t)

@@ -279,7 +279,11 @@ func TestReadOnlyPeer(t *testing.T) {
 
 func TestPresenceIdentityComesFromToken(t *testing.T) {
 	cfg := authConfig(t)
-	cfg.Presence = awareness.New(awareness.Config{})
+	presence, err := awareness.New(awareness.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Presence = presence
 	s := newTestServer(t, cfg)
 	all := map[string]string{"*": "write"}
 	mallory, _ := dialStatus(t, s.url+"?token="+token(t, jwt.MapClaims{"sub": "mallory", "name": "Mallory", "docs": all}), nil)

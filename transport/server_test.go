@@ -57,6 +57,7 @@ func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	go hub.Run(context.Background()) // until hub.Close
 	cfg.Documents = hub
 	cfg.PeerID = serverID
 	cfg.StorageID = storageID

@@ -67,7 +67,11 @@ func startTestNode(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	presence := awareness.New(awareness.Config{Logger: logger})
+	go hub.Run(context.Background()) // until hub.Close
+	presence, err := awareness.New(awareness.Config{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); presence.Run(ctx) }()

@@ -3,14 +3,14 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/time/rate"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -23,8 +23,9 @@ import (
 // pushes cross nodes over Redis when the node is in a cluster.
 type notifications struct {
 	*notify.Service
-	db     *sql.DB
-	pusher *redisbus.NotifyPusher
+	db       *sql.DB
+	pusher   *redisbus.NotifyPusher
+	mentions *notify.Mentions // the bounds on mentions, posting to the service
 }
 
 func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer, rc *redis.Client) (*notifications, error) {
@@ -45,41 +46,46 @@ func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg pr
 		DB: db, Postgres: cfg.PostgresURL != "", Window: cfg.NotifyWindow, Logger: log, Metrics: notify.NewMetrics(reg),
 	}
 	if rc != nil {
-		n.pusher = redisbus.NewNotifyPusher(rc, log)
+		if n.pusher, err = redisbus.NewNotifyPusher(rc, log); err != nil {
+			db.Close()
+			return nil, err
+		}
 		nc.Pusher = n.pusher
 	}
 	if n.Service, err = notify.New(ctx, nc); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("notifications: %w", err)
 	}
+	if n.pusher != nil {
+		n.pusher.Attach(n.Deliver, n.Resync)
+	}
+	n.mentions = notify.NewMentions(n.PostMany, log)
 	return n, nil
 }
 
-// start runs the workers and, in a cluster, the push receiver, until bgCtx ends.
-func (n *notifications) start(bgCtx context.Context, run func(func())) error {
-	if n.pusher != nil {
-		run(func() { n.pusher.Run(bgCtx, n.Deliver, n.Resync) })
+// Run runs the workers and, in a cluster, the push receiver, until ctx
+// ends or Close.
+func (n *notifications) Run(ctx context.Context) error {
+	if n.pusher == nil {
+		return n.Service.Run(ctx)
 	}
-	return n.Start(bgCtx)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return n.pusher.Run(ctx) })
+	g.Go(func() error { return n.Service.Run(ctx) })
+	return g.Wait()
 }
 
-// close stops the workers (letting running jobs finish) and the database.
-func (n *notifications) close(ctx context.Context) error {
-	err := n.Close(ctx)
-	n.db.Close()
+// Close stops the push receiver and the workers (letting running jobs
+// finish), then closes the database. Safe to call twice.
+func (n *notifications) Close(ctx context.Context) error {
+	var err error
+	if n.pusher != nil {
+		err = n.pusher.Close(ctx)
+	}
+	err = errors.Join(err, n.Service.Close(ctx))
+	n.db.Close() // a second Close of a *sql.DB is harmless
 	return err
 }
-
-// Bounds on what mentions may cost: one report (the changes of a burst of
-// typing) notifies at most maxMentionedPerReport distinct users, and one
-// author causes at most mentionsPerMinute events a minute (a burst of as
-// many); past either, mentions are dropped and logged. A 34 KB change
-// naming 5,000 ids made 5,000 notifications before.
-const (
-	maxMentionedPerReport = 50
-	mentionsPerMinute     = 120
-	maxMentionAuthors     = 10_000 // authors whose budget is remembered
-)
 
 // mentionAuthor names the user behind a peer that mentions someone: the
 // token's user, or in open mode the user its presence names.
@@ -102,62 +108,12 @@ func mentionAuthor(presence func() *awareness.Hub) func(string, doc.Peer) (strin
 	}
 }
 
-// mentionSink turns the mentions the document hub reports into events
-// posted with post, in one batch per report, each keyed by the report's
-// key and its recipient so that a report offered again notifies nobody
-// twice. Mentioning yourself notifies nobody. An error leaves the report
-// with the hub, which offers it again.
-func mentionSink(ctx context.Context, post func(context.Context, []notify.Event) error, log *slog.Logger) func(doc.Mention) error {
-	var mu sync.Mutex
-	budgets := make(map[string]*rate.Limiter)
-	allow := func(actor string, n int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		b := budgets[actor]
-		if b == nil {
-			if len(budgets) >= maxMentionAuthors {
-				clear(budgets)
-			}
-			b = rate.NewLimiter(rate.Limit(mentionsPerMinute)/60, mentionsPerMinute)
-			budgets[actor] = b
-		}
-		granted := 0
-		for granted < n && b.Allow() {
-			granted++
-		}
-		return granted
-	}
+// mentionSink hands the document hub's mention reports to the
+// notifications' policy (notify.Mentions), which posts them.
+func mentionSink(ctx context.Context, p *notify.Mentions) func(doc.Mention) error {
 	return func(m doc.Mention) error {
-		actor := m.Actor
-		var users []string
-		seen := make(map[string]bool, len(m.Users))
-		for _, u := range m.Users {
-			if u != actor && !seen[u] {
-				seen[u] = true
-				users = append(users, u)
-			}
-		}
-		if len(users) > maxMentionedPerReport {
-			log.Warn("a change mentions too many users: the rest are not notified",
-				"document", m.DocumentID, "actor", actor, "mentioned", len(users), "notified", maxMentionedPerReport)
-			users = users[:maxMentionedPerReport]
-		}
-		if granted := allow(actor, len(users)); granted < len(users) {
-			log.Warn("an author mentions faster than allowed: the rest are not notified",
-				"document", m.DocumentID, "actor", actor, "mentioned", len(users), "notified", granted)
-			users = users[:granted]
-		}
-		if len(users) == 0 {
-			return nil
-		}
-		events := make([]notify.Event, len(users))
-		for i, u := range users {
-			events[i] = notify.Event{Recipient: u, Kind: notify.KindMention, Document: m.DocumentID, Title: m.Title,
-				Actor: actor, ActorName: m.ActorName, Key: m.Key + ":" + u}
-		}
-		if err := post(ctx, events); err != nil {
-			return fmt.Errorf("queue %d mentions in %s: %w", len(events), m.DocumentID, err)
-		}
-		return nil
+		return p.Report(ctx, notify.Mention{
+			DocumentID: m.DocumentID, Key: m.Key, Actor: m.Actor, ActorName: m.ActorName, Title: m.Title, Users: m.Users,
+		})
 	}
 }

@@ -1,5 +1,3 @@
-// Package testenv names the services the tests use: PostgreSQL at
-// $TANDEM_TEST_POSTGRES, by default the machine's own test database.
 package testenv
 
 import "os"

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 // DocumentReplica is what the bus needs from the document layer.
@@ -82,8 +83,9 @@ type Config struct {
 type Bus struct {
 	cfg      Config
 	log      *slog.Logger
-	docs     DocumentReplica // set by Run
-	presence PresenceReplica // set by Run
+	loop     lifecycle.Loop
+	docs     DocumentReplica // set by Attach
+	presence PresenceReplica // set by Attach
 	ps       *redis.PubSub
 	out      chan busOut
 
@@ -218,19 +220,41 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(b.published, b.dropped, b.received)
 	}
+	// The node channel and this node's inbox, from now: answers to this
+	// node's first questions are heard even before Run.
+	b.ps = cfg.Client.Subscribe(context.Background(), nodesChannel, inboxChannel(cfg.NodeID))
 	return b, nil
 }
 
-// Start subscribes to the node channel and this node's inbox; call it
-// before serving clients. Run then serves the bus with the layers it
-// replicates.
-func (b *Bus) Start(ctx context.Context) {
-	b.ps = b.cfg.Client.Subscribe(ctx, nodesChannel, inboxChannel(b.cfg.NodeID))
+// Attach gives the bus the layers it replicates; call it before Run. (They
+// are built with the bus as their replicator, hence not in Config.)
+func (b *Bus) Attach(docs DocumentReplica, presence PresenceReplica) {
+	b.docs, b.presence = docs, presence
 }
 
-// Run serves the bus until ctx ends; then it says goodbye for this node.
-func (b *Bus) Run(ctx context.Context, docs DocumentReplica, presence PresenceReplica) {
-	b.docs, b.presence = docs, presence
+// Run serves the bus until ctx ends or Close; then it says goodbye for this
+// node: what is still queued (its peers' leaves), then its bye.
+func (b *Bus) Run(ctx context.Context) error {
+	if b.docs == nil || b.presence == nil {
+		return errors.New("redisbus: Run before Attach")
+	}
+	return b.loop.Run(ctx, func(ctx context.Context) error {
+		b.serve(ctx)
+		return nil
+	})
+}
+
+// Close stops Run, waiting for its goodbye or ctx, and unsubscribes. Safe
+// to call twice. The Redis client is the caller's to close, after this.
+func (b *Bus) Close(ctx context.Context) error {
+	first, err := b.loop.Stop(ctx)
+	if first {
+		b.ps.Close() // Run closed it already if it ran; twice is harmless
+	}
+	return err
+}
+
+func (b *Bus) serve(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(4)
 	go func() { defer wg.Done(); b.publishLoop(ctx) }()

@@ -93,12 +93,16 @@ func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	presence := awareness.New(pcfg)
+	go hub.Run(context.Background()) // until hub.Close
+	presence, err := awareness.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	bus.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); bus.Run(ctx, hub, presence) }()
+	bus.Attach(hub, presence)
+	go func() { defer wg.Done(); bus.Run(ctx) }()
 	go func() { defer wg.Done(); presence.Run(ctx) }()
 	n := &node{hub: hub, presence: presence, bus: bus}
 	var once sync.Once
@@ -274,6 +278,7 @@ func TestLeavesOutliveAFullQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { b.Close(context.Background()) }) // never run: Close alone unsubscribes
 	b.PublishUserStatus("ana", awareness.StatusOnline)
 	b.PublishPresence("d", awareness.Delta{Peer: "q", Registers: map[string]awareness.Register{"cursor": {}}}) // dropped: full
 	if n := testutil.ToFloat64(b.dropped); n != 1 {

@@ -45,12 +45,15 @@ func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeou
 	if err != nil {
 		t.Fatal(err)
 	}
-	presence := awareness.New(awareness.Config{Logger: logger, Replicator: bus})
+	presence, err := awareness.New(awareness.Config{Logger: logger, Replicator: bus})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	bus.Start(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); bus.Run(ctx, docs, presence) }()
+	bus.Attach(docs, presence)
+	go func() { defer wg.Done(); bus.Run(ctx) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

@@ -2,11 +2,13 @@ package redisbus
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 // NotifyPusher carries notification pushes between nodes over Redis
@@ -14,9 +16,12 @@ import (
 // node only while one of that user's live connections is there. It has a
 // subscription connection of its own, apart from the document bus.
 type NotifyPusher struct {
-	client *redis.Client
-	log    *slog.Logger
-	ps     *redis.PubSub
+	client  *redis.Client
+	log     *slog.Logger
+	loop    lifecycle.Loop
+	deliver func(user string, push []byte) // set by Attach
+	resync  func(user string)
+	ps      *redis.PubSub
 
 	mu        sync.Mutex
 	following map[string]int // subscriptions per user on this node
@@ -25,11 +30,26 @@ type NotifyPusher struct {
 const notifyPrefix = "tandem:notify:"
 
 // NewNotifyPusher returns a pusher; Run starts receiving.
-func NewNotifyPusher(client *redis.Client, log *slog.Logger) *NotifyPusher {
+func NewNotifyPusher(client *redis.Client, log *slog.Logger) (*NotifyPusher, error) {
+	if client == nil {
+		return nil, errors.New("redisbus: NewNotifyPusher needs a client")
+	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &NotifyPusher{client: client, log: log, following: map[string]int{}}
+	return &NotifyPusher{client: client, log: log, following: map[string]int{}}, nil
+}
+
+// Attach gives the pusher what it hands received pushes to (see Run); call
+// it before Run.
+func (p *NotifyPusher) Attach(deliver func(user string, push []byte), resync func(user string)) {
+	p.deliver, p.resync = deliver, resync
+}
+
+// Close stops Run and waits for it or ctx. Safe to call twice.
+func (p *NotifyPusher) Close(ctx context.Context) error {
+	_, err := p.loop.Stop(ctx)
+	return err
 }
 
 // Publish implements notify.Pusher.
@@ -77,11 +97,22 @@ func (p *NotifyPusher) Follow(user string, on bool) {
 }
 
 // Run receives pushes for the followed users and hands each to deliver,
-// until ctx ends. When the subscription connection comes back after a
-// loss, pushes published meanwhile never arrive: resync is then called for
-// every followed user, so that their live streams end and their clients
-// catch up from the store (a reconnecting EventSource sends Last-Event-ID).
-func (p *NotifyPusher) Run(ctx context.Context, deliver func(user string, push []byte), resync func(user string)) {
+// until ctx ends or Close. When the subscription connection comes back
+// after a loss, pushes published meanwhile never arrive: resync is then
+// called for every followed user, so that their live streams end and their
+// clients catch up from the store (a reconnecting EventSource sends
+// Last-Event-ID).
+func (p *NotifyPusher) Run(ctx context.Context) error {
+	if p.deliver == nil || p.resync == nil {
+		return errors.New("redisbus: NotifyPusher.Run before Attach")
+	}
+	return p.loop.Run(ctx, func(ctx context.Context) error {
+		p.receive(ctx, p.deliver, p.resync)
+		return nil
+	})
+}
+
+func (p *NotifyPusher) receive(ctx context.Context, deliver func(user string, push []byte), resync func(user string)) {
 	p.mu.Lock()
 	channels := make([]string, 0, len(p.following))
 	for u := range p.following {

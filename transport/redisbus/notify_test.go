@@ -18,21 +18,21 @@ func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
 	r := testenv.StartRedis(t, 0)
 	client := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	defer client.Close()
-	p := NewNotifyPusher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := NewNotifyPusher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	var delivered []string
 	resynced := make(chan string, 10)
-	ctx, cancel := context.WithCancel(context.Background())
+	p.Attach(func(user string, push []byte) {
+		mu.Lock()
+		delivered = append(delivered, user+":"+string(push))
+		mu.Unlock()
+	}, func(user string) { resynced <- user })
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.Run(ctx, func(user string, push []byte) {
-			mu.Lock()
-			delivered = append(delivered, user+":"+string(push))
-			mu.Unlock()
-		}, func(user string) { resynced <- user })
-	}()
-	defer func() { cancel(); <-done }()
+	go func() { defer close(done); p.Run(context.Background()) }()
+	defer func() { p.Close(context.Background()); <-done }()
 	p.Follow("ana", true)
 	p.Follow("ana", true) // two tabs
 	p.Follow("ana", false)

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
 // Pusher carries pushes to every node. A cluster passes one that goes
@@ -69,15 +70,18 @@ type Service struct {
 	mu   sync.Mutex
 	subs map[string]map[*Subscription]struct{}
 
-	poke chan struct{}
-	wg   sync.WaitGroup
-	stop context.CancelFunc
+	poke      chan struct{}
+	wg        sync.WaitGroup
+	stop      context.CancelFunc
+	loop      lifecycle.Loop
+	closeOnce sync.Once
+	closeErr  error
 
 	keysForgotten atomic.Int64 // when keys past KeyRetention were last deleted (Unix ms)
 }
 
 // New prepares the store and the queue (migrating both) but does not start
-// working; call Start.
+// working; call Run (or Start).
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.DB == nil {
 		return nil, errors.New("notify: Config.DB is required")
@@ -213,23 +217,41 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the workers, letting running jobs finish (up to ctx), and
-// ends every subscription.
-func (s *Service) Close(ctx context.Context) error {
-	err := s.river.Stop(ctx)
-	if s.stop != nil {
-		s.stop()
-	}
-	s.wg.Wait()
-	s.mu.Lock()
-	for _, set := range s.subs {
-		for sub := range set {
-			sub.closeLocked()
+// Run starts the workers and the sweeper and returns when ctx ends or
+// Close is called. The workers stop only at Close, which lets running jobs
+// finish: a node posts its last mentions between the two.
+func (s *Service) Run(ctx context.Context) error {
+	return s.loop.Run(ctx, func(ctx context.Context) error {
+		if err := s.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
 		}
-	}
-	s.subs = map[string]map[*Subscription]struct{}{}
-	s.mu.Unlock()
-	return err
+		<-ctx.Done()
+		return nil
+	})
+}
+
+// Close stops the workers, letting running jobs finish (up to ctx), and
+// ends every subscription. Safe to call twice.
+func (s *Service) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		_, lerr := s.loop.Stop(ctx)
+		var err error
+		if s.stop != nil { // started
+			err = s.river.Stop(ctx)
+			s.stop()
+		}
+		s.wg.Wait()
+		s.mu.Lock()
+		for _, set := range s.subs {
+			for sub := range set {
+				sub.closeLocked()
+			}
+		}
+		s.subs = map[string]map[*Subscription]struct{}{}
+		s.mu.Unlock()
+		s.closeErr = errors.Join(lerr, err)
+	})
+	return s.closeErr
 }
 
 // Post queues an event. It is durable once Post returns.

@@ -1,0 +1,22 @@
+// Command tandem-bench is a load generator that speaks the automerge-repo
+// protocol, so it measures Tandem and the stock sync server alike.
+//
+// Scenarios:
+//
+//	presence  D documents × P peers, each moving its cursor R times a
+//	          second (automerge-repo Presence updates); reports end-to-end
+//	          latency of what is delivered, deliveries per second, and
+//	          whether every peer's final cursor reached every other peer.
+//	typing    T typists at C characters/s and R readers on one document,
+//	          syncing with automerge; reports how long a keystroke takes
+//	          to reach the readers, and the server's CPU.
+//	idle      N connections that join and open one document each, then
+//	          sit; reports the server's memory per connection.
+//
+// With --soak it runs the fault soak instead (soak.go): a cluster under
+// random disconnects, a node killed with -9, Redis restarted and bad
+// input; it fails unless no ghost outlives the bound and no acknowledged
+// edit or document is lost, damaged or diverged.
+//
+// With --server-pid it reads the server's CPU time and RSS from /proc.
+package main

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/transport"
+	"github.com/tandemhq/tandem/transport/redisbus"
+	"github.com/tandemhq/tandem/web"
+)
+
+// shutdownTimeout bounds a graceful stop: closing sockets and flushing
+// every document.
+const shutdownTimeout = 10 * time.Second
+
+// tandemNode is one node's components, built in dependency order: the
+// stores, then Redis and the bus, the notifications, the document hub and
+// presence, the WebSocket server, the HTTP server. Each runs under one
+// errgroup (serve) and stops in the reverse order (stop), so that
+// what a component still has to say reaches the one after it: the
+// sockets' goodbyes reach presence and the bus, the hub's last mentions
+// reach the notification queue, the bus's bye goes out before Redis
+// closes.
+type tandemNode struct {
+	log *slog.Logger
+
+	stores   *stores
+	redis    *redis.Client // nil alone
+	bus      *redisbus.Bus // nil alone
+	notes    *notifications
+	sandbox  *doc.Sandbox // nil without workers
+	docs     *doc.Hub
+	presence *awareness.Hub
+	ws       *transport.Server
+	http     *http.Server
+	// endRequests cancels every HTTP request's context: long-lived
+	// streams (presence watch, notifications) end instead of holding up
+	// the shutdown.
+	endRequests context.CancelFunc
+}
+
+// assemble builds a node. On an error it releases what it built.
+func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.Verifier) (n *tandemNode, err error) {
+	n = &tandemNode{log: log}
+	defer func() {
+		if err != nil {
+			n.release()
+			n = nil
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if n.stores, err = openStores(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	var checks []web.Check
+	if n.stores.ping != nil {
+		checks = append(checks, web.Check{Name: "postgres", Ping: n.stores.ping})
+	}
+	if cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url: %w", err)
+		}
+		n.redis = redis.NewClient(opts)
+		n.bus, err = redisbus.New(redisbus.Config{
+			Client: n.redis, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		checks = append(checks, web.Check{Name: "redis", Ping: n.bus.Ping})
+		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL)
+	}
+	if n.notes, err = openNotifications(ctx, cfg, log, reg, n.redis); err != nil {
+		return nil, err
+	}
+
+	docCfg := doc.Config{
+		Store: n.stores.docs, Logger: log, Registerer: reg,
+		UnavailableGrace: cfg.UnavailableGrace,
+		SyncWindow:       cfg.SyncWindow,
+		// Reports are offered until the hub closes, and posting them needs
+		// no running worker: no context of the node's ends them early.
+		Mentions:      mentionSink(context.Background(), n.notes.mentions),
+		MentionAuthor: mentionAuthor(func() *awareness.Hub { return n.presence }),
+		NodeID:        cfg.NodeID,
+		Limits: doc.Limits{
+			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
+			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
+		},
+	}
+	if cfg.SandboxWorkers > 0 {
+		n.sandbox, err = doc.NewSandbox(doc.SandboxConfig{
+			Command: doc.SandboxCommand, Workers: cfg.SandboxWorkers, Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return nil, err
+		}
+		docCfg.Sandbox = n.sandbox
+	}
+	presenceCfg := awareness.Config{
+		Tick:       cfg.PresenceTick,
+		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
+		AwayAfter:  cfg.AwayAfter,
+		MaxNesting: cfg.MaxPresenceDepth,
+
+		MaxChannels:   cfg.MaxPresenceChans,
+		MaxStateBytes: cfg.MaxPresenceBytes,
+		LastSeen:      n.stores.lastSeen,
+		Logger:        log,
+		Registerer:    reg,
+	}
+	transportCfg := transport.Config{
+		PeerID:          "tandem-" + cfg.NodeID,
+		StorageID:       n.stores.storageID,
+		Logger:          log,
+		Registerer:      reg,
+		MaxMessageBytes: cfg.MaxMessageBytes,
+		PingInterval:    cfg.PingInterval,
+		Auth:            verifier,
+		AllowedOrigins:  splitList(cfg.AllowedOrigins),
+		AllowedHosts:    splitList(cfg.AllowedHosts),
+
+		MaxDocumentsPerConn: cfg.MaxDocsPerConn,
+		MaxPeersPerDocument: cfg.MaxPeersPerDoc,
+		MaxConnsPerIP:       cfg.MaxConnsPerIP,
+		MaxEphemeralBytes:   cfg.MaxEphemeralBytes,
+		MessageRate:         cfg.MessageRate,
+		MessageBurst:        cfg.MessageBurst,
+	}
+	if n.bus != nil {
+		// Three rosters missed in a row: the peer is gone.
+		presenceCfg.RemoteTTL = 3 * n.bus.RosterInterval()
+		docCfg.Cluster = n.bus
+		docCfg.Finder = n.bus
+		docCfg.NodeAlive = n.bus.NodeAlive
+		presenceCfg.Replicator = n.bus
+		presenceCfg.Directory = n.bus
+		transportCfg.Bus = n.bus
+		transportCfg.Claims = n.bus
+	}
+	if n.docs, err = doc.NewHub(docCfg); err != nil {
+		return nil, err
+	}
+	if n.presence, err = awareness.New(presenceCfg); err != nil {
+		return nil, err
+	}
+	if n.bus != nil {
+		n.bus.Attach(n.docs, n.presence)
+	}
+	transportCfg.Documents, transportCfg.Presence = n.docs, n.presence
+	if n.ws, err = transport.NewServer(transportCfg); err != nil {
+		return nil, err
+	}
+	requests, endRequests := context.WithCancel(context.Background())
+	n.endRequests = endRequests
+	n.http = &http.Server{
+		Handler: web.NewRouter(web.Config{
+			WebSocket: n.ws, Presence: n.presence, Notifications: n.notes, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
+			// Streams from one address are bounded as its sockets are: one
+			// flag to raise behind a proxy, which is every client's address.
+			Streams: web.StreamLimits{PerIP: cfg.MaxConnsPerIP},
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return requests },
+	}
+	return n, nil
+}
+
+// serve runs every component and the HTTP server on ln until ctx ends or
+// one of them fails, then stops them all in order. It returns the first
+// failure, or what the stop met.
+func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
+	g, gctx := errgroup.WithContext(ctx)
+	// Components stop by Close, in order (stop), not all at once with
+	// gctx: their contexts end only with the node.
+	bg := context.WithoutCancel(gctx)
+	runs := []func(context.Context) error{n.docs.Run, n.presence.Run, n.notes.Run}
+	if n.bus != nil {
+		runs = append(runs, n.bus.Run)
+	}
+	for _, run := range runs {
+		g.Go(func() error { return run(bg) })
+	}
+	g.Go(func() error {
+		if err := n.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done() // the node stops, or a component failed
+		if ctx.Err() == nil {
+			n.log.Error("a component failed: stopping the node")
+		}
+		n.log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := n.stop(sctx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// stop closes the components, each after those that talk to it.
+func (n *tandemNode) stop(ctx context.Context) error {
+	n.endRequests()
+	errs := []error{
+		n.http.Shutdown(ctx),
+		n.ws.Shutdown(ctx),    // peers leave: goodbyes in their names, to presence and the bus
+		n.docs.Close(ctx),     // flushes every document; hands the last mentions over
+		n.presence.Close(ctx), // writes the queued last-seen times
+	}
+	if n.bus != nil {
+		errs = append(errs, n.bus.Close(ctx)) // what is queued, then the node's bye
+	}
+	errs = append(errs, n.notes.Close(ctx)) // running jobs finish; queued ones wait for the next start
+	return errors.Join(errs...)
+}
+
+// release frees what the node holds once its components have stopped (or
+// were never started): worker processes, the Redis client, the stores.
+func (n *tandemNode) release() {
+	// Each Close is a no-op after stop; here they stop what assemble
+	// built before it failed.
+	ctx := context.Background()
+	if n.docs != nil {
+		n.docs.Close(ctx)
+	}
+	if n.bus != nil {
+		n.bus.Close(ctx)
+	}
+	if n.notes != nil {
+		n.notes.Close(ctx)
+	}
+	if n.sandbox != nil {
+		n.sandbox.Close()
+	}
+	if n.redis != nil {
+		n.redis.Close()
+	}
+	if n.stores != nil {
+		n.stores.close()
+	}
+}
