@@ -3,15 +3,13 @@ package awareness
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
-	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
@@ -21,89 +19,6 @@ import (
 type Peer interface {
 	ID() string
 	SendPresence(documentID string, m Message)
-}
-
-// Config configures a Hub. Zero fields take the documented defaults.
-type Config struct {
-	// Tick is the coalescing period: per peer and channel at most one
-	// update is forwarded per tick, the newest; default 50ms.
-	Tick time.Duration
-	// TTL removes a peer not heard from (no pong, no message) for this
-	// long; default 17.5s (3.5 pings at the default ping interval).
-	TTL time.Duration
-	// AwayAfter makes a peer away after this long without activity;
-	// default 5 minutes.
-	AwayAfter time.Duration
-	// TypingTimeout clears a typing flag not renewed for this long;
-	// default 3s.
-	TypingTimeout time.Duration
-	// RelaySession is the ephemeral session under which the hub sends
-	// presence in peers' names; default random per hub. See forward.go.
-	RelaySession string
-	// MaxNesting bounds how deeply a presence payload may nest: 0 for
-	// DefaultMaxNesting (16), else MinNesting to MaxNesting (4 to 64);
-	// New refuses anything else.
-	MaxNesting int
-	// MaxChannels bounds the channels one peer may hold in a document's
-	// presence (the server's own included); default 32.
-	MaxChannels int
-	// MaxStateBytes bounds the bytes of one peer's values in a document's
-	// presence; default 64 KiB.
-	MaxStateBytes int
-	// Replicator, when set, receives this node's peers' presence for the
-	// other nodes of a cluster.
-	Replicator Replicator
-	// RemoteTTL removes a peer of another node not heard of (a delta, or
-	// its node's roster naming it) for this long, once that node has sent
-	// a roster: a leave lost on the way cannot leave a ghost. Zero: remote
-	// peers live as long as their node.
-	RemoteTTL time.Duration
-	// Directory, in a cluster, answers for users this node does not
-	// follow: their status on the other nodes.
-	Directory Directory
-	// LastSeen stores when users went offline; nil keeps it in memory only.
-	LastSeen LastSeenStore
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-	// Logger receives the hub's logs; default slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the hub's metrics; nil registers none.
-	Registerer prometheus.Registerer
-}
-
-func (c *Config) setDefaults() {
-	if c.Tick <= 0 {
-		c.Tick = 50 * time.Millisecond
-	}
-	if c.TTL <= 0 {
-		c.TTL = 17500 * time.Millisecond
-	}
-	if c.AwayAfter <= 0 {
-		c.AwayAfter = 5 * time.Minute
-	}
-	if c.TypingTimeout <= 0 {
-		c.TypingTimeout = 3 * time.Second
-	}
-	if c.RelaySession == "" {
-		var b [8]byte
-		rand.Read(b[:])
-		c.RelaySession = "tandem-" + hex.EncodeToString(b[:])
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	if c.MaxNesting == 0 {
-		c.MaxNesting = DefaultMaxNesting
-	}
-	if c.MaxChannels <= 0 {
-		c.MaxChannels = 32
-	}
-	if c.MaxStateBytes <= 0 {
-		c.MaxStateBytes = 64 << 10
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 }
 
 // Hub holds the presence of every document in use on this node.
@@ -459,46 +374,4 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 		delete(u.peers, pi.id)
 	}
 	h.refreshUser(pi.user, fx)
-}
-
-// Tick forwards the trailing edge of coalesced updates, clears expired
-// typing flags, and applies status changes and TTLs.
-func (h *Hub) Tick() {
-	var fx effects
-	h.mu.Lock()
-	now := h.cfg.Now()
-	for _, pi := range h.peers {
-		if pi.conn == nil {
-			// A remote peer: its node's rosters keep it (ApplyRoster),
-			// its node's death ends it (NodeGone).
-			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
-				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
-				h.metrics.expired.Inc()
-				h.remove(pi, &fx)
-			}
-			continue
-		}
-		if now.Sub(pi.lastHeard) > h.cfg.TTL {
-			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
-			h.metrics.expired.Inc()
-			h.remove(pi, &fx)
-			continue
-		}
-		h.refreshPeer(pi, &fx)
-	}
-	for _, r := range h.rooms {
-		for peer, until := range r.typing {
-			if now.Before(until) {
-				continue
-			}
-			delete(r.typing, peer)
-			if pi := h.peers[peer]; pi != nil {
-				r.state.Set(peer, ChannelTyping, Register{Clock: h.serverClock(pi), Value: cborFalse})
-				h.schedule(r, peer, ChannelTyping)
-			}
-		}
-		h.flush(r)
-	}
-	h.mu.Unlock()
-	fx.run(h)
 }

@@ -183,3 +183,45 @@ func userIDFrom(v []byte, fallback string) string {
 	}
 	return fallback
 }
+
+// Tick forwards the trailing edge of coalesced updates, clears expired
+// typing flags, and applies status changes and TTLs.
+func (h *Hub) Tick() {
+	var fx effects
+	h.mu.Lock()
+	now := h.cfg.Now()
+	for _, pi := range h.peers {
+		if pi.conn == nil {
+			// A remote peer: its node's rosters keep it (ApplyRoster),
+			// its node's death ends it (NodeGone).
+			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
+				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
+				h.metrics.expired.Inc()
+				h.remove(pi, &fx)
+			}
+			continue
+		}
+		if now.Sub(pi.lastHeard) > h.cfg.TTL {
+			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
+			h.metrics.expired.Inc()
+			h.remove(pi, &fx)
+			continue
+		}
+		h.refreshPeer(pi, &fx)
+	}
+	for _, r := range h.rooms {
+		for peer, until := range r.typing {
+			if now.Before(until) {
+				continue
+			}
+			delete(r.typing, peer)
+			if pi := h.peers[peer]; pi != nil {
+				r.state.Set(peer, ChannelTyping, Register{Clock: h.serverClock(pi), Value: cborFalse})
+				h.schedule(r, peer, ChannelTyping)
+			}
+		}
+		h.flush(r)
+	}
+	h.mu.Unlock()
+	fx.run(h)
+}

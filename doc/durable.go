@@ -1,5 +1,11 @@
 package doc
 
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
 // Durable before acknowledged. A sync message that names a head tells its
 // peer the server has that change: the peer's automerge-repo then stops
 // resending it. So no message that names a change leaves the room before
@@ -86,4 +92,78 @@ func (r *room) release(upTo uint64) {
 	if len(r.held) == 0 {
 		r.held = nil // let the backing array go
 	}
+}
+
+// markDirty queues r for the next write and wakes the flusher.
+func (h *Hub) markDirty(r *room) {
+	h.dirtyMu.Lock()
+	h.dirty[r] = struct{}{}
+	h.dirtyMu.Unlock()
+	select {
+	case h.kick <- struct{}{}:
+	default: // the flusher is awake already
+	}
+}
+
+// flushLoop writes changed rooms as soon as they change (one batch at a
+// time, so that a batch groups every room that changed while the one
+// before it was written), retries failed writes and evicts idle rooms
+// until ctx ends.
+func (h *Hub) flushLoop(ctx context.Context) {
+	t := time.NewTicker(h.cfg.FlushInterval)
+	defer t.Stop()
+	failed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.kick:
+			if failed {
+				continue // wait for the retry tick rather than spin on a failing store
+			}
+		case <-t.C:
+			h.evictIdle(time.Now())
+		}
+		err := h.Flush(context.Background())
+		failed = err != nil
+		if failed {
+			h.log.Error("flush documents", "err", err)
+		}
+	}
+}
+
+// Flush writes every accepted change not yet stored, in one batch.
+func (h *Hub) Flush(ctx context.Context) error {
+	h.flushMu.Lock()
+	defer h.flushMu.Unlock()
+
+	h.dirtyMu.Lock()
+	rooms := make([]*room, 0, len(h.dirty))
+	for r := range h.dirty {
+		rooms = append(rooms, r)
+	}
+	clear(h.dirty)
+	h.dirtyMu.Unlock()
+	if len(rooms) == 0 {
+		return nil
+	}
+
+	batch := make([]Write, 0, len(rooms))
+	for _, r := range rooms {
+		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
+	}
+	start := time.Now()
+	err := h.cfg.Store.Write(ctx, batch)
+	h.flushSeconds.Observe(time.Since(start).Seconds())
+	for i, r := range rooms {
+		r.wrote(batch[i], h.cfg.NodeID, err == nil)
+		if err != nil {
+			h.markDirty(r) // try again on the next tick
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write %d documents: %w", len(batch), err)
+	}
+	h.log.Debug("flushed documents", "count", len(batch), "took", time.Since(start))
+	return nil
 }

@@ -9,9 +9,9 @@
 // drain it is disconnected with the reason "slow consumer", because
 // document sync must never drop a message.
 //
-// Two subpackages: wire is the wire format (its PROTOCOL.md says what
+// Two subpackages: wire is the wire format (wire/PROTOCOL.md says what
 // Tandem accepts and sends), and redisbus joins nodes into a cluster over
-// Redis (its BUS.md is the protocol between nodes). The Server sees the
+// Redis (redisbus/BUS.md is the protocol between nodes). The Server sees the
 // cluster only through the Bus and Claims interfaces.
 //
 // One record per node says which connection is in which document

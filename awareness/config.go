@@ -1,0 +1,93 @@
+package awareness
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Hub. Zero fields take the documented defaults.
+type Config struct {
+	// Tick is the coalescing period: per peer and channel at most one
+	// update is forwarded per tick, the newest; default 50ms.
+	Tick time.Duration
+	// TTL removes a peer not heard from (no pong, no message) for this
+	// long; default 17.5s (3.5 pings at the default ping interval).
+	TTL time.Duration
+	// AwayAfter makes a peer away after this long without activity;
+	// default 5 minutes.
+	AwayAfter time.Duration
+	// TypingTimeout clears a typing flag not renewed for this long;
+	// default 3s.
+	TypingTimeout time.Duration
+	// RelaySession is the ephemeral session under which the hub sends
+	// presence in peers' names; default random per hub. See forward.go.
+	RelaySession string
+	// MaxNesting bounds how deeply a presence payload may nest: 0 for
+	// DefaultMaxNesting (16), else MinNesting to MaxNesting (4 to 64);
+	// New refuses anything else.
+	MaxNesting int
+	// MaxChannels bounds the channels one peer may hold in a document's
+	// presence (the server's own included); default 32.
+	MaxChannels int
+	// MaxStateBytes bounds the bytes of one peer's values in a document's
+	// presence; default 64 KiB.
+	MaxStateBytes int
+	// Replicator, when set, receives this node's peers' presence for the
+	// other nodes of a cluster.
+	Replicator Replicator
+	// RemoteTTL removes a peer of another node not heard of (a delta, or
+	// its node's roster naming it) for this long, once that node has sent
+	// a roster: a leave lost on the way cannot leave a ghost. Zero: remote
+	// peers live as long as their node.
+	RemoteTTL time.Duration
+	// Directory, in a cluster, answers for users this node does not
+	// follow: their status on the other nodes.
+	Directory Directory
+	// LastSeen stores when users went offline; nil keeps it in memory only.
+	LastSeen LastSeenStore
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Logger receives the hub's logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the hub's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.Tick <= 0 {
+		c.Tick = 50 * time.Millisecond
+	}
+	if c.TTL <= 0 {
+		c.TTL = 17500 * time.Millisecond
+	}
+	if c.AwayAfter <= 0 {
+		c.AwayAfter = 5 * time.Minute
+	}
+	if c.TypingTimeout <= 0 {
+		c.TypingTimeout = 3 * time.Second
+	}
+	if c.RelaySession == "" {
+		var b [8]byte
+		rand.Read(b[:])
+		c.RelaySession = "tandem-" + hex.EncodeToString(b[:])
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxNesting == 0 {
+		c.MaxNesting = DefaultMaxNesting
+	}
+	if c.MaxChannels <= 0 {
+		c.MaxChannels = 32
+	}
+	if c.MaxStateBytes <= 0 {
+		c.MaxStateBytes = 64 << 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}

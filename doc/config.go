@@ -1,0 +1,108 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Hub. Zero fields take the documented defaults.
+type Config struct {
+	// Store keeps documents durable. Required.
+	Store Store
+	// Logger receives the hub's logs; default slog.Default().
+	Logger *slog.Logger
+	// FlushInterval is how often a failed write is tried again and idle
+	// rooms are evicted; default 200ms. Accepted changes are written as
+	// soon as the write before them is done, and nothing names them to
+	// any peer or node before they are stored (durable.go).
+	FlushInterval time.Duration
+	// EvictAfter is how long a room stays in memory after its last peer
+	// leaves; default 1 minute.
+	EvictAfter time.Duration
+	// CompactAfter is how many incremental chunks a document collects
+	// before it is rewritten as one snapshot; default 64.
+	CompactAfter int
+	// Cluster, when set, carries this node's document messages to the
+	// other nodes of a cluster (cluster.go): every change accepted from a
+	// local peer, once it is stored, and the heads exchange that repairs
+	// what a lost message missed.
+	Cluster Cluster
+	// Limits bound what a client's changes may add (guard.go).
+	Limits Limits
+	// Sandbox, when set, applies every client message that carries
+	// changes to a copy of the document in another process first, so that
+	// a fault in automerge costs that process, not this one.
+	Sandbox *Sandbox
+	// Registerer receives the hub's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Mentions, when set, receives the mentions (`@<userId>` in a
+	// document's root "text") that local peers insert, once each, after the
+	// peer's edits have paused for MentionSettle (default 1.5 s). It is
+	// called on its own goroutine. Until it returns nil for a report, the
+	// report stays in the document's mention journal, stored with the
+	// changes (mention_journal.go), and is offered again: after a backoff,
+	// or by the node that takes the journal over if this one dies. A
+	// report offered again keeps its Key.
+	Mentions      func(Mention) error
+	MentionSettle time.Duration
+	// MentionAuthor names the user behind a peer whose edits mention
+	// someone, for the report; by default the report names the peer id.
+	MentionAuthor func(documentID string, p Peer) (userID, name string)
+	// NodeID names this node in the mention journals; default a random id.
+	NodeID string
+	// NodeAlive tells whether another node is alive, so that its mention
+	// journals are left to it; by default every other node counts as gone
+	// (a node alone: a journal of another node id is of an earlier run).
+	NodeAlive func(ctx context.Context, node string) (bool, error)
+	// JournalSweep is how often the store's mention journals are looked
+	// through for those of gone nodes; default 15s.
+	JournalSweep time.Duration
+	// UnavailableGrace is how long a request for a document this node
+	// does not have waits for it to arrive before the store and the other
+	// nodes are asked and, if none has it, doc-unavailable is sent
+	// (lookup.go); default 200ms.
+	UnavailableGrace time.Duration
+	// Finder, when set, asks the other nodes of a cluster for a requested
+	// document before this node reports it unavailable.
+	Finder Finder
+	// SyncWindow batches fan-outs under sustained change: a change within
+	// this long of the room's last fan-out waits for the window's end and
+	// goes out with the others (fanout.go). Zero sends each at once.
+	SyncWindow time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return errors.New("doc: Config.Store is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = 200 * time.Millisecond
+	}
+	if c.MentionSettle <= 0 {
+		c.MentionSettle = mentionSettle
+	}
+	if c.NodeID == "" {
+		c.NodeID = newUUID()
+	}
+	if c.JournalSweep <= 0 {
+		c.JournalSweep = 15 * time.Second
+	}
+	if c.UnavailableGrace <= 0 {
+		c.UnavailableGrace = 200 * time.Millisecond
+	}
+	if c.EvictAfter <= 0 {
+		c.EvictAfter = time.Minute
+	}
+	if c.CompactAfter <= 0 {
+		c.CompactAfter = 64
+	}
+	c.Limits.setDefaults()
+	return nil
+}

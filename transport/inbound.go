@@ -1,0 +1,276 @@
+package transport
+
+// Inbound frames: each one checked (flood, type, size, sender) and handed
+// to the document layer or, through the membership record, to presence;
+// what is wrong is told to the client, and the worst closes the socket.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// handle dispatches one inbound frame.
+func (c *conn) handle(ctx context.Context, mt int, data []byte) {
+	if !c.flood.Allow() {
+		c.srv.log.Warn("closing a flooding connection", "peer", c.peerID, "remote", c.remote)
+		c.close(ReasonFlood, false)
+		return
+	}
+	overRate := !c.limiter.Allow()
+	if mt != websocket.BinaryMessage {
+		c.violation(ReasonTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
+		return
+	}
+	m, err := wire.Decode(data)
+	if err != nil {
+		c.violation(ReasonMalformed, err.Error())
+		return
+	}
+	c.srv.metrics.received.WithLabelValues(typeLabel(m.Type)).Inc()
+	if err := m.Validate(); err != nil {
+		text := fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err)
+		if errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID) {
+			// A type from a newer protocol, or one document's id: the
+			// connection's other documents go on.
+			c.protocolError(errInvalid, text)
+		} else {
+			c.violation(ReasonInvalid, text)
+		}
+		return
+	}
+	if c.peerID == "" {
+		if m.Type != wire.TypeJoin {
+			c.violation(ReasonNotJoined, "send join before any other message")
+			return
+		}
+		c.join(ctx, m)
+		return
+	}
+	if m.Type == wire.TypeHeartbeat {
+		// Liveness only, answered at once; it does not make the peer active.
+		if p := c.srv.cfg.Presence; p != nil {
+			p.Touch(c)
+		}
+		c.sendMessage(&wire.Message{Type: wire.TypeHeartbeatAck, Seq: m.Seq, ServerTime: time.Now().UnixMilli()})
+		return
+	}
+	if m.Type == wire.TypeJoin {
+		if m.SenderID == c.peerID {
+			c.sendPeer() // a repeated join is answered again
+		} else {
+			c.violation(ReasonRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
+		}
+		return
+	}
+	if m.SenderID != c.peerID {
+		if m.Type == wire.TypeEphemeral {
+			// Stock clients pass on ephemerals they received, under
+			// the original sender: that sender already got it to us.
+			c.srv.metrics.dropped.WithLabelValues(dropForeignSender).Inc()
+			return
+		}
+		c.violation(ReasonWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
+		return
+	}
+	switch m.Type {
+	case wire.TypeSync, wire.TypeRequest:
+		// Document sync is never dropped: the rate limit counts it only.
+		access := c.grant.Can(m.DocumentID)
+		if access == auth.None {
+			// Unavailable, whether it exists or not: nothing leaks.
+			c.srv.metrics.denied.Inc()
+			c.SendDocUnavailable(m.DocumentID)
+			return
+		}
+		if !c.open(m.DocumentID) {
+			return
+		}
+		c.srv.metrics.syncBytes.WithLabelValues("in").Add(float64(len(m.Data)))
+		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, doc.SyncMessage{
+			DocumentID: m.DocumentID, Data: m.Data,
+			Request: m.Type == wire.TypeRequest, ReadOnly: access == auth.Read,
+		}))
+	case wire.TypeEphemeral:
+		if c.grant.Can(m.DocumentID) == auth.None {
+			c.srv.metrics.denied.Inc()
+			c.srv.metrics.dropped.WithLabelValues(dropDenied).Inc()
+			return
+		}
+		if overRate {
+			c.srv.metrics.dropped.WithLabelValues(dropRateLimited).Inc()
+			if time.Since(c.lastRateErr) > time.Second {
+				c.lastRateErr = time.Now()
+				c.protocolError(errRateLimited, fmt.Sprintf("over %g messages/s: ephemeral messages are being dropped", c.srv.cfg.MessageRate))
+			}
+			return
+		}
+		if len(m.Data) > c.srv.cfg.MaxEphemeralBytes {
+			c.protocolError(errTooLarge, fmt.Sprintf("ephemeral payload of %d bytes is over the limit of %d", len(m.Data), c.srv.cfg.MaxEphemeralBytes))
+			return
+		}
+		last, seen := c.clocks[m.SessionID]
+		if seen && m.Count <= last {
+			c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
+			return
+		}
+		if !seen && len(c.clocks) >= maxSessions {
+			clear(c.clocks)
+		}
+		c.clocks[m.SessionID] = m.Count
+		if !c.open(m.DocumentID) {
+			return
+		}
+		presenceErr, docErr := c.srv.members.ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
+			SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+		})
+		if presenceErr != nil {
+			c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, presenceErr))
+			return
+		}
+		c.documentError(m.DocumentID, docErr)
+	default:
+		// doc-unavailable, remote-heads gossip and error messages from a
+		// client need no answer.
+		c.srv.log.Debug("ignored message", "peer", c.peerID, "type", m.Type)
+	}
+}
+
+// open puts the connection in a document at its first message for it,
+// within the limits (members.join). It reports false, having told the
+// client why, when a limit is reached.
+func (c *conn) open(documentID string) bool {
+	if _, ok := c.docs[documentID]; ok {
+		return true
+	}
+	if len(c.docs) >= c.srv.cfg.MaxDocumentsPerConn {
+		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", len(c.docs)))
+		return false
+	}
+	if !c.srv.members.join(c, documentID) {
+		c.protocolError(errDocFull, fmt.Sprintf("document %s has %d peers on this server, the limit", documentID, c.srv.cfg.MaxPeersPerDocument))
+		return false
+	}
+	c.docs[documentID] = struct{}{}
+	return true
+}
+
+func (c *conn) join(ctx context.Context, m *wire.Message) {
+	c.peerID = m.SenderID
+	if !m.SupportsV1() {
+		c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: "unsupported protocol version"})
+		c.close(ReasonUnsupported, true)
+		return
+	}
+	if !c.claim(ctx) || !c.srv.bind(c) {
+		if c.release != nil {
+			c.release()
+			c.release = nil
+		}
+		c.violation(ReasonPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
+		c.peerID = ""
+		return
+	}
+	c.sendPeer()
+	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
+}
+
+// claim takes the peer id across the cluster for the token's user, so that
+// no node lets another user take it (bind checks this node's own). Without
+// a token there is no identity to protect, and nothing is claimed.
+//
+// When Redis cannot answer, the join is accepted (a user reconnecting
+// keeps working while Redis is away) unless this node knows the peer id
+// to be another user's, on another node; the claim is then taken by the
+// first beat that reaches Redis.
+func (c *conn) claim(ctx context.Context) bool {
+	claims := c.srv.cfg.Claims
+	if claims == nil || c.grant == nil {
+		return true
+	}
+	user := c.grant.UserID
+	release, taken, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
+	c.release = release
+	switch {
+	case taken:
+		return false
+	case err == nil:
+		return true
+	}
+	if p := c.srv.cfg.Presence; p != nil {
+		if other, ok := p.RemoteUser(c.peerID); ok && other != user {
+			return false
+		}
+	}
+	c.srv.log.Warn("peer id not claimed across the cluster; accepted on what this node knows",
+		"peer", c.peerID, "remote", c.remote, "err", err)
+	return true
+}
+
+// moved is called, from the cluster's claims, when a newer connection of
+// the same user took this peer id on another node: this one is closed as
+// replaced, and presence hands the peer over rather than saying goodbye.
+func (c *conn) moved(node string) {
+	c.wmu.Lock()
+	c.movedTo = node
+	c.wmu.Unlock()
+	c.close(ReasonReplaced, false)
+}
+
+// documentError tells the client what went wrong with a document.
+func (c *conn) documentError(documentID string, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, doc.ErrReadOnly):
+		c.protocolError(errReadOnly, fmt.Sprintf("read-only access to document %s: your changes were not applied", documentID))
+	case errors.Is(err, doc.ErrRefused):
+		// Input automerge cannot take safely: the client is broken or
+		// hostile, and would only send it again.
+		c.violation(ReasonRefused, fmt.Sprintf("sync message for document %s refused: %v", documentID, err))
+	case errors.Is(err, doc.ErrLimit):
+		c.violation(ReasonOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
+	case errors.Is(err, doc.ErrBadSyncMessage):
+		c.violation(ReasonBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
+	case errors.Is(err, doc.ErrStoreBehind):
+		c.violation(ReasonStoreBehind, fmt.Sprintf("changes to document %s not taken: the server's store is behind; reconnect later and they are taken then", documentID))
+	case errors.Is(err, doc.ErrClosed):
+		c.close(ReasonShutdown, false)
+	default:
+		c.srv.log.Error("document operation failed", "document", documentID, "peer", c.peerID, "err", err)
+		c.protocolError(errLoad, fmt.Sprintf("document %s is not available right now", documentID))
+	}
+}
+
+// protocolError sends the client an error message and counts it.
+// violation tells the client why its message cannot be taken (it breaks
+// the protocol, or the server cannot store it now), then closes the
+// connection with the code that names the cause (r.Name is also the
+// error's reason); nothing it sent after is handled.
+func (c *conn) violation(r CloseReason, text string) {
+	c.protocolError(r.Name, text)
+	c.close(r, true)
+}
+
+func (c *conn) protocolError(reason, text string) {
+	c.srv.metrics.errors.WithLabelValues(reason).Inc()
+	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote, "reason", reason, "detail", text)
+	c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: text})
+}
+
+// typeLabel bounds the metric label set to the protocol's types.
+func typeLabel(t string) string {
+	switch t {
+	case wire.TypeJoin, wire.TypePeer, wire.TypeError, wire.TypeSync, wire.TypeRequest,
+		wire.TypeDocUnavailable, wire.TypeEphemeral, wire.TypeRemoteSubscriptionChange,
+		wire.TypeRemoteHeadsChanged, wire.TypeHeartbeat, wire.TypeHeartbeatAck:
+		return t
+	}
+	return "unknown"
+}
