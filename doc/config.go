@@ -40,7 +40,7 @@ type Config struct {
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Mentions, when set, receives the mentions (`@<userId>` in a
-	// document's root "text") that local peers insert, once each, after the
+	// document's text field, MentionFields) that local peers insert, once each, after the
 	// peer's edits have paused for MentionSettle (default 1.5 s). It is
 	// called on its own goroutine. Until it returns nil for a report, the
 	// report stays in the document's mention journal, stored with the
@@ -49,6 +49,9 @@ type Config struct {
 	// report offered again keeps its Key.
 	Mentions      func(Mention) error
 	MentionSettle time.Duration
+	// MentionFields names the fields mentions are read from; by default
+	// the root "text" and "title".
+	MentionFields MentionFields
 	// MentionAuthor names the user behind a peer whose edits mention
 	// someone, for the report; by default the report names the peer id.
 	MentionAuthor func(documentID string, p Peer) (userID, name string)
@@ -88,6 +91,7 @@ func (c *Config) setDefaults() error {
 	if c.MentionSettle <= 0 {
 		c.MentionSettle = mentionSettle
 	}
+	c.MentionFields.setDefaults()
 	if c.NodeID == "" {
 		c.NodeID = newUUID()
 	}

@@ -305,6 +305,7 @@ func (h *Hub) newMentionTracker(r *room) *mentionTracker {
 		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
 		fire:   func(peerID string, gen uint64) { h.reportMentions(r, peerID, gen) },
 		author: author,
+		fields: h.cfg.MentionFields,
 		mark:   func() { h.markDirty(r) },
 	}
 }

@@ -121,7 +121,7 @@ func (t *mentionTracker) takeOver(d *automerge.Doc, docID, node string, data []b
 			return
 		}
 		if e.Title == "" {
-			e.Title = documentTitle(d)
+			e.Title = t.fields.title(d)
 		}
 		m := &Mention{DocumentID: docID, Key: e.Key, PeerID: e.Peer, Actor: e.Actor, ActorName: e.ActorName, Title: e.Title, Users: users}
 		if m.Actor == "" {
@@ -138,7 +138,7 @@ func (t *mentionTracker) takeOver(d *automerge.Doc, docID, node string, data []b
 		net := e.Net
 		if e.Key == j.Pending {
 			if now == nil {
-				now = countMentions(documentText(d))
+				now = countMentions(t.fields.text(d))
 			}
 			net = make(map[string]int, len(e.Net)+len(now))
 			for u, c := range e.Net {

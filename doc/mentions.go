@@ -8,7 +8,7 @@ import (
 )
 
 // Mention reports that a local peer inserted mentions of users into a
-// document's text: `@<userId>` in the root "text" field.
+// document's text: `@<userId>` in its text field (MentionFields).
 type Mention struct {
 	DocumentID string
 	// Key names this report for good: a report handed over again (after
@@ -23,7 +23,7 @@ type Mention struct {
 	// Config.MentionAuthor said when the peer's edits began or settled;
 	// Actor is the peer id when it could not say.
 	Actor, ActorName string
-	// Title is the document's root "title", or else the first line of its
+	// Title is the document's title field, or else the first line of its
 	// text, for the notification to name the document.
 	Title string
 	// Users has one entry per inserted mention.
@@ -64,6 +64,7 @@ type mentionTracker struct {
 	fire func(peerID string, gen uint64)
 	// author names the user behind a peer (Config.MentionAuthor).
 	author func(Peer) (userID, name string)
+	fields MentionFields
 
 	ready   []*Mention      // settled reports not yet handed over, oldest first
 	dirty   bool            // the journal changed since it was last written
@@ -124,7 +125,7 @@ func (t *mentionTracker) refresh() {
 // another peer's pending changes are counted for it.
 func (t *mentionTracker) before(d *automerge.Doc, p Peer) {
 	if t.stale {
-		t.counts = countMentions(documentText(d))
+		t.counts = countMentions(t.fields.text(d))
 		t.stale = false
 	}
 	if t.pending != nil && t.pending != p {
@@ -164,7 +165,7 @@ func (t *mentionTracker) count(d *automerge.Doc) {
 	p := t.pending
 	t.pending = nil
 	t.touch()
-	after := countMentions(documentText(d))
+	after := countMentions(t.fields.text(d))
 	b := t.bursts[p.ID()]
 	if b != nil && b.peer == p {
 		for u, n := range after {
@@ -205,7 +206,7 @@ func (t *mentionTracker) take(d *automerge.Doc, docID, peerID string, gen uint64
 		b.actor, b.name = t.author(b.peer) // its presence may have come after its first change
 	}
 	m := &Mention{DocumentID: docID, Key: b.key, Peer: b.peer, PeerID: b.peer.ID(),
-		Actor: b.actor, ActorName: b.name, Title: documentTitle(d), Users: users}
+		Actor: b.actor, ActorName: b.name, Title: t.fields.title(d), Users: users}
 	if m.Actor == "" {
 		m.Actor = m.PeerID
 	}
@@ -213,17 +214,35 @@ func (t *mentionTracker) take(d *automerge.Doc, docID, peerID string, gen uint64
 	return m
 }
 
-// documentText returns the root "text" field, or "".
-func documentText(d *automerge.Doc) string {
-	return stringAt(d, "text")
+// MentionFields names where a document keeps what mentions are read
+// from: Text, the text searched for `@<userId>`, and Title, what names the
+// document in a notification. Each is a key of the root map, or a path of
+// keys through nested maps separated by dots ("body.text"). Defaults
+// "text" and "title", the demo's.
+type MentionFields struct {
+	Text, Title string
 }
 
-// documentTitle returns the root "title", or the text's first non-blank
-// line, at most 80 characters.
-func documentTitle(d *automerge.Doc) string {
-	t := strings.TrimSpace(stringAt(d, "title"))
+func (f *MentionFields) setDefaults() {
+	if f.Text == "" {
+		f.Text = "text"
+	}
+	if f.Title == "" {
+		f.Title = "title"
+	}
+}
+
+// text returns the text field, or "".
+func (f MentionFields) text(d *automerge.Doc) string {
+	return stringAt(d, f.Text)
+}
+
+// title returns the title field, or the text's first non-blank line, at
+// most 80 characters.
+func (f MentionFields) title(d *automerge.Doc) string {
+	t := strings.TrimSpace(stringAt(d, f.Title))
 	if t == "" {
-		for _, line := range strings.Split(documentText(d), "\n") {
+		for _, line := range strings.Split(f.text(d), "\n") {
 			if t = strings.TrimSpace(strings.TrimLeft(line, "#")); t != "" {
 				break
 			}
@@ -235,8 +254,15 @@ func documentTitle(d *automerge.Doc) string {
 	return t
 }
 
-func stringAt(d *automerge.Doc, key string) string {
-	v, err := d.Path(key).Get()
+// stringAt reads a text or string at a dotted path of map keys; anything
+// else, or nothing there, is "".
+func stringAt(d *automerge.Doc, path string) string {
+	keys := strings.Split(path, ".")
+	p := make([]any, len(keys))
+	for i, k := range keys {
+		p[i] = k
+	}
+	v, err := d.Path(p...).Get()
 	if err != nil {
 		return ""
 	}

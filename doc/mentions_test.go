@@ -195,3 +195,46 @@ func TestMentionsOfAnAuthorWhoNeverPausesAreReported(t *testing.T) {
 		ana.sync(t, h, false)
 	}
 }
+
+// Mentions are read from the fields the configuration names, here a text
+// and a title inside a nested map; the root "text" then mentions nobody.
+func TestMentionsComeFromTheConfiguredFields(t *testing.T) {
+	got := make(chan Mention, 10)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Mentions:      func(m Mention) error { got <- m; return nil },
+		MentionSettle: 20 * time.Millisecond,
+		MentionFields: MentionFields{Text: "page.body", Title: "page.heading"},
+	})
+	ana := newClient("peer-ana")
+	page := automerge.NewMap()
+	if err := ana.doc.RootMap().Set("page", page); err != nil {
+		t.Fatal(err)
+	}
+	if err := ana.doc.Path("page").Map().Set("heading", "Plans"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ana.doc.Path("page").Map().Set("body", automerge.NewText("")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ana.doc.Commit("page"); err != nil {
+		t.Fatal(err)
+	}
+	ana.sync(t, h, false)
+	ana.splice(t, 0, 0, "@nobody in the root text")
+	ana.sync(t, h, false)
+	if err := ana.doc.Path("page", "body").Text().Splice(0, 0, "ask @cy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ana.doc.Commit("type"); err != nil {
+		t.Fatal(err)
+	}
+	ana.sync(t, h, false)
+	m := <-got
+	if m.Title != "Plans" || !reflect.DeepEqual(m.Users, []string{"cy"}) {
+		t.Fatalf("mention = %+v, want cy in Plans", m)
+	}
+	waitNoBursts(t, h)
+	if len(got) != 0 {
+		t.Fatalf("an extra report: %+v", <-got)
+	}
+}

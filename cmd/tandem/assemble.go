@@ -98,6 +98,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		// no running worker: no context of the node's ends them early.
 		Mentions:      mentionSink(context.Background(), n.notes.mentions),
 		MentionAuthor: mentionAuthor(func() *awareness.Hub { return n.presence }),
+		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
 		NodeID:        cfg.NodeID,
 		Limits: doc.Limits{
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,

@@ -33,7 +33,9 @@ type config struct {
 	SyncWindow       time.Duration
 	HTTPIdleTimeout  time.Duration
 
-	NotifyWindow time.Duration
+	NotifyWindow      time.Duration
+	MentionTextField  string
+	MentionTitleField string
 
 	AuthSecret        string
 	AuthPublicKey     string
@@ -84,6 +86,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
 		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
+	fs.StringVar(&c.MentionTextField, "mention-text-field", "text", "the document field searched for @mentions: a root key, or keys through nested maps joined by dots")
+	fs.StringVar(&c.MentionTitleField, "mention-title-field", "title", "the document field that names it in a mention's notification (else the text's first line)")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
 	fs.StringVar(&c.AuthPublicKey, "auth-public-key", "", "PEM file of the RS256 or ES256 public key that verifies client tokens")
 	fs.StringVar(&c.AuthAudience, "auth-audience", "", "when set, a client token's aud must name it")
@@ -149,6 +153,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return c, fmt.Errorf("--redis-url needs --postgres-url: the nodes of a cluster must share one durable store")
+	}
+	for name, v := range map[string]string{"--mention-text-field": c.MentionTextField, "--mention-title-field": c.MentionTitleField} {
+		if v == "" || strings.HasPrefix(v, ".") || strings.HasSuffix(v, ".") || strings.Contains(v, "..") {
+			return c, fmt.Errorf("%s %q: want a key, or keys joined by dots", name, v)
+		}
 	}
 	if c.NotifyWindow < 100*time.Millisecond || c.NotifyWindow > 24*time.Hour {
 		return c, fmt.Errorf("--notify-window %v must be between 100ms and 24h", c.NotifyWindow)

@@ -39,6 +39,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--max-presence-depth", "3"}, nil},
 		{[]string{"--max-presence-depth", "65"}, nil},
 		{[]string{"--max-presence-depth", "0"}, nil},
+		{[]string{"--mention-text-field", "page..body"}, nil},
+		{[]string{"--mention-title-field", ""}, nil},
 	}
 	for _, b := range bad {
 		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {
