@@ -28,6 +28,7 @@ type Hub struct {
 	metrics *metrics
 	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
 	loop    lifecycle.Loop
+	asked   asking // when each document's state was last asked for (cluster.go)
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id

@@ -7,24 +7,12 @@ import "time"
 // channel; the other nodes merge them into the same CRDT and forward them
 // to their own peers. A node that stops beating takes its peers with it
 // (NodeGone), and a node that starts watching a document asks the others
-// for their peers' whole state (LocalState).
+// for their peers' whole state (SendState). cluster.go is the protocol.
 //
 // A record learned from another node is never a local connection's: a
 // connection here with the same peer id gets a record of its own, its
 // identity from its own token (adopt), and a connection whose peer went on
 // elsewhere leaves without a word in the peer's name (Handoff).
-
-// Replicator carries presence to the other nodes. Its methods must not
-// block: they are called with the hub's lock held.
-type Replicator interface {
-	// PublishPresence sends a local peer's presence in a document.
-	PublishPresence(documentID string, d Delta)
-	// PublishUserStatus sends the status of a user's peers on this node.
-	PublishUserStatus(userID string, s Status)
-	// WatchUsers starts (or, with on false, stops) receiving the
-	// statuses other nodes publish for these users.
-	WatchUsers(userIDs []string, on bool)
-}
 
 // Delta is a change of one peer's presence in one document.
 type Delta struct {
@@ -58,7 +46,7 @@ func (h *Hub) publish(r *room, peer string, channels []string, heartbeat bool) {
 			}
 		}
 	}
-	h.cfg.Replicator.PublishPresence(r.id, d)
+	h.publishDelta(r.id, d)
 }
 
 // ApplyRemote merges a delta that node published for a document. Only

@@ -15,15 +15,33 @@ import (
 
 // fakeReplicator records what a hub publishes for other nodes.
 type fakeReplicator struct {
-	mu     sync.Mutex
-	deltas []Delta
-	users  map[string]Status
+	mu      sync.Mutex
+	deltas  []Delta
+	leaves  []bool // per delta: published as a leave
+	rosters [][]string
+	asked   []string
+	users   map[string]Status
 }
 
-func (f *fakeReplicator) PublishPresence(_ string, d Delta) {
+func (f *fakeReplicator) PublishPresence(_ string, payload []byte, leave bool) {
+	var m nodeMsg
+	if err := cbor.Unmarshal(payload, &m); err != nil {
+		panic(err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.deltas = append(f.deltas, d)
+	switch m.Kind {
+	case kindDelta:
+		f.deltas = append(f.deltas, *m.Delta)
+		f.leaves = append(f.leaves, leave)
+	case kindRoster:
+		f.rosters = append(f.rosters, m.Peers)
+	}
+}
+func (f *fakeReplicator) AskState(documentID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked = append(f.asked, documentID)
 }
 func (f *fakeReplicator) PublishUserStatus(u string, s Status) {
 	f.mu.Lock()

@@ -41,14 +41,18 @@ type DocumentReplica interface {
 // PresenceReplica is what the bus needs from the presence layer.
 // *awareness.Hub implements it.
 type PresenceReplica interface {
-	ApplyRemote(node, documentID string, d awareness.Delta)
+	// ReceiveRemote takes a presence message another node published
+	// with PublishPresence (awareness/cluster.go is that protocol).
+	ReceiveRemote(node, documentID string, payload []byte) error
+	// SendState publishes the whole presence of this node's peers in a
+	// document: another node started watching it, or lost messages.
+	SendState(documentID string)
+	// AnnounceRoster publishes this node's peers visible in a document.
+	AnnounceRoster(documentID string)
 	ApplyUserStatus(node, userID string, s awareness.Status)
 	LocalUserStatuses() map[string]awareness.Status
 	NodeAlive(node string)
 	NodeGone(node string)
-	LocalState(documentID string) []awareness.Delta
-	LocalRoster(documentID string) []string
-	ApplyRoster(node, documentID string, peers []string) (missing bool)
 }
 
 // Config configures a Bus. Zero fields take the documented defaults.
@@ -90,15 +94,14 @@ type Bus struct {
 
 	run string // this process's run (busMsg.Run)
 
-	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, runs, users and asked
+	mu         sync.Mutex     // guards watched, subscribed, changed, nodes, runs and users
 	watched    map[string]int // watched documents: local connections on each
 	subscribed map[string]bool
 	changed    map[string]bool // documents whose subscription may need a change
 	nodes      map[string]time.Time
-	runs       map[string]string    // the run last heard of each node
-	asked      map[string]time.Time // when a roster last made this node ask a document again
-	users      map[string]bool      // users whose status channel this node follows
-	usersSub   map[string]bool      // of those, the subscribed ones
+	runs       map[string]string // the run last heard of each node
+	users      map[string]bool   // users whose status channel this node follows
+	usersSub   map[string]bool   // of those, the subscribed ones
 	usersDirty map[string]bool
 	wake       chan struct{} // tells subscribeLoop that changed has entries
 
@@ -136,9 +139,8 @@ const (
 	// tandem:doc:<id>: the document layer's own messages, as bytes ...
 	kindDoc busKind = "doc" // a document message (doc/cluster.go)
 	// ... and presence
-	kindPresence busKind = "pres"   // a presence delta of one of the sender's peers
-	kindRoster   busKind = "roster" // the sender's peers present in the document
-	kindHello    busKind = "hello"  // a node starts watching: send your state
+	kindPresence busKind = "pres"  // a presence message (awareness/cluster.go)
+	kindHello    busKind = "hello" // a node starts watching, or lost something: send your state
 	// tandem:user:<id>
 	kindUser busKind = "user" // a user's status on the sending node
 )
@@ -150,13 +152,11 @@ type busMsg struct {
 	// Run is the sending node's run: random per process start, so that a
 	// node restarted under the same id is told from its previous run.
 	Run string `cbor:"i,omitempty"`
-	// Data is a document message ("doc"), opaque to the bus.
-	Data  []byte           `cbor:"d,omitempty"`
-	Delta *awareness.Delta `cbor:"x,omitempty"`
-	User  string           `cbor:"u,omitempty"`
-	Peer  string           `cbor:"p,omitempty"` // a peer id claimed ("claim")
-	// Peers lists the sender's peers visible in the document ("roster").
-	Peers []string `cbor:"ps,omitempty"`
+	// Data is a document ("doc") or presence ("pres") message, opaque to
+	// the bus.
+	Data []byte `cbor:"d,omitempty"`
+	User string `cbor:"u,omitempty"`
+	Peer string `cbor:"p,omitempty"` // a peer id claimed ("claim")
 	// Status is a user's status on the sending node.
 	Status awareness.Status `cbor:"s,omitempty"`
 	// Finding a document ("ask" on the nodes channel, "answer" to the
@@ -194,7 +194,6 @@ func New(cfg Config) (*Bus, error) {
 		out: make(chan busOut, cfg.Queue),
 
 		leavesWaiting: make(chan struct{}, 1),
-		asked:         make(map[string]time.Time),
 		watched:       make(map[string]int),
 		subscribed:    make(map[string]bool),
 		changed:       make(map[string]bool),

@@ -280,7 +280,7 @@ func TestLeavesOutliveAFullQueue(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Close(context.Background()) }) // never run: Close alone unsubscribes
 	b.PublishUserStatus("ana", awareness.StatusOnline)
-	b.PublishPresence("d", awareness.Delta{Peer: "q", Registers: map[string]awareness.Register{"cursor": {}}}) // dropped: full
+	b.PublishPresence("d", []byte("a cursor"), false) // dropped: full
 	if n := testutil.ToFloat64(b.dropped); n != 1 {
 		t.Fatalf("dropped %v, want 1", n)
 	}
@@ -294,7 +294,7 @@ func TestLeavesOutliveAFullQueue(t *testing.T) {
 	}
 	// The queue full of a leave: another leave waits beside it, both kept.
 	b.PublishUserStatus("bo", awareness.StatusOffline)
-	b.PublishPresence("d", awareness.Delta{Peer: "p", Gone: awareness.Clock{Count: 2, Session: "s"}})
+	b.PublishPresence("d", []byte("a goodbye"), true)
 	if n := testutil.ToFloat64(b.dropped); n != 2 {
 		t.Fatalf("dropped %v, want still 2: leaves are kept", n)
 	}

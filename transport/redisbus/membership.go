@@ -14,23 +14,6 @@ const nodesChannel = "tandem:nodes"
 // its questions.
 func inboxChannel(node string) string { return "tandem:inbox:" + node }
 
-// mayAskAgain rate-limits the hellos rosters cause: every node answers a
-// hello with its whole presence in the document, so one per document per
-// three roster intervals at most.
-func (b *Bus) mayAskAgain(docID string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	if now.Sub(b.asked[docID]) < 3*b.cfg.GossipInterval {
-		return false
-	}
-	if len(b.asked) > 4096 {
-		clear(b.asked)
-	}
-	b.asked[docID] = now
-	return true
-}
-
 // RosterInterval is how often the node lists its peers of each watched
 // document to the others (with the document's heads).
 func (b *Bus) RosterInterval() time.Duration { return b.cfg.GossipInterval }
@@ -109,8 +92,6 @@ func (b *Bus) gossip() {
 	b.mu.Unlock()
 	for _, id := range docs {
 		b.docs.AnnounceHeads(id)
-		// Even an empty roster says something: none of this node's
-		// peers is in the document any more.
-		b.send(id, busMsg{Kind: kindRoster, Peers: b.presence.LocalRoster(id)})
+		b.presence.AnnounceRoster(id)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 

@@ -30,9 +30,17 @@ func (b *Bus) PublishDocument(documentID string, payload []byte) {
 	b.send(documentID, busMsg{Kind: kindDoc, Data: payload})
 }
 
-// PublishPresence implements awareness.Replicator.
-func (b *Bus) PublishPresence(documentID string, d awareness.Delta) {
-	b.sendMarked(documentID, busMsg{Kind: kindPresence, Delta: &d}, d.IsGoodbye())
+// PublishPresence implements awareness.Replicator: the bytes go to the
+// document's channel as they are; a leave is never dropped for a full
+// queue.
+func (b *Bus) PublishPresence(documentID string, payload []byte, leave bool) {
+	b.sendMarked(documentID, busMsg{Kind: kindPresence, Data: payload}, leave)
+}
+
+// AskState implements awareness.Replicator: a hello asks every node that
+// watches the document for its state there (presence and heads).
+func (b *Bus) AskState(documentID string) {
+	b.send(documentID, busMsg{Kind: kindHello})
 }
 
 func (b *Bus) send(documentID string, m busMsg) { b.sendMarked(documentID, m, false) }

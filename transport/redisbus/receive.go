@@ -157,9 +157,7 @@ func (b *Bus) catchUp(ctx context.Context) {
 	b.readUsers(ctx, users)
 	for _, id := range docs {
 		b.send(id, busMsg{Kind: kindHello})
-		for _, d := range b.presence.LocalState(id) {
-			b.PublishPresence(id, d)
-		}
+		b.presence.SendState(id)
 		b.docs.AnnounceHeads(id)
 	}
 }
@@ -234,17 +232,11 @@ func (b *Bus) dispatch(rm *redis.Message) {
 			b.log.Warn("bus: a document message", "node", m.Node, "err", err)
 		}
 	case kindPresence:
-		if m.Delta != nil {
-			b.presence.ApplyRemote(m.Node, docID, *m.Delta)
-		}
-	case kindRoster:
-		if b.presence.ApplyRoster(m.Node, docID, m.Peers) && b.mayAskAgain(docID) {
-			b.send(docID, busMsg{Kind: kindHello}) // a state lost on its way: ask again
+		if err := b.presence.ReceiveRemote(m.Node, docID, m.Data); err != nil {
+			b.log.Warn("bus: a presence message", "node", m.Node, "err", err)
 		}
 	case kindHello:
-		for _, d := range b.presence.LocalState(docID) {
-			b.PublishPresence(docID, d)
-		}
+		b.presence.SendState(docID)
 		b.docs.AnnounceHeads(docID)
 	}
 }
