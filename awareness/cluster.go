@@ -54,7 +54,7 @@ const (
 // nodeMsg is one presence message between nodes, CBOR-encoded.
 type nodeMsg struct {
 	Kind  nodeKind `cbor:"k"`
-	Delta *Delta   `cbor:"x,omitempty"` // delta
+	Delta *Delta   `cbor:"x,omitempty"`  // delta
 	Peers []string `cbor:"ps,omitempty"` // roster
 }
 
