@@ -16,15 +16,20 @@
 // from one heartbeat/TTL table, and speaks goodbye for peers that vanish.
 //
 // In a cluster the hub publishes its own peers' presence (after
-// coalescing) through a Replicator and merges what other nodes publish
-// into the same CRDT; the peers of a node that stops beating are removed
-// (replica.go).
+// coalescing) and merges what other nodes publish into the same CRDT; the
+// peers of a node that stops beating are removed (replica.go). It speaks
+// that protocol itself (cluster.go) through a Replicator, which carries
+// the messages as bytes. When each user was last seen is kept through
+// LastSeenStore (the lastseen subpackage has the stores).
 //
 // The package knows nothing of sockets: peers are the small Peer interface,
 // time comes from Config.Now, and tests drive Hub.Tick by hand.
 //
-// Concurrency: Hub methods are safe for concurrent use. Peer methods are
-// called with the hub's lock held and must not block. Watch callbacks
-// (subscription lists) are called with the lock held too: they must only
-// queue.
+// Concurrency: Hub methods are safe for concurrent use. One lock guards
+// the hub: merging a message is quick, so one lock costs less than a lock
+// per room (the document layer, whose automerge work is slow, has one per
+// room). Peer methods are called outside that lock, by one dispatcher at a
+// time (outbox.go), and must not block. Watch callbacks (subscription
+// lists) and Replicator methods are called with the lock held: they must
+// only queue.
 package awareness

@@ -29,6 +29,9 @@ type Hub struct {
 	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
 	loop    lifecycle.Loop
 	asked   asking // when each document's state was last asked for (cluster.go)
+	// handoffs are the outbox dispatchers that went on on a goroutine of
+	// their own (outbox.go); Close waits for them.
+	handoffs sync.WaitGroup
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id
@@ -95,9 +98,16 @@ func (h *Hub) Run(ctx context.Context) error {
 }
 
 // Close stops Run, which writes the last-seen times still queued, and
-// waits for it or ctx. Safe to call twice.
+// waits for it and for the outbox's dispatcher, or ctx. Safe to call twice.
 func (h *Hub) Close(ctx context.Context) error {
 	_, err := h.loop.Stop(ctx)
+	done := make(chan struct{})
+	go func() { h.handoffs.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return err
 }
 

@@ -146,7 +146,9 @@ func (h *Hub) drain(until time.Time) {
 	for len(h.out.queue) > 0 {
 		if !until.IsZero() && time.Now().After(until) {
 			h.mu.Unlock()
+			h.handoffs.Add(1) // Close waits for it
 			go func() {
+				defer h.handoffs.Done()
 				h.mu.Lock()
 				h.drain(time.Time{})
 			}()

@@ -10,7 +10,9 @@
 // Concurrency: Hub methods are safe for concurrent use. Each room has one
 // mutex that guards its automerge document and its peers' sync states, so a
 // sync exchange (receive, then answer and fan out) is one critical section;
-// the sync message is parsed before it is taken. Peer methods are called
+// the sync message is parsed before it is taken. A lock per room, not one
+// for the hub (as presence has): automerge's work is slow, and one
+// document's must not hold up another's. Peer methods are called
 // with that mutex held and must not block: they queue the message or drop
 // the peer.
 //

@@ -303,7 +303,9 @@ func (h *Hub) newMentionTracker(r *room) *mentionTracker {
 	}
 	return &mentionTracker{
 		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
-		fire:   func(peerID string, gen uint64) { h.reportMentions(r, peerID, gen) },
+		// A timer that fires while the hub closes does nothing: Close
+		// reports every burst still open.
+		fire:   func(peerID string, gen uint64) { h.owned(func() { h.reportMentions(r, peerID, gen) }) },
 		author: author,
 		fields: h.cfg.MentionFields,
 		mark:   func() { h.markDirty(r) },

@@ -355,15 +355,19 @@ func (r *room) answerHolds(answer func(bool)) {
 // after runs f on its own goroutine once d has passed, unless the hub is
 // closed by then; Close waits for the ones running.
 func (h *Hub) after(d time.Duration, f func()) {
-	time.AfterFunc(d, func() {
-		h.mu.Lock()
-		if h.closed {
-			h.mu.Unlock()
-			return
-		}
-		h.background.Add(1)
+	time.AfterFunc(d, func() { h.owned(f) })
+}
+
+// owned runs f as the hub's background work, which Close waits for; once
+// the hub is closing, f does not run (Close does what is left).
+func (h *Hub) owned(f func()) {
+	h.mu.Lock()
+	if h.closed {
 		h.mu.Unlock()
-		defer h.background.Done()
-		f()
-	})
+		return
+	}
+	h.background.Add(1)
+	h.mu.Unlock()
+	defer h.background.Done()
+	f()
 }

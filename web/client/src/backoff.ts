@@ -31,3 +31,38 @@ export function backoffDelay(
 export function jittered(intervalMs: number, spread = 0.2, random: () => number = Math.random): number {
   return Math.round(intervalMs * (1 - spread + 2 * spread * random()))
 }
+
+/**
+ * The reconnection timer of a connection that retries with backoff: at
+ * most one attempt pending, delays that grow with each failed attempt,
+ * and back to the base after {@link reset}. The socket and the
+ * notification stream each keep one.
+ */
+export class RetrySchedule {
+  #attempt = 0
+  #timer: ReturnType<typeof setTimeout> | undefined
+  readonly #options: BackoffOptions | undefined
+
+  constructor(options?: BackoffOptions) {
+    this.#options = options
+  }
+
+  /** Runs `attempt` after the next delay, in place of any attempt pending; returns the delay. */
+  schedule(attempt: () => void): number {
+    this.cancel()
+    const delay = backoffDelay(this.#attempt++, this.#options)
+    this.#timer = setTimeout(attempt, delay)
+    return delay
+  }
+
+  /** Drops the pending attempt, if any. */
+  cancel(): void {
+    clearTimeout(this.#timer)
+    this.#timer = undefined
+  }
+
+  /** Starts the delays over from the base: a connection lasted, or the user came back. */
+  reset(): void {
+    this.#attempt = 0
+  }
+}

@@ -1,4 +1,4 @@
-import { backoffDelay, type BackoffOptions } from "./backoff.js"
+import { RetrySchedule, type BackoffOptions } from "./backoff.js"
 import { Emitter } from "./emitter.js"
 
 /** One of the people behind a notification. */
@@ -187,7 +187,6 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
   #token: NotificationsConfig["token"]
   #fetch: FetchFunction
   #ES: EventSourceConstructor | undefined
-  #backoff: BackoffOptions | undefined
   #es: EventSourceLike | undefined
   #state: NotificationsState = "closed"
   #unread = 0
@@ -200,8 +199,7 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
   #closed = false
   #suspended = false
   #generation = 0
-  #attempt = 0
-  #retryTimer: ReturnType<typeof setTimeout> | undefined
+  #retries: RetrySchedule
 
   constructor(config: NotificationsConfig) {
     super()
@@ -211,7 +209,7 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
     this.origin = httpOrigin(config.url)
     this.user = config.user || undefined
     this.#token = config.token
-    this.#backoff = config.backoff
+    this.#retries = new RetrySchedule(config.backoff)
     const f = config.fetch ?? (globalThis as { fetch?: FetchFunction }).fetch
     if (!f) throw new Error("notifications: no fetch implementation: pass options.fetch")
     // The global fetch must be called as a plain function, not as a method of this object.
@@ -296,20 +294,20 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
   resume(): void {
     if (this.#closed || !this.#live || !this.#suspended) return
     this.#suspended = false
-    this.#attempt = 0
+    this.#retries.reset()
     this.#connect()
   }
 
   /** Stops waiting for the next attempt and reconnects now (e.g. when the browser comes back online). */
   retryNow(): void {
     if (this.#closed || this.#suspended || !this.#live || this.#es || this.#state !== "closed") return
-    clearTimeout(this.#retryTimer)
+    this.#retries.cancel()
     this.#connect()
   }
 
   #stop(): void {
     this.#generation++
-    clearTimeout(this.#retryTimer)
+    this.#retries.cancel()
     this.#es?.close()
     this.#es = undefined
     this.#setState("closed")
@@ -347,7 +345,7 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
     }
     es.addEventListener("open", () => {
       if (es !== this.#es) return
-      this.#attempt = 0
+      this.#retries.reset()
       this.#setState("open")
     })
     es.addEventListener("error", () => es === this.#es && this.#onError(es))
@@ -401,13 +399,11 @@ export class TandemNotifications extends Emitter<NotificationsEvents> {
   }
 
   #retry(): void {
-    this.#setState("closed")
-    clearTimeout(this.#retryTimer)
+    // Scheduled before the state is told: a listener that retries now
+    // cancels this attempt rather than opening a second stream.
     const generation = this.#generation
-    this.#retryTimer = setTimeout(
-      () => generation === this.#generation && this.#connect(),
-      backoffDelay(this.#attempt++, this.#backoff),
-    )
+    this.#retries.schedule(() => generation === this.#generation && this.#connect())
+    this.#setState("closed")
   }
 
   // #catchUp runs whenever the stream has (re)connected. Knowing the

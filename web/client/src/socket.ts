@@ -1,6 +1,6 @@
 import { NetworkAdapter, cbor } from "@automerge/automerge-repo/slim"
 import type { Message, PeerId, PeerMetadata } from "@automerge/automerge-repo/slim"
-import { backoffDelay, jittered, type BackoffOptions } from "./backoff.js"
+import { jittered, RetrySchedule, type BackoffOptions } from "./backoff.js"
 
 /** Where a {@link TandemSocket} stands. */
 export type ConnectionState = "connecting" | "open" | "closed"
@@ -93,8 +93,7 @@ export class TandemSocket extends NetworkAdapter {
   #remotePeerId: PeerId | undefined
   #state: ConnectionState = "closed"
   #stopped = false
-  #attempt = 0
-  #retryTimer: ReturnType<typeof setTimeout> | undefined
+  #retries: RetrySchedule
   #beatTimer: ReturnType<typeof setTimeout> | undefined
   #seq = 0
   #unacked = 0
@@ -115,6 +114,7 @@ export class TandemSocket extends NetworkAdapter {
   constructor(options: SocketOptions) {
     super()
     this.#opts = { heartbeatMs: 5000, missedAcks: 3, ...options }
+    this.#retries = new RetrySchedule(options.backoff)
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket
     if (!WS) throw new Error("no WebSocket implementation: pass options.WebSocket")
     this.#WS = WS
@@ -158,7 +158,7 @@ export class TandemSocket extends NetworkAdapter {
 
   connect(peerId: PeerId, peerMetadata?: PeerMetadata): void {
     if (this.#socket) this.#detach() // connect() again: start over
-    clearTimeout(this.#retryTimer)
+    this.#retries.cancel()
     this.peerId = peerId
     this.peerMetadata = peerMetadata ?? this.peerMetadata ?? {}
     this.#stopped = false
@@ -171,7 +171,7 @@ export class TandemSocket extends NetworkAdapter {
   /** Gives up waiting and tries to connect now (e.g. when the browser comes back online). */
   retryNow(): void {
     if (this.#stopped || this.#state !== "closed" || this.peerId === undefined) return
-    clearTimeout(this.#retryTimer)
+    this.#retries.cancel()
     this.#open()
   }
 
@@ -199,13 +199,13 @@ export class TandemSocket extends NetworkAdapter {
   resume(): void {
     if (!this.#stopped || this.peerId === undefined) return
     this.#stopped = false
-    this.#attempt = 0
+    this.#retries.reset()
     this.#open()
   }
 
   #stop(): void {
     this.#stopped = true
-    clearTimeout(this.#retryTimer)
+    this.#retries.cancel()
     this.#drop("stopped")
   }
 
@@ -349,16 +349,16 @@ export class TandemSocket extends NetworkAdapter {
     }
     // A connection that lasted resets the backoff; one the server accepts
     // and then closes again at once (a rate limit, a replaced peer) does not.
-    if (this.#openedAt && Date.now() - this.#openedAt >= HEALTHY_MS) this.#attempt = 0
+    if (this.#openedAt && Date.now() - this.#openedAt >= HEALTHY_MS) this.#retries.reset()
     this.#openedAt = 0
     this.#retry(reason, error, code)
   }
 
   #retry(reason: CloseReason, error?: string, code?: number): void {
-    const retryInMs = backoffDelay(this.#attempt++, this.#opts.backoff)
+    // Scheduled before the state is told: a listener that retries now
+    // cancels this attempt rather than opening a second connection.
+    const retryInMs = this.#retries.schedule(() => this.#open())
     this.#setState({ state: "closed", reason, error, code, retryInMs })
-    clearTimeout(this.#retryTimer)
-    this.#retryTimer = setTimeout(() => this.#open(), retryInMs)
   }
 
   #markReady(): void {

@@ -27,3 +27,20 @@ test("jittered periods stay within the spread and differ between clients", () =>
   assert.equal(jittered(5000, 0.2, () => 0), 4000)
   assert.equal(jittered(5000, 0.2, () => 1), 6000)
 })
+
+test("a retry schedule keeps one attempt pending, grows its delays and starts over on reset", async () => {
+  const { RetrySchedule } = await import("../src/backoff.js")
+  const r = new RetrySchedule({ baseMs: 1, maxMs: 1000 })
+  let ran = 0
+  const ceilings: number[] = []
+  for (let i = 0; i < 6; i++) ceilings.push(r.schedule(() => ran++))
+  r.cancel()
+  await new Promise(res => setTimeout(res, 80))
+  assert.equal(ran, 0, "a replaced or cancelled attempt ran")
+  assert.ok(ceilings.every((d, i) => d < 2 ** i), `delays ${ceilings}`)
+  r.reset()
+  const first = r.schedule(() => ran++)
+  assert.ok(first < 1, `the delay after reset was ${first}`)
+  await new Promise(res => setTimeout(res, 20))
+  assert.equal(ran, 1)
+})
