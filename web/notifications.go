@@ -247,14 +247,11 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
-		case b, ok := <-sub.C():
+		case d, ok := <-sub.C():
 			if !ok {
 				return // the node is stopping, or this reader fell behind: the client reconnects
 			}
-			var p notify.Push
-			if json.Unmarshal(b, &p) != nil {
-				continue
-			}
+			p, b := d.Push, d.JSON // decoded once for every stream of the user here
 			id := ""
 			if p.Notification != nil {
 				if caughtUp[p.Notification.ID] {
@@ -262,8 +259,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 				}
 				id = strconv.FormatInt(p.Notification.ID, 10)
 				if shown := forReader(auth.FromContext(ctx), p.Notification); shown != p.Notification {
-					p.Notification = shown
-					b, _ = json.Marshal(p)
+					b, _ = json.Marshal(notify.Push{Type: p.Type, Notification: shown, Unread: p.Unread})
 				}
 			}
 			sseRaw(w, p.Type, id, b)

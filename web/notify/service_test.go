@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -119,13 +120,16 @@ func openWindows(t *testing.T, s *Service) int {
 func receive(t *testing.T, sub *Subscription, within time.Duration) Push {
 	t.Helper()
 	select {
-	case b, ok := <-sub.C():
+	case d, ok := <-sub.C():
 		if !ok {
 			t.Fatal("subscription closed")
 		}
 		var p Push
-		if err := json.Unmarshal(b, &p); err != nil {
+		if err := json.Unmarshal(d.JSON, &p); err != nil {
 			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(&p, d.Push) {
+			t.Fatalf("a push decoded as %+v arrived as %+v", p, *d.Push)
 		}
 		return p
 	case <-time.After(within):
@@ -200,8 +204,8 @@ func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
 			// Everything done: no second push is on its way.
 			drained(t, s)
 			select {
-			case b := <-sub.C():
-				t.Fatalf("a second push: %s", b)
+			case d := <-sub.C():
+				t.Fatalf("a second push: %s", d.JSON)
 			default:
 			}
 			if w := openWindows(t, s); w != 0 {
@@ -248,8 +252,8 @@ func TestAWindowOutlivesItsWorker(t *testing.T) {
 				t.Fatalf("%d notifications stored, want 1", len(list))
 			}
 			select {
-			case b := <-sub.C():
-				t.Fatalf("a second push: %s", b)
+			case d := <-sub.C():
+				t.Fatalf("a second push: %s", d.JSON)
 			default:
 			}
 		})
@@ -524,5 +528,29 @@ func TestAKeyedEventIsQueuedOnce(t *testing.T) {
 				t.Fatalf("repeated = %v, want 2", n)
 			}
 		})
+	}
+}
+
+// A push that reaches a node is decoded once for every stream of its user
+// there (they share it), goes on as the JSON it came as, and one that
+// cannot be decoded reaches no stream and ends none.
+func TestAPushIsDecodedOnceForEveryStream(t *testing.T) {
+	open, pg := backends[0].open(t)
+	s := startService(t, open(), pg, time.Second)
+	tab1, tab2 := s.Subscribe("ana"), s.Subscribe("ana")
+	defer tab1.Close()
+	defer tab2.Close()
+	s.Deliver("ana", []byte("{not json"))
+	raw := []byte(`{"type":"notification","notification":{"id":7,"recipient":"ana","kind":"mention","text":"x"},"unread":1}`)
+	s.Deliver("ana", raw)
+	d1, d2 := <-tab1.C(), <-tab2.C()
+	if d1.Push != d2.Push {
+		t.Fatal("each stream got a push decoded on its own")
+	}
+	if d1.Push.Notification == nil || d1.Push.Notification.ID != 7 || d1.Push.Unread != 1 {
+		t.Fatalf("decoded as %+v", *d1.Push)
+	}
+	if string(d1.JSON) != string(raw) {
+		t.Fatalf("the JSON went on as %s", d1.JSON)
 	}
 }

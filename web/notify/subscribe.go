@@ -10,7 +10,7 @@ import (
 type Subscription struct {
 	s    *Service
 	user string
-	c    chan []byte
+	c    chan Delivery
 	seen map[int64]bool // notification ids delivered here: pushes are at least once
 	// order remembers seen ids oldest first, to bound seen.
 	order  []int64
@@ -22,14 +22,21 @@ type Subscription struct {
 // store).
 const subBuffer = 64
 
-// C delivers pushes, JSON-encoded Push values. It is closed when the
-// subscription ends: by Close, by the service closing, or because the
-// reader fell subBuffer pushes behind.
-func (sub *Subscription) C() <-chan []byte { return sub.c }
+// Delivery is a push as it reaches a subscription: decoded once, on its
+// arrival at this node, for every subscription of the user here, with the
+// JSON it came as (to send on unchanged).
+type Delivery struct {
+	Push *Push // shared by the subscriptions: read it, do not change it
+	JSON []byte
+}
+
+// C delivers pushes. It is closed when the subscription ends: by Close, by
+// the service closing, or because the reader fell subBuffer pushes behind.
+func (sub *Subscription) C() <-chan Delivery { return sub.c }
 
 // Subscribe starts delivering a user's pushes to a new subscription.
 func (s *Service) Subscribe(user string) *Subscription {
-	sub := &Subscription{s: s, user: user, c: make(chan []byte, subBuffer), seen: map[int64]bool{}}
+	sub := &Subscription{s: s, user: user, c: make(chan Delivery, subBuffer), seen: map[int64]bool{}}
 	s.mu.Lock()
 	set := s.subs[user]
 	if set == nil {
@@ -98,21 +105,20 @@ func (sub *Subscription) closeLocked() {
 // Deliver hands a push that arrived for a user to the user's subscriptions
 // on this node. Pushers call it.
 func (s *Service) Deliver(user string, push []byte) {
-	var probe struct {
-		Notification *struct {
-			ID int64 `json:"id"`
-		} `json:"notification"`
+	d := Delivery{Push: new(Push), JSON: push}
+	if err := json.Unmarshal(push, d.Push); err != nil {
+		s.log.Warn("notify: an undecodable push", "user", user, "err", err)
+		return
 	}
-	_ = json.Unmarshal(push, &probe)
 	s.mu.Lock()
 	var slow []*Subscription
 	for sub := range s.subs[user] {
-		if probe.Notification != nil && !sub.markLocked(probe.Notification.ID) {
+		if n := d.Push.Notification; n != nil && !sub.markLocked(n.ID) {
 			s.cfg.Metrics.Duplicates.Inc()
 			continue
 		}
 		select {
-		case sub.c <- push:
+		case sub.c <- d:
 			s.cfg.Metrics.Delivered.Inc()
 		default:
 			slow = append(slow, sub)
