@@ -116,3 +116,36 @@ func benchKeystroke(b *testing.B, size int, mentions bool) {
 }
 
 func nanotime() int64 { return time.Now().UnixNano() }
+
+// BenchmarkMentionCount is what reading a document's mentions costs under
+// its room's lock: the text read out of automerge and scanned, by text
+// size. The tracker pays it when another author's change follows a
+// peer's, when another node's change arrives, and when a burst settles;
+// a keystroke of a peer typing alone pays nothing.
+func BenchmarkMentionCount(b *testing.B) {
+	for _, size := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("text=%d", size), func(b *testing.B) {
+			d := automerge.New()
+			if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
+				b.Fatal(err)
+			}
+			line := "a line of text that mentions @ana now and then, like most notes do\n"
+			var text []byte
+			for len(text) < size {
+				text = append(text, line...)
+			}
+			if err := d.Path("text").Text().Set(string(text[:size])); err != nil {
+				b.Fatal(err)
+			}
+			d.Commit("text")
+			f := MentionFields{}
+			f.setDefaults()
+			b.ResetTimer()
+			for range b.N {
+				if len(countMentions(f.text(d))) != 1 {
+					b.Fatal("no mention counted")
+				}
+			}
+		})
+	}
+}

@@ -3,10 +3,9 @@ package doc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
-
-	"github.com/automerge/automerge-go"
 )
 
 // The mention journal makes mentions as durable as the changes that
@@ -102,9 +101,10 @@ func (t *mentionTracker) unwritten(node string, w map[string][]byte) {
 
 // takeOver makes a dead node's journal of the document this room's: every
 // report it owed, with the mentions its pending burst's stored changes
-// inserted counted from the text as it is now. It reports how many
-// reports it took. Called with r.mu held.
-func (t *mentionTracker) takeOver(d *automerge.Doc, docID, node string, data []byte) (int, error) {
+// inserted counted from the text as it is now (now, and title, read by
+// readMentions). It reports how many reports it took. Called with r.mu
+// held.
+func (t *mentionTracker) takeOver(now map[string]int, title, docID, node string, data []byte) (int, error) {
 	if t.takenBy[node] {
 		return 0, nil
 	}
@@ -121,7 +121,7 @@ func (t *mentionTracker) takeOver(d *automerge.Doc, docID, node string, data []b
 			return
 		}
 		if e.Title == "" {
-			e.Title = t.fields.title(d)
+			e.Title = title
 		}
 		m := &Mention{DocumentID: docID, Key: e.Key, PeerID: e.Peer, Actor: e.Actor, ActorName: e.ActorName, Title: e.Title, Users: users}
 		if m.Actor == "" {
@@ -133,13 +133,9 @@ func (t *mentionTracker) takeOver(d *automerge.Doc, docID, node string, data []b
 	for _, e := range j.Ready {
 		add(e, e.Users)
 	}
-	var now map[string]int
 	for _, e := range j.Bursts {
 		net := e.Net
 		if e.Key == j.Pending {
-			if now == nil {
-				now = countMentions(t.fields.text(d))
-			}
 			net = make(map[string]int, len(e.Net)+len(now))
 			for u, c := range e.Net {
 				net[u] = c
@@ -173,11 +169,16 @@ func (h *Hub) takeOverAtLoad(ctx context.Context, r *room, journals map[string][
 	mark := r.mentions.mark
 	r.mentions.mark = func() {}
 	defer func() { r.mentions.mark = mark }()
+	var now map[string]int
+	var title string
 	for node, data := range journals {
 		if node != h.cfg.NodeID && h.nodeAlive(ctx, node) {
 			continue // its node reports it
 		}
-		n, err := r.mentions.takeOver(r.doc, r.id, node, data)
+		if now == nil {
+			now, title = countMentions(r.mentions.fields.text(r.doc)), r.mentions.fields.title(r.doc)
+		}
+		n, err := r.mentions.takeOver(now, title, r.id, node, data)
 		if err != nil {
 			h.log.Error("taking over a mention journal", "document", r.id, "node", node, "err", err)
 			continue
@@ -222,9 +223,18 @@ func (h *Hub) SweepJournals(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		r.applyMu.Lock()
+		now, title := r.readMentions(func(*mentionTracker) bool { return true }, true)
 		r.mu.Lock()
-		n, err := r.mentions.takeOver(r.doc, r.id, j.Node, j.Data)
+		n, err := 0, errEvicted
+		if !r.evicted {
+			n, err = r.mentions.takeOver(now, title, r.id, j.Node, j.Data)
+		}
 		r.mu.Unlock()
+		r.applyMu.Unlock()
+		if errors.Is(err, errEvicted) {
+			continue // the next sweep loads it again
+		}
 		if err != nil {
 			h.log.Error("taking over a mention journal", "document", j.DocumentID, "node", j.Node, "err", err)
 			continue

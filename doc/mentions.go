@@ -41,15 +41,24 @@ const mentionSettle = 1500 * time.Millisecond
 // their mentions waiting all that time.
 var maxMentionWait = 10 * time.Second // a var for tests
 
-// mentionTracker follows the mentions in a room's text. The text is read
-// again when the peer whose changes are not yet counted (pending) stops
-// being the only author since the last count: when another peer's change
+// mentionTracker follows the mentions in a room's text, from the room's
+// change events: a local peer's change about to be applied (before) and
+// accepted (changed), another node's changes about to be applied (count)
+// and applied (refresh), a burst settled (take). The text is read again
+// when the peer whose changes are not yet counted (pending) stops being
+// the only author since the last count: when another peer's change
 // arrives, when a burst settles, or when changes come from elsewhere. What
 // changed between two counts is that one peer's, so a mention counts
 // once, for the peer whose changes inserted it; re-syncing or reloading a
 // change inserts nothing. A keystroke of a peer typing alone costs no read
-// of the text (reading a text of a million characters takes tens of
-// milliseconds). Guarded by the room's mutex.
+// of the text.
+//
+// Reading the text takes milliseconds in a large document
+// (BenchmarkMentionCount), so it is not done under the room's lock: the
+// room reads it under applyMu alone (readMentions), which every change to
+// the document takes, and the tracker's counts change under both. The
+// read holds up the next change to the document, not the acknowledgements
+// and fan-outs of the others.
 //
 // What the tracker still owes (bursts, and reports not yet handed over)
 // is the room's mention journal, stored with the changes it accounts for
@@ -120,18 +129,27 @@ func (t *mentionTracker) refresh() {
 	t.stale = true
 }
 
-// before prepares for p's change, about to be applied: the counts are
-// read again if a change nobody local made came since the last count, and
-// another peer's pending changes are counted for it.
-func (t *mentionTracker) before(d *automerge.Doc, p Peer) {
+// before prepares for p's change, about to be applied, given the mentions
+// in the text now (read by readMentions when needsBefore said so): the
+// counts start again from them if a change nobody local made came since
+// the last count, and another peer's pending changes are counted for it.
+func (t *mentionTracker) before(now map[string]int, p Peer) {
 	if t.stale {
-		t.counts = countMentions(t.fields.text(d))
+		t.counts = now
 		t.stale = false
 	}
 	if t.pending != nil && t.pending != p {
-		t.count(d) // the other peer's changes end here
+		t.count(now) // the other peer's changes end here
 	}
 }
+
+// needsBefore reports whether before(p) needs the text's mentions.
+func (t *mentionTracker) needsBefore(p Peer) bool {
+	return t.stale || (t.pending != nil && t.pending != p)
+}
+
+// needsCount reports whether count needs the text's mentions.
+func (t *mentionTracker) needsCount() bool { return t.pending != nil }
 
 // changed records a local peer's accepted change, after before. The burst
 // is reported (on another goroutine) when the peer's edits settle.
@@ -156,16 +174,16 @@ func (t *mentionTracker) changed(p Peer, settle time.Duration) {
 	t.arm(p.ID(), b, settle)
 }
 
-// count reads the text and adds what changed in its mentions since the
-// last count to the pending author's burst.
-func (t *mentionTracker) count(d *automerge.Doc) {
+// count adds what changed in the text's mentions since the last count
+// (after: the mentions in the text now, read by readMentions) to the
+// pending author's burst.
+func (t *mentionTracker) count(after map[string]int) {
 	if t.pending == nil {
 		return
 	}
 	p := t.pending
 	t.pending = nil
 	t.touch()
-	after := countMentions(t.fields.text(d))
 	b := t.bursts[p.ID()]
 	if b != nil && b.peer == p {
 		for u, n := range after {
@@ -183,9 +201,9 @@ func (t *mentionTracker) count(d *automerge.Doc) {
 }
 
 // take removes a peer's burst and, if its edits mentioned anyone (once
-// per mention still there), makes it a ready report. gen, unless 0, must
-// be the burst's.
-func (t *mentionTracker) take(d *automerge.Doc, docID, peerID string, gen uint64) *Mention {
+// per mention still there), makes it a ready report named by title. gen,
+// unless 0, must be the burst's.
+func (t *mentionTracker) take(title, docID, peerID string, gen uint64) *Mention {
 	b := t.bursts[peerID]
 	if b == nil || (gen != 0 && b.gen != gen) {
 		return nil
@@ -206,7 +224,7 @@ func (t *mentionTracker) take(d *automerge.Doc, docID, peerID string, gen uint64
 		b.actor, b.name = t.author(b.peer) // its presence may have come after its first change
 	}
 	m := &Mention{DocumentID: docID, Key: b.key, Peer: b.peer, PeerID: b.peer.ID(),
-		Actor: b.actor, ActorName: b.name, Title: t.fields.title(d), Users: users}
+		Actor: b.actor, ActorName: b.name, Title: title, Users: users}
 	if m.Actor == "" {
 		m.Actor = m.PeerID
 	}
@@ -309,24 +327,55 @@ func mentionChar(c byte) bool {
 // reportMentions makes a settled burst of a peer's mentions a report and
 // hands it over.
 func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
-	r.mu.Lock()
-	var m *Mention
-	if r.mentions != nil {
-		m = r.takeMentions(peerID, gen)
+	if r.mentions == nil {
+		return
 	}
-	r.mu.Unlock()
+	r.applyMu.Lock()
+	m := r.takeMentions(peerID, gen)
+	r.applyMu.Unlock()
 	if m != nil {
 		h.handOver(r, true)
 	}
 }
 
-// takeMentions makes a peer's burst a ready report. Called with r.mu held.
+// takeMentions makes a peer's burst a ready report. The caller holds
+// r.applyMu, not r.mu.
 func (r *room) takeMentions(peerID string, gen uint64) *Mention {
-	if r.doc == nil {
+	now, title := r.readMentions(func(t *mentionTracker) bool { return t.needsCount() }, true)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.doc == nil || r.evicted {
 		return nil
 	}
-	r.mentions.count(r.doc) // the burst's last changes
-	return r.mentions.take(r.doc, r.id, peerID, gen)
+	r.mentions.count(now) // the burst's last changes
+	return r.mentions.take(title, r.id, peerID, gen)
+}
+
+// readMentions reads, for the tracker, the mentions in the document's text
+// if need says the tracker will use them, and the title if asked. The
+// caller holds r.applyMu and not r.mu: every change to the document takes
+// applyMu, so the text read is the text the tracker counts at, while
+// acknowledgements and fan-outs, which take only r.mu, go on. Reading a
+// text of 100 KB out of automerge takes milliseconds
+// (BenchmarkMentionCount).
+func (r *room) readMentions(need func(*mentionTracker) bool, withTitle bool) (counts map[string]int, title string) {
+	r.mu.Lock()
+	t, d := r.mentions, r.doc
+	read := t != nil && d != nil && !r.evicted && need(t)
+	r.mu.Unlock()
+	if t == nil || d == nil {
+		return nil, ""
+	}
+	if r.beforeMentionRead != nil {
+		r.beforeMentionRead()
+	}
+	if read {
+		counts = countMentions(t.fields.text(d))
+	}
+	if withTitle {
+		title = t.fields.title(d)
+	}
+	return counts, title
 }
 
 // handOver gives the room's ready reports to Config.Mentions, oldest
@@ -386,10 +435,16 @@ func (h *Hub) reportAllMentions() {
 			r.mu.Unlock()
 			continue
 		}
+		ids := make([]string, 0, len(r.mentions.bursts))
 		for id := range r.mentions.bursts {
-			r.takeMentions(id, 0)
+			ids = append(ids, id)
 		}
 		r.mu.Unlock()
+		r.applyMu.Lock()
+		for _, id := range ids {
+			r.takeMentions(id, 0)
+		}
+		r.applyMu.Unlock()
 		h.handOver(r, false)
 	}
 }

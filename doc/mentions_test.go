@@ -1,8 +1,10 @@
 package doc
 
 import (
+	"context"
 	"reflect"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,5 +238,68 @@ func TestMentionsComeFromTheConfiguredFields(t *testing.T) {
 	waitNoBursts(t, h)
 	if len(got) != 0 {
 		t.Fatalf("an extra report: %+v", <-got)
+	}
+}
+
+// Reading the text for mentions takes milliseconds in a large document;
+// it happens when another author's change follows a peer's. It holds up
+// the next change to the document, never the room: while it runs, a peer
+// acknowledging what it was sent is answered. Repeated.
+func TestMentionReadsDoNotHoldTheRoom(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Mentions:      func(Mention) error { return nil },
+		MentionSettle: time.Hour, // bursts stay open: every round switches authors
+	})
+	a, b, c := newClient("a"), newClient("b"), newClient("c")
+	a.splice(t, 0, 0, "notes for @ana\n")
+	a.sync(t, h, false)
+	b.sync(t, h, true)
+	c.sync(t, h, true)
+	r := roomOf(t, h, testDoc)
+	reading, release := make(chan struct{}, 1), make(chan struct{})
+	var hold atomic.Bool
+	r.beforeMentionRead = func() {
+		if hold.Load() {
+			reading <- struct{}{}
+			<-release
+		}
+	}
+	for round := range 20 {
+		a.splice(t, 0, 0, "a")
+		a.sync(t, h, false) // a is the pending author; c is sent the change
+		hold.Store(true)
+		b.splice(t, 0, 0, "b")
+		m, ok := b.state.GenerateMessage()
+		if !ok {
+			t.Fatal("b has nothing to send")
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- h.Sync(context.Background(), b.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()})
+		}()
+		select {
+		case <-reading: // b's change waits while a's mentions are read
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the tracker never read the text for b's change", round)
+		}
+		hold.Store(false)
+		acked := make(chan struct{})
+		go func() { c.sync(t, h, false); close(acked) }()
+		select {
+		case <-acked:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: c's acknowledgement waited for the mention read", round)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		release = make(chan struct{})
+		b.sync(t, h, false)
+		a.sync(t, h, false)
+	}
+	c.sync(t, h, false)
+	if !sameHeads(c.doc.Heads(), a.doc.Heads()) || !sameHeads(b.doc.Heads(), a.doc.Heads()) {
+		t.Fatal("the peers did not converge")
 	}
 }

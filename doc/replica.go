@@ -54,6 +54,7 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, error) {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
+	mentioned, _ := r.readMentions(func(t *mentionTracker) bool { return t.needsCount() }, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
@@ -61,7 +62,7 @@ func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, erro
 	}
 	before := r.doc.Heads()
 	if r.mentions != nil {
-		r.mentions.count(r.doc) // local peers' pending changes are theirs
+		r.mentions.count(mentioned) // local peers' pending changes are theirs
 	}
 	if err := apply(r.doc); err != nil {
 		return false, err

@@ -24,11 +24,17 @@ type room struct {
 	loaded  chan struct{} // closed once doc is loaded (or loadErr set)
 	loadErr error         // written before loaded is closed
 
-	// applyMu is held, before mu, by whoever changes the document across
-	// a sandbox rehearsal or from another node: the document changes only
-	// under it (and mu), so a message rehearsed at some heads is applied
-	// at the same heads.
+	// applyMu is held, before mu, by whoever changes the document: a
+	// local peer's message carrying changes (across its sandbox
+	// rehearsal), another node's changes, a catch-up. The document
+	// changes only under it (and mu), so a message rehearsed at some heads
+	// is applied at the same heads, and the mention tracker reads the text
+	// under applyMu alone (readMentions) while acknowledgements and
+	// fan-outs, under mu alone, go on.
 	applyMu sync.Mutex
+	// beforeMentionRead, set by tests before any traffic, runs before the
+	// mention tracker reads the text.
+	beforeMentionRead func()
 	// handMu makes one caller at a time hand the room's mention reports
 	// over (mentions.go); taken before mu.
 	handMu sync.Mutex
@@ -175,10 +181,16 @@ func (r *room) join(p Peer) *member {
 func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) (changed bool, err error) {
 	var in *admitted
 	var rehearsal error
-	if len(sm.changes) > 0 && h.cfg.Sandbox != nil {
+	var mentioned map[string]int // the text's mentions before this change, if the tracker needs them
+	if len(sm.changes) > 0 {
 		r.applyMu.Lock()
 		defer r.applyMu.Unlock()
-		in, rehearsal = r.rehearse(h, msg, sm)
+		if h.cfg.Sandbox != nil {
+			in, rehearsal = r.rehearse(h, msg, sm)
+		}
+		if r.mentions != nil && rehearsal == nil {
+			mentioned, _ = r.readMentions(func(t *mentionTracker) bool { return t.needsBefore(p) }, false)
+		}
 	}
 	r.mu.Lock()
 	locked, lock := time.Now(), h.lockSync
@@ -211,7 +223,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	sm, refused, held := in.sm, in.refused, in.held
 	m := r.join(p)
 	if r.mentions != nil && len(sm.changes) > 0 {
-		r.mentions.before(r.doc, p)
+		r.mentions.before(mentioned, p)
 	}
 	before := r.doc.Heads()
 	if _, err := m.state.ReceiveMessage(sm.raw); err != nil {
