@@ -541,3 +541,21 @@ func TestPresenceStatePerPeerIsBounded(t *testing.T) {
 		t.Fatalf("the peer's state is %+v", v)
 	}
 }
+
+// UserOf names a peer's user from its token first, else, running open,
+// from what its presence says; a stranger is nobody.
+func TestUserOfNamesAPeersUser(t *testing.T) {
+	f := newFixture(t)
+	open := &fakePeer{id: "open"}
+	f.update(open, "user", map[string]any{"id": "cy", "name": "Cy"})
+	tokened := &identifiedPeer{fakePeer: &fakePeer{id: "tok"}, identity: Identity{UserID: "ana", Name: "Ana"}}
+	if u, n := f.hub.UserOf(doc1, tokened); u != "ana" || n != "Ana" {
+		t.Errorf("the token's user: %q %q", u, n)
+	}
+	if u, n := f.hub.UserOf(doc1, open); u != "cy" || n != "Cy" {
+		t.Errorf("the user presence names: %q %q", u, n)
+	}
+	if u, _ := f.hub.UserOf(doc1, &fakePeer{id: "stranger"}); u != "" {
+		t.Errorf("a stranger is %q", u)
+	}
+}

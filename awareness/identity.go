@@ -38,3 +38,22 @@ func (id *Identity) value() []byte {
 	}
 	return b
 }
+
+// UserOf names the user behind a peer of a document: the user its
+// connection's token names (Identified), or else, on a node running open,
+// the user its presence in the document names; "" if neither says. The
+// document layer names the author of a mention with it.
+func (h *Hub) UserOf(documentID string, p interface{ ID() string }) (userID, name string) {
+	if ip, ok := p.(Identified); ok {
+		if id := ip.Identity(); id.UserID != "" {
+			return id.UserID, id.Name
+		}
+	}
+	for _, pv := range h.DocumentPresence(documentID) {
+		if pv.PeerID == p.ID() {
+			name, _ := pv.Name.(string)
+			return pv.UserID, name
+		}
+	}
+	return "", ""
+}

@@ -96,8 +96,9 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		SyncWindow:       cfg.SyncWindow,
 		// Reports are offered until the hub closes, and posting them needs
 		// no running worker: no context of the node's ends them early.
-		Mentions:      mentionSink(context.Background(), n.notes.mentions),
-		MentionAuthor: mentionAuthor(func() *awareness.Hub { return n.presence }),
+		Mentions: mentionSink(context.Background(), n.notes.mentions),
+		// Set before the node serves, so before any mention.
+		MentionAuthor: func(documentID string, p doc.Peer) (string, string) { return n.presence.UserOf(documentID, p) },
 		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
 		NodeID:        cfg.NodeID,
 		Limits: doc.Limits{

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/transport/redisbus"
 	"github.com/tandemhq/tandem/web/notify"
@@ -85,27 +84,6 @@ func (n *notifications) Close(ctx context.Context) error {
 	err = errors.Join(err, n.Service.Close(ctx))
 	n.db.Close() // a second Close of a *sql.DB is harmless
 	return err
-}
-
-// mentionAuthor names the user behind a peer that mentions someone: the
-// token's user, or in open mode the user its presence names.
-func mentionAuthor(presence func() *awareness.Hub) func(string, doc.Peer) (string, string) {
-	return func(documentID string, p doc.Peer) (string, string) {
-		if id, ok := p.(awareness.Identified); ok {
-			if i := id.Identity(); i.UserID != "" {
-				return i.UserID, i.Name
-			}
-		}
-		if h := presence(); h != nil {
-			for _, pv := range h.DocumentPresence(documentID) {
-				if pv.PeerID == p.ID() {
-					name, _ := pv.Name.(string)
-					return pv.UserID, name
-				}
-			}
-		}
-		return "", ""
-	}
 }
 
 // mentionSink hands the document hub's mention reports to the
