@@ -102,7 +102,7 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	}
 	hs := httptest.NewServer(s)
 	t.Cleanup(func() {
-		s.Shutdown(context.Background())
+		s.Close(context.Background())
 		hs.Close()
 		cancel()
 		wg.Wait()

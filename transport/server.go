@@ -189,10 +189,10 @@ func (s *Server) forget(c *conn) {
 	}
 }
 
-// Shutdown stops accepting connections, closes the open ones with "going
+// Close stops accepting connections, closes the open ones with "going
 // away" and waits for their handlers to finish or ctx to end. Safe to call
 // twice.
-func (s *Server) Shutdown(ctx context.Context) error {
+func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	conns := make([]*conn, 0, len(s.conns))

@@ -68,7 +68,7 @@ func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
 	}
 	hs := httptest.NewServer(s)
 	t.Cleanup(func() {
-		s.Shutdown(context.Background())
+		s.Close(context.Background())
 		hs.Close()
 		hub.Close(context.Background())
 	})
@@ -367,7 +367,7 @@ func TestShutdownClosesConnections(t *testing.T) {
 	s := newTestServer(t, Config{})
 	ws := dial(t, s.url)
 	join(t, ws, "alice")
-	go s.Shutdown(context.Background())
+	go s.Close(context.Background())
 	expectClose(t, ws, websocket.CloseGoingAway)
 	waitFor(t, "no connections", func() bool { return s.Connections() == 0 })
 }

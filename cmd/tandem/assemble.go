@@ -228,7 +228,7 @@ func (n *tandemNode) stop(ctx context.Context) error {
 	n.endRequests()
 	errs := []error{
 		n.http.Shutdown(ctx),
-		n.ws.Shutdown(ctx),    // peers leave: goodbyes in their names, to presence and the bus
+		n.ws.Close(ctx),       // peers leave: goodbyes in their names, to presence and the bus
 		n.docs.Close(ctx),     // flushes every document; hands the last mentions over
 		n.presence.Close(ctx), // writes the queued last-seen times
 	}
