@@ -30,10 +30,12 @@ type Hub struct {
 	loop    lifecycle.Loop
 	asked   asking // when each document's state was last asked for (cluster.go)
 	// handoffs are the outbox dispatchers that went on on a goroutine of
-	// their own (outbox.go); Close waits for them.
+	// their own (outbox.go); Close waits for them. Once closing is set
+	// (under mu), a dispatcher drains the outbox itself instead.
 	handoffs sync.WaitGroup
 
 	mu       sync.Mutex           // guards everything below
+	closing  bool                 // Close has begun (outbox.go)
 	rooms    map[string]*room     // by document id
 	peers    map[string]*peerInfo // by peer id
 	users    map[string]*userInfo // by user id
@@ -101,6 +103,9 @@ func (h *Hub) Run(ctx context.Context) error {
 // waits for it and for the outbox's dispatcher, or ctx. Safe to call twice.
 func (h *Hub) Close(ctx context.Context) error {
 	_, err := h.loop.Stop(ctx)
+	h.mu.Lock()
+	h.closing = true // from now on the dispatcher never hands over
+	h.mu.Unlock()
 	done := make(chan struct{})
 	go func() { h.handoffs.Wait(); close(done) }()
 	select {

@@ -144,9 +144,9 @@ func (h *Hub) dispatch() {
 // it hands over to a goroutine of its own.
 func (h *Hub) drain(until time.Time) {
 	for len(h.out.queue) > 0 {
-		if !until.IsZero() && time.Now().After(until) {
+		if !until.IsZero() && time.Now().After(until) && !h.closing {
+			h.handoffs.Add(1) // under h.mu, so before Close waits, or never
 			h.mu.Unlock()
-			h.handoffs.Add(1) // Close waits for it
 			go func() {
 				defer h.handoffs.Done()
 				h.mu.Lock()

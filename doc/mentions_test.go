@@ -2,6 +2,7 @@ package doc
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync/atomic"
@@ -301,5 +302,31 @@ func TestMentionReadsDoNotHoldTheRoom(t *testing.T) {
 	c.sync(t, h, false)
 	if !sameHeads(c.doc.Heads(), a.doc.Heads()) || !sameHeads(b.doc.Heads(), a.doc.Heads()) {
 		t.Fatal("the peers did not converge")
+	}
+}
+
+// A read-only peer's changes are refused, and cost no read of the text,
+// however often it sends them while another peer's edits are pending.
+func TestReadOnlyChangesCostNoMentionRead(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Mentions:      func(Mention) error { return nil },
+		MentionSettle: time.Hour,
+	})
+	a, viewer := newClient("a"), newClient("viewer")
+	a.splice(t, 0, 0, "notes for @ana\n")
+	a.sync(t, h, false)
+	viewer.sync(t, h, true)
+	a.splice(t, 0, 0, "x")
+	a.sync(t, h, false) // a's edits are pending: another author's change would read the text
+	var reads atomic.Int32
+	roomOf(t, h, testDoc).beforeMentionRead = func() { reads.Add(1) }
+	for i := range 20 {
+		viewer.splice(t, 0, 0, fmt.Sprint(i))
+		if refused := viewer.syncWith(t, h, SyncMessage{ReadOnly: true}); !refused {
+			t.Fatal("a read-only peer's change was taken")
+		}
+	}
+	if n := reads.Load(); n != 0 {
+		t.Fatalf("a read-only peer's refused changes read the text %d times", n)
 	}
 }

@@ -188,7 +188,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		if h.cfg.Sandbox != nil {
 			in, rehearsal = r.rehearse(h, msg, sm)
 		}
-		if r.mentions != nil && rehearsal == nil {
+		// A read-only peer's changes are refused: they cost no read.
+		if r.mentions != nil && rehearsal == nil && !msg.ReadOnly {
 			mentioned, _ = r.readMentions(func(t *mentionTracker) bool { return t.needsBefore(p) }, false)
 		}
 	}
@@ -223,6 +224,11 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	sm, refused, held := in.sm, in.refused, in.held
 	m := r.join(p)
 	if r.mentions != nil && len(sm.changes) > 0 {
+		if mentioned == nil && r.mentions.needsBefore(p) {
+			// Not read above (changes a read-only peer may still send,
+			// those the room has): read under the lock, as rarely as that.
+			mentioned = countMentions(r.mentions.fields.text(r.doc))
+		}
 		r.mentions.before(mentioned, p)
 	}
 	before := r.doc.Heads()

@@ -81,7 +81,7 @@ func startTestNode(t *testing.T) string {
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
+		srv.Close(context.Background())
 		hs.Close()
 		cancel()
 		<-done

@@ -17,6 +17,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/lifecycle"
 	"github.com/tandemhq/tandem/transport"
 	"github.com/tandemhq/tandem/transport/redisbus"
 	"github.com/tandemhq/tandem/web"
@@ -199,7 +200,12 @@ func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
 		runs = append(runs, n.bus.Run)
 	}
 	for _, run := range runs {
-		g.Go(func() error { return run(bg) })
+		g.Go(func() error {
+			if err := run(bg); !errors.Is(err, lifecycle.ErrClosed) {
+				return err
+			}
+			return nil // stopped before it began: a stop, not a failure
+		})
 	}
 	g.Go(func() error {
 		if err := n.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

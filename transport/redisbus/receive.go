@@ -232,6 +232,9 @@ func (b *Bus) dispatch(rm *redis.Message) {
 			b.log.Warn("bus: a document message", "node", m.Node, "err", err)
 		}
 	case kindPresence:
+		if len(m.Data) == 0 {
+			return // an older node's delta (BUS.md): not readable here
+		}
 		if err := b.presence.ReceiveRemote(m.Node, docID, m.Data); err != nil {
 			b.log.Warn("bus: a presence message", "node", m.Node, "err", err)
 		}

@@ -67,12 +67,12 @@ type Service struct {
 	log    *slog.Logger
 	pusher Pusher
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards subs and stop
 	subs map[string]map[*Subscription]struct{}
+	stop context.CancelFunc // ends the sweeper; set by Start
 
 	poke      chan struct{}
 	wg        sync.WaitGroup
-	stop      context.CancelFunc
 	loop      lifecycle.Loop
 	closeOnce sync.Once
 	closeErr  error
@@ -205,7 +205,10 @@ func migrateRiver[TTx any](ctx context.Context, drv riverdriver.Driver[TTx]) err
 
 // Start starts the workers and the sweeper. They stop with Close.
 func (s *Service) Start(ctx context.Context) error {
-	ctx, s.stop = context.WithCancel(ctx)
+	ctx, stop := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.stop = stop
+	s.mu.Unlock()
 	if err := s.river.Start(ctx); err != nil {
 		return fmt.Errorf("notify: start queue: %w", err)
 	}
@@ -235,10 +238,13 @@ func (s *Service) Run(ctx context.Context) error {
 func (s *Service) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		_, lerr := s.loop.Stop(ctx)
+		s.mu.Lock()
+		stop := s.stop
+		s.mu.Unlock()
 		var err error
-		if s.stop != nil { // started
+		if stop != nil { // started
 			err = s.river.Stop(ctx)
-			s.stop()
+			stop()
 		}
 		s.wg.Wait()
 		s.mu.Lock()
