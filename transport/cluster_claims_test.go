@@ -268,7 +268,7 @@ func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
 	}
 	expectClose(t, attacker, websocket.ClosePolicyViolation)
 	attacker.Close()
-	waitFor(t, "node B done with the attacker", func() bool { return b.srv.Connections() == 1 })
+	testenv.WaitFor(t, "node B done with the attacker", func() bool { return b.srv.Connections() == 1 })
 
 	// The fence: the victim's next cursor reaches both observers after
 	// anything the attacker's visit could have made either node say.
@@ -312,7 +312,7 @@ func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
 	fresh := b.dial(t, user("ana", "Ana", "write"))
 	join(t, fresh, "P")
 	expectClose(t, old, ReasonReplaced.Code)
-	waitFor(t, "node A done with the old socket", func() bool { return a.srv.Connections() == 1 })
+	testenv.WaitFor(t, "node A done with the old socket", func() bool { return a.srv.Connections() == 1 })
 
 	sendEphemeral(t, fresh, "P", 2, cursorUpdate(t, "2@a")) // the client's session goes on
 	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
@@ -335,7 +335,7 @@ func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
 	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
 		listen(t, ws, who+" hearing P's goodbye", func(h heard) bool { return h.sender == "P" && h.typ == "goodbye" })
 	}
-	waitFor(t, "node B storing ana's last-seen", func() bool { return b.seen.has("ana") })
+	testenv.WaitFor(t, "node B storing ana's last-seen", func() bool { return b.seen.has("ana") })
 }
 
 // TestPeerIDWhileRedisIsDown: with Redis away a node still refuses a peer

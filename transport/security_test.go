@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -205,7 +206,7 @@ func TestDocumentOutsideTokenLooksUnavailable(t *testing.T) {
 	}
 	// Its ephemerals do not reach the document's peers either.
 	sendEphemeral(t, other, "o", 1, []byte{0xa0})
-	waitFor(t, "the ephemeral denied", func() bool { return testutil.ToFloat64(s.metrics.denied) == 2 })
+	testenv.WaitFor(t, "the ephemeral denied", func() bool { return testutil.ToFloat64(s.metrics.denied) == 2 })
 }
 
 // changesFor returns a sync message from doc carrying the changes that a
@@ -363,7 +364,7 @@ func TestLimits(t *testing.T) {
 		join(t, a, "a")
 		join(t, b, "b")
 		sendEphemeral(t, a, "a", 1, []byte{0xa0})
-		waitFor(t, "a on the document", func() bool { return s.hub.Stats().Peers == 1 })
+		testenv.WaitFor(t, "a on the document", func() bool { return s.hub.Stats().Peers == 1 })
 		sendEphemeral(t, b, "b", 1, []byte{0xa0})
 		recvError(t, b, "the limit")
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -315,7 +316,7 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 	fast := dial(t, s.url)
 	join(t, fast, "fast")
 	sendEphemeral(t, slow, "slow", 1, []byte{0xa0}) // slow joins the room
-	waitFor(t, "slow in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	testenv.WaitFor(t, "slow in the room", func() bool { return s.hub.Stats().Peers == 1 })
 	big := bytes.Repeat([]byte{0x40}, 256<<10)
 	// slow never reads: the kernel buffers fill, then the queue.
 	for i := uint64(1); i <= 200; i++ {
@@ -324,7 +325,7 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 			break
 		}
 	}
-	waitFor(t, "slow consumer disconnect", func() bool {
+	testenv.WaitFor(t, "slow consumer disconnect", func() bool {
 		return testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1
 	})
 	// The fast peer is unaffected.
@@ -337,7 +338,7 @@ func TestEphemeralRelay(t *testing.T) {
 	join(t, a, "a")
 	join(t, b, "b")
 	sendEphemeral(t, b, "b", 1, []byte{0xa0}) // b joins the room; a is not in it yet
-	waitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	testenv.WaitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
 	sendEphemeral(t, a, "a", 5, []byte{0x01})
 	m := recv(t, b)
 	if m.Type != wire.TypeEphemeral || m.SenderID != "a" || m.TargetID != "b" ||
@@ -369,7 +370,7 @@ func TestShutdownClosesConnections(t *testing.T) {
 	join(t, ws, "alice")
 	go s.Close(context.Background())
 	expectClose(t, ws, websocket.CloseGoingAway)
-	waitFor(t, "no connections", func() bool { return s.Connections() == 0 })
+	testenv.WaitFor(t, "no connections", func() bool { return s.Connections() == 0 })
 }
 
 func sendEphemeral(t *testing.T, ws *websocket.Conn, peer string, count uint64, data []byte) {
@@ -383,17 +384,6 @@ func emptySyncMessage(t *testing.T) []byte {
 	// The first sync message of an empty automerge document, as a stock
 	// client sends it in a request (captured).
 	return []byte{0x42, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x02, 0x84}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestHeartbeatIsAcknowledged: Tandem's client heartbeat gets an ack with
@@ -425,7 +415,7 @@ func TestFramesOfEveryLengthForm(t *testing.T) {
 	join(t, a, "a")
 	join(t, b, "b")
 	sendEphemeral(t, b, "b", 1, []byte{0xa0})
-	waitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
+	testenv.WaitFor(t, "b in the room", func() bool { return s.hub.Stats().Peers == 1 })
 	sizes := []int{1, 125, 126, 65535, 65536, 200000, 3}
 	for i, n := range sizes {
 		sendEphemeral(t, a, "a", uint64(i+1), bytes.Repeat([]byte{byte(i)}, n))

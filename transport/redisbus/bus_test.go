@@ -142,18 +142,18 @@ func TestRedisBusReplicatesDocumentsAndPresence(t *testing.T) {
 		}
 		seen = len(replies)
 	}
-	waitFor(t, "the change on node 2", func() bool {
+	testenv.WaitFor(t, "the change on node 2", func() bool {
 		heads, ok := n2.hub.Heads(docID)
 		return ok && len(heads) == 1
 	})
-	waitFor(t, "the watcher sent the change", func() bool { return len(watcher.syncs()) > before })
+	testenv.WaitFor(t, "the watcher sent the change", func() bool { return len(watcher.syncs()) > before })
 
 	// Presence from node 1 reaches the watcher on node 2.
 	speakTo(t, n1, watcher, docID)
 
 	// Node 1 stops: node 2 says goodbye for its peer at once (bye).
 	n1.stop()
-	waitFor(t, "goodbye for the speaker", func() bool {
+	testenv.WaitFor(t, "goodbye for the speaker", func() bool {
 		for _, m := range watcher.presence() {
 			var env struct {
 				P struct{ Type string } `cbor:"__presence"`
@@ -183,7 +183,7 @@ func watchOnTwoNodes(t *testing.T, n1, n2 *node, docID string) *recorder {
 // subscribedOnBoth waits until two nodes subscribe to the document.
 func subscribedOnBoth(t *testing.T, n1 *node, docID string) {
 	t.Helper()
-	waitFor(t, "both nodes subscribed", func() bool {
+	testenv.WaitFor(t, "both nodes subscribed", func() bool {
 		n, err := n1.bus.cfg.Client.PubSubNumSub(context.Background(), docChannel(docID)).Result()
 		return err == nil && n[docChannel(docID)] == 2
 	})
@@ -256,7 +256,7 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 	speaker := speakTo(t, n1, watcher, docID)
 	n1.presence.Leave(speaker)
 	lost.Wait() // the goodbye was published, and lost
-	waitFor(t, "goodbye for the speaker on node 2", func() bool {
+	testenv.WaitFor(t, "goodbye for the speaker on node 2", func() bool {
 		for _, m := range watcher.presence() {
 			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
 				return true
@@ -327,7 +327,7 @@ func TestEphemeralsCrossNodes(t *testing.T) {
 		}
 		return false
 	}
-	waitFor(t, "the peer on the other node", func() bool { return got(far) })
+	testenv.WaitFor(t, "the peer on the other node", func() bool { return got(far) })
 	if !got(near) {
 		t.Fatal("the peer on the same node did not get it")
 	}
@@ -344,7 +344,7 @@ func speakTo(t *testing.T, n *node, watcher *recorder, docID string) *recorder {
 	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "9@z"}})
 	n.presence.Join(speaker, docID)
 	n.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
-	waitFor(t, "the cursor on the other node", func() bool {
+	testenv.WaitFor(t, "the cursor on the other node", func() bool {
 		for _, m := range watcher.presence() {
 			if m.SenderID == "speaker" {
 				return true
@@ -375,7 +375,7 @@ func TestARestartedNodesPeersGoAtOnce(t *testing.T) {
 	n1.bus.cfg.Client.Close() // killed: no goodbye, no bye
 	n1.stop()
 	startNode(t, "restart-n1", slow)
-	waitFor(t, "goodbye for the speaker of the last run", func() bool {
+	testenv.WaitFor(t, "goodbye for the speaker of the last run", func() bool {
 		for _, m := range watcher.presence() {
 			if m.SenderID == "speaker" && presenceType(m) == "goodbye" {
 				return true

@@ -101,7 +101,7 @@ func TestFindDocumentAcrossNodes(t *testing.T) {
 	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, time.Minute)
 	startFindBus(t, addr, "has-it", &holdings{held: map[string]bool{"created": true, "nowhere": false, "stuck": false}}, 0)
 	_, stopSilent := startFindBus(t, addr, "silent", &holdings{held: map[string]bool{"created": false, "nowhere": false}}, 0)
-	waitFor(t, "the asker sees both nodes", knows(asker, "has-it", "silent"))
+	testenv.WaitFor(t, "the asker sees both nodes", knows(asker, "has-it", "silent"))
 
 	for i := 0; i < 200; i++ {
 		if found, _ := find(t, asker, "created"); !found {
@@ -127,7 +127,7 @@ func TestFindDocumentTimesOut(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	asker, _ := startFindBus(t, addr, "asker", &holdings{held: map[string]bool{}}, timeout)
 	startFindBus(t, addr, "mute", &holdings{held: map[string]bool{}}, 0) // answers nothing
-	waitFor(t, "the asker sees the mute node", knows(asker, "mute"))
+	testenv.WaitFor(t, "the asker sees the mute node", knows(asker, "mute"))
 	found, took := find(t, asker, "anything")
 	if found || took < timeout {
 		t.Fatalf("found %v after %v, want not found after the %v timeout", found, took, timeout)
