@@ -55,6 +55,13 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's own CPU profile to this file")
 	flag.StringVar(&serverLogDir, "server-logs", "", "append the output of every server the tool starts to <dir>/<name>.log")
 	flag.Parse()
+	if serverLogDir != "" {
+		// Made here rather than failing at the first server, minutes in.
+		if err := os.MkdirAll(serverLogDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "tandem-bench: --server-logs:", err)
+			os.Exit(2)
+		}
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err == nil {
