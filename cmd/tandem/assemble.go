@@ -51,6 +51,11 @@ type tandemNode struct {
 	// streams (presence watch, notifications) end instead of holding up
 	// the shutdown.
 	endRequests context.CancelFunc
+	// endMentions ends the context mention reports are posted in: at the
+	// stop's deadline, so that a stuck notification database cannot hold
+	// the stop (what is not posted stays in the mention journal, written
+	// by the hub's last flush, for the next start).
+	endMentions context.CancelFunc
 }
 
 // assemble builds a node. On an error it releases what it built.
@@ -91,13 +96,15 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		return nil, err
 	}
 
+	mentionsCtx, endMentions := context.WithCancel(context.Background())
+	n.endMentions = endMentions
 	docCfg := doc.Config{
 		Store: n.stores.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncWindow:       cfg.SyncWindow,
 		// Reports are offered until the hub closes, and posting them needs
-		// no running worker: no context of the node's ends them early.
-		Mentions: mentionSink(context.Background(), n.notes.mentions),
+		// no running worker: only the stop's deadline ends them.
+		Mentions: mentionSink(mentionsCtx, n.notes.mentions),
 		// Set before the node serves, so before any mention.
 		MentionAuthor: func(documentID string, p doc.Peer) (string, string) { return n.presence.UserOf(documentID, p) },
 		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
@@ -232,6 +239,7 @@ func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
 // stop closes the components, each after those that talk to it.
 func (n *tandemNode) stop(ctx context.Context) error {
 	n.endRequests()
+	defer context.AfterFunc(ctx, n.endMentions)()
 	errs := []error{
 		n.http.Shutdown(ctx),
 		n.ws.Close(ctx),       // peers leave: goodbyes in their names, to presence and the bus
@@ -251,6 +259,9 @@ func (n *tandemNode) release() {
 	// Each Close is a no-op after stop; here they stop what assemble
 	// built before it failed.
 	ctx := context.Background()
+	if n.endMentions != nil {
+		n.endMentions() // nothing more is posted: Close reports to the journal
+	}
 	if n.docs != nil {
 		n.docs.Close(ctx)
 	}
