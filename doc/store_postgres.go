@@ -21,7 +21,9 @@ var _ Store = (*PostgresStore)(nil)
 
 // migrations bring the schema from version i to i+1. Never edit one that
 // has shipped: add another. (The first made tandem_last_seen, which is
-// presence's now: awareness/lastseen creates it if it is not there.)
+// presence's now: awareness/lastseen creates it if it is not there, and so
+// may have made it first in a new database. The one edit ever made, IF
+// NOT EXISTS, is for that; a database past version 1 never runs it again.)
 var migrations = []string{
 	`CREATE TABLE tandem_doc_chunks (
 		id         bigserial PRIMARY KEY,
@@ -31,7 +33,7 @@ var migrations = []string{
 		created_at timestamptz NOT NULL DEFAULT now()
 	);
 	CREATE INDEX tandem_doc_chunks_doc ON tandem_doc_chunks (doc_id, id);
-	CREATE TABLE tandem_last_seen (
+	CREATE TABLE IF NOT EXISTS tandem_last_seen (
 		user_id text PRIMARY KEY,
 		seen_at timestamptz NOT NULL
 	);

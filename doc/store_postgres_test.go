@@ -4,10 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tandemhq/tandem/transport/wire"
 
@@ -34,6 +36,43 @@ func randomDocID(t testing.TB) string {
 	var u [16]byte
 	rand.Read(u[:])
 	return wire.NewDocumentID(u)
+}
+
+// In a new database, presence's last-seen store may make tandem_last_seen
+// before the documents' first migration runs: the migration still runs.
+func TestPostgresMigratesAfterLastSeenMadeItsTable(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var b [6]byte
+	rand.Read(b[:])
+	name := fmt.Sprintf("tandem_fresh_%x", b)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") })
+	u, err := url.Parse(testenv.PostgresURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	fresh, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fresh.Exec(ctx, `CREATE TABLE tandem_last_seen (user_id text PRIMARY KEY, seen_at timestamptz NOT NULL)`)
+	fresh.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenPostgresStore(ctx, u.String())
+	if err != nil {
+		t.Fatalf("migrating a database whose tandem_last_seen exists: %v", err)
+	}
+	s.Close()
 }
 
 func TestPostgresStoreRoundTrip(t *testing.T) {
