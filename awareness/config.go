@@ -14,6 +14,12 @@ type Config struct {
 	// Tick is the coalescing period: per peer and channel at most one
 	// update is forwarded per tick, the newest; default 50ms.
 	Tick time.Duration
+	// RoomTickPeers lengthens a room's coalescing period by one Tick for
+	// every so many peers in it (default 50), up to MaxRoomTick (default
+	// 500ms): a big room sends less often per peer, so what it sends
+	// grows with its size rather than with its square.
+	RoomTickPeers int
+	MaxRoomTick   time.Duration
 	// TTL removes a peer not heard from (no pong, no message) for this
 	// long; default 17.5s (3.5 pings at the default ping interval).
 	TTL time.Duration
@@ -60,6 +66,12 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Tick <= 0 {
 		c.Tick = 50 * time.Millisecond
+	}
+	if c.RoomTickPeers <= 0 {
+		c.RoomTickPeers = 50
+	}
+	if c.MaxRoomTick < c.Tick {
+		c.MaxRoomTick = max(c.Tick, 500*time.Millisecond)
 	}
 	if c.TTL <= 0 {
 		c.TTL = 17500 * time.Millisecond

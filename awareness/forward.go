@@ -27,6 +27,7 @@ type room struct {
 	id      string
 	state   State
 	members map[string]Peer      // by peer id
+	list    []Peer               // members as a list, nil until asked for; never changed, only replaced
 	typing  map[string]time.Time // peer id → when its typing flag expires
 	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
 	// current tick; pending those waiting for the tick's trailing edge.
@@ -49,6 +50,9 @@ type room struct {
 	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
 	// room dropped and made again never repeats one.
 	epoch uint64
+	// ticks counts the hub's ticks since the room's period began
+	// (roomTicks).
+	ticks int
 }
 
 func newRoom(id string) *room {
@@ -65,7 +69,22 @@ func newRoom(id string) *room {
 	}
 }
 
+// memberList returns the room's members. Deliveries queued until the
+// members change share it.
+func (r *room) memberList() []Peer {
+	if r.list == nil {
+		r.list = make([]Peer, 0, len(r.members))
+		for _, p := range r.members {
+			r.list = append(r.list, p)
+		}
+	}
+	return r.list
+}
+
 func (r *room) drop(peer string) {
+	if _, ok := r.members[peer]; ok {
+		r.list = nil
+	}
 	delete(r.members, peer)
 	delete(r.typing, peer)
 	delete(r.sent, peer)

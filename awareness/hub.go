@@ -166,6 +166,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	}
 	if r.members[pi.id] != p {
 		r.members[pi.id] = p
+		r.list = nil
 		h.newEpoch(r)
 		r.greeted[pi.id] = false
 		pi.docs[documentID] = struct{}{}

@@ -35,6 +35,25 @@ type Shared struct {
 	Frame any
 }
 
+// Batcher is a Peer that may take many presence messages of one document
+// in one frame. PresenceBatches says whether this one does (a client asks
+// for it when it joins); SendPresenceBatch queues a batch and must not
+// block, as SendPresence.
+type Batcher interface {
+	Peer
+	PresenceBatches() bool
+	SendPresenceBatch(documentID string, b *Batch)
+}
+
+// Batch is presence messages of one document, in the order sent, that the
+// hub sends as one to every member that takes batches: the same Batch,
+// and so the same frame, for all of them. It may hold messages in the
+// recipient's own name, which the recipient ignores.
+type Batch struct {
+	Messages []Message
+	Shared   *Shared
+}
+
 // Types of automerge-repo Presence messages.
 const (
 	TypeSnapshot  = "snapshot"

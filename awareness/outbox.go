@@ -43,7 +43,12 @@ type delivery struct {
 	doc    string
 	sender string
 	msg    *presenceMessage
+	// to is the room's member list when the delivery was queued, shared
+	// with the room and never changed (the sender, if a member, is
+	// skipped when sending); or, with only set, the one newcomer.
 	to     []Peer
+	only   bool
+	member bool   // the sender is in to
 	epoch  uint64 // the room's epoch when queued
 }
 
@@ -86,16 +91,11 @@ func (h *Hub) enqueue(r *room, peer string, m *presenceMessage) {
 			return
 		}
 	}
-	to := make([]Peer, 0, len(r.members))
-	for id, member := range r.members {
-		if id != peer {
-			to = append(to, member)
-		}
-	}
-	if len(to) == 0 {
+	_, member := r.members[peer]
+	if len(r.members) == 0 || member && len(r.members) == 1 {
 		return
 	}
-	d := &delivery{doc: r.id, sender: peer, msg: m, to: to, epoch: r.epoch}
+	d := &delivery{doc: r.id, sender: peer, msg: m, to: r.memberList(), member: member, epoch: r.epoch}
 	h.out.queue = append(h.out.queue, d)
 	if channel != "" {
 		if h.out.latest == nil {
@@ -119,7 +119,7 @@ func (h *Hub) newEpoch(r *room) {
 // enqueueTo queues m from sender to one member of r only (the room's
 // snapshot for a newcomer).
 func (h *Hub) enqueueTo(r *room, sender string, to Peer, m *presenceMessage) {
-	h.out.queue = append(h.out.queue, &delivery{doc: r.id, sender: sender, msg: m, to: []Peer{to}, epoch: r.epoch})
+	h.out.queue = append(h.out.queue, &delivery{doc: r.id, sender: sender, msg: m, to: []Peer{to}, only: true, epoch: r.epoch})
 }
 
 // dispatch sends what is queued, unless another dispatcher is at it. Call
@@ -158,9 +158,7 @@ func (h *Hub) drain(until time.Time) {
 		h.out.queue = h.out.spare[:0]
 		clear(h.out.latest)
 		h.mu.Unlock()
-		for _, d := range batch {
-			h.send(d)
-		}
+		h.sendAll(batch)
 		clear(batch)
 		h.mu.Lock()
 		h.out.spare = batch[:0]
@@ -169,9 +167,91 @@ func (h *Hub) drain(until time.Time) {
 	h.mu.Unlock()
 }
 
-// send encodes a delivery once and hands it to each recipient under the
-// next relay count. Only the dispatcher calls it.
-func (h *Hub) send(d *delivery) {
+// sendAll sends one drained queue. The order within a document is kept;
+// across documents it need not be, as every message is given its relay
+// count as it is sent. Consecutive deliveries of a document to the same
+// member list form a run, sent to a member that takes batches as one
+// frame, encoded once for all of them, and to any other member as one
+// message each. Only the dispatcher calls it.
+func (h *Hub) sendAll(queue []*delivery) {
+	var order []string
+	byDoc := make(map[string][]*delivery)
+	for _, d := range queue {
+		if _, ok := byDoc[d.doc]; !ok {
+			order = append(order, d.doc)
+		}
+		byDoc[d.doc] = append(byDoc[d.doc], d)
+	}
+	for _, doc := range order {
+		ds := byDoc[doc]
+		for i := 0; i < len(ds); {
+			j := i + 1
+			for j < len(ds) && sameRecipients(ds[i], ds[j]) {
+				j++
+			}
+			h.sendRun(ds[i:j])
+			i = j
+		}
+	}
+}
+
+// sameRecipients reports whether two deliveries go to the same peers: the
+// same newcomer, or the same member list (the room shares one until its
+// members change).
+func sameRecipients(a, b *delivery) bool {
+	if a.only || b.only {
+		return a.only && b.only && a.to[0] == b.to[0]
+	}
+	return len(a.to) == len(b.to) && &a.to[0] == &b.to[0]
+}
+
+// sendRun sends deliveries of one document to one list of recipients.
+func (h *Hub) sendRun(run []*delivery) {
+	doc, to := run[0].doc, run[0].to
+	msgs := make([]Message, len(run))
+	for i, d := range run {
+		msgs[i] = h.message(d)
+	}
+	var batch *Batch
+	for _, p := range to {
+		id := p.ID()
+		if b, ok := p.(Batcher); ok && b.PresenceBatches() {
+			if batch == nil {
+				batch = &Batch{Messages: msgs, Shared: &Shared{}}
+			}
+			if !onlyFrom(msgs, id) {
+				b.SendPresenceBatch(doc, batch)
+			}
+			continue
+		}
+		for _, m := range msgs {
+			if run[0].only || m.SenderID != id {
+				p.SendPresence(doc, m)
+			}
+		}
+	}
+	for _, d := range run {
+		n := len(to)
+		if d.member {
+			n--
+		}
+		h.metrics.sentBy(d.msg.Type).Add(float64(n))
+	}
+}
+
+// onlyFrom reports whether every message is in peer's own name: a batch
+// of them would tell the peer nothing.
+func onlyFrom(msgs []Message, peer string) bool {
+	for _, m := range msgs {
+		if m.SenderID != peer {
+			return false
+		}
+	}
+	return true
+}
+
+// message encodes a delivery under the next relay count.
+func (h *Hub) message(d *delivery) Message {
 	h.relayCount++
 	m := Message{
 		SenderID: d.sender, SessionID: h.cfg.RelaySession, Count: h.relayCount,
@@ -185,8 +265,5 @@ func (h *Hub) send(d *delivery) {
 	default:
 		m.Whole = true
 	}
-	for _, p := range d.to {
-		p.SendPresence(d.doc, m)
-	}
-	h.metrics.sentBy(d.msg.Type).Add(float64(len(d.to)))
+	return m
 }

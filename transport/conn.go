@@ -48,9 +48,10 @@ type conn struct {
 	limiter *rate.Limiter // the message rate: excess ephemerals dropped
 	flood   *rate.Limiter // twice the rate: beyond it the connection closes
 
-	// Owned by the reader goroutine. peerID is set once at join, before
-	// the connection is handed to any room, and never changes.
+	// Owned by the reader goroutine. peerID and batches are set once at
+	// join, before the connection is handed to any room, and never change.
 	peerID      string
+	batches     bool   // the client takes presence in batches
 	release     func() // gives up the peer id's cluster claim; nil without one
 	docs        map[string]struct{}
 	clocks      map[string]uint64 // last ephemeral count per sessionId
@@ -62,6 +63,7 @@ var (
 	_ doc.SharedSender     = (*conn)(nil)
 	_ awareness.Peer       = (*conn)(nil)
 	_ awareness.Identified = (*conn)(nil)
+	_ awareness.Batcher    = (*conn)(nil)
 )
 
 func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *conn {
@@ -231,6 +233,35 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		m.Shared.Frame = p
 	}
 	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, m.Whole, p.To(c.peerID))
+}
+
+// PresenceBatches implements awareness.Batcher: the client asked for
+// batches in its join.
+func (c *conn) PresenceBatches() bool { return c.batches }
+
+// SendPresenceBatch implements awareness.Batcher. The frame is encoded once,
+// for the first of the document's members to get it, and sent as it is to
+// all of them. In the presence lane it is never superseded: it carries
+// several peers' values.
+func (c *conn) SendPresenceBatch(documentID string, b *awareness.Batch) {
+	frame, _ := b.Shared.Frame.([]byte)
+	if frame == nil {
+		entries := make([]wire.BatchEntry, len(b.Messages))
+		for i, m := range b.Messages {
+			entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
+		}
+		var err error
+		frame, err = wire.Encode(&wire.Message{
+			Type: wire.TypePresenceBatch, SenderID: c.srv.cfg.PeerID, DocumentID: documentID,
+			SessionID: b.Messages[0].SessionID, Batch: entries,
+		})
+		if err != nil {
+			c.srv.log.Error("encode presence batch", "err", err)
+			return
+		}
+		b.Shared.Frame = frame
+	}
+	c.pushPresence(presKey{doc: documentID}, false, frame)
 }
 
 // sendMessage addresses m to this peer, encodes it and queues it.

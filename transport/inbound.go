@@ -164,6 +164,7 @@ func (c *conn) open(documentID string) bool {
 
 func (c *conn) join(ctx context.Context, m *wire.Message) {
 	c.peerID = m.SenderID
+	c.batches = m.PeerMetadata != nil && m.PeerMetadata.PresenceBatch
 	if !m.SupportsV1() {
 		c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: "unsupported protocol version"})
 		c.close(ReasonUnsupported, true)

@@ -35,7 +35,8 @@ import (
 // maxPresence bounds the frames waiting in one connection's presence lane.
 const maxPresence = 1024
 
-// presKey is what the presence lane keeps one frame of.
+// presKey is what the presence lane keeps one frame of. A frame with no
+// channel that is not whole (a batch) is never superseded.
 type presKey struct{ doc, sender, channel string }
 
 // presLane is a connection's presence lane. Guarded by conn.wmu.
@@ -110,7 +111,7 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 			}
 		}
 	}
-	if !whole {
+	if !whole && k.channel != "" {
 		l.at[k] = len(l.frames)
 	}
 	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k})

@@ -24,6 +24,7 @@ type options struct {
 	duration   time.Duration
 	drain      time.Duration
 	serverPIDs []int
+	batches    bool
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -37,6 +38,7 @@ func main() {
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
+	flag.BoolVar(&o.batches, "batches", true, "presence: peers ask for presence in batches, as Tandem's JS client does (stock servers ignore it); false: one message per update, as stock clients get")
 	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
 	flag.IntVar(&o.typists, "typists", 8, "typing: peers typing (at --rate chars/s each)")
 	flag.IntVar(&o.readers, "readers", 40, "typing: peers reading")

@@ -28,7 +28,11 @@ type peer struct {
 	framesIn, bytesIn atomic.Int64
 }
 
-func dialPeer(url string) (*peer, error) {
+func dialPeer(url string) (*peer, error) { return dialPeerAsking(url, false) }
+
+// dialPeerAsking is dialPeer for a peer that, with batches, asks for
+// presence in batches in its join, as Tandem's JS client does.
+func dialPeerAsking(url string, batches bool) (*peer, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	p := &peer{id: "bench-" + hex.EncodeToString(b[:]), session: hex.EncodeToString(b[:4])}
@@ -37,7 +41,7 @@ func dialPeer(url string) (*peer, error) {
 		return nil, err
 	}
 	p.ws = ws
-	if err := p.send(&wire.Message{Type: wire.TypeJoin, PeerMetadata: &wire.PeerMetadata{IsEphemeral: true},
+	if err := p.send(&wire.Message{Type: wire.TypeJoin, PeerMetadata: &wire.PeerMetadata{IsEphemeral: true, PresenceBatch: batches},
 		SupportedProtocolVersions: []string{wire.ProtocolV1}}); err != nil {
 		return nil, err
 	}
@@ -83,9 +87,10 @@ func (p *peer) counted(b []byte) {
 
 // frame is the part of a message readPresence needs.
 type frame struct {
-	Type     string     `cbor:"type"`
-	SenderID string     `cbor:"senderId"`
-	Data     wire.Bytes `cbor:"data"`
+	Type     string            `cbor:"type"`
+	SenderID string            `cbor:"senderId"`
+	Data     wire.Bytes        `cbor:"data"`
+	Batch    []wire.BatchEntry `cbor:"batch"`
 }
 
 // frameMode decodes frames into a frame, data with or without the typed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,10 @@ type presenceResult struct {
 	pairs              int
 	cpu                float64 // server CPU seconds, with --server-pid
 	rss                int64   // server RSS at the end of the load
+	// The clients' side: this process's CPU seconds, and the frames and
+	// bytes its peers received, over the load and the drain.
+	clientCPU     float64
+	frames, bytes int64
 }
 
 func runPresence(ctx context.Context, o options) error {
@@ -72,6 +77,10 @@ func printPresence(r presenceResult, o options) {
 			r.cpu, 100*r.cpu/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.cpu, 0.01))
 		fmt.Printf("server RSS           %.1f MiB\n", float64(r.rss)/(1<<20))
 	}
+	fmt.Printf("clients' CPU         %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
+		r.clientCPU, 100*r.clientCPU/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.clientCPU, 0.01))
+	fmt.Printf("frames to clients    %d (%.1f deliveries per frame), %.1f MiB\n",
+		r.frames, float64(r.delivered)/float64(max(r.frames, 1)), float64(r.bytes)/(1<<20))
 }
 
 func measurePresence(ctx context.Context, o options) (presenceResult, error) {
@@ -85,7 +94,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	for d := 0; d < o.docs; d++ {
 		doc := newDocID()
 		for i := 0; i < o.peers; i++ {
-			p, err := dialPeer(o.urls[len(members)%len(o.urls)])
+			p, err := dialPeerAsking(o.urls[len(members)%len(o.urls)], o.batches)
 			if err != nil {
 				return presenceResult{}, fmt.Errorf("connect peer %d: %w", len(members), err)
 			}
@@ -118,6 +127,13 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 
 	cpu0, _ := cpuSeconds(o.serverPIDs)
+	self := []int{os.Getpid()}
+	client0, _ := cpuSeconds(self)
+	var frames0, bytes0 int64
+	for _, m := range members {
+		frames0 += m.p.framesIn.Load()
+		bytes0 += m.p.bytesIn.Load()
+	}
 	start := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
@@ -137,6 +153,12 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	case <-ctx.Done():
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
+	client1, _ := cpuSeconds(self)
+	var frames, bytes int64
+	for _, m := range members {
+		frames += m.p.framesIn.Load()
+		bytes += m.p.bytesIn.Load()
+	}
 	var rss int64
 	if len(o.serverPIDs) > 0 {
 		rss, _ = rssBytes(o.serverPIDs)
@@ -164,6 +186,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	return presenceResult{
 		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all,
 		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
+		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0,
 	}, nil
 }
 
@@ -197,32 +220,44 @@ func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
 		if err != nil {
 			return
 		}
-		if !ok || m.Type != wire.TypeEphemeral {
-			continue
+		switch {
+		case !ok:
+		case m.Type == wire.TypeEphemeral:
+			r.take(m.SenderID, m.Data, delivered)
+		case m.Type == wire.TypePresenceBatch:
+			for _, e := range m.Batch {
+				if e.SenderID != p.id {
+					r.take(e.SenderID, e.Data, delivered)
+				}
+			}
 		}
-		// Into structs, not maps: the generator shares the machine with
-		// the server it measures, so its decoding is kept cheap.
-		var env envelope
-		if cbor.Unmarshal(m.Data, &env) != nil {
-			continue
-		}
-		u := env.Presence
-		if u.Type != "update" || u.Channel != "cursor" {
-			continue
-		}
-		var c cursor
-		if cbor.Unmarshal(u.Value, &c) != nil || c.Sent == 0 {
-			continue
-		}
-		lat := time.Duration(time.Now().UnixNano() - c.Sent)
-		delivered.Add(1)
-		r.mu.Lock()
-		r.latencies = append(r.latencies, lat)
-		if c.Seq > r.last[m.SenderID] {
-			r.last[m.SenderID] = c.Seq
-		}
-		r.mu.Unlock()
 	}
+}
+
+// take counts one presence message from sender, if it moves a cursor.
+func (r *receiver) take(sender string, data []byte, delivered *atomic.Int64) {
+	// Into structs, not maps: the generator shares the machine with the
+	// server it measures, so its decoding is kept cheap.
+	var env envelope
+	if cbor.Unmarshal(data, &env) != nil {
+		return
+	}
+	u := env.Presence
+	if u.Type != "update" || u.Channel != "cursor" {
+		return
+	}
+	var c cursor
+	if cbor.Unmarshal(u.Value, &c) != nil || c.Sent == 0 {
+		return
+	}
+	lat := time.Duration(time.Now().UnixNano() - c.Sent)
+	delivered.Add(1)
+	r.mu.Lock()
+	r.latencies = append(r.latencies, lat)
+	if c.Seq > r.last[sender] {
+		r.last[sender] = c.Seq
+	}
+	r.mu.Unlock()
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {

@@ -23,6 +23,13 @@ const (
 	// and the browser hide it. See PROTOCOL.md.
 	TypeHeartbeat    = "tandem-heartbeat"
 	TypeHeartbeatAck = "tandem-heartbeat-ack"
+
+	// Tandem's batched presence, sent only to a client whose join's
+	// peerMetadata set tandemPresenceBatch: many ephemeral messages of one
+	// document, one sessionId, in one frame (Batch). The same frame goes
+	// to every such member of the document, so it has no targetId and may
+	// hold messages in the recipient's own name, which it ignores.
+	TypePresenceBatch = "tandem-presence-batch"
 )
 
 // ProtocolV1 is the only protocol version of automerge-repo 2.x.
@@ -54,6 +61,9 @@ type Message struct {
 	// ErrorMessage is the text of an error message.
 	ErrorMessage string `cbor:"message,omitempty"`
 
+	// Batch holds the messages of a presence batch, in order.
+	Batch []BatchEntry `cbor:"batch,omitempty"`
+
 	// Seq numbers a heartbeat; its ack carries the same Seq and the
 	// server's clock in ServerTime (Unix milliseconds).
 	Seq        uint64 `cbor:"seq,omitempty"`
@@ -64,6 +74,19 @@ type Message struct {
 type PeerMetadata struct {
 	StorageID   string `cbor:"storageId,omitempty"`
 	IsEphemeral bool   `cbor:"isEphemeral"`
+	// PresenceBatch, in a join, asks for presence in batches
+	// (TypePresenceBatch) rather than one ephemeral message each.
+	PresenceBatch bool `cbor:"tandemPresenceBatch,omitempty"`
+}
+
+// BatchEntry is one ephemeral message of a presence batch: its sender,
+// its count in the batch's session, and its payload. It is encoded as a
+// three-element array.
+type BatchEntry struct {
+	_        struct{} `cbor:",toarray"`
+	SenderID string
+	Count    uint64
+	Data     Bytes
 }
 
 // Bytes is a CBOR byte string. On decode it also accepts the typed-array tag
@@ -114,7 +137,7 @@ func (m *Message) Validate() error {
 		return nil
 	case TypeDocUnavailable, TypeRemoteHeadsChanged:
 		return ValidateDocumentID(m.DocumentID)
-	case TypePeer:
+	case TypePeer, TypePresenceBatch:
 		return ErrNotFromClient
 	default:
 		return fmt.Errorf("%w %q", ErrUnknownType, m.Type)

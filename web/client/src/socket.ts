@@ -68,6 +68,14 @@ const CLOSE_TOKEN_EXPIRED = 4004
 /** How long a connection must last before the backoff starts again from the base. */
 const HEALTHY_MS = 10_000
 
+/** Many ephemeral messages of one document in one frame (PROTOCOL in the README). */
+interface PresenceBatch {
+  type: "tandem-presence-batch"
+  documentId: string
+  sessionId: string
+  batch: [senderId: string, count: number, data: Uint8Array][]
+}
+
 interface HeartbeatAck {
   type: "tandem-heartbeat-ack"
   seq: number
@@ -237,7 +245,9 @@ export class TandemSocket extends NetworkAdapter {
         cbor.encode({
           type: "join",
           senderId: this.peerId,
-          peerMetadata: this.peerMetadata,
+          // Presence in batches: one frame per document and server tick
+          // instead of one per peer's update (unpacked in #receive).
+          peerMetadata: { ...this.peerMetadata, tandemPresenceBatch: true },
           supportedProtocolVersions: ["1"],
         }),
       )
@@ -284,12 +294,36 @@ export class TandemSocket extends NetworkAdapter {
       case "tandem-heartbeat-ack":
         this.#ack(m as unknown as HeartbeatAck)
         return
+      case "tandem-presence-batch":
+        this.#unbatch(m as unknown as PresenceBatch)
+        return
       case "error":
         this.#lastError = m.message ?? "error"
         for (const l of this.#errorListeners) l(this.#lastError)
         return
     }
     this.emit("message", m as unknown as Message)
+  }
+
+  // #unbatch hands the repo each message of a presence batch as the
+  // ephemeral message a stock server would have sent, in order, leaving
+  // out this peer's own.
+  #unbatch(b: PresenceBatch): void {
+    if (!Array.isArray(b.batch) || typeof b.documentId !== "string" || typeof b.sessionId !== "string") return
+    for (const e of b.batch) {
+      if (!Array.isArray(e) || e.length !== 3) continue
+      const [senderId, count, data] = e
+      if (senderId === this.peerId || typeof senderId !== "string" || !(data instanceof Uint8Array)) continue
+      this.emit("message", {
+        type: "ephemeral",
+        senderId: senderId as PeerId,
+        targetId: this.peerId!,
+        documentId: b.documentId,
+        sessionId: b.sessionId,
+        count,
+        data,
+      } as unknown as Message)
+    }
   }
 
   #scheduleBeat(): void {

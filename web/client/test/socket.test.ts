@@ -74,7 +74,12 @@ test("socket joins, becomes open on peer, and passes repo messages through", t =
   assert.equal(s.url, "ws://tandem.test/ws?token=tok+en")
   assert.equal(a.state, "connecting")
   handshake(s)
-  assert.deepEqual(s.sent[0], { type: "join", senderId: "me", peerMetadata: {}, supportedProtocolVersions: ["1"] })
+  assert.deepEqual(s.sent[0], {
+    type: "join",
+    senderId: "me",
+    peerMetadata: { tandemPresenceBatch: true },
+    supportedProtocolVersions: ["1"],
+  })
   assert.equal(a.state, "open")
   assert.equal(a.isReady(), true)
   s.deliver({ type: "sync", senderId: "server", targetId: "me", documentId: "x", data: new Uint8Array([1]) })
@@ -277,4 +282,34 @@ test("suspend closes without retrying and resume reconnects", t => {
   handshake(sock())
   assert.equal(a.state, "open")
   assert.deepEqual(events, ["candidate server", "disconnected server", "candidate server"])
+})
+
+test("a presence batch reaches the repo as one ephemeral message each, in order, without this peer's own", t => {
+  const { a, sock } = setup(t)
+  const got: Record<string, unknown>[] = []
+  a.on("message", m => got.push(m as unknown as Record<string, unknown>))
+  const s = sock()
+  handshake(s)
+  const d1 = new Uint8Array([0xa0]), d2 = new Uint8Array([0xa1, 0x61, 0x78, 0x01])
+  s.deliver({
+    type: "tandem-presence-batch",
+    senderId: "server",
+    documentId: "doc",
+    sessionId: "relay",
+    batch: [
+      ["ana", 7, d1],
+      ["me", 8, d1],
+      ["bo", 9, d2],
+    ],
+  })
+  assert.deepEqual(
+    got.map(m => [m.type, m.senderId, m.targetId, m.documentId, m.sessionId, m.count, m.data]),
+    [
+      ["ephemeral", "ana", "me", "doc", "relay", 7, d1],
+      ["ephemeral", "bo", "me", "doc", "relay", 9, d2],
+    ],
+  )
+  s.deliver({ type: "tandem-presence-batch", documentId: "doc", sessionId: "relay", batch: [["x", 1]] })
+  s.deliver({ type: "tandem-presence-batch", documentId: "doc", batch: "nonsense" })
+  assert.equal(got.length, 2, "malformed batches and entries are ignored")
 })

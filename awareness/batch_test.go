@@ -1,0 +1,211 @@
+package awareness
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+)
+
+// batchPeer is a fakePeer that takes batches. It records every batch, and
+// every message in one that is not its own as if sent alone, so the
+// helpers that read a fakePeer's messages read it too.
+type batchPeer struct {
+	fakePeer
+	bmu     sync.Mutex
+	batches []*Batch
+}
+
+func (p *batchPeer) PresenceBatches() bool { return true }
+
+func (p *batchPeer) SendPresence(string, Message) {
+	panic("a peer that takes batches was sent a message alone")
+}
+
+func (p *batchPeer) SendPresenceBatch(doc string, b *Batch) {
+	p.bmu.Lock()
+	p.batches = append(p.batches, b)
+	p.bmu.Unlock()
+	for _, m := range b.Messages {
+		if m.SenderID != p.id {
+			p.fakePeer.SendPresence(doc, m)
+		}
+	}
+}
+
+func (p *batchPeer) takeBatches() []*Batch {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	b := p.batches
+	p.batches = nil
+	return b
+}
+
+// What is queued while the dispatcher is busy goes to every member that
+// takes batches as one batch, the same one for all of them, and to the
+// others one message each, in the same order under the same counts.
+func TestQueuedPresenceGoesAsOneBatch(t *testing.T) {
+	f := newFixture(t)
+	gate := &gatedPeer{fakePeer: fakePeer{id: "gate"}}
+	b1, b2, plain := &batchPeer{fakePeer: fakePeer{id: "b1"}}, &batchPeer{fakePeer: fakePeer{id: "b2"}}, &fakePeer{id: "plain"}
+	senders := []*fakePeer{{id: "s1"}, {id: "s2"}, {id: "s3"}}
+	for _, p := range []Peer{gate, b1, b2, plain} {
+		f.hub.Join(p, doc1)
+	}
+	for _, s := range senders {
+		f.update(s, "user", s.id) // greeted: no room snapshot for them breaks the run below
+	}
+	waitDispatched(t, f.hub)
+	gate.close()
+	done := make(chan struct{})
+	go func() { defer close(done); f.update(senders[0], "cursor", 0) }() // sticks on the gate
+	<-gate.entered
+	for _, s := range senders {
+		f.update(s, "selection", s.id) // queued behind the stuck dispatcher
+	}
+	gate.open()
+	<-done
+	waitDispatched(t, f.hub)
+
+	last1, last2 := b1.takeBatches(), b2.takeBatches()
+	if len(last1) == 0 || len(last1) != len(last2) {
+		t.Fatalf("b1 got %d batches, b2 %d", len(last1), len(last2))
+	}
+	queued := last1[len(last1)-1]
+	if last2[len(last2)-1] != queued {
+		t.Error("the two members were sent different batches: it was encoded twice")
+	}
+	if len(queued.Messages) != len(senders) {
+		t.Fatalf("the last batch holds %d messages, want the %d queued", len(queued.Messages), len(senders))
+	}
+	want := plain.take()
+	if len(want) < len(senders) {
+		t.Fatalf("plain got %d messages", len(want))
+	}
+	want = want[len(want)-len(senders):]
+	for i, m := range queued.Messages {
+		if m.SenderID != want[i].msg.SenderID || m.Count != want[i].msg.Count || string(m.Data) != string(want[i].msg.Data) {
+			t.Errorf("message %d: batch has %s #%d, plain got %s #%d", i, m.SenderID, m.Count, want[i].msg.SenderID, want[i].msg.Count)
+		}
+	}
+}
+
+// A newcomer that takes batches is sent the room in one batch.
+func TestANewcomerGetsTheRoomInOneBatch(t *testing.T) {
+	f := newFixture(t)
+	for i := range 5 {
+		f.update(&fakePeer{id: fmt.Sprintf("p%d", i)}, "cursor", i)
+	}
+	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
+	f.hub.Join(b, doc1)
+	waitDispatched(t, f.hub)
+	got := b.takeBatches()
+	if len(got) != 1 || len(got[0].Messages) != 5 {
+		t.Fatalf("newcomer got %d batches (%v): want the 5 peers in one", len(got), got)
+	}
+	for _, g := range b.take() {
+		if g.body.Type != TypeSnapshot {
+			t.Errorf("newcomer got a %s from %s, want snapshots", g.body.Type, g.msg.SenderID)
+		}
+	}
+}
+
+// A batch is not sent to a member it would tell nothing: one holding only
+// that member's own messages.
+func TestNoBatchOfOnlyOnesOwnMessages(t *testing.T) {
+	f := newFixture(t)
+	a, b := &batchPeer{fakePeer: fakePeer{id: "a"}}, &batchPeer{fakePeer: fakePeer{id: "b"}}
+	f.hub.Join(a, doc1)
+	f.hub.Join(b, doc1)
+	a.takeBatches()
+	b.takeBatches()
+	data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc(1)}})
+	if _, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	waitDispatched(t, f.hub)
+	if got := a.takeBatches(); len(got) != 0 {
+		t.Errorf("a was sent %d batches of its own cursor", len(got))
+	}
+	if got := b.takeBatches(); len(got) != 1 {
+		t.Errorf("b got %d batches, want 1", len(got))
+	}
+}
+
+// Under concurrent senders, members that take batches and members that do
+// not see every count rise and every last value, over many rounds.
+func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
+	for round := range 100 {
+		f := newFixture(t)
+		b, plain := &batchPeer{fakePeer: fakePeer{id: "b"}}, &fakePeer{id: "plain"}
+		f.hub.Join(b, doc1)
+		f.hub.Join(plain, doc1)
+		var wg sync.WaitGroup
+		const senders, updates = 4, 30
+		for s := range senders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := &fakePeer{id: fmt.Sprintf("s%d", s)}
+				for i := 1; i <= updates; i++ {
+					data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc(i)}})
+					if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: uint64(i), Data: data}); err != nil {
+						t.Error(err)
+						return
+					}
+					if i%7 == 0 {
+						f.hub.Tick()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		f.clock.Advance(time.Second)
+		f.hub.Tick() // the trailing edges
+		waitDispatched(t, f.hub)
+		for _, p := range []*fakePeer{&b.fakePeer, plain} {
+			got := p.take()
+			for s := range senders {
+				c := cursors(t, got, fmt.Sprintf("s%d", s))
+				if len(c) == 0 || c[len(c)-1] != uint64(updates) {
+					t.Fatalf("round %d: %s got cursors %v of s%d, want the last to be %d", round, p.id, c, s, updates)
+				}
+			}
+		}
+	}
+}
+
+// A big room's period is longer: with 120 peers (RoomTickPeers 50) a
+// held-back value goes out at the third tick, not the first.
+func TestABigRoomTicksSlower(t *testing.T) {
+	f := newFixture(t)
+	w := &fakePeer{id: "w"}
+	f.hub.Join(w, doc1)
+	for i := range 119 {
+		f.update(&fakePeer{id: fmt.Sprintf("p%d", i)}, "user", i)
+	}
+	if n := f.hub.roomTicks(f.hub.rooms[doc1]); n != 3 {
+		t.Fatalf("roomTicks = %d for 120 peers, want 3", n)
+	}
+	for range 3 {
+		f.hub.Tick() // a period ends: nothing is held back now
+	}
+	mover := &fakePeer{id: "p0"}
+	f.update(mover, "cursor", 1) // the leading edge
+	f.update(mover, "cursor", 2) // held back
+	waitDispatched(t, f.hub)
+	w.take()
+	for tick := 1; tick <= 3; tick++ {
+		f.hub.Tick()
+		waitDispatched(t, f.hub)
+		got := cursors(t, w.take(), "p0")
+		if tick < 3 && len(got) > 0 {
+			t.Fatalf("the held-back cursor went out at tick %d of 3", tick)
+		}
+		if tick == 3 && fmt.Sprint(got) != "[2]" {
+			t.Fatalf("at the third tick w got %v, want [2]", got)
+		}
+	}
+}
