@@ -1,6 +1,7 @@
 package awareness
 
 import (
+	"hash/fnv"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -50,9 +51,8 @@ type room struct {
 	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
 	// room dropped and made again never repeats one.
 	epoch uint64
-	// ticks counts the hub's ticks since the room's period began
-	// (roomTicks).
-	ticks int
+	// ticks counts the hub's ticks seen by the room (flush).
+	ticks uint64
 }
 
 func newRoom(id string) *room {
@@ -115,18 +115,39 @@ func (h *Hub) schedule(r *room, peer, channel string) {
 	h.forward(r, peer, []string{channel})
 }
 
-// flush ends the tick of a room: what is pending goes out, and only those
-// channels count as sent in the next tick.
-func (h *Hub) flush(r *room) {
-	r.sent = r.pending
-	r.pending = make(map[string]map[string]struct{}, len(r.sent))
-	for peer, chans := range r.sent {
+// flush ends the period of the room's peers whose period ends at this
+// tick: what they have pending goes out, and only those channels count as
+// sent in their next period. Periods last k ticks (roomTicks), and each
+// peer's ends at a tick of its own (its slot), so a big room sends a part
+// of its peers at every tick instead of all of them at once: its members
+// get a steady stream of small batches, not a flood every k ticks.
+func (h *Hub) flush(r *room, k int) {
+	r.ticks++
+	ends := func(peer string) bool { return k == 1 || (r.ticks+slot(peer))%uint64(k) == 0 }
+	for peer := range r.sent {
+		if _, held := r.pending[peer]; !held && ends(peer) {
+			delete(r.sent, peer)
+		}
+	}
+	for peer, chans := range r.pending {
+		if !ends(peer) {
+			continue
+		}
+		delete(r.pending, peer)
+		r.sent[peer] = chans
 		list := make([]string, 0, len(chans))
 		for ch := range chans {
 			list = append(list, ch)
 		}
 		h.forward(r, peer, list)
 	}
+}
+
+// slot spreads peers over the ticks of a period.
+func slot(peer string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(peer))
+	return h.Sum64()
 }
 
 // forward sends the current values of a peer's channels to the room's

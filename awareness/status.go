@@ -220,10 +220,7 @@ func (h *Hub) Tick() {
 				h.schedule(r, peer, ChannelTyping)
 			}
 		}
-		if r.ticks++; r.ticks >= h.roomTicks(r) {
-			r.ticks = 0
-			h.flush(r)
-		}
+		h.flush(r, h.roomTicks(r))
 	}
 	h.mu.Unlock()
 	fx.run(h)
@@ -231,9 +228,10 @@ func (h *Hub) Tick() {
 
 // roomTicks is how many ticks a room's coalescing period lasts: one more
 // for every Config.RoomTickPeers peers in it, up to Config.MaxRoomTick.
-// Each peer's channel goes out at most twice a period (its leading and
-// trailing edge), so what a big room sends grows with its size, not with
-// its square; the newest value still wins, so what is sent stays fresh.
+// A peer's channel goes out at most twice a period (its leading and
+// trailing edge), once when it changes all the time, so what a big room
+// sends grows with its size, not with its square; the newest value still
+// wins, so what is sent stays fresh.
 func (h *Hub) roomTicks(r *room) int {
 	n := 1 + len(r.state)/h.cfg.RoomTickPeers
 	return max(1, min(n, int(h.cfg.MaxRoomTick/h.cfg.Tick)))

@@ -23,21 +23,26 @@ import (
 // delivered may be below offered, never above).
 func TestPresenceScenario(t *testing.T) {
 	url := startTestNode(t)
-	r, err := measurePresence(context.Background(), options{
-		urls: []string{url},
-		docs: 2, peers: 3, rate: 20, duration: 500 * time.Millisecond, drain: 500 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.offered == 0 || r.delivered == 0 || r.delivered > r.offered {
-		t.Fatalf("offered %d, delivered %d", r.offered, r.delivered)
-	}
-	if r.pairs != 2*3*2 || r.missingFinal != 0 {
-		t.Fatalf("final cursors missing for %d of %d pairs", r.missingFinal, r.pairs)
-	}
-	if len(r.latencies) != int(r.delivered) {
-		t.Fatalf("%d latencies for %d deliveries", len(r.latencies), r.delivered)
+	for _, batches := range []bool{false, true} { // as stock clients, as Tandem's
+		r, err := measurePresence(context.Background(), options{
+			urls: []string{url}, batches: batches,
+			docs: 2, peers: 3, rate: 20, duration: 500 * time.Millisecond, drain: 500 * time.Millisecond,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.offered == 0 || r.delivered == 0 || r.delivered > r.offered {
+			t.Fatalf("batches %v: offered %d, delivered %d", batches, r.offered, r.delivered)
+		}
+		if r.pairs != 2*3*2 || r.missingFinal != 0 {
+			t.Fatalf("batches %v: final cursors missing for %d of %d pairs", batches, r.missingFinal, r.pairs)
+		}
+		if len(r.latencies) != int(r.delivered) {
+			t.Fatalf("batches %v: %d latencies for %d deliveries", batches, len(r.latencies), r.delivered)
+		}
+		if r.frames == 0 || r.bytes == 0 || !batches && r.frames < r.delivered {
+			t.Fatalf("batches %v: %d frames, %d bytes for %d deliveries", batches, r.frames, r.bytes, r.delivered)
+		}
 	}
 }
 

@@ -190,6 +190,9 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		fmt.Printf("delivered            %.2f×\n", ratio(float64(t.delivered), float64(s.delivered)))
 		fmt.Printf("deliveries per CPU-s %.2f×\n", ratio(perCPU(t), perCPU(s)))
 		fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
+		fmt.Printf("  steady p99         %.2f× (lower is better)\n", ratio(float64(pct(t.steady, 99)), float64(pct(s.steady, 99))))
+		fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
+		fmt.Printf("frames to clients    %.2f× (lower is better)\n", ratio(float64(t.frames), float64(s.frames)))
 	case "typing":
 		t, s := typing[0], typing[1]
 		fmt.Printf("arrivals             %.2f×\n", ratio(float64(len(t.latencies)), float64(len(s.latencies))))

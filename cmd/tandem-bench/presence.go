@@ -38,14 +38,23 @@ type envelope struct {
 type receiver struct {
 	mu        sync.Mutex
 	latencies []time.Duration
+	steady    []time.Duration // of cursors sent within the steady window
 	last      map[string]uint64
+	// The steady window, in Unix nanoseconds: the load without its
+	// first and last steadyTrim, when every peer starts moving at once
+	// and when all stop together (each last value waits for its period).
+	from, to int64
 }
+
+// steadyTrim is what the steady figures leave out at each end of the load.
+const steadyTrim = 2 * time.Second
 
 // presenceResult is what a presence run measured.
 type presenceResult struct {
 	offered, delivered int64
 	sendTime           time.Duration
 	latencies          []time.Duration // sorted
+	steady             []time.Duration // sorted: sent within the steady window
 	missingFinal       int
 	pairs              int
 	cpu                float64 // server CPU seconds, with --server-pid
@@ -71,6 +80,8 @@ func printPresence(r presenceResult, o options) {
 	fmt.Printf("delivered            %d (%.0f/s, %.1f%% of offered)\n", r.delivered,
 		float64(r.delivered)/r.sendTime.Seconds(), 100*float64(r.delivered)/float64(max(r.offered, 1)))
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
+	fmt.Printf("  steady p50/p95/p99 %v / %v / %v (sent %v after the start to %v before the end)\n",
+		pct(r.steady, 50), pct(r.steady, 95), pct(r.steady, 99), steadyTrim, steadyTrim)
 	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", r.missingFinal, r.pairs)
 	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
@@ -135,6 +146,11 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		bytes0 += m.p.bytesIn.Load()
 	}
 	start := time.Now()
+	for _, m := range members {
+		m.recv.mu.Lock()
+		m.recv.from, m.recv.to = start.Add(steadyTrim).UnixNano(), start.Add(o.duration-steadyTrim).UnixNano()
+		m.recv.mu.Unlock()
+	}
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
 	final := make([]uint64, len(members))
@@ -168,10 +184,11 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	readers.Wait()
 
-	var all []time.Duration
+	var all, steady []time.Duration
 	missingFinal := 0
 	for _, m := range members {
 		all = append(all, m.recv.latencies...)
+		steady = append(steady, m.recv.steady...)
 		for j, other := range members {
 			if other.doc == m.doc && other != m && m.recv.last[other.p.id] != final[j] {
 				missingFinal++
@@ -183,8 +200,9 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		offered += int64(final[slices.Index(members, m)]) * int64(len(byDoc[m.doc])-1)
 	}
 	slices.Sort(all)
+	slices.Sort(steady)
 	return presenceResult{
-		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all,
+		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all, steady: steady,
 		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
 		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0,
 	}, nil
@@ -254,6 +272,9 @@ func (r *receiver) take(sender string, data []byte, delivered *atomic.Int64) {
 	delivered.Add(1)
 	r.mu.Lock()
 	r.latencies = append(r.latencies, lat)
+	if c.Sent >= r.from && c.Sent < r.to {
+		r.steady = append(r.steady, lat)
+	}
 	if c.Seq > r.last[sender] {
 		r.last[sender] = c.Seq
 	}
