@@ -40,6 +40,7 @@ type receiver struct {
 	latencies []time.Duration
 	steady    []time.Duration // of cursors sent within the steady window
 	last      map[string]uint64
+	heard     map[string]bool // the peers any presence came from
 	// The steady window, in Unix nanoseconds: the load without its
 	// first and last steadyTrim, when every peer starts moving at once
 	// and when all stop together (each last value waits for its period).
@@ -116,7 +117,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 			} else if err := p.open(doc); err != nil {
 				return presenceResult{}, err
 			}
-			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]uint64{}}}
+			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]uint64{}, heard: map[string]bool{}}}
 			members = append(members, m)
 			byDoc[doc] = append(byDoc[doc], m)
 		}
@@ -135,6 +136,33 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 			defer readers.Done()
 			readPresence(m.p, m.recv, &delivered)
 		}()
+	}
+
+	// Every peer says who it is, as a client does when its presence
+	// starts, and the load begins once every peer has heard every other:
+	// the room is complete before anyone moves.
+	for _, m := range members {
+		hello, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{
+			"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": m.p.id, "name": m.p.id}},
+		}})
+		if err := m.p.ephemeral(m.doc, hello); err != nil {
+			return presenceResult{}, fmt.Errorf("greet: %w", err)
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for _, m := range members {
+		for {
+			m.recv.mu.Lock()
+			n := len(m.recv.heard)
+			m.recv.mu.Unlock()
+			if n >= len(byDoc[m.doc])-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return presenceResult{}, fmt.Errorf("a peer heard %d of the %d others in its document within a minute", n, len(byDoc[m.doc])-1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 
 	cpu0, _ := cpuSeconds(o.serverPIDs)
@@ -262,6 +290,11 @@ func (r *receiver) take(sender string, data []byte, delivered *atomic.Int64) {
 	}
 	u := env.Presence
 	if u.Type != "update" || u.Channel != "cursor" {
+		if u.Type != "" {
+			r.mu.Lock()
+			r.heard[sender] = true
+			r.mu.Unlock()
+		}
 		return
 	}
 	var c cursor
@@ -271,6 +304,7 @@ func (r *receiver) take(sender string, data []byte, delivered *atomic.Int64) {
 	lat := time.Duration(time.Now().UnixNano() - c.Sent)
 	delivered.Add(1)
 	r.mu.Lock()
+	r.heard[sender] = true
 	r.latencies = append(r.latencies, lat)
 	if c.Sent >= r.from && c.Sent < r.to {
 		r.steady = append(r.steady, lat)
