@@ -1,12 +1,15 @@
 package awareness
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // batchPeer is a fakePeer that takes batches. It records every batch, and
@@ -224,5 +227,33 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 		if got[p.id] != 1 {
 			t.Errorf("%s's held cursor went out %d times in a period, want once", p.id, got[p.id])
 		}
+	}
+}
+
+// With a send window, what is queued within it goes out together: one
+// batch for the three senders. Close sends what a window still holds.
+func TestASendWindowJoinsWhatComesWithinIt(t *testing.T) {
+	f := newFixture(t)
+	f.hub.cfg.SendWindow = 500 * time.Millisecond // far longer than the three updates take
+	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
+	f.hub.Join(b, doc1)
+	senders := []*fakePeer{{id: "s1"}, {id: "s2"}, {id: "s3"}}
+	for _, s := range senders {
+		f.update(s, "user", s.id)
+	}
+	testenv.WaitFor(t, "the users after the window", func() bool { return len(b.takeBatches()) > 0 })
+	b.take()
+	for _, s := range senders {
+		f.update(s, "cursor", 1)
+	}
+	if got := b.takeBatches(); len(got) != 0 {
+		t.Fatalf("%d batches went out before the window ended", len(got))
+	}
+	if err := f.hub.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := b.takeBatches()
+	if len(got) != 1 || len(got[0].Messages) != 3 {
+		t.Fatalf("after Close: %d batches, want the three cursors in one", len(got))
 	}
 }

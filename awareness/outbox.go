@@ -24,6 +24,9 @@ import (
 //
 // The dispatcher is whoever queued first when none was running: at light
 // load the caller delivers before it returns (tests see sends at once).
+// With a Config.SendWindow, it is a timer that fires that long after the
+// first queueing instead: what is queued meanwhile goes out with it, so a
+// document's updates of a few milliseconds share a frame and a write.
 // One that has dispatched for dispatchTenure hands the rest to a goroutine
 // of its own, so a connection's reader never stays away from its socket.
 
@@ -136,6 +139,18 @@ func (h *Hub) dispatch() {
 		return
 	}
 	h.out.dispatching.Store(true)
+	if w := h.cfg.SendWindow; w > 0 && !h.closing {
+		// Wait for what else comes within the window: it goes out with
+		// this, in the same batches and the same writes.
+		h.handoffs.Add(1) // under h.mu, so before Close waits, or never
+		h.mu.Unlock()
+		time.AfterFunc(w, func() {
+			defer h.handoffs.Done()
+			h.mu.Lock()
+			h.drain(time.Time{})
+		})
+		return
+	}
 	h.drain(time.Now().Add(dispatchTenure))
 }
 

@@ -21,6 +21,7 @@ type config struct {
 	PingInterval    time.Duration
 	MaxMessageBytes int64
 	PresenceTick    time.Duration
+	PresenceWindow  time.Duration
 	AwayAfter       time.Duration
 
 	DebugAddr   string
@@ -73,6 +74,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
+	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
+		"presence waits this long for more updates to send with the first, in one batch and one write; 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
@@ -135,6 +138,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.PingInterval < 100*time.Millisecond {
 		return c, fmt.Errorf("--ping-interval %v is too short (minimum 100ms)", c.PingInterval)
+	}
+	if c.PresenceWindow < 0 || c.PresenceWindow > time.Second {
+		return c, fmt.Errorf("--presence-window %v is out of range (0 to 1s)", c.PresenceWindow)
 	}
 	if c.PresenceTick < time.Millisecond || c.PresenceTick > 10*time.Second {
 		return c, fmt.Errorf("--presence-tick %v is out of range (1ms to 10s)", c.PresenceTick)
