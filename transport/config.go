@@ -122,6 +122,10 @@ type Config struct {
 	// MaxPeersPerDocument bounds the connections open on one document on
 	// this node; default 1000.
 	MaxPeersPerDocument int
+	// KeepReaders keeps a reader goroutine on every connection, idle or
+	// not. By default (on Linux) a connection with nothing to read parks:
+	// its goroutine ends and an epoll set wakes it (frames.go, park.go).
+	KeepReaders bool
 	// MaxConnsPerIP bounds the open connections from one IP address;
 	// default 64.
 	MaxConnsPerIP int

@@ -27,7 +27,17 @@ const maxSessions = 64
 type conn struct {
 	srv    *Server
 	ws     *websocket.Conn
+	fr     *frameConn // the socket beneath ws
 	remote string
+	ctx    context.Context // until the connection is finished
+	cancel context.CancelFunc
+	done   func() // the server's part of finishing
+
+	// Parking (park.go), guarded by parkMu.
+	parkMu    sync.Mutex
+	parked    bool   // no reader runs: the poller wakes one
+	pollID    uint64 // the poller's name for it; 0 when not watched
+	unwatched bool   // the socket is closing: it never parks again
 
 	// The writer (writer.go). wmu guards out, pres, writing, closing,
 	// the timers and movedTo.
@@ -66,11 +76,17 @@ var (
 	_ awareness.Batcher    = (*conn)(nil)
 )
 
-func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *conn {
+func newConn(s *Server, ws *websocket.Conn, fr *frameConn, remote string, grant *auth.Grant) *conn {
 	cfg := &s.cfg
+	// The connection lives until it is finished, not as long as any
+	// request.
+	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
 		srv:        s,
 		ws:         ws,
+		fr:         fr,
+		ctx:        ctx,
+		cancel:     cancel,
 		remote:     remote,
 		grant:      grant,
 		limiter:    rate.NewLimiter(rate.Limit(cfg.MessageRate), cfg.MessageBurst),
@@ -81,14 +97,38 @@ func newConn(s *Server, ws *websocket.Conn, remote string, grant *auth.Grant) *c
 	}
 }
 
-// serve runs the connection: the reader in this goroutine, a writer
-// whenever there is something to write, then the cleanup.
-func (c *conn) serve() {
-	// The connection lives until close, not as long as any request.
-	ctx, cancel := context.WithCancel(context.Background())
+// serve runs the connection: the reader in this goroutine, or in one
+// the poller starts whenever a parked connection has something to read
+// (park.go); a writer whenever there is something to write. done is
+// called once the connection is finished.
+func (c *conn) serve(done func()) {
+	c.done = done
+	c.fr.onPing = func(payload []byte) { c.push(outFrame{op: websocket.PongMessage, payload: payload}) }
+	c.fr.onPong = func() {
+		if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
+			p.Touch(c)
+		}
+	}
 	c.startTimers()
-	c.close(c.readLoop(ctx), false)
-	cancel()
+	c.run(false)
+}
+
+// run reads until the connection parks or ends; the reader that sees it
+// end finishes it. A reader woken by the poller reads before it may park
+// again: the socket has something.
+func (c *conn) run(woken bool) {
+	r, parked := c.readLoop(woken)
+	if parked {
+		return
+	}
+	c.close(r, false)
+	c.finish()
+}
+
+// finish cleans up after the reader's last read: the connection leaves
+// its documents and the server.
+func (c *conn) finish() {
+	c.cancel()
 	c.wmu.Lock()
 	movedTo := c.movedTo
 	c.wmu.Unlock()
@@ -100,41 +140,46 @@ func (c *conn) serve() {
 	<-c.writerDone
 	c.srv.metrics.disconnects.WithLabelValues(c.reason.Name).Inc()
 	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote, "reason", c.reason.Name)
+	c.done()
 }
 
-func (c *conn) readDeadline() time.Time {
-	// Three jittered ping intervals plus room for the round trip.
-	return time.Now().Add(c.srv.cfg.PingInterval * 7 / 2)
-}
-
-func (c *conn) readLoop(ctx context.Context) CloseReason {
+// readLoop reads and handles messages until the connection ends, or
+// until it has nothing to read and parks (reported true).
+func (c *conn) readLoop(woken bool) (CloseReason, bool) {
+	c.fr.mustRead = woken
 	// The size limit is checked here, not by gorilla, which would write a
 	// close frame of its own past the writer (writer.go).
 	limit := c.srv.cfg.MaxMessageBytes
-	c.ws.SetReadDeadline(c.readDeadline())
-	c.ws.SetPongHandler(func(string) error {
-		if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
-			p.Touch(c)
-		}
-		return c.ws.SetReadDeadline(c.readDeadline())
-	})
 	for {
+		if c.ended.Load() {
+			return c.reason, false
+		}
+		parked, err := c.fr.await(c.park)
+		if err != nil {
+			return readFailure(err), false
+		}
+		if parked {
+			return CloseReason{}, true
+		}
 		mt, r, err := c.ws.NextReader()
 		if err != nil {
-			return readFailure(err)
+			return readFailure(err), false
 		}
 		data, err := io.ReadAll(io.LimitReader(r, limit+1))
 		if err != nil {
-			return readFailure(err)
+			return readFailure(err), false
 		}
 		if int64(len(data)) > limit {
-			return ReasonTooBig
+			return ReasonTooBig, false
 		}
-		c.handle(ctx, mt, data)
-		if c.ended.Load() {
-			return c.reason // closed while handling (a violation, say): read no further
-		}
+		c.handle(c.ctx, mt, data)
 	}
+}
+
+// silent reports whether the socket has given nothing for three jittered
+// ping intervals and the round trip: the peer is gone, or its path is.
+func (c *conn) silent() bool {
+	return time.Since(time.Unix(0, c.fr.lastRead.Load())) > c.srv.cfg.PingInterval*7/2
 }
 
 func readFailure(err error) CloseReason {

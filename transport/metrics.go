@@ -9,6 +9,7 @@ import (
 // metrics are a Server's Prometheus collectors.
 type metrics struct {
 	connections prometheus.Gauge
+	parked      prometheus.Gauge
 	received    *prometheus.CounterVec
 	sent        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
@@ -28,6 +29,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_connections",
 			Help: "Open WebSocket connections.",
+		}),
+		parked: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tandem_connections_parked",
+			Help: "Open connections with nothing to read, waiting without a goroutine.",
 		}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_messages_received_total",
@@ -72,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
+		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m

@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +25,7 @@ type Server struct {
 	upgrader websocket.Upgrader
 
 	members *members // who is in which document
+	poller  *poller  // watches parked connections; nil where they cannot park
 
 	mu      sync.Mutex       // guards peers, conns, closing and perIP
 	peers   map[string]*conn // joined connections by peer id
@@ -30,7 +33,8 @@ type Server struct {
 	closing bool
 	perIP   map[string]int // open connections by remote IP
 
-	wg sync.WaitGroup // one per connection handler
+	wg          sync.WaitGroup // one per connection, until it is finished
+	closePoller sync.Once
 }
 
 // noteSendWait records how long one write's oldest frame waited.
@@ -48,10 +52,11 @@ func NewServer(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: newMetrics(cfg.Registerer),
 		upgrader: websocket.Upgrader{
-			// Each connection's reader keeps this buffer for its life:
-			// presence frames are a few hundred bytes, and a larger
-			// frame is read through it in parts.
-			ReadBufferSize: 1024,
+			// Each connection keeps this buffer for its life, as small
+			// as gorilla allows: the socket is read in chunks of a
+			// pooled buffer beneath it (frames.go), and a larger frame
+			// passes it by.
+			ReadBufferSize: 128,
 			// Messages are framed and written by the connection's own
 			// writer (writer.go); gorilla writes none, so it needs no
 			// buffer for them.
@@ -65,6 +70,13 @@ func NewServer(cfg Config) (*Server, error) {
 		perIP: make(map[string]int),
 	}
 	s.members = newMembers(&s.cfg)
+	if !cfg.KeepReaders {
+		if p, err := newPoller(); err == nil {
+			s.poller = p
+		} else {
+			s.log.Info("idle connections keep their reader goroutines", "err", err)
+		}
+	}
 	return s, nil
 }
 
@@ -129,14 +141,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}
 
-	ws, err := s.upgrader.Upgrade(w, r, nil)
+	hj := &hijacker{ResponseWriter: w}
+	ws, err := s.upgrader.Upgrade(hj, r, nil)
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
 		s.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 		releaseIP()
 		return
 	}
-	c := newConn(s, ws, r.RemoteAddr, grant)
+	c := newConn(s, ws, hj.fc, r.RemoteAddr, grant)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -152,12 +165,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// returns: the HTTP goroutine's stack, grown while parsing the
 	// request, is not kept for the life of the socket.
 	handedOff = true
-	go func() {
-		defer s.wg.Done()
-		defer releaseIP()
-		defer s.metrics.connections.Dec()
-		c.serve()
-	}()
+	go c.serve(func() {
+		s.metrics.connections.Dec()
+		releaseIP()
+		s.wg.Done()
+	})
+}
+
+// hijacker hands gorilla the socket wrapped in a frameConn.
+type hijacker struct {
+	http.ResponseWriter
+	fc *frameConn
+}
+
+func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("the response cannot be hijacked")
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	h.fc = newFrameConn(nc)
+	return h.fc, brw, nil
 }
 
 // bind makes c the connection of its peer id, closing any older one. A
@@ -207,6 +238,9 @@ func (s *Server) Close(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		if s.poller != nil {
+			s.closePoller.Do(s.poller.close)
+		}
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

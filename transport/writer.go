@@ -167,6 +167,12 @@ func (c *conn) startTimers() {
 }
 
 func (c *conn) ping() {
+	if c.silent() {
+		// No pong, no anything: the reader may be parked, or waiting
+		// on a frame that never ends; either way the peer is gone.
+		c.close(ReasonPingTimeout, false)
+		return
+	}
 	if c.push(outFrame{op: websocket.PingMessage}) {
 		c.wmu.Lock()
 		if !c.closing {
@@ -240,6 +246,7 @@ func (c *conn) close(r CloseReason, drain bool) {
 		if start {
 			go c.write()
 		}
+		c.wake() // a parked reader runs to finish the connection
 	})
 }
 
@@ -301,6 +308,7 @@ func (c *conn) write() {
 			c.srv.noteSendWait(time.Since(oldest))
 		}
 		if closing {
+			c.unwatch()
 			c.ws.Close()
 			close(c.writerDone)
 			return // writing stays set: no writer starts again

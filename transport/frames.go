@@ -1,0 +1,205 @@
+package transport
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The socket as the reader sees it: gorilla/websocket reads through it
+// and parses frames as ever, but it never hands gorilla a byte past the
+// frame gorilla is reading. So once gorilla has read a message, nothing
+// waits in gorilla's buffer, and the reader may give up its goroutine
+// until the socket has more (park.go): what an idle connection keeps is
+// no goroutine, no stack and no read buffer.
+//
+// Between frames it reads the next frame's header itself, and answers
+// pings and takes pongs there: a pong arriving at an idle connection so
+// costs no trip into gorilla, whose reader would wait on for the next
+// frame. Every other frame, close frames and malformed ones included,
+// is gorilla's to read and judge.
+
+// readChunk is how much the reader asks the socket for at a time, into a
+// buffer taken from a pool only while bytes wait in it.
+const readChunk = 4 << 10
+
+var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
+
+// frameConn wraps the socket gorilla reads from. Only the connection's
+// reader calls Read and await; lastRead is read by the ping timer.
+type frameConn struct {
+	net.Conn
+	buf      *[]byte // bytes read and not yet handed on are (*buf)[off:end]; nil when none
+	off, end int
+	left     int64        // bytes of the current frame not yet handed to gorilla
+	mustRead bool         // set on waking: read the socket before parking again
+	lastRead atomic.Int64 // when the socket last gave bytes, Unix nanoseconds
+
+	onPing func(payload []byte) // a ping's payload, unmasked, to echo in a pong
+	onPong func()
+}
+
+func newFrameConn(nc net.Conn) *frameConn {
+	f := &frameConn{Conn: nc}
+	f.lastRead.Store(time.Now().UnixNano())
+	return f
+}
+
+// Read implements net.Conn for gorilla: never past the end of a frame.
+func (f *frameConn) Read(p []byte) (int, error) {
+	if f.left == 0 {
+		// Gorilla wants the next frame: a continuation, or the frame
+		// after a control frame it read. Wait here, with a goroutine:
+		// only between messages may the reader park.
+		if _, err := f.await(nil); err != nil {
+			return 0, err
+		}
+	}
+	if int64(len(p)) > f.left {
+		p = p[:f.left]
+	}
+	var n int
+	var err error
+	if f.off < f.end {
+		n = copy(p, (*f.buf)[f.off:f.end])
+		f.off += n
+		if f.off == f.end {
+			f.release()
+		}
+	} else {
+		n, err = f.Conn.Read(p) // a large payload goes straight to gorilla
+		if n > 0 {
+			f.lastRead.Store(time.Now().UnixNano())
+		}
+	}
+	f.left -= int64(n)
+	return n, err
+}
+
+// await reads until the header of a frame for gorilla is buffered,
+// answering pings and taking pongs on the way. With park set, when
+// nothing at all is buffered (and the socket was read since mustRead was
+// set) it calls park instead of waiting on the socket, and reports true
+// if park took the connection.
+func (f *frameConn) await(park func() bool) (parked bool, err error) {
+	for {
+		if f.left > 0 {
+			return false, nil
+		}
+		if f.off == f.end && park != nil && !f.mustRead && park() {
+			return true, nil
+		}
+		if f.frame() {
+			continue // a ping or pong, taken: look again
+		}
+		if f.left > 0 {
+			return false, nil
+		}
+		if err := f.fill(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// frame looks at the buffered header. For a ping or pong buffered whole
+// it handles and drops it and reports true; for any other frame whose
+// header is buffered it sets left to the frame's size.
+func (f *frameConn) frame() bool {
+	b := f.buffered()
+	if len(b) < 2 {
+		return false
+	}
+	size := headerSize(b)
+	if len(b) < size {
+		return false
+	}
+	op, masked, fin := b[0]&0x0f, b[1]&0x80 != 0, b[0]&0xf0 == 0x80
+	n := int64(b[1] & 0x7f)
+	switch n {
+	case 126:
+		n = int64(binary.BigEndian.Uint16(b[2:]))
+	case 127:
+		u := binary.BigEndian.Uint64(b[2:])
+		n = int64(min(u, 1<<62))
+	}
+	control := (op == 0x9 || op == 0xa) && fin && masked && n <= 125
+	if !control {
+		f.left = int64(size) + n // gorilla's, whatever it is
+		return false
+	}
+	if int64(len(b)) < int64(size)+n {
+		return false // the rest of the ping or pong is on its way
+	}
+	payload := b[size : size+int(n)]
+	key := b[size-4 : size]
+	for i := range payload {
+		payload[i] ^= key[i%4]
+	}
+	if op == 0x9 {
+		f.onPing(append([]byte(nil), payload...))
+	} else if f.onPong != nil {
+		f.onPong()
+	}
+	f.off += size + int(n)
+	if f.off == f.end {
+		f.release()
+	}
+	return true
+}
+
+// headerSize is the size of the frame header that starts b, which holds
+// at least two bytes.
+func headerSize(b []byte) int {
+	size := 2
+	switch b[1] & 0x7f {
+	case 126:
+		size += 2
+	case 127:
+		size += 8
+	}
+	if b[1]&0x80 != 0 {
+		size += 4
+	}
+	return size
+}
+
+func (f *frameConn) buffered() []byte {
+	if f.buf == nil {
+		return nil
+	}
+	return (*f.buf)[f.off:f.end]
+}
+
+// fill reads what the socket has into the buffer, after what waits there.
+func (f *frameConn) fill() error {
+	if f.buf == nil {
+		f.buf = chunkPool.Get().(*[]byte)
+		f.off, f.end = 0, 0
+	} else if f.off > 0 {
+		f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
+		f.off = 0
+	}
+	n, err := f.Conn.Read((*f.buf)[f.end:])
+	f.end += n
+	if n > 0 {
+		f.mustRead = false
+		f.lastRead.Store(time.Now().UnixNano())
+	}
+	if f.off == f.end {
+		f.release()
+	}
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// release gives the empty buffer back to the pool.
+func (f *frameConn) release() {
+	if f.buf != nil {
+		chunkPool.Put(f.buf)
+		f.buf, f.off, f.end = nil, 0, 0
+	}
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package transport
+
+import "errors"
+
+// poller is Linux's (park_linux.go). Elsewhere a connection never parks:
+// its reader keeps its goroutine.
+type poller struct{}
+
+func newPoller() (*poller, error) { return nil, errors.ErrUnsupported }
+
+func (p *poller) watch(*conn) error { return errors.ErrUnsupported }
+func (p *poller) forget(*conn)      {}
+func (p *poller) close()            {}

@@ -1,0 +1,176 @@
+package transport
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tandemhq/tandem/internal/testenv"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// clientFrame is one masked frame as a client sends it.
+func clientFrame(op byte, fin bool, payload []byte) []byte {
+	b0 := op
+	if fin {
+		b0 |= 0x80
+	}
+	out := []byte{b0}
+	switch n := len(payload); {
+	case n <= 125:
+		out = append(out, 0x80|byte(n))
+	case n <= 0xffff:
+		out = append(out, 0x80|126, byte(n>>8), byte(n))
+	default:
+		out = append(out, 0x80|127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	key := []byte{0x12, 0x34, 0x56, 0x78}
+	out = append(out, key...)
+	for i, c := range payload {
+		out = append(out, c^key[i%4])
+	}
+	return out
+}
+
+func heartbeatFrame(t *testing.T, peer string, seq uint64) []byte {
+	t.Helper()
+	b, err := wire.Encode(&wire.Message{Type: wire.TypeHeartbeat, SenderID: peer, TargetID: serverID, Seq: seq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Idle connections hold no goroutine: they park, and each wakes for what
+// it is sent and parks again.
+func TestIdleConnectionsParkWithoutAGoroutine(t *testing.T) {
+	s := newTestServer(t, Config{})
+	if s.poller == nil {
+		t.Fatal("no poller: connections cannot park here")
+	}
+	const n = 50
+	before := runtime.NumGoroutine()
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		conns[i] = dial(t, s.url)
+		join(t, conns[i], fmt.Sprint("p", i))
+	}
+	parked := func() float64 { return testutil.ToFloat64(s.metrics.parked) }
+	testenv.WaitFor(t, "every connection parked", func() bool { return parked() == n })
+	if grown := runtime.NumGoroutine() - before; grown >= n/2 {
+		t.Errorf("%d goroutines more for %d parked connections", grown, n)
+	}
+	for round := uint64(1); round <= 3; round++ {
+		for i, ws := range conns {
+			send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: round})
+			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != round {
+				t.Fatalf("round %d: got %s %d, want the ack", round, m.Type, m.Seq)
+			}
+		}
+		testenv.WaitFor(t, "every connection parked again", func() bool { return parked() == n })
+	}
+	for _, ws := range conns {
+		ws.Close()
+	}
+	testenv.WaitFor(t, "closed connections finished", func() bool { return s.Connections() == 0 })
+	if p := parked(); p != 0 {
+		t.Errorf("%v connections still counted parked after closing", p)
+	}
+}
+
+// The reader sees frames as gorilla does however the bytes arrive: a
+// message sent a byte at a time, a fragmented one with a ping and a pong
+// between its fragments, and a ping answered with its payload.
+func TestFramesArriveWholeHoweverTheBytesDo(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	join(t, ws, "a")
+	pongs := make(chan string, 4)
+	ws.SetPongHandler(func(p string) error { pongs <- p; return nil })
+	raw := ws.UnderlyingConn()
+
+	// One byte per write.
+	for _, b := range clientFrame(0x2, true, heartbeatFrame(t, "a", 1)) {
+		if _, err := raw.Write([]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != 1 {
+		t.Fatalf("got %s %d, want the ack of a message written a byte at a time", m.Type, m.Seq)
+	}
+
+	// Fragments, with control frames between them, in one write.
+	msg := heartbeatFrame(t, "a", 2)
+	var stream []byte
+	stream = append(stream, clientFrame(0x2, false, msg[:3])...)
+	stream = append(stream, clientFrame(0x9, true, []byte("between"))...)
+	stream = append(stream, clientFrame(0xa, true, nil)...)
+	stream = append(stream, clientFrame(0x0, false, msg[3:7])...)
+	stream = append(stream, clientFrame(0x0, true, msg[7:])...)
+	stream = append(stream, clientFrame(0x9, true, []byte("after"))...)
+	if _, err := raw.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != 2 {
+		t.Fatalf("got %s %d, want the ack of the fragmented message", m.Type, m.Seq)
+	}
+	// The pongs were queued before the answer to a later heartbeat, and
+	// gorilla hands them to the handler while reading up to it.
+	send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "a", TargetID: serverID, Seq: 3})
+	if m := recv(t, ws); m.Seq != 3 {
+		t.Fatalf("got %s %d, want the ack of heartbeat 3", m.Type, m.Seq)
+	}
+	for _, want := range []string{"between", "after"} {
+		select {
+		case got := <-pongs:
+			if got != want {
+				t.Fatalf("pong %q, want %q", got, want)
+			}
+		default:
+			t.Fatalf("no pong %q", want)
+		}
+	}
+}
+
+// A control frame the reader does not take (a ping over 125 bytes) is
+// gorilla's to refuse, and the connection closes as broken.
+func TestAnOversizedPingIsRefused(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	join(t, ws, "a")
+	if _, err := ws.UnderlyingConn().Write(clientFrame(0x9, true, bytes.Repeat([]byte{1}, 200))); err != nil {
+		t.Fatal(err)
+	}
+	expectClose(t, ws, websocket.CloseProtocolError)
+}
+
+// Connections that open, talk, park and close, many at once and many
+// times over, all finish: none is left parked or open.
+func TestParkingUnderChurn(t *testing.T) {
+	s := newTestServer(t, Config{})
+	for round := range 20 {
+		done := make(chan struct{})
+		for i := range 10 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				ws := dial(t, s.url)
+				defer ws.Close()
+				peer := fmt.Sprintf("r%d-%d", round, i)
+				join(t, ws, peer)
+				send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: peer, TargetID: serverID, Seq: 1})
+				recv(t, ws)
+			}()
+		}
+		for range 10 {
+			<-done
+		}
+	}
+	testenv.WaitFor(t, "every connection finished", func() bool { return s.Connections() == 0 })
+	if p := testutil.ToFloat64(s.metrics.parked); p != 0 {
+		t.Errorf("%v connections counted parked after all closed", p)
+	}
+}
