@@ -107,12 +107,13 @@ func (h *Hub) markDirty(r *room) {
 
 // flushLoop writes changed rooms as soon as they change (one batch at a
 // time, so that a batch groups every room that changed while the one
-// before it was written), retries failed writes and evicts idle rooms
-// until ctx ends.
+// before it was written), retries failed writes, evicts idle rooms and
+// rests quiet members (rest.go) until ctx ends.
 func (h *Hub) flushLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
 	failed := false
+	var lastRest time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,7 +123,12 @@ func (h *Hub) flushLoop(ctx context.Context) {
 				continue // wait for the retry tick rather than spin on a failing store
 			}
 		case <-t.C:
-			h.evictIdle(time.Now())
+			now := time.Now()
+			h.evictIdle(now)
+			if now.Sub(lastRest) >= restAfter/4 {
+				h.restMembers(now)
+				lastRest = now
+			}
 		}
 		err := h.Flush(context.Background())
 		failed = err != nil

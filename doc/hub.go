@@ -39,6 +39,7 @@ type Hub struct {
 	// catchUps counts rooms that found changes in the store after a gap
 	// in what the bus carried (replica.go).
 	catchUps prometheus.Counter
+	rested   prometheus.Counter // members whose sync state was dropped (rest.go)
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -100,13 +101,17 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_store_catchups_total",
 		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (the last local peer left, or Redis was unreachable).",
 	})
+	h.rested = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_members_rested_total",
+		Help: "Sync states dropped from members level with their document and quiet (made again from the level heads when needed).",
+	})
 	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_mention_reports_total",
 		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
 	}, []string{"event"})
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, mentions,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, mentions,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -89,8 +89,14 @@ type room struct {
 
 // member is a peer of the room and the sync state the server keeps with it.
 type member struct {
-	peer  Peer
+	peer Peer
+	// state is made when first needed (syncState) and dropped while the
+	// peer is level and quiet (rest.go); used is when it was last needed.
 	state *automerge.SyncState
+	used  time.Time
+	// rested holds the heads the peer was level at when its state was
+	// dropped: a state made again starts from them.
+	rested []automerge.ChangeHash
 	// sentAt holds the document's heads when the peer was last sent a
 	// sync message; nil before the first.
 	sentAt []automerge.ChangeHash
@@ -160,12 +166,12 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	r.doc.SaveIncremental()
 }
 
-// join returns p's membership, adding p with a fresh sync state if it is new
-// or replaces an older connection with the same peer id.
+// join returns p's membership, adding p, with no sync state yet, if it is
+// new or replaces an older connection with the same peer id.
 func (r *room) join(p Peer) *member {
 	m := r.members[p.ID()]
 	if m == nil || m.peer != p {
-		m = &member{peer: p, state: automerge.NewSyncState(r.doc)}
+		m = &member{peer: p}
 		r.members[p.ID()] = m
 	}
 	return m
@@ -232,8 +238,14 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.mentions.before(mentioned, p)
 	}
 	before := r.doc.Heads()
-	if _, err := m.state.ReceiveMessage(sm.raw); err != nil {
-		return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	// A peer that has nothing (a client's first find) is sent everything,
+	// built as a fan-out is: it needs no sync state, now or once level.
+	empty := m.state == nil && r.exists && len(before) > 0 &&
+		len(sm.heads) == 0 && len(sm.need) == 0 && len(sm.changes) == 0
+	if !empty {
+		if _, err := r.syncState(m).ReceiveMessage(sm.raw); err != nil {
+			return false, fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+		}
 	}
 	after := r.doc.Heads()
 	changed = !sameHeads(before, after)
@@ -243,6 +255,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	r.noteAhead(m, sm.heads)
 	r.ledger.hold(held, r.known)
 	switch {
+	case empty:
+		r.answerAuthor(m, nil, after)
 	case changed && !msg.Request && len(sm.need) == 0 && r.knowsAll(sm.heads):
 		r.answerAuthor(m, sm.heads, after)
 	case msg.Request || changed || !sm.settled(after, m.sentAt, r.known):
@@ -406,7 +420,7 @@ func (r *room) known(hash []byte) bool {
 // sendSync sends m what automerge says it lacks, if anything; heads are
 // the document's now.
 func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
-	if msg, ok := m.state.GenerateMessage(); ok {
+	if msg, ok := r.syncState(m).GenerateMessage(); ok {
 		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know

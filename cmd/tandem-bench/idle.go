@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
+
+	"github.com/tandemhq/tandem/transport/wire"
 )
 
 // idleResult is the server's RSS before and after the connections.
@@ -28,32 +31,28 @@ func printIdle(r idleResult) {
 		float64(r.before)/(1<<20), float64(r.after)/(1<<20), r.perConn())
 }
 
-// measureIdle opens connections that join and open one document each, and
-// measures the server's memory per connection.
+// measureIdle opens connections that join and open one document each,
+// --peers of them to a document (the first creates it), answer what the
+// server sends as a client does, and then stay idle; it measures the
+// server's memory per connection.
 func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	if len(o.serverPIDs) == 0 {
 		return idleResult{}, fmt.Errorf("idle needs --server-pid to read the server's memory")
-	}
-	creator, err := dialPeer(o.urls[0])
-	if err != nil {
-		return idleResult{}, err
-	}
-	defer creator.ws.Close()
-	doc := newDocID()
-	if err := creator.create(doc); err != nil {
-		return idleResult{}, err
 	}
 	before, err := rssBytes(o.serverPIDs)
 	if err != nil {
 		return idleResult{}, err
 	}
-	fmt.Printf("idle: %d connections, each joined with one document open\n", o.conns)
+	perDoc := max(o.peers, 1)
+	fmt.Printf("idle: %d connections, each joined with one document open, %d to a document\n", o.conns, perDoc)
 	peers := make([]*peer, 0, o.conns)
 	defer func() {
 		for _, p := range peers {
 			p.ws.Close()
 		}
 	}()
+	var refused atomic.Int64
+	var doc string
 	for i := 0; i < o.conns; i++ {
 		if ctx.Err() != nil {
 			return idleResult{}, ctx.Err()
@@ -63,13 +62,27 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 			return idleResult{}, fmt.Errorf("connection %d: %w", i, err)
 		}
 		peers = append(peers, p)
+		if i%perDoc == 0 {
+			doc = newDocID()
+			if err := p.create(doc); err != nil {
+				return idleResult{}, err
+			}
+			continue // its sync loop is done: it stays idle, unread
+		}
 		if err := p.open(doc); err != nil {
 			return idleResult{}, err
 		}
-		go func() { // read what the server sends, as a client would
+		go func() { // read what the server sends and answer it, as a client would
 			for {
-				if _, err := p.recv(); err != nil {
+				m, err := p.recv()
+				if err != nil {
 					return
+				}
+				switch m.Type {
+				case wire.TypeSync:
+					p.answer(m.Data)
+				case wire.TypeError, wire.TypeDocUnavailable:
+					refused.Add(1)
 				}
 			}
 		}()
@@ -81,6 +94,9 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	after, err := rssBytes(o.serverPIDs)
 	if err != nil {
 		return idleResult{}, err
+	}
+	if n := refused.Load(); n > 0 {
+		return idleResult{}, fmt.Errorf("%d connections were refused or told of an error: raise the server's limits", n)
 	}
 	return idleResult{conns: o.conns, before: before, after: after}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,11 +22,17 @@ type peer struct {
 	session string
 	count   uint64
 	ws      *websocket.Conn
+	wmu     sync.Mutex // one writer at a time on ws
 	server  string
 
 	// What the peer received: frames and bytes, for the clients' side of
 	// a benchmark's figures.
 	framesIn, bytesIn atomic.Int64
+
+	// The document it opened, as its replica and sync state (open).
+	doc     string
+	replica *automerge.Doc
+	state   *automerge.SyncState
 }
 
 func dialPeer(url string) (*peer, error) { return dialPeerAsking(url, false) }
@@ -68,6 +75,8 @@ func (p *peer) send(m *wire.Message) error {
 	if err != nil {
 		return err
 	}
+	p.wmu.Lock() // the reader answers sync while a sender moves cursors
+	defer p.wmu.Unlock()
 	return p.ws.WriteMessage(websocket.BinaryMessage, b)
 }
 
@@ -157,9 +166,30 @@ func (p *peer) create(doc string) error {
 }
 
 // open asks for a document so that the server counts this peer in it.
+// open asks for a document, as a client's find does; the peer's reader
+// then answers what the server sends (answer), as automerge-repo does,
+// until both sides are level.
 func (p *peer) open(doc string) error {
-	m, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	p.doc = doc
+	p.replica = automerge.New()
+	p.state = automerge.NewSyncState(p.replica)
+	m, _ := p.state.GenerateMessage()
 	return p.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: m.Bytes()})
+}
+
+// answer takes a sync message of the opened document and replies if
+// automerge has anything to say. Only the peer's reader calls it.
+func (p *peer) answer(data []byte) error {
+	if p.state == nil {
+		return nil
+	}
+	if _, err := p.state.ReceiveMessage(data); err != nil {
+		return err
+	}
+	if m, ok := p.state.GenerateMessage(); ok {
+		return p.send(&wire.Message{Type: wire.TypeSync, DocumentID: p.doc, Data: m.Bytes()})
+	}
+	return nil
 }
 
 func newDocID() string {

@@ -268,6 +268,8 @@ func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
 		}
 		switch {
 		case !ok:
+		case m.Type == wire.TypeSync:
+			p.answer(m.Data) // as automerge-repo does
 		case m.Type == wire.TypeEphemeral:
 			r.take(m.SenderID, m.Data, delivered)
 		case m.Type == wire.TypePresenceBatch:
