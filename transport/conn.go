@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"golang.org/x/time/rate"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -29,9 +28,8 @@ type conn struct {
 	ws     *websocket.Conn
 	fr     *frameConn // the socket beneath ws
 	remote string
-	ctx    context.Context // until the connection is finished
-	cancel context.CancelFunc
-	done   func() // the server's part of finishing
+	ctx    context.Context // the server's: until it closes
+	done   func()          // the server's part of finishing
 
 	// Parking (park.go), guarded by parkMu.
 	parkMu    sync.Mutex
@@ -54,9 +52,9 @@ type conn struct {
 	ended      atomic.Bool // set by close, after reason
 	movedTo    string      // the node a newer connection of this peer is on (claims)
 
-	grant   *auth.Grant   // what the token allows; nil when running open
-	limiter *rate.Limiter // the message rate: excess ephemerals dropped
-	flood   *rate.Limiter // twice the rate: beyond it the connection closes
+	grant   *auth.Grant // what the token allows; nil when running open
+	limiter bucket      // the message rate: excess ephemerals dropped
+	flood   bucket      // twice the rate: beyond it the connection closes
 
 	// Owned by the reader goroutine. peerID and batches are set once at
 	// join, before the connection is handed to any room, and never change.
@@ -64,7 +62,7 @@ type conn struct {
 	batches     bool   // the client takes presence in batches
 	release     func() // gives up the peer id's cluster claim; nil without one
 	docs        map[string]struct{}
-	clocks      map[string]uint64 // last ephemeral count per sessionId
+	clocks      map[string]uint64 // last ephemeral count per sessionId; nil before the first
 	lastRateErr time.Time         // when the client was last told it is rate limited
 }
 
@@ -77,23 +75,18 @@ var (
 )
 
 func newConn(s *Server, ws *websocket.Conn, fr *frameConn, remote string, grant *auth.Grant) *conn {
-	cfg := &s.cfg
-	// The connection lives until it is finished, not as long as any
-	// request.
-	ctx, cancel := context.WithCancel(context.Background())
+	// The connection's work lives as long as the server, not as long as
+	// any request. Its reader does that work itself, so none of it is
+	// left when the connection is finished.
 	return &conn{
 		srv:        s,
 		ws:         ws,
 		fr:         fr,
-		ctx:        ctx,
-		cancel:     cancel,
+		ctx:        s.ctx,
 		remote:     remote,
 		grant:      grant,
-		limiter:    rate.NewLimiter(rate.Limit(cfg.MessageRate), cfg.MessageBurst),
-		flood:      rate.NewLimiter(rate.Limit(2*cfg.MessageRate), 2*cfg.MessageBurst),
 		writerDone: make(chan struct{}),
 		docs:       make(map[string]struct{}),
-		clocks:     make(map[string]uint64),
 	}
 }
 
@@ -128,7 +121,6 @@ func (c *conn) run(woken bool) {
 // finish cleans up after the reader's last read: the connection leaves
 // its documents and the server.
 func (c *conn) finish() {
-	c.cancel()
 	c.wmu.Lock()
 	movedTo := c.movedTo
 	c.wmu.Unlock()

@@ -19,12 +19,14 @@ import (
 
 // handle dispatches one inbound frame.
 func (c *conn) handle(ctx context.Context, mt int, data []byte) {
-	if !c.flood.Allow() {
+	now := time.Now()
+	rate, burst := c.srv.cfg.MessageRate, c.srv.cfg.MessageBurst
+	if !c.flood.allow(2*rate, 2*burst, now) {
 		c.srv.log.Warn("closing a flooding connection", "peer", c.peerID, "remote", c.remote)
 		c.close(ReasonFlood, false)
 		return
 	}
-	overRate := !c.limiter.Allow()
+	overRate := !c.limiter.allow(rate, burst, now)
 	if mt != websocket.BinaryMessage {
 		c.violation(ReasonTextFrame, "text frames are not part of the protocol: send CBOR in binary frames")
 		return
@@ -121,7 +123,9 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 			c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
 			return
 		}
-		if !seen && len(c.clocks) >= maxSessions {
+		if c.clocks == nil {
+			c.clocks = make(map[string]uint64, 1)
+		} else if !seen && len(c.clocks) >= maxSessions {
 			clear(c.clocks)
 		}
 		c.clocks[m.SessionID] = m.Count

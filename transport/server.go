@@ -24,6 +24,8 @@ type Server struct {
 	metrics  *metrics
 	upgrader websocket.Upgrader
 
+	ctx     context.Context // the connections' work; ends at Close
+	cancel  context.CancelFunc
 	members *members // who is in which document
 	poller  *poller  // watches parked connections; nil where they cannot park
 
@@ -69,6 +71,7 @@ func NewServer(cfg Config) (*Server, error) {
 		conns: make(map[*conn]struct{}),
 		perIP: make(map[string]int),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.members = newMembers(&s.cfg)
 	if !cfg.KeepReaders {
 		if p, err := newPoller(); err == nil {
@@ -238,11 +241,13 @@ func (s *Server) Close(ctx context.Context) error {
 	go func() { s.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		s.cancel()
 		if s.poller != nil {
 			s.closePoller.Do(s.poller.close)
 		}
 		return nil
 	case <-ctx.Done():
+		s.cancel() // what the connections still do gives up
 		return ctx.Err()
 	}
 }

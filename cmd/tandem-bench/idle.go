@@ -13,6 +13,9 @@ import (
 type idleResult struct {
 	conns         int
 	before, after int64
+	// What the kernel holds for TCP sockets, before and after: buffers
+	// and socket objects, the bench's ends included.
+	kernelBefore, kernelAfter int64
 }
 
 func (r idleResult) perConn() float64 { return float64(r.after-r.before) / 1024 / float64(r.conns) }
@@ -29,6 +32,10 @@ func runIdle(ctx context.Context, o options) error {
 func printIdle(r idleResult) {
 	fmt.Printf("server RSS %.1f MiB → %.1f MiB: %.1f KiB per connection\n",
 		float64(r.before)/(1<<20), float64(r.after)/(1<<20), r.perConn())
+	if r.kernelAfter > 0 {
+		fmt.Printf("kernel TCP sockets %.1f MiB → %.1f MiB: %.1f KiB per connection, both ends of the loopback\n",
+			float64(r.kernelBefore)/(1<<20), float64(r.kernelAfter)/(1<<20), float64(r.kernelAfter-r.kernelBefore)/1024/float64(r.conns))
+	}
 }
 
 // measureIdle opens connections that join and open one document each,
@@ -43,6 +50,7 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	if err != nil {
 		return idleResult{}, err
 	}
+	kb, ko := kernelSockets()
 	perDoc := max(o.peers, 1)
 	fmt.Printf("idle: %d connections, each joined with one document open, %d to a document\n", o.conns, perDoc)
 	peers := make([]*peer, 0, o.conns)
@@ -98,5 +106,6 @@ func measureIdle(ctx context.Context, o options) (idleResult, error) {
 	if n := refused.Load(); n > 0 {
 		return idleResult{}, fmt.Errorf("%d connections were refused or told of an error: raise the server's limits", n)
 	}
-	return idleResult{conns: o.conns, before: before, after: after}, nil
+	ka, koa := kernelSockets()
+	return idleResult{conns: o.conns, before: before, after: after, kernelBefore: kb + ko, kernelAfter: ka + koa}, nil
 }

@@ -57,6 +57,9 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's own CPU profile to this file")
 	flag.StringVar(&serverLogDir, "server-logs", "", "append the output of every server the tool starts to <dir>/<name>.log")
 	flag.Parse()
+	if o.scenario == "idle" {
+		raiseFileLimit(uint64(o.conns) + 512) // the server's side too, for --compare
+	}
 	if serverLogDir != "" {
 		// Made here rather than failing at the first server, minutes in.
 		if err := os.MkdirAll(serverLogDir, 0o755); err != nil {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -43,7 +45,7 @@ func dialPeerAsking(url string, batches bool) (*peer, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	p := &peer{id: "bench-" + hex.EncodeToString(b[:]), session: hex.EncodeToString(b[:4])}
-	ws, _, err := websocket.DefaultDialer.Dial(url, nil)
+	ws, _, err := dialer().Dial(url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +66,33 @@ func dialPeerAsking(url string, batches bool) (*peer, error) {
 			return p, nil
 		}
 	}
+}
+
+// portsPerSource is how many connections the bench opens from one source
+// address to a server on the loopback: the kernel's ephemeral ports (about
+// 28,000 by default) are per pair of addresses, so past this the bench
+// dials from 127.0.0.2, 127.0.0.3 and so on.
+const portsPerSource = 25000
+
+var dials atomic.Int64
+
+// dialer returns the dialer of the next connection.
+func dialer() *websocket.Dialer {
+	n := dials.Add(1) - 1
+	if n < portsPerSource {
+		return websocket.DefaultDialer
+	}
+	d := *websocket.DefaultDialer
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+n/portsPerSource))}
+	nd := &net.Dialer{LocalAddr: local, Timeout: 30 * time.Second}
+	d.NetDialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, _, err := net.SplitHostPort(addr); err != nil || !net.ParseIP(host).IsLoopback() {
+			var plain net.Dialer
+			return plain.DialContext(ctx, network, addr) // another host: its own source address
+		}
+		return nd.DialContext(ctx, network, addr)
+	}
+	return &d
 }
 
 func (p *peer) send(m *wire.Message) error {

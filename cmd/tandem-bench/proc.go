@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // clockTicks is the kernel's USER_HZ, 100 on Linux.
@@ -61,4 +62,51 @@ func rssBytesOf(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// raiseFileLimit raises this process's open-file limit to n, hard limit
+// included if it may (as root), so that n connections fit; the servers
+// --compare starts inherit it. It says so when it cannot.
+func raiseFileLimit(n uint64) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil || l.Cur >= n {
+		return
+	}
+	want := syscall.Rlimit{Cur: n, Max: max(n, l.Max)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		want = syscall.Rlimit{Cur: l.Max, Max: l.Max}
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want)
+		fmt.Fprintf(os.Stderr, "tandem-bench: open files limited to %d (%v): fewer connections fit\n", l.Max, err)
+	}
+}
+
+// kernelSockets reads what the kernel holds for TCP sockets, both ends of
+// a loopback connection included: buffer memory (/proc/net/sockstat) and
+// the socket objects (TCP and socket inodes in /proc/slabinfo, root only;
+// zero without it).
+func kernelSockets() (buffers, objects int64) {
+	if b, err := os.ReadFile("/proc/net/sockstat"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 0 && f[0] == "TCP:" {
+				for i := 1; i+1 < len(f); i += 2 {
+					if f[i] == "mem" {
+						pages, _ := strconv.ParseInt(f[i+1], 10, 64)
+						buffers = pages * int64(os.Getpagesize())
+					}
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/slabinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 3 && (f[0] == "TCP" || f[0] == "sock_inode_cache") {
+				active, _ := strconv.ParseInt(f[1], 10, 64)
+				size, _ := strconv.ParseInt(f[3], 10, 64)
+				objects += active * size
+			}
+		}
+	}
+	return buffers, objects
 }
