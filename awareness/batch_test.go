@@ -153,9 +153,7 @@ func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
 				defer wg.Done()
 				p := &fakePeer{id: fmt.Sprintf("s%d", s)}
 				for i := 1; i <= updates; i++ {
-					data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc(i)}})
-					if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: uint64(i), Data: data}); err != nil {
-						t.Error(err)
+					if !f.receiveNumbered(t, p, "cursor", i) {
 						return
 					}
 					if i%7 == 0 {

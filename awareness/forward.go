@@ -1,7 +1,6 @@
 package awareness
 
 import (
-	"hash/fnv"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -143,11 +142,15 @@ func (h *Hub) flush(r *room, k int) {
 	}
 }
 
-// slot spreads peers over the ticks of a period.
+// slot spreads peers over the ticks of a period: the peer id's FNV-1a
+// hash, computed without allocating (it runs for every peer every tick).
 func slot(peer string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(peer))
-	return h.Sum64()
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(peer); i++ {
+		h ^= uint64(peer[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // forward sends the current values of a peer's channels to the room's

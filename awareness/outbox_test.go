@@ -68,6 +68,18 @@ func cursors(t *testing.T, got []received, sender string) []any {
 	return out
 }
 
+// receiveNumbered hands the hub p's update of channel to the value i under
+// the count i, from any goroutine; it reports false, having failed t, if
+// the hub refused it.
+func (f *fixture) receiveNumbered(t *testing.T, p *fakePeer, channel string, i int) bool {
+	data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: channel, Value: enc(i)}})
+	if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: uint64(i), Data: data}); err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
 // waitDispatched waits until no dispatcher runs.
 func waitDispatched(t *testing.T, h *Hub) {
 	t.Helper()
@@ -181,9 +193,7 @@ func TestOutboxOrderUnderConcurrency(t *testing.T) {
 			p := &fakePeer{id: fmt.Sprintf("s%d", s)}
 			for i := 1; i <= updates; i++ {
 				ch := []string{"cursor", "selection"}[i%2] // the last, 300, a cursor
-				data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: ch, Value: enc(i)}})
-				if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: uint64(i), Data: data}); err != nil {
-					t.Error(err)
+				if !f.receiveNumbered(t, p, ch, i) {
 					return
 				}
 			}

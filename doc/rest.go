@@ -26,13 +26,18 @@ func (r *room) syncState(m *member) *automerge.SyncState {
 	if m.state != nil {
 		return m.state
 	}
-	if m.rested != nil {
-		// The form of a saved sync state: its shared heads.
-		if ss, err := automerge.LoadSyncState(r.doc, appendHeads([]byte{0x43}, m.rested)); err == nil {
+	level := m.expect
+	if level == nil {
+		level = m.rested
+	}
+	if level != nil {
+		// The form of a saved sync state: its shared heads. Where the
+		// peer stands now, if a fan-out took it on since it rested.
+		if ss, err := automerge.LoadSyncState(r.doc, appendHeads([]byte{0x43}, level)); err == nil {
 			m.state = ss
 		}
-		m.rested = nil
 	}
+	m.rested = nil
 	if m.state == nil {
 		m.state = automerge.NewSyncState(r.doc)
 	}

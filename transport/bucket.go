@@ -6,20 +6,23 @@ import "time"
 // to use it: no lock and no allocation of its own, as idle connections
 // are many. It starts full.
 type bucket struct {
-	tokens float64
-	last   int64 // when it was last filled, Unix nanoseconds; 0 before the first take
+	tokens  float64
+	last    int64 // when it was last filled, since clockBase
+	started bool
 }
 
 // allow takes a token if there is one, filling the bucket at rate per
-// second up to burst first.
+// second up to burst first. now is measured from clockBase, on the
+// monotonic clock when now has one (time.Now's does).
 func (b *bucket) allow(rate float64, burst int, now time.Time) bool {
-	t := now.UnixNano()
-	if b.last == 0 {
-		b.tokens = float64(burst)
-	} else if t > b.last {
+	t := int64(now.Sub(clockBase))
+	switch {
+	case !b.started:
+		b.tokens, b.last, b.started = float64(burst), t, true
+	case t > b.last:
 		b.tokens = min(float64(burst), b.tokens+rate*float64(t-b.last)/1e9)
+		b.last = t
 	}
-	b.last = max(b.last, t)
 	if b.tokens < 1 {
 		return false
 	}

@@ -171,7 +171,7 @@ func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 // silent reports whether the socket has given nothing for three jittered
 // ping intervals and the round trip: the peer is gone, or its path is.
 func (c *conn) silent() bool {
-	return time.Since(time.Unix(0, c.fr.lastRead.Load())) > c.srv.cfg.PingInterval*7/2
+	return time.Duration(monotonic()-c.fr.lastRead.Load()) > c.srv.cfg.PingInterval*7/2
 }
 
 func readFailure(err error) CloseReason {

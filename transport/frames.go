@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/binary"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,17 @@ import (
 // buffer taken from a pool only while bytes wait in it.
 const readChunk = 4 << 10
 
+// parkGrace is how long a reader waits for more before it parks: a
+// connection that talks several times a second (a moving cursor) keeps
+// its reader rather than parking and waking for every message.
+const parkGrace = 200 * time.Millisecond
+
+// clockBase makes the monotonic times frameConn keeps as integers.
+var clockBase = time.Now()
+
+// monotonic is the time since clockBase, immune to the wall clock's steps.
+func monotonic() int64 { return int64(time.Since(clockBase)) }
+
 var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return &b }}
 
 // frameConn wraps the socket gorilla reads from. Only the connection's
@@ -35,7 +47,7 @@ type frameConn struct {
 	off, end int
 	left     int64        // bytes of the current frame not yet handed to gorilla
 	mustRead bool         // set on waking: read the socket before parking again
-	lastRead atomic.Int64 // when the socket last gave bytes, Unix nanoseconds
+	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
 	onPing func(payload []byte) // a ping's payload, unmasked, to echo in a pong
 	onPong func()
@@ -43,7 +55,7 @@ type frameConn struct {
 
 func newFrameConn(nc net.Conn) *frameConn {
 	f := &frameConn{Conn: nc}
-	f.lastRead.Store(time.Now().UnixNano())
+	f.lastRead.Store(monotonic())
 	return f
 }
 
@@ -71,7 +83,7 @@ func (f *frameConn) Read(p []byte) (int, error) {
 	} else {
 		n, err = f.Conn.Read(p) // a large payload goes straight to gorilla
 		if n > 0 {
-			f.lastRead.Store(time.Now().UnixNano())
+			f.lastRead.Store(monotonic())
 		}
 	}
 	f.left -= int64(n)
@@ -81,15 +93,24 @@ func (f *frameConn) Read(p []byte) (int, error) {
 // await reads until the header of a frame for gorilla is buffered,
 // answering pings and taking pongs on the way. With park set, when
 // nothing at all is buffered (and the socket was read since mustRead was
-// set) it calls park instead of waiting on the socket, and reports true
-// if park took the connection.
+// set) and the socket has been quiet for parkGrace, it calls park instead
+// of waiting on the socket, and reports true if park took the connection.
 func (f *frameConn) await(park func() bool) (parked bool, err error) {
 	for {
 		if f.left > 0 {
 			return false, nil
 		}
-		if f.off == f.end && park != nil && !f.mustRead && park() {
-			return true, nil
+		graced := false
+		if f.off == f.end && park != nil && !f.mustRead {
+			quiet := time.Duration(monotonic() - f.lastRead.Load())
+			if quiet >= parkGrace {
+				if park() {
+					return true, nil
+				}
+			} else {
+				f.Conn.SetReadDeadline(time.Now().Add(parkGrace - quiet))
+				graced = true
+			}
 		}
 		if f.frame() {
 			continue // a ping or pong, taken: look again
@@ -97,10 +118,22 @@ func (f *frameConn) await(park func() bool) (parked bool, err error) {
 		if f.left > 0 {
 			return false, nil
 		}
-		if err := f.fill(); err != nil {
+		err := f.fill()
+		if graced {
+			f.Conn.SetReadDeadline(time.Time{}) // gorilla's reads wait as long as it takes
+			if isTimeout(err) {
+				continue // quiet for parkGrace: park now
+			}
+		}
+		if err != nil {
 			return false, err
 		}
 	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // frame looks at the buffered header. For a ping or pong buffered whole
@@ -185,7 +218,7 @@ func (f *frameConn) fill() error {
 	f.end += n
 	if n > 0 {
 		f.mustRead = false
-		f.lastRead.Store(time.Now().UnixNano())
+		f.lastRead.Store(monotonic())
 	}
 	if f.off == f.end {
 		f.release()

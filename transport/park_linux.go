@@ -4,7 +4,9 @@ package transport
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,13 +19,17 @@ import (
 type poller struct {
 	epfd, wakefd int
 	done         chan struct{}
+	log          *slog.Logger
+	dead         atomic.Bool // run failed: nothing may park
 
 	mu    sync.Mutex
 	conns map[uint64]*conn // by id, the connections ever parked and still open
 	next  uint64
 }
 
-func newPoller() (*poller, error) {
+var errPollerDead = errors.New("the poller has failed")
+
+func newPoller(log *slog.Logger) (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
@@ -39,7 +45,7 @@ func newPoller() (*poller, error) {
 		unix.Close(wakefd)
 		return nil, err
 	}
-	p := &poller{epfd: epfd, wakefd: wakefd, done: make(chan struct{}), conns: make(map[uint64]*conn), next: 1}
+	p := &poller{epfd: epfd, wakefd: wakefd, done: make(chan struct{}), log: log, conns: make(map[uint64]*conn), next: 1}
 	go p.run()
 	return p, nil
 }
@@ -55,6 +61,19 @@ func (p *poller) run() {
 			continue
 		}
 		if err != nil {
+			// Nothing parks from now on (watch refuses), and what is
+			// parked is woken to read with a goroutine again.
+			p.dead.Store(true)
+			p.log.Error("the poller of idle connections failed: every connection keeps its reader from now on", "err", err)
+			p.mu.Lock()
+			parked := make([]*conn, 0, len(p.conns))
+			for _, c := range p.conns {
+				parked = append(parked, c)
+			}
+			p.mu.Unlock()
+			for _, c := range parked {
+				c.wake()
+			}
 			return
 		}
 		for _, ev := range events[:n] {
@@ -75,6 +94,9 @@ func (p *poller) run() {
 // watch arms c's socket, adding it to the set the first time. Called with
 // c.parkMu held, while the socket is open.
 func (p *poller) watch(c *conn) error {
+	if p.dead.Load() {
+		return errPollerDead
+	}
 	op := unix.EPOLL_CTL_MOD
 	if c.pollID == 0 {
 		p.mu.Lock()
@@ -88,7 +110,16 @@ func (p *poller) watch(c *conn) error {
 		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
 		Fd:     int32(uint32(c.pollID)), Pad: int32(uint32(c.pollID >> 32)),
 	}
-	return c.control(func(fd int) error { return unix.EpollCtl(p.epfd, op, fd, &ev) })
+	err := c.control(func(fd int) error { return unix.EpollCtl(p.epfd, op, fd, &ev) })
+	if err != nil && op == unix.EPOLL_CTL_ADD {
+		// Never added: the next attempt adds again, rather than
+		// modifying what is not there.
+		p.mu.Lock()
+		delete(p.conns, c.pollID)
+		p.mu.Unlock()
+		c.pollID = 0
+	}
+	return err
 }
 
 // forget takes c out of the set for good, before its socket is closed.

@@ -2,13 +2,16 @@
 
 package transport
 
-import "errors"
+import (
+	"errors"
+	"log/slog"
+)
 
 // poller is Linux's (park_linux.go). Elsewhere a connection never parks:
 // its reader keeps its goroutine.
 type poller struct{}
 
-func newPoller() (*poller, error) { return nil, errors.ErrUnsupported }
+func newPoller(*slog.Logger) (*poller, error) { return nil, errors.ErrUnsupported }
 
 func (p *poller) watch(*conn) error { return errors.ErrUnsupported }
 func (p *poller) forget(*conn)      {}

@@ -74,7 +74,7 @@ func NewServer(cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.members = newMembers(&s.cfg)
 	if !cfg.KeepReaders {
-		if p, err := newPoller(); err == nil {
+		if p, err := newPoller(s.log); err == nil {
 			s.poller = p
 		} else {
 			s.log.Info("idle connections keep their reader goroutines", "err", err)
@@ -248,6 +248,10 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		s.cancel() // what the connections still do gives up
+		if s.poller != nil {
+			// Every connection is closing, so none parks again.
+			s.closePoller.Do(s.poller.close)
+		}
 		return ctx.Err()
 	}
 }

@@ -150,6 +150,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		MaxDocumentsPerConn: cfg.MaxDocsPerConn,
 		MaxPeersPerDocument: cfg.MaxPeersPerDoc,
 		MaxConnsPerIP:       cfg.MaxConnsPerIP,
+		KeepReaders:         !cfg.ParkIdle,
 		MaxEphemeralBytes:   cfg.MaxEphemeralBytes,
 		MessageRate:         cfg.MessageRate,
 		MessageBurst:        cfg.MessageBurst,

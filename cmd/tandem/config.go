@@ -48,6 +48,7 @@ type config struct {
 	MaxDocsPerConn    int
 	MaxPeersPerDoc    int
 	MaxConnsPerIP     int
+	ParkIdle          bool
 	MaxEphemeralBytes int
 	MaxPresenceDepth  int
 	MaxPresenceChans  int
@@ -74,6 +75,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
+	fs.BoolVar(&c.ParkIdle, "park-idle", true,
+		"an idle connection gives up its reader goroutine and waits on an epoll set (Linux); false keeps a reader per connection")
 	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
 		"presence waits this long for more updates to send with the first, in one batch and one write; 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
