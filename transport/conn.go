@@ -59,8 +59,9 @@ type conn struct {
 	// Owned by the reader goroutine. peerID and batches are set once at
 	// join, before the connection is handed to any room, and never change.
 	peerID      string
-	batches     bool   // the client takes presence in batches
-	release     func() // gives up the peer id's cluster claim; nil without one
+	joinedAs    atomic.Pointer[string] // peerID, for goroutines other than the reader (logs)
+	batches     bool                   // the client takes presence in batches
+	release     func()                 // gives up the peer id's cluster claim; nil without one
 	docs        map[string]struct{}
 	clocks      map[string]uint64 // last ephemeral count per sessionId; nil before the first
 	lastRateErr time.Time         // when the client was last told it is rate limited

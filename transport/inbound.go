@@ -183,6 +183,7 @@ func (c *conn) join(ctx context.Context, m *wire.Message) {
 		c.peerID = ""
 		return
 	}
+	c.joinedAs.Store(&c.peerID)
 	c.sendPeer()
 	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
 }

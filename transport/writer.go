@@ -200,7 +200,11 @@ func (c *conn) push(f outFrame) bool {
 	}
 	if n := len(c.out); n >= c.srv.cfg.SendQueue {
 		c.wmu.Unlock()
-		c.srv.log.Warn("disconnecting slow consumer", "peer", c.peerID, "remote", c.remote, "queued", n)
+		peer := ""
+		if id := c.joinedAs.Load(); id != nil {
+			peer = *id
+		}
+		c.srv.log.Warn("disconnecting slow consumer", "peer", peer, "remote", c.remote, "queued", n)
 		c.close(ReasonSlow, false)
 		return false
 	}
