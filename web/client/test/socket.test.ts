@@ -113,6 +113,9 @@ test("acknowledged heartbeats keep the connection; jittered periods; rtt measure
 })
 
 test("three missed acks mean dead even though the socket looks open; reconnects with backoff", t => {
+  // Jitter fixed mid-range: beats 1 s apart, a retry 250 ms after the drop
+  // (a random draw of 0 would retry within the same tick of the clock).
+  t.mock.method(Math, "random", () => 0.5)
   const { a, states, events, sock } = setup(t, { backoff: { baseMs: 500, maxMs: 500 } })
   const s = sock()
   handshake(s)
