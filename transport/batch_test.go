@@ -124,3 +124,36 @@ func TestAClientCannotSendABatch(t *testing.T) {
 	recvError(t, ws, "invalid")
 	expectClose(t, ws, ReasonInvalid.Code)
 }
+
+// A connection whose writer is stuck keeps at most maxPresenceBytes of
+// presence: batches are large and never superseded, so the frame bound
+// alone would let a slow reader hold a thousand of them. The newest
+// stays.
+func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
+	s := newTestServer(t, Config{})
+	c := &conn{srv: s.Server, writing: true} // a writer runs, and is stuck
+	batch := bytes.Repeat([]byte{0xa0}, 100<<10)
+	for i := range 50 {
+		batch = append(batch[:0:0], batch...)
+		batch[0] = byte(i)
+		c.pushPresence(presKey{doc: testDoc}, false, batch)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	const mib = 1 << 20 // maxPresenceBytes
+	if c.pres.bytes > mib {
+		t.Fatalf("%d bytes of presence waiting, over the bound of 1 MiB", c.pres.bytes)
+	}
+	counted := c.pres.bytes
+	live := c.pres.take()
+	if len(live) == 0 || live[len(live)-1].payload[0] != 49 {
+		t.Fatal("the newest batch was not kept")
+	}
+	sum := 0
+	for _, f := range live {
+		sum += len(f.payload)
+	}
+	if sum != counted {
+		t.Fatalf("the live frames hold %d bytes, the lane counted %d", sum, counted)
+	}
+}

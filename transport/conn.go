@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -28,8 +27,7 @@ type conn struct {
 	ws     *websocket.Conn
 	fr     *frameConn // the socket beneath ws
 	remote string
-	ctx    context.Context // the server's: until it closes
-	done   func()          // the server's part of finishing
+	done   func() // the server's part of finishing
 
 	// Parking (park.go), guarded by parkMu.
 	parkMu    sync.Mutex
@@ -76,14 +74,10 @@ var (
 )
 
 func newConn(s *Server, ws *websocket.Conn, fr *frameConn, remote string, grant *auth.Grant) *conn {
-	// The connection's work lives as long as the server, not as long as
-	// any request. Its reader does that work itself, so none of it is
-	// left when the connection is finished.
 	return &conn{
 		srv:        s,
 		ws:         ws,
 		fr:         fr,
-		ctx:        s.ctx,
 		remote:     remote,
 		grant:      grant,
 		writerDone: make(chan struct{}),
@@ -165,7 +159,7 @@ func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 		if int64(len(data)) > limit {
 			return ReasonTooBig, false
 		}
-		c.handle(c.ctx, mt, data)
+		c.handle(c.srv.ctx, mt, data) // the server's: the reader does its work itself, so none outlives the connection
 	}
 }
 

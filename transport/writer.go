@@ -27,13 +27,18 @@ import (
 // it fill is closed as a slow consumer. Presence takes a lane of its own
 // (pres) that keeps only the newest frame per document, sender and
 // channel (a snapshot or goodbye replaces all of its sender's), never
-// closes the connection and, past maxPresence frames, drops the oldest.
+// closes the connection and, past maxPresence frames or maxPresenceBytes,
+// drops the oldest.
 // A burst of cursors can so never cut a peer's sync. The writer sends the
 // lossless lane first. Presence frames stay in the order they were
 // queued, which keeps their relay counts rising, as stock clients need.
 
-// maxPresence bounds the frames waiting in one connection's presence lane.
-const maxPresence = 1024
+// maxPresence bounds the frames waiting in one connection's presence lane,
+// and maxPresenceBytes their bytes: a batch may carry hundreds of updates.
+const (
+	maxPresence      = 1024
+	maxPresenceBytes = 1 << 20
+)
 
 // presKey is what the presence lane keeps one frame of. A frame with no
 // channel that is not whole (a batch) is never superseded.
@@ -44,6 +49,7 @@ type presLane struct {
 	frames []outFrame      // in order; superseded ones have op 0
 	at     map[presKey]int // index in frames of each key's live frame
 	live   int             // frames with op != 0
+	bytes  int             // the payload bytes of those
 }
 
 // take empties the lane and returns its live frames, in order.
@@ -57,13 +63,14 @@ func (l *presLane) take() []outFrame {
 			}
 		}
 	}
-	l.frames, l.live = nil, 0
+	l.frames, l.live, l.bytes = nil, 0, 0
 	clear(l.at)
 	return out
 }
 
 // kill marks frame i superseded.
 func (l *presLane) kill(i int) {
+	l.bytes -= len(l.frames[i].payload)
 	l.frames[i].op, l.frames[i].payload = 0, nil
 	l.live--
 }
@@ -93,7 +100,7 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 		l.kill(i)
 		superseded++
 	}
-	for i := 0; l.live >= maxPresence; i++ {
+	for i := 0; l.live > 0 && (l.live >= maxPresence || l.bytes+len(payload) > maxPresenceBytes); i++ {
 		if f := l.frames[i]; f.op != 0 {
 			if l.at[f.key] == i {
 				delete(l.at, f.key)
@@ -103,8 +110,8 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 		}
 	}
 	if len(l.frames) > 2*l.live+64 { // mostly superseded: compact
-		live := l.take()
-		l.frames, l.live = live, len(live)
+		bytes, live := l.bytes, l.take()
+		l.frames, l.live, l.bytes = live, len(live), bytes
 		for i, f := range live {
 			if f.key.channel != "" {
 				l.at[f.key] = i
@@ -116,6 +123,7 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 	}
 	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k})
 	l.live++
+	l.bytes += len(payload)
 	start := !c.writing
 	c.writing = true
 	c.wmu.Unlock()
