@@ -12,8 +12,8 @@ import (
 // changes or asks for some. So a member's state is made at its first use,
 // and dropped once the peer has been level, with every fan-out to it
 // acknowledged, for restAfter. A state made again starts from the heads
-// the peer was level at, so its first message names those, not the whole
-// history: a rested peer costs one round trip more at most, never a
+// the room knows the peer to stand at (member.expect, which fan-outs keep
+// up to date), so its first message names those, not the whole history: a rested peer costs one round trip more at most, never a
 // resend of the document.
 
 // restAfter is how long a level member keeps a sync state it does not use.
@@ -26,18 +26,13 @@ func (r *room) syncState(m *member) *automerge.SyncState {
 	if m.state != nil {
 		return m.state
 	}
-	level := m.expect
-	if level == nil {
-		level = m.rested
-	}
-	if level != nil {
-		// The form of a saved sync state: its shared heads. Where the
-		// peer stands now, if a fan-out took it on since it rested.
-		if ss, err := automerge.LoadSyncState(r.doc, appendHeads([]byte{0x43}, level)); err == nil {
+	if m.expect != nil {
+		// Made from where the room knows the peer stands, in the form
+		// of a saved sync state: its shared heads.
+		if ss, err := automerge.LoadSyncState(r.doc, appendHeads([]byte{0x43}, m.expect)); err == nil {
 			m.state = ss
 		}
 	}
-	m.rested = nil
 	if m.state == nil {
 		m.state = automerge.NewSyncState(r.doc)
 	}
@@ -51,7 +46,7 @@ func (r *room) rest(now time.Time) (rested int) {
 	defer r.mu.Unlock()
 	for _, m := range r.members {
 		if m.state != nil && m.expect != nil && len(m.unacked) == 0 && now.Sub(m.used) > restAfter {
-			m.state, m.rested = nil, m.expect
+			m.state = nil
 			rested++
 		}
 	}

@@ -94,9 +94,6 @@ type member struct {
 	// peer is level and quiet (rest.go); used is when it was last needed.
 	state *automerge.SyncState
 	used  time.Time
-	// rested holds the heads the peer was level at when its state was
-	// dropped: a state made again starts from them.
-	rested []automerge.ChangeHash
 	// sentAt holds the document's heads when the peer was last sent a
 	// sync message; nil before the first.
 	sentAt []automerge.ChangeHash
