@@ -28,19 +28,15 @@ type update struct {
 	Value   cbor.RawMessage `cbor:"value,omitempty"`
 }
 
-// envelope is an ephemeral payload carrying presence.
-type envelope struct {
-	Presence update `cbor:"__presence"`
-}
-
 // receiver keeps what one peer got: latencies, and the last cursor seen
 // from each other peer.
 type receiver struct {
 	mu        sync.Mutex
 	latencies []time.Duration
 	steady    []time.Duration // of cursors sent within the steady window
-	last      map[string]uint64
-	heard     map[string]bool // the peers any presence came from
+	// last holds, for every peer any presence came from, the last
+	// cursor seq it sent (0 if none), written in place.
+	last map[string]*uint64
 	// The steady window, in Unix nanoseconds: the load without its
 	// first and last steadyTrim, when every peer starts moving at once
 	// and when all stop together (each last value waits for its period).
@@ -117,7 +113,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 			} else if err := p.open(doc); err != nil {
 				return presenceResult{}, err
 			}
-			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]uint64{}, heard: map[string]bool{}}}
+			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]*uint64{}}}
 			members = append(members, m)
 			byDoc[doc] = append(byDoc[doc], m)
 		}
@@ -153,7 +149,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	for _, m := range members {
 		for {
 			m.recv.mu.Lock()
-			n := len(m.recv.heard)
+			n := len(m.recv.last)
 			m.recv.mu.Unlock()
 			if n >= len(byDoc[m.doc])-1 {
 				break
@@ -218,7 +214,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		all = append(all, m.recv.latencies...)
 		steady = append(steady, m.recv.steady...)
 		for j, other := range members {
-			if other.doc == m.doc && other != m && m.recv.last[other.p.id] != final[j] {
+			if other.doc == m.doc && other != m && m.recv.lastFrom(other.p.id) != final[j] {
 				missingFinal++
 			}
 		}
@@ -260,61 +256,66 @@ func sendCursors(ctx context.Context, p *peer, doc string, rate float64) uint64 
 }
 
 func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
-	var m frame
+	var f scannedFrame
 	for {
-		ok, err := p.recvFrame(&m)
+		_, b, err := p.ws.ReadMessage()
 		if err != nil {
 			return
 		}
-		switch {
-		case !ok:
-		case m.Type == wire.TypeSync:
-			p.answer(m.Data) // as automerge-repo does
-		case m.Type == wire.TypeEphemeral:
-			r.take(m.SenderID, m.Data, delivered)
-		case m.Type == wire.TypePresenceBatch:
-			for _, e := range m.Batch {
-				if e.SenderID != p.id {
-					r.take(e.SenderID, e.Data, delivered)
+		p.counted(b)
+		if scanFrame(b, &f) != nil {
+			continue
+		}
+		switch string(f.typ) {
+		case wire.TypeSync:
+			p.answer(f.data) // as automerge-repo does
+		case wire.TypeEphemeral:
+			r.mu.Lock()
+			r.take(f.sender, f.data, delivered)
+			r.mu.Unlock()
+		case wire.TypePresenceBatch:
+			r.mu.Lock()
+			for _, e := range f.entries {
+				if string(e.sender) != p.id {
+					r.take(e.sender, e.data, delivered)
 				}
 			}
+			r.mu.Unlock()
 		}
 	}
 }
 
 // take counts one presence message from sender, if it moves a cursor.
-func (r *receiver) take(sender string, data []byte, delivered *atomic.Int64) {
-	// Into structs, not maps: the generator shares the machine with the
-	// server it measures, so its decoding is kept cheap.
-	var env envelope
-	if cbor.Unmarshal(data, &env) != nil {
+// The caller holds r.mu: a batch is taken under one lock.
+func (r *receiver) take(sender, data []byte, delivered *atomic.Int64) {
+	var m scannedPresence
+	if scanPresence(data, &m) != nil || len(m.typ) == 0 {
 		return
 	}
-	u := env.Presence
-	if u.Type != "update" || u.Channel != "cursor" {
-		if u.Type != "" {
-			r.mu.Lock()
-			r.heard[sender] = true
-			r.mu.Unlock()
-		}
-		return
+	last := r.last[string(sender)] // a lookup by bytes does not allocate
+	if last == nil {
+		last = new(uint64)
+		r.last[string(sender)] = last
 	}
-	var c cursor
-	if cbor.Unmarshal(u.Value, &c) != nil || c.Sent == 0 {
+	c := m.cursor
+	if string(m.typ) != "update" || string(m.channel) != "cursor" || !m.isCursor || c.Sent == 0 {
 		return
 	}
 	lat := time.Duration(time.Now().UnixNano() - c.Sent)
 	delivered.Add(1)
-	r.mu.Lock()
-	r.heard[sender] = true
 	r.latencies = append(r.latencies, lat)
 	if c.Sent >= r.from && c.Sent < r.to {
 		r.steady = append(r.steady, lat)
 	}
-	if c.Seq > r.last[sender] {
-		r.last[sender] = c.Seq
+	*last = max(*last, c.Seq)
+}
+
+// lastFrom is the last cursor seq heard from a peer.
+func (r *receiver) lastFrom(peer string) uint64 {
+	if last := r.last[peer]; last != nil {
+		return *last
 	}
-	r.mu.Unlock()
+	return 0
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {
