@@ -178,7 +178,8 @@ func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
 
 // A big room's period is longer, and its peers' periods end at different
 // ticks: with 120 peers (RoomTickPeers 50) each held-back value goes out
-// within three ticks, once, and no tick carries all of them.
+// within four ticks (a period of three, and one more for a value stale at
+// its end), once, and no tick carries all of them.
 func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	f := newFixture(t)
 	w := &fakePeer{id: "w"}
@@ -202,7 +203,7 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	waitDispatched(t, f.hub)
 	w.take()
 	got := map[string]int{}
-	for tick := 1; tick <= 3; tick++ {
+	for tick := 1; tick <= 4; tick++ {
 		f.hub.Tick()
 		waitDispatched(t, f.hub)
 		n, heard := 0, w.take()
@@ -222,6 +223,80 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	for _, p := range peers {
 		if got[p.id] != 1 {
 			t.Errorf("%s's held cursor went out %d times in a period, want once", p.id, got[p.id])
+		}
+	}
+}
+
+// A long period ends with a fresh value: a value that did not change
+// within the last tick of the period is held a tick longer, and the
+// newest value of that tick goes out in its place; with no change within
+// the tick, the held value goes out.
+func TestAStaleValueWaitsATickForAFresherOne(t *testing.T) {
+	f := newFixture(t)
+	f.hub.cfg.RoomTickPeers = 1 // two peers: a period of three ticks
+	w, a := &fakePeer{id: "w"}, &fakePeer{id: "a"}
+	f.hub.Join(w, doc1)
+	f.update(a, "user", "ana")
+	for range 6 {
+		f.hub.Tick()
+	}
+	waitDispatched(t, f.hub)
+	w.take()
+	r := f.hub.rooms[doc1]
+	seq := 0
+	// move sends a's next cursor and returns the cursors w got at once.
+	move := func() []any {
+		seq++
+		f.update(a, "cursor", seq)
+		waitDispatched(t, f.hub)
+		return cursors(t, w.take(), "a")
+	}
+	tick := func() []any {
+		f.hub.Tick()
+		waitDispatched(t, f.hub)
+		return cursors(t, w.take(), "a")
+	}
+	for round := range 20 {
+		if got := move(); len(got) != 1 || got[0] != uint64(seq) {
+			t.Fatalf("round %d: the leading edge sent %v, want [%d]", round, got, seq)
+		}
+		move() // pending
+		if got := tick(); len(got) != 0 {
+			// The period ended at this tick, within a tick of the change:
+			// the value was fresh. The next period is three ticks long.
+			if got[0] != uint64(seq) {
+				t.Fatalf("round %d: the trailing edge sent %v, want [%d]", round, got, seq)
+			}
+			if got := move(); len(got) != 0 {
+				t.Fatalf("round %d: %v went out within the period", round, got)
+			}
+			tick()
+		}
+		// No change now: at the end of a's period its value is stale.
+		for n := 0; !r.held["a"]; n++ {
+			if n == 3 {
+				t.Fatal("a's period never ended")
+			}
+			if got := tick(); len(got) != 0 {
+				t.Fatalf("round %d: cursor %v went out %d ticks after it changed, want it held", round, got, n+2)
+			}
+		}
+		stale := seq
+		want := stale
+		if round%2 == 0 {
+			// A fresher value comes within the tick: it goes, the stale one never.
+			if got := move(); len(got) != 0 {
+				t.Fatalf("round %d: %v went out at once, want it at the end of the tick", round, got)
+			}
+			want = seq
+		}
+		if got := tick(); len(got) != 1 || got[0] != uint64(want) {
+			t.Fatalf("round %d: the tick after the hold sent %v, want [%d]", round, got, want)
+		}
+		for range 3 {
+			if got := tick(); len(got) != 0 {
+				t.Fatalf("round %d: %v went out after the held tick", round, got)
+			}
 		}
 	}
 }

@@ -30,9 +30,14 @@ type room struct {
 	list    []Peer               // members as a list, nil until asked for; never changed, only replaced
 	typing  map[string]time.Time // peer id → when its typing flag expires
 	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
-	// current tick; pending those waiting for the tick's trailing edge.
+	// peer's current period; pending those waiting for its trailing edge.
+	// changed is the tick (of ticks) in which each pending peer last
+	// changed; held marks the pending peers whose period runs a tick
+	// longer, for a fresher value (flush).
 	sent    map[string]map[string]struct{}
 	pending map[string]map[string]struct{}
+	changed map[string]uint64
+	held    map[string]bool
 	// greeted holds the peers that were sent the room after their first
 	// presence message. A stock client starts its Presence only after it
 	// has the document, so the room sent at its first sync can go unheard.
@@ -62,6 +67,8 @@ func newRoom(id string) *room {
 		typing:  make(map[string]time.Time),
 		sent:    make(map[string]map[string]struct{}),
 		pending: make(map[string]map[string]struct{}),
+		changed: make(map[string]uint64),
+		held:    make(map[string]bool),
 		greeted: make(map[string]bool),
 		present: make(map[string]bool),
 		guessed: make(map[string]bool),
@@ -88,6 +95,8 @@ func (r *room) drop(peer string) {
 	delete(r.typing, peer)
 	delete(r.sent, peer)
 	delete(r.pending, peer)
+	delete(r.changed, peer)
+	delete(r.held, peer)
 	delete(r.greeted, peer)
 	delete(r.present, peer)
 }
@@ -101,12 +110,13 @@ func mark(set map[string]map[string]struct{}, peer, channel string) {
 	m[channel] = struct{}{}
 }
 
-// schedule forwards a changed channel now if it was not forwarded in this
-// tick (the leading edge), or at the end of the tick otherwise (the
-// trailing edge, carrying the newest value).
+// schedule forwards a changed channel now if it was not forwarded in the
+// peer's period (the leading edge), or at the end of the period otherwise
+// (the trailing edge, carrying the newest value).
 func (h *Hub) schedule(r *room, peer, channel string) {
 	if _, done := r.sent[peer][channel]; done {
 		mark(r.pending, peer, channel)
+		r.changed[peer] = r.ticks
 		h.metrics.updates.WithLabelValues("coalesced").Inc()
 		return
 	}
@@ -115,31 +125,52 @@ func (h *Hub) schedule(r *room, peer, channel string) {
 }
 
 // flush ends the period of the room's peers whose period ends at this
-// tick: what they have pending goes out, and only those channels count as
-// sent in their next period. Periods last k ticks (roomTicks), and each
-// peer's ends at a tick of its own (its slot), so a big room sends a part
-// of its peers at every tick instead of all of them at once: its members
-// get a steady stream of small batches, not a flood every k ticks.
+// tick. Periods last k ticks (roomTicks), and each peer's ends at a tick
+// of its own (its slot), so a big room sends a part of its peers at every
+// tick instead of all of them at once: its members get a steady stream
+// of small batches, not a flood every k ticks.
+//
+// A period ends with a fresh value: if a peer's newest pending change is
+// older than the tick just ended, its period runs one tick longer, and
+// what it holds then goes out, the newest change of that tick if it made
+// one. A peer moving ten times a second is up to 100 ms behind at the end
+// of a long period; one tick more sends a value at most a tick old, at
+// nearly the same pace. Periods of one tick (small rooms) never run
+// longer: their pending values are at most a tick old.
 func (h *Hub) flush(r *room, k int) {
 	r.ticks++
 	ends := func(peer string) bool { return k == 1 || (r.ticks+slot(peer))%uint64(k) == 0 }
 	for peer := range r.sent {
-		if _, held := r.pending[peer]; !held && ends(peer) {
+		if _, pending := r.pending[peer]; !pending && ends(peer) {
 			delete(r.sent, peer)
 		}
 	}
 	for peer, chans := range r.pending {
-		if !ends(peer) {
+		switch {
+		case r.held[peer]:
+			// The tick more is over.
+		case !ends(peer):
+			continue
+		case r.changed[peer]+1 < r.ticks:
+			r.held[peer] = true
 			continue
 		}
-		delete(r.pending, peer)
 		r.sent[peer] = chans
-		list := make([]string, 0, len(chans))
-		for ch := range chans {
-			list = append(list, ch)
-		}
-		h.forward(r, peer, list)
+		h.sendPending(r, peer)
 	}
+}
+
+// sendPending forwards the channels a peer has pending.
+func (h *Hub) sendPending(r *room, peer string) {
+	chans := r.pending[peer]
+	delete(r.pending, peer)
+	delete(r.changed, peer)
+	delete(r.held, peer)
+	list := make([]string, 0, len(chans))
+	for ch := range chans {
+		list = append(list, ch)
+	}
+	h.forward(r, peer, list)
 }
 
 // slot spreads peers over the ticks of a period: the peer id's FNV-1a
@@ -191,6 +222,8 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 // sendGoodbye tells the room's other members that peer is gone.
 func (h *Hub) sendGoodbye(r *room, peer string) {
 	delete(r.pending, peer)
+	delete(r.changed, peer)
+	delete(r.held, peer)
 	delete(r.sent, peer)
 	h.publish(r, peer, nil, false)
 	h.enqueue(r, peer, &presenceMessage{Type: TypeGoodbye})
