@@ -11,6 +11,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/tandemhq/tandem/internal/lifecycle"
+	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
 // Peer is one connection's peer as presence sees it. SendPresence queues an
@@ -57,14 +58,14 @@ type peerInfo struct {
 	user       string // user id: the user channel's id, else the peer id
 	lastHeard  time.Time
 	lastActive time.Time
-	clientAway bool      // the peer said status "away"
-	status     Status    // effective status
-	identity   *Identity // verified identity, if the peer has one
-	clock      Clock     // the newest clock seen from the peer
-	session    string    // the session of its messages here
-	era        int64     // that session's era (Clock)
-	serverSeq  uint64    // writes the server made in the peer's name
-	docs       map[string]struct{}
+	clientAway bool                           // the peer said status "away"
+	status     Status                         // effective status
+	identity   *Identity                      // verified identity, if the peer has one
+	clock      Clock                          // the newest clock seen from the peer
+	session    string                         // the session of its messages here
+	era        int64                          // that session's era (Clock)
+	serverSeq  uint64                         // writes the server made in the peer's name
+	docs       smallmap.Map[string, struct{}] // the documents it is in
 }
 
 // New validates cfg and returns a Hub. Run drives its ticks and its
@@ -150,7 +151,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	case pi == nil:
 		pi = newLocalPeer(p, now)
 		h.peers[pi.id] = pi
-		h.userOf(pi.user).peers[pi.id] = pi
+		h.userOf(pi.user).peers.Set(pi.id, pi)
 		h.refreshUser(pi.user, fx)
 	case pi.conn == nil:
 		pi = h.adopt(pi, p, now, fx) // known as another node's peer
@@ -169,7 +170,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 		r.list = nil
 		h.newEpoch(r)
 		r.greeted[pi.id] = false
-		pi.docs[documentID] = struct{}{}
+		pi.docs.Set(documentID, struct{}{})
 		h.sendRoomTo(r, p)
 	}
 	return pi, r
@@ -179,7 +180,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 // its user, come from the connection alone.
 func newLocalPeer(p Peer, now time.Time) *peerInfo {
 	pi := &peerInfo{id: p.ID(), conn: p, user: p.ID(), lastHeard: now, lastActive: now,
-		status: StatusOnline, identity: identityOf(p), docs: make(map[string]struct{})}
+		status: StatusOnline, identity: identityOf(p)}
 	if pi.identity != nil {
 		pi.user = pi.identity.UserID
 	}
@@ -330,8 +331,8 @@ func (h *Hub) dropRoom(r *room, fx *effects) {
 	delete(h.rooms, r.id)
 	for id := range r.state {
 		if pi := h.peers[id]; pi != nil && pi.conn == nil {
-			delete(pi.docs, r.id)
-			if len(pi.docs) == 0 {
+			pi.docs.Delete(r.id)
+			if pi.docs.Len() == 0 {
 				h.forget(pi, fx)
 			}
 		}
@@ -368,7 +369,7 @@ func (h *Hub) Leave(p Peer) {
 
 // remove drops a peer everywhere and says goodbye for it.
 func (h *Hub) remove(pi *peerInfo, fx *effects) {
-	for id := range pi.docs {
+	for id := range pi.docs.Keys() {
 		r := h.rooms[id]
 		if r == nil {
 			continue // dropped with its last local member
@@ -388,7 +389,7 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 	delete(h.peers, pi.id)
 	pi.status = StatusOffline
 	if u := h.users[pi.user]; u != nil {
-		delete(u.peers, pi.id)
+		u.peers.Delete(pi.id)
 	}
 	h.refreshUser(pi.user, fx)
 }

@@ -73,12 +73,12 @@ func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
 			user = d.Peer
 		}
 		pi = &peerInfo{id: d.Peer, node: node, user: user, lastHeard: now, lastActive: now,
-			status: StatusOnline, docs: make(map[string]struct{})}
+			status: StatusOnline}
 		h.peers[pi.id] = pi
-		h.userOf(pi.user).peers[pi.id] = pi
+		h.userOf(pi.user).peers.Set(pi.id, pi)
 	}
 	pi.node, pi.lastHeard = node, now
-	pi.docs[documentID] = struct{}{}
+	pi.docs.Set(documentID, struct{}{})
 	if r.guessed[pi.id] && len(d.Registers) > 0 {
 		// This node removed the peer on a guess; its own node says it is
 		// there: that tombstone gives way.
@@ -103,8 +103,8 @@ func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
 		h.schedule(r, pi.id, heartbeatChannel)
 	}
 	if p := r.state[pi.id]; p == nil || !p.Visible() {
-		delete(pi.docs, documentID)
-		if len(pi.docs) == 0 {
+		pi.docs.Delete(documentID)
+		if pi.docs.Len() == 0 {
 			h.forget(pi, &fx)
 		}
 	}
@@ -141,8 +141,8 @@ func (h *Hub) NodeGone(node string) {
 		}
 	}
 	for id, u := range h.users {
-		if _, ok := u.remote[node]; ok {
-			delete(u.remote, node)
+		if u.remote.Has(node) {
+			u.remote.Delete(node)
 			h.refreshUser(id, &fx)
 		}
 	}
@@ -210,8 +210,8 @@ func (h *Hub) ApplyRoster(node, documentID string, peers []string) (missing bool
 			h.sendGoodbye(r, id)
 		}
 		r.guessed[id] = true
-		delete(pi.docs, documentID)
-		if len(pi.docs) == 0 {
+		pi.docs.Delete(documentID)
+		if pi.docs.Len() == 0 {
 			h.forget(pi, &fx)
 		}
 	}
@@ -247,7 +247,7 @@ func (h *Hub) forget(pi *peerInfo, fx *effects) {
 	delete(h.peers, pi.id)
 	pi.status = StatusOffline
 	if u := h.users[pi.user]; u != nil {
-		delete(u.peers, pi.id)
+		u.peers.Delete(pi.id)
 	}
 	h.refreshUser(pi.user, fx)
 }
@@ -266,9 +266,9 @@ func (h *Hub) ApplyUserStatus(node, userID string, s Status) {
 	h.mu.Lock()
 	u := h.userOf(userID)
 	if s == StatusOffline {
-		delete(u.remote, node)
+		u.remote.Delete(node)
 	} else {
-		u.remote[node] = s
+		u.remote.Set(node, s)
 	}
 	h.refreshUser(userID, &fx)
 	h.mu.Unlock()
@@ -310,7 +310,7 @@ func (h *Hub) adopt(old *peerInfo, p Peer, now time.Time, fx *effects) *peerInfo
 		pi.clock = old.clock // server writes in the peer's name go after what was seen of it
 	} else {
 		fx.move(old.user)
-		for id := range old.docs {
+		for id := range old.docs.Keys() {
 			r := h.rooms[id]
 			if r == nil {
 				continue
@@ -321,9 +321,9 @@ func (h *Hub) adopt(old *peerInfo, p Peer, now time.Time, fx *effects) *peerInfo
 			delete(r.state, old.id)
 		}
 	}
-	delete(h.userOf(old.user).peers, old.id)
+	h.userOf(old.user).peers.Delete(old.id)
 	h.peers[pi.id] = pi
-	h.userOf(pi.user).peers[pi.id] = pi
+	h.userOf(pi.user).peers.Set(pi.id, pi)
 	h.refreshUser(pi.user, fx)
 	if old.user != pi.user {
 		h.refreshUser(old.user, fx)
@@ -350,22 +350,22 @@ func (h *Hub) handoff(pi *peerInfo, node string, fx *effects) {
 	fx.move(pi.user)
 	pi.conn, pi.node, pi.identity = nil, node, nil
 	pi.lastHeard = h.cfg.Now()
-	for id := range pi.docs {
+	for id := range pi.docs.Keys() {
 		r := h.rooms[id]
 		if r == nil {
-			delete(pi.docs, id)
+			pi.docs.Delete(id)
 			continue
 		}
 		r.drop(pi.id)
 		h.newEpoch(r)
 		if st := r.state[pi.id]; st == nil || !st.Visible() {
-			delete(pi.docs, id) // a remote peer is in the documents that show it
+			pi.docs.Delete(id) // a remote peer is in the documents that show it
 		}
 		if len(r.members) == 0 {
 			h.dropRoom(r, fx) // forgets pi when no document shows it any more
 		}
 	}
-	if h.peers[pi.id] == pi && len(pi.docs) == 0 {
+	if h.peers[pi.id] == pi && pi.docs.Len() == 0 {
 		h.forget(pi, fx)
 	}
 	h.refreshUser(pi.user, fx)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
 // Status is a peer's or a user's presence status.
@@ -35,11 +37,11 @@ type LastSeenStore interface {
 // userInfo aggregates the tabs of one user.
 type userInfo struct {
 	id       string
-	peers    map[string]*peerInfo
-	remote   map[string]Status // node → the user's status there (cluster)
-	status   Status            // aggregate: the best of peers and remote
-	local    Status            // the best of the peers connected here
-	lastSeen time.Time         // when the user went offline, if it did here
+	peers    smallmap.Map[string, *peerInfo] // by peer id
+	remote   smallmap.Map[string, Status]    // node → the user's status there (cluster)
+	status   Status                          // aggregate: the best of peers and remote
+	local    Status                          // the best of the peers connected here
+	lastSeen time.Time                       // when the user went offline, if it did here
 }
 
 // UserStatus is a user's aggregate status as watchers receive it.
@@ -52,8 +54,7 @@ type UserStatus struct {
 func (h *Hub) userOf(id string) *userInfo {
 	u := h.users[id]
 	if u == nil {
-		u = &userInfo{id: id, peers: make(map[string]*peerInfo), remote: make(map[string]Status),
-			status: StatusOffline, local: StatusOffline}
+		u = &userInfo{id: id, status: StatusOffline, local: StatusOffline}
 		h.users[id] = u
 	}
 	return u
@@ -67,7 +68,7 @@ func (h *Hub) refreshPeer(pi *peerInfo, fx *effects) {
 	if pi.clientAway || now.Sub(pi.lastActive) >= h.cfg.AwayAfter {
 		status, value = StatusAway, cborAway
 	}
-	for id := range pi.docs {
+	for id := range pi.docs.Keys() {
 		r := h.rooms[id]
 		if !r.present[pi.id] {
 			continue
@@ -91,9 +92,9 @@ func (h *Hub) setUser(pi *peerInfo, userID string, fx *effects) {
 		return
 	}
 	old := pi.user
-	delete(h.userOf(old).peers, pi.id)
+	h.userOf(old).peers.Delete(pi.id)
 	pi.user = userID
-	h.userOf(userID).peers[pi.id] = pi
+	h.userOf(userID).peers.Set(pi.id, pi)
 	h.refreshUser(old, fx)
 	h.refreshUser(userID, fx)
 }
@@ -103,7 +104,7 @@ func (h *Hub) setUser(pi *peerInfo, userID string, fx *effects) {
 func (h *Hub) refreshUser(id string, fx *effects) {
 	u := h.userOf(id)
 	status, local := StatusOffline, StatusOffline
-	for _, pi := range u.peers {
+	for _, pi := range u.peers.All() {
 		if pi.status.rank() > status.rank() {
 			status = pi.status
 		}
@@ -111,7 +112,7 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 			local = pi.status
 		}
 	}
-	for _, s := range u.remote {
+	for _, s := range u.remote.All() {
 		if s.rank() > status.rank() {
 			status = s
 		}
@@ -122,7 +123,7 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 			h.cfg.Replicator.PublishUserStatus(id, local)
 		}
 	}
-	idle := len(u.peers) == 0 && len(u.remote) == 0 && len(h.watchers[id]) == 0
+	idle := u.peers.Len() == 0 && u.remote.Len() == 0 && len(h.watchers[id]) == 0
 	if status == u.status {
 		if idle {
 			delete(h.users, id)

@@ -44,7 +44,7 @@ func (h *Hub) Watch(ctx context.Context, userIDs []string, fn func(UserStatus)) 
 			if len(h.watchers[id]) == 0 {
 				delete(h.watchers, id)
 				gone = append(gone, id)
-				if u := h.users[id]; u != nil && len(u.peers) == 0 && len(u.remote) == 0 {
+				if u := h.users[id]; u != nil && u.peers.Len() == 0 && u.remote.Len() == 0 {
 					delete(h.users, id)
 				}
 			}
@@ -150,8 +150,8 @@ func (h *Hub) UserPresence(ctx context.Context, userID string) UserView {
 	v := UserView{UserStatus: h.userStatus(userID), Documents: []string{}}
 	if u := h.users[userID]; u != nil {
 		seen := map[string]bool{}
-		for _, pi := range u.peers {
-			for d := range pi.docs {
+		for _, pi := range u.peers.All() {
+			for d := range pi.docs.Keys() {
 				if !seen[d] {
 					seen[d] = true
 					v.Documents = append(v.Documents, d)

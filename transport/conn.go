@@ -14,6 +14,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/smallmap"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -57,12 +58,12 @@ type conn struct {
 	// Owned by the reader goroutine. peerID and batches are set once at
 	// join, before the connection is handed to any room, and never change.
 	peerID      string
-	joinedAs    atomic.Pointer[string] // peerID, for goroutines other than the reader (logs)
-	batches     bool                   // the client takes presence in batches
-	release     func()                 // gives up the peer id's cluster claim; nil without one
-	docs        map[string]struct{}
-	clocks      map[string]uint64 // last ephemeral count per sessionId; nil before the first
-	lastRateErr time.Time         // when the client was last told it is rate limited
+	joinedAs    atomic.Pointer[string]         // peerID, for goroutines other than the reader (logs)
+	batches     bool                           // the client takes presence in batches
+	release     func()                         // gives up the peer id's cluster claim; nil without one
+	docs        smallmap.Map[string, struct{}] // the documents it opened
+	clocks      map[string]uint64              // last ephemeral count per sessionId; nil before the first
+	lastRateErr time.Time                      // when the client was last told it is rate limited
 }
 
 var (
@@ -81,7 +82,6 @@ func newConn(s *Server, ws *websocket.Conn, fr *frameConn, remote string, grant 
 		remote:     remote,
 		grant:      grant,
 		writerDone: make(chan struct{}),
-		docs:       make(map[string]struct{}),
 	}
 }
 
@@ -119,7 +119,7 @@ func (c *conn) finish() {
 	c.wmu.Lock()
 	movedTo := c.movedTo
 	c.wmu.Unlock()
-	c.srv.members.leave(c, c.docs, movedTo)
+	c.srv.members.leave(c, &c.docs, movedTo)
 	if c.release != nil {
 		c.release()
 	}

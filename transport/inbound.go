@@ -151,18 +151,18 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 // within the limits (members.join). It reports false, having told the
 // client why, when a limit is reached.
 func (c *conn) open(documentID string) bool {
-	if _, ok := c.docs[documentID]; ok {
+	if c.docs.Has(documentID) {
 		return true
 	}
-	if len(c.docs) >= c.srv.cfg.MaxDocumentsPerConn {
-		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", len(c.docs)))
+	if c.docs.Len() >= c.srv.cfg.MaxDocumentsPerConn {
+		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", c.docs.Len()))
 		return false
 	}
 	if !c.srv.members.join(c, documentID) {
 		c.protocolError(errDocFull, fmt.Sprintf("document %s has %d peers on this server, the limit", documentID, c.srv.cfg.MaxPeersPerDocument))
 		return false
 	}
-	c.docs[documentID] = struct{}{}
+	c.docs.Set(documentID, struct{}{})
 	return true
 }
 

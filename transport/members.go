@@ -6,6 +6,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
 // members is the node's one record of which connections are in which
@@ -53,7 +54,7 @@ func (m *members) join(c *conn, documentID string) bool {
 // Presence goes first: the peer's goodbye, in its name, before anything
 // else; or, if a newer connection of the same user took the peer over on
 // another node (movedTo), nothing in its name at all.
-func (m *members) leave(c *conn, docs map[string]struct{}, movedTo string) {
+func (m *members) leave(c *conn, docs *smallmap.Map[string, struct{}], movedTo string) {
 	if p := m.cfg.Presence; p != nil && c.peerID != "" {
 		if movedTo != "" {
 			p.Handoff(c, movedTo)
@@ -63,14 +64,14 @@ func (m *members) leave(c *conn, docs map[string]struct{}, movedTo string) {
 	}
 	var unwatched []string
 	m.mu.Lock()
-	for id := range docs {
+	for id := range docs.Keys() {
 		if m.docs[id]--; m.docs[id] <= 0 {
 			delete(m.docs, id)
 			unwatched = append(unwatched, id)
 		}
 	}
 	m.mu.Unlock()
-	for id := range docs {
+	for id := range docs.Keys() {
 		m.cfg.Documents.Leave(c, id)
 	}
 	if m.cfg.Bus != nil {

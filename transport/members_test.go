@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
 // busLog is a Bus that counts what it is told per document.
@@ -64,14 +65,14 @@ func TestMembersTellTheBusOfFirstAndLast(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				c := &conn{peerID: fmt.Sprint("p", i)}
-				joined := map[string]struct{}{}
+				var joined smallmap.Map[string, struct{}]
 				for _, id := range []string{"a", "b", fmt.Sprint("own-", i)} {
 					if !m.join(c, id) {
 						t.Errorf("round %d: %s refused", round, id)
 					}
-					joined[id] = struct{}{}
+					joined.Set(id, struct{}{})
 				}
-				m.leave(c, joined, "")
+				m.leave(c, &joined, "")
 			}()
 		}
 		wg.Wait()
@@ -100,7 +101,9 @@ func TestMembersTellTheBusOfFirstAndLast(t *testing.T) {
 		t.Fatal("a full document took one more connection")
 	}
 	joinsBefore := bus.joins
-	m.leave(first, map[string]struct{}{"full": {}}, "")
+	var full smallmap.Map[string, struct{}]
+	full.Set("full", struct{}{})
+	m.leave(first, &full, "")
 	if !m.join(third, "full") {
 		t.Fatal("a place that came free was refused")
 	}

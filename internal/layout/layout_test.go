@@ -31,6 +31,7 @@ var rank = map[string]int{
 	"internal/lifecycle": 0,
 	"internal/testenv":   0,
 	"internal/layout":    0,
+	"internal/smallmap":  0,
 	"transport/wire":     0,
 	"doc/amcheck":        0,
 	"doc":                1,
