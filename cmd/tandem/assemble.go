@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/gctune"
 	"github.com/tandemhq/tandem/internal/lifecycle"
 	"github.com/tandemhq/tandem/transport"
 	"github.com/tandemhq/tandem/transport/redisbus"
@@ -46,6 +48,7 @@ type tandemNode struct {
 	docs     *doc.Hub
 	presence *awareness.Hub
 	ws       *transport.Server
+	gcTune   *gctune.Config // nil: the collector is left alone
 	http     *http.Server
 	// endRequests cancels every HTTP request's context: long-lived
 	// streams (presence watch, notifications) end instead of holding up
@@ -69,6 +72,15 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.GCTune && cfg.GCMax > 0 {
+		var percent atomic.Int64
+		percent.Store(int64(cfg.GCMax))
+		n.gcTune = &gctune.Config{Max: cfg.GCMax, Logger: log, OnChange: func(p int) { percent.Store(int64(p)) }}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tandem_gc_percent",
+			Help: "The garbage collector's percent (GOGC) the tuner set: from GOGC on a busy node down to 25 on a quiet one (--gc-tune).",
+		}, func() float64 { return float64(percent.Load()) }))
+	}
 
 	if n.stores, err = openStores(ctx, cfg, log); err != nil {
 		return nil, err
@@ -204,6 +216,9 @@ func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
 	// Components stop by Close, in order (stop), not all at once with
 	// gctx: their contexts end only with the node.
 	bg := context.WithoutCancel(gctx)
+	if n.gcTune != nil {
+		g.Go(func() error { gctune.Run(gctx, *n.gcTune); return nil })
+	}
 	runs := []func(context.Context) error{n.docs.Run, n.presence.Run, n.notes.Run}
 	if n.bus != nil {
 		runs = append(runs, n.bus.Run)

@@ -27,6 +27,15 @@ func TestParseConfig(t *testing.T) {
 	if c.DataDir != "./tandem-data" {
 		t.Errorf("default data dir = %q", c.DataDir)
 	}
+	if !c.GCTune || c.GCMax != 100 {
+		t.Errorf("the GC tuner should be on up to Go's default: %v %d", c.GCTune, c.GCMax)
+	}
+	for gogc, want := range map[string]int{"50": 50, "off": 0} {
+		c, err := parseConfig(nil, func(k string) string { return map[string]string{"GOGC": gogc}[k] }, io.Discard)
+		if err != nil || c.GCMax != want {
+			t.Errorf("GOGC=%s: the tuner's most is %d (%v), want %d", gogc, c.GCMax, err, want)
+		}
+	}
 
 	bad := []struct {
 		args []string
@@ -41,6 +50,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--max-presence-depth", "0"}, nil},
 		{[]string{"--mention-text-field", "page..body"}, nil},
 		{[]string{"--mention-title-field", ""}, nil},
+		{nil, map[string]string{"GOGC": "lots"}},
 	}
 	for _, b := range bad {
 		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {

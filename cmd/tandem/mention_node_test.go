@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/transport/wire"
 )

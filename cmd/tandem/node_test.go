@@ -19,6 +19,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/gorilla/websocket"
+
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )

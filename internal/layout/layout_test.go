@@ -32,6 +32,7 @@ var rank = map[string]int{
 	"internal/testenv":   0,
 	"internal/layout":    0,
 	"internal/smallmap":  0,
+	"internal/gctune":    0,
 	"transport/wire":     0,
 	"doc/amcheck":        0,
 	"doc":                1,
