@@ -135,17 +135,26 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 
 	// Every peer says who it is, as a client does when its presence
-	// starts, and the load begins once every peer has heard every other:
-	// the room is complete before anyone moves.
-	for _, m := range members {
-		hello, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{
-			"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": m.p.id, "name": m.p.id}},
-		}})
-		if err := m.p.ephemeral(m.doc, hello); err != nil {
-			return presenceResult{}, fmt.Errorf("greet: %w", err)
+	// starts, and again every two seconds until the room is complete, as
+	// a client's heartbeats do (a server that keeps no presence forwards
+	// only what comes after a peer joined); the load begins once every
+	// peer has heard every other.
+	greet := func() error {
+		for _, m := range members {
+			hello, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{
+				"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": m.p.id, "name": m.p.id}},
+			}})
+			if err := m.p.ephemeral(m.doc, hello); err != nil {
+				return fmt.Errorf("greet: %w", err)
+			}
 		}
+		return nil
+	}
+	if err := greet(); err != nil {
+		return presenceResult{}, err
 	}
 	deadline := time.Now().Add(60 * time.Second)
+	regreet := time.Now().Add(2 * time.Second)
 	for _, m := range members {
 		for {
 			m.recv.mu.Lock()
@@ -156,6 +165,12 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 			}
 			if time.Now().After(deadline) {
 				return presenceResult{}, fmt.Errorf("a peer heard %d of the %d others in its document within a minute", n, len(byDoc[m.doc])-1)
+			}
+			if time.Now().After(regreet) {
+				if err := greet(); err != nil {
+					return presenceResult{}, err
+				}
+				regreet = time.Now().Add(2 * time.Second)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
