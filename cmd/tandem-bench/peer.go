@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/automerge/automerge-go"
-	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 
 	"github.com/tandemhq/tandem/transport/wire"
@@ -121,41 +119,6 @@ func (p *peer) recv() (*wire.Message, error) {
 func (p *peer) counted(b []byte) {
 	p.framesIn.Add(1)
 	p.bytesIn.Add(int64(len(b)))
-}
-
-// frame is the part of a message readPresence needs.
-type frame struct {
-	Type     string            `cbor:"type"`
-	SenderID string            `cbor:"senderId"`
-	Data     wire.Bytes        `cbor:"data"`
-	Batch    []wire.BatchEntry `cbor:"batch"`
-}
-
-// frameMode decodes frames into a frame, data with or without the typed
-// array tag that stock peers put on it.
-var frameMode = func() cbor.DecMode {
-	tags := cbor.NewTagSet()
-	if err := tags.Add(cbor.TagOptions{DecTag: cbor.DecTagOptional, EncTag: cbor.EncTagNone}, reflect.TypeOf(wire.Bytes(nil)), 64); err != nil {
-		panic(err)
-	}
-	dm, err := cbor.DecOptions{}.DecModeWithTags(tags)
-	if err != nil {
-		panic(err)
-	}
-	return dm
-}()
-
-// recvFrame reads a message into a frame: cheaper than recv, for the
-// stream of presence a peer receives. It reports false for a message it
-// cannot decode, and the error of the socket.
-func (p *peer) recvFrame(f *frame) (bool, error) {
-	_, b, err := p.ws.ReadMessage()
-	if err != nil {
-		return false, err
-	}
-	p.counted(b)
-	*f = frame{}
-	return frameMode.Unmarshal(b, f) == nil, nil
 }
 
 // ephemeral broadcasts data to the document's other peers.
