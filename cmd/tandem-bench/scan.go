@@ -130,8 +130,18 @@ func (s *scanner) arrayLen() uint64 {
 	return n
 }
 
+// maxDepth bounds how deeply skip follows nested items: a frame nested a
+// million deep would otherwise take the stack with it.
+const maxDepth = 16
+
 // skip reads past one item, checking it is well formed.
-func (s *scanner) skip() {
+func (s *scanner) skip() { s.skipAt(0) }
+
+func (s *scanner) skipAt(depth int) {
+	if depth > maxDepth {
+		s.fail()
+		return
+	}
 	major, n := s.head()
 	switch major {
 	case 2, 3:
@@ -145,10 +155,10 @@ func (s *scanner) skip() {
 			n *= 2
 		}
 		for i := uint64(0); i < n && s.err == nil; i++ {
-			s.skip()
+			s.skipAt(depth + 1)
 		}
 	case 6:
-		s.skip()
+		s.skipAt(depth + 1)
 	case 7:
 		// simple values and floats: the head held them
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
@@ -76,5 +77,16 @@ func TestTheScannerRefusesWhatIsCut(t *testing.T) {
 	}
 	if scanFrame(append(frame, 0), &f) == nil {
 		t.Fatal("a frame with a byte after it was read")
+	}
+}
+
+// TestTheScannerStopsAtDepth: a frame nested far past anything a server
+// sends is refused, not followed down the stack.
+func TestTheScannerStopsAtDepth(t *testing.T) {
+	deep := append([]byte{0xa1, 0x61, 'x'}, bytes.Repeat([]byte{0x81}, 1_000_000)...)
+	deep = append(deep, 0x00)
+	var f scannedFrame
+	if scanFrame(deep, &f) == nil {
+		t.Fatal("a frame nested a million deep was read")
 	}
 }

@@ -52,7 +52,8 @@ type config struct {
 	ParkIdle       bool
 	GCTune         bool
 	// GCMax is the most headroom the tuner gives: GOGC, else 100; 0
-	// when GOGC=off, which leaves the collector alone.
+	// when GOGC is off or negative, or --gc-tune is false, which leave
+	// the collector alone.
 	GCMax             int
 	MaxEphemeralBytes int
 	MaxPresenceDepth  int
@@ -83,7 +84,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.ParkIdle, "park-idle", true,
 		"an idle connection gives up its reader goroutine and waits on an epoll set (Linux); false keeps a reader per connection")
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
-		"the garbage collector's headroom follows the allocation rate: from GOGC (default 100) on a busy node down to 25 on a quiet one, which gives back the memory idle connections do not need")
+		"the garbage collector's headroom follows the load: the least GOGC, from 25 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
 	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
 		"presence waits this long for more updates to send with the first, in one batch and one write; 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
@@ -146,16 +147,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	switch v := getenv("GOGC"); v {
-	case "":
-		c.GCMax = 100
-	case "off":
-	default:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return c, fmt.Errorf("GOGC=%q: not a percent", v)
+	if c.GCTune {
+		// As the runtime reads GOGC: off or negative turns the collector
+		// off, which the tuner leaves alone.
+		switch v := getenv("GOGC"); v {
+		case "":
+			c.GCMax = 100
+		case "off":
+		default:
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return c, fmt.Errorf("GOGC=%q: not a percent", v)
+			}
+			c.GCMax = max(n, 0)
 		}
-		c.GCMax = n
 	}
 	if c.PingInterval < 100*time.Millisecond {
 		return c, fmt.Errorf("--ping-interval %v is too short (minimum 100ms)", c.PingInterval)

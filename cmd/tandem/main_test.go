@@ -30,7 +30,7 @@ func TestParseConfig(t *testing.T) {
 	if !c.GCTune || c.GCMax != 100 {
 		t.Errorf("the GC tuner should be on up to Go's default: %v %d", c.GCTune, c.GCMax)
 	}
-	for gogc, want := range map[string]int{"50": 50, "off": 0} {
+	for gogc, want := range map[string]int{"50": 50, "off": 0, "-1": 0} {
 		c, err := parseConfig(nil, func(k string) string { return map[string]string{"GOGC": gogc}[k] }, io.Discard)
 		if err != nil || c.GCMax != want {
 			t.Errorf("GOGC=%s: the tuner's most is %d (%v), want %d", gogc, c.GCMax, err, want)

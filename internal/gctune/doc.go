@@ -3,16 +3,20 @@
 // Go collects when the heap has grown by GOGC percent (100) over what was
 // live after the last collection, so a process holds up to twice its live
 // heap. For a node holding many idle connections, nearly all of its heap is
-// live and allocates almost nothing: the headroom is memory held for
-// garbage that does not come. A busy node makes garbage fast, and each
-// collection costs in proportion to what is live, so there the headroom
-// buys CPU. The tuner looks at the allocation rate every second and sets
-// the percent so that collections come no oftener than once per
-// Config.Period at that rate, between Config.Min and Config.Max: a busy
-// node keeps Max, a quiet one gives the memory back. The rate it goes by
-// rises with the load's at once and falls over a few seconds; when it
-// reaches Min the heap's free pages go back to the system at once (at
-// most once a minute), which the runtime would do over minutes.
+// live and it allocates almost nothing: the headroom is memory held for
+// garbage that does not come. A busy node makes garbage fast, and there the
+// headroom buys CPU: a collection costs in proportion to what is live, and
+// at percent p one comes every p/100 × live / rate seconds, so the
+// collector takes 100 × cost × rate / p of a core whatever the heap's size.
+//
+// Every second the tuner measures the allocation rate and what a
+// collection costs per live byte, and sets the least percent at which the
+// collector keeps within Config.CPU of a core (2%), between Config.Min (25)
+// and Config.Max (GOGC, 100): a busy node keeps Max, a quiet one gives the
+// memory back. The rate it goes by rises with the load's at once and falls
+// over a few seconds; when the percent reaches Min, the heap's free pages
+// go back to the system at once (at most once a minute), which the runtime
+// would do over minutes.
 //
 // Files: gctune.go, the choice of percent and the loop that applies it.
 package gctune

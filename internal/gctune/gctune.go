@@ -16,9 +16,9 @@ type Config struct {
 	Max int
 	// Min is the least percent; default 25.
 	Min int
-	// Period is the least time between collections the tuner aims for
-	// at the current allocation rate; default 10s.
-	Period time.Duration
+	// CPU is the share of one core the collector may take at the
+	// allocation rate of the moment; default 0.02.
+	CPU float64
 	// Every is how often it looks; default 1s.
 	Every time.Duration
 	// OnChange, when set, receives each percent set.
@@ -33,8 +33,8 @@ func (c *Config) setDefaults() {
 	if c.Min <= 0 {
 		c.Min = min(25, c.Max)
 	}
-	if c.Period <= 0 {
-		c.Period = 10 * time.Second
+	if c.CPU <= 0 {
+		c.CPU = 0.02
 	}
 	if c.Every <= 0 {
 		c.Every = time.Second
@@ -44,14 +44,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Percent is the GOGC percent for allocRate bytes a second over a live heap
-// of live bytes: the headroom the allocations of one period fill, within
-// [min, max].
-func Percent(allocRate, live float64, period time.Duration, lo, hi int) int {
-	if live <= 0 {
-		return hi
-	}
-	p := 100 * allocRate * period.Seconds() / live
+// Percent is the least GOGC percent, in steps of 5 within [lo, hi], at
+// which a collector that spends cost seconds of CPU per live byte keeps
+// within cpu of a core while the process allocates allocRate bytes a
+// second. At percent p a collection comes every p/100 × live / allocRate
+// seconds and costs cost × live, so it takes 100 × cost × allocRate / p
+// of a core whatever the live heap.
+func Percent(allocRate, cost, cpu float64, lo, hi int) int {
+	p := 100 * cost * allocRate / cpu
 	if math.IsNaN(p) || p > float64(hi) {
 		return hi
 	}
@@ -61,6 +61,10 @@ func Percent(allocRate, live float64, period time.Duration, lo, hi int) int {
 
 // settle is how fast the rate the tuner goes by falls with the load's.
 const settle = 3 * time.Second
+
+// defaultCost is the collector's cost per live byte until one is measured:
+// a mark rate of 500 MB a second, on the slow side.
+const defaultCost = 2e-9
 
 // running keeps one tuner per process: the percent is the process's.
 var running sync.Mutex
@@ -73,11 +77,6 @@ func Run(ctx context.Context, cfg Config) {
 		return
 	}
 	defer running.Unlock()
-	samples := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
-	read := func() (allocs, live float64) {
-		metrics.Read(samples)
-		return float64(samples[0].Value.Uint64()), float64(samples[1].Value.Uint64())
-	}
 	set := func(p int) {
 		debug.SetGCPercent(p)
 		if cfg.OnChange != nil {
@@ -89,8 +88,8 @@ func Run(ctx context.Context, cfg Config) {
 	defer set(cfg.Max)
 	t := time.NewTicker(cfg.Every)
 	defer t.Stop()
-	last, _ := read()
-	lastAt := time.Now()
+	last := readStats()
+	cost := defaultCost
 	var rate float64 // up at once, down over a few seconds
 	var freed time.Time
 	for {
@@ -99,29 +98,62 @@ func Run(ctx context.Context, cfg Config) {
 			return
 		case <-t.C:
 		}
-		allocs, live := read()
-		now := time.Now()
-		inst := (allocs - last) / now.Sub(lastAt).Seconds()
-		last, lastAt = allocs, now
+		now := readStats()
+		inst := (now.allocs - last.allocs) / now.at.Sub(last.at).Seconds()
+		if cycles := now.cycles - last.cycles; cycles > 0 && now.live > 0 {
+			// What the collections of the last look cost per live byte;
+			// the idle-priority mark workers use CPU nothing else wanted.
+			measured := (now.gcCPU - last.gcCPU) / (cycles * now.live)
+			cost = (cost + measured) / 2
+		}
+		last = now
 		if inst >= rate {
 			rate = inst
 		} else {
 			keep := math.Exp(-cfg.Every.Seconds() / settle.Seconds())
 			rate = keep*rate + (1-keep)*inst
 		}
-		p := Percent(rate, live, cfg.Period, cfg.Min, cfg.Max)
+		p := Percent(rate, cost, cfg.CPU, cfg.Min, cfg.Max)
 		if p == current {
 			continue
 		}
-		cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(live))
+		cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(now.live), "ns_per_live_kb", int64(cost*1e12))
 		current = p
 		set(p)
-		if p == cfg.Min && now.Sub(freed) > time.Minute {
+		if p == cfg.Min && now.at.Sub(freed) > time.Minute {
 			// The node went quiet: what its busy spell left the heap
 			// goes back to the system now. The runtime's own scavenger
 			// would take minutes over it.
-			freed = now
+			freed = now.at
 			debug.FreeOSMemory()
 		}
 	}
+}
+
+// stats is what the tuner reads of the runtime at each look.
+type stats struct {
+	at     time.Time
+	allocs float64 // bytes allocated since the start
+	live   float64 // the heap live after the last collection
+	cycles float64 // collections since the start
+	gcCPU  float64 // CPU seconds of collection since the start, idle marking left out
+}
+
+var statNames = []string{
+	"/gc/heap/allocs:bytes",
+	"/gc/heap/live:bytes",
+	"/gc/cycles/total:gc-cycles",
+	"/cpu/classes/gc/total:cpu-seconds",
+	"/cpu/classes/gc/mark/idle:cpu-seconds",
+}
+
+func readStats() stats {
+	samples := make([]metrics.Sample, len(statNames))
+	for i, n := range statNames {
+		samples[i].Name = n
+	}
+	metrics.Read(samples)
+	u := func(i int) float64 { return float64(samples[i].Value.Uint64()) }
+	f := func(i int) float64 { return samples[i].Value.Float64() }
+	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4)}
 }

@@ -2,6 +2,7 @@ package gctune
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"testing"
@@ -11,18 +12,19 @@ import (
 func TestPercent(t *testing.T) {
 	const mb = 1 << 20
 	for _, c := range []struct {
-		rate, live float64
+		rate, cost float64
 		want       int
 	}{
-		{0, 40 * mb, 25},         // idle: the least headroom
-		{0.6 * mb, 40 * mb, 25},  // pings of 10,000 idle connections
-		{2 * mb, 40 * mb, 50},    // a period fills half the live heap
-		{2.1 * mb, 40 * mb, 55},  // in steps of 5
-		{100 * mb, 40 * mb, 100}, // busy: Go's own
-		{1 * mb, 0, 100},         // nothing live yet
+		{0, 1e-9, 25},         // idle: the least headroom
+		{1.5 * mb, 1e-9, 25},  // pings of 10,000 idle connections
+		{10 * mb, 1e-9, 55},   // 2% of a core at 52: in steps of 5
+		{9.5 * mb, 1e-9, 50},  //
+		{10 * mb, 2e-9, 100},  // a costlier collector: more headroom
+		{100 * mb, 1e-9, 100}, // busy: Go's own
+		{1 * mb, math.NaN(), 100},
 	} {
-		if got := Percent(c.rate, c.live, 10*time.Second, 25, 100); got != c.want {
-			t.Errorf("Percent(%.1f MB/s, %.0f MB live) = %d, want %d", c.rate/mb, c.live/mb, got, c.want)
+		if got := Percent(c.rate, c.cost, 0.02, 25, 100); got != c.want {
+			t.Errorf("Percent(%.1f MB/s, %g s/B) = %d, want %d", c.rate/mb, c.cost, got, c.want)
 		}
 	}
 }
@@ -44,7 +46,7 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Run(ctx, Config{Every: 20 * time.Millisecond, Period: 200 * time.Millisecond, OnChange: func(p int) { set <- p }})
+		Run(ctx, Config{Every: 20 * time.Millisecond, OnChange: func(p int) { set <- p }})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	// Quiet: no allocation to speak of.
