@@ -42,6 +42,7 @@ type Hub struct {
 	users    map[string]*userInfo // by user id
 	watchers map[string]map[*watcher]struct{}
 	rostered map[string]bool // nodes that sent a roster: their peers expire by RemoteTTL
+	swept    time.Time       // when Tick last went over the peers (Config.Sweep)
 	seen     *lastSeenWriter
 	out      outbox
 

@@ -302,6 +302,52 @@ func TestSilentPeerExpires(t *testing.T) {
 	}
 }
 
+// TestTTLsAreSweptOncePerSweep: ticks between sweeps leave the peers
+// alone; the first sweep past a peer's TTL removes it.
+func TestTTLsAreSweptOncePerSweep(t *testing.T) {
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.update(a, "cursor", "1@x")
+	f.update(b, "cursor", "2@y")
+	ttl, every := f.hub.cfg.TTL, f.hub.cfg.Sweep
+	goodbyes := func() (n int) {
+		for _, g := range b.take() {
+			if g.body.Type == TypeGoodbye && g.msg.SenderID == "a" {
+				n++
+			}
+		}
+		return n
+	}
+	f.clock.Advance(ttl - every/2)
+	f.hub.Touch(b)
+	f.hub.Tick() // a sweep: a is not past its TTL yet
+	swept := false
+	for range 10 {
+		f.clock.Advance(every / 10)
+		f.hub.Touch(b)
+		before := f.hub.swept
+		f.hub.Tick()
+		waitDispatched(t, f.hub)
+		n := goodbyes()
+		if f.hub.swept == before {
+			if n != 0 {
+				t.Fatal("a tick between sweeps removed a peer")
+			}
+			continue
+		}
+		if swept {
+			t.Fatal("two sweeps within one Sweep")
+		}
+		swept = true
+		if n != 1 {
+			t.Fatalf("b got %d goodbyes from a at the sweep past a's TTL, want 1", n)
+		}
+	}
+	if !swept {
+		t.Fatal("no sweep within one Sweep")
+	}
+}
+
 func TestAwayAndBack(t *testing.T) {
 	f := newFixture(t)
 	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}

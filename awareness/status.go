@@ -185,30 +185,17 @@ func userIDFrom(v []byte, fallback string) string {
 	return fallback
 }
 
-// Tick forwards the trailing edge of coalesced updates, clears expired
-// typing flags, and applies status changes and TTLs.
+// Tick forwards the trailing edge of coalesced updates and clears expired
+// typing flags; once per Config.Sweep it also applies the peers' TTLs and
+// the status changes time makes (away after AwayAfter). What a peer says
+// changes its status at once (receive).
 func (h *Hub) Tick() {
 	var fx effects
 	h.mu.Lock()
 	now := h.cfg.Now()
-	for _, pi := range h.peers {
-		if pi.conn == nil {
-			// A remote peer: its node's rosters keep it (ApplyRoster),
-			// its node's death ends it (NodeGone).
-			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
-				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
-				h.metrics.expired.Inc()
-				h.remove(pi, &fx)
-			}
-			continue
-		}
-		if now.Sub(pi.lastHeard) > h.cfg.TTL {
-			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
-			h.metrics.expired.Inc()
-			h.remove(pi, &fx)
-			continue
-		}
-		h.refreshPeer(pi, &fx)
+	if now.Sub(h.swept) >= h.cfg.Sweep {
+		h.swept = now
+		h.sweep(now, &fx)
 	}
 	for _, r := range h.rooms {
 		for peer, until := range r.typing {
@@ -225,6 +212,30 @@ func (h *Hub) Tick() {
 	}
 	h.mu.Unlock()
 	fx.run(h)
+}
+
+// sweep removes the peers silent past their TTL and makes the others'
+// status what time made it.
+func (h *Hub) sweep(now time.Time, fx *effects) {
+	for _, pi := range h.peers {
+		if pi.conn == nil {
+			// A remote peer: its node's rosters keep it (ApplyRoster),
+			// its node's death ends it (NodeGone).
+			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
+				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
+				h.metrics.expired.Inc()
+				h.remove(pi, fx)
+			}
+			continue
+		}
+		if now.Sub(pi.lastHeard) > h.cfg.TTL {
+			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
+			h.metrics.expired.Inc()
+			h.remove(pi, fx)
+			continue
+		}
+		h.refreshPeer(pi, fx)
+	}
 }
 
 // roomTicks is how many ticks a room's coalescing period lasts: one more

@@ -78,7 +78,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		n.gcTune = &gctune.Config{Max: cfg.GCMax, Logger: log, OnChange: func(p int) { percent.Store(int64(p)) }}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_gc_percent",
-			Help: "The garbage collector's percent (GOGC) the tuner set: from GOGC on a busy node down to 25 on a quiet one (--gc-tune).",
+			Help: "The garbage collector's percent (GOGC) the tuner set: from GOGC on a busy node down to 10 on a quiet one (--gc-tune).",
 		}, func() float64 { return float64(percent.Load()) }))
 	}
 

@@ -84,7 +84,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.ParkIdle, "park-idle", true,
 		"an idle connection gives up its reader goroutine and waits on an epoll set (Linux); false keeps a reader per connection")
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
-		"the garbage collector's headroom follows the load: the least GOGC, from 25 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
+		"the garbage collector's headroom follows the load: the least GOGC, from 10 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
 	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
 		"presence waits this long for more updates to send with the first, in one batch and one write; 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")

@@ -11,7 +11,7 @@
 //
 // Every second the tuner measures the allocation rate and what a
 // collection costs per live byte, and sets the least percent at which the
-// collector keeps within Config.CPU of a core (2%), between Config.Min (25)
+// collector keeps within Config.CPU of a core (2%), between Config.Min (10)
 // and Config.Max (GOGC, 100): a busy node keeps Max, a quiet one gives the
 // memory back. The rate it goes by rises with the load's at once and falls
 // over a few seconds; when the percent reaches Min, the heap's free pages

@@ -14,7 +14,8 @@ import (
 type Config struct {
 	// Max is the percent of a busy process; default 100, Go's own.
 	Max int
-	// Min is the least percent; default 25.
+	// Min is the least percent; default 10. The CPU bound, not Min,
+	// keeps a quiet process with a large heap from collecting too often.
 	Min int
 	// CPU is the share of one core the collector may take at the
 	// allocation rate of the moment; default 0.02.
@@ -31,7 +32,7 @@ func (c *Config) setDefaults() {
 		c.Max = 100
 	}
 	if c.Min <= 0 {
-		c.Min = min(25, c.Max)
+		c.Min = min(10, c.Max)
 	}
 	if c.CPU <= 0 {
 		c.CPU = 0.02

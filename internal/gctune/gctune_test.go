@@ -50,7 +50,7 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	// Quiet: no allocation to speak of.
-	for p := 0; p != 25; {
+	for p := 0; p != 10; {
 		select {
 		case p = <-set:
 		case <-time.After(time.Until(deadline)):
@@ -58,7 +58,7 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 		}
 	}
 	// Busy: 64 MB a round against 64 MB live.
-	for p := 25; p != 100; {
+	for p := 10; p != 100; {
 		for range 64 {
 			sink = append(sink[:0], make([]byte, 1<<20))
 		}
