@@ -111,19 +111,16 @@ func (s *scanner) int() int64 {
 }
 
 // mapLen reads a map's head.
-func (s *scanner) mapLen() uint64 {
-	major, n := s.head()
-	if major != 5 || n > uint64(len(s.b)) {
-		s.fail()
-		return 0
-	}
-	return n
-}
+func (s *scanner) mapLen() uint64 { return s.count(5) }
 
 // arrayLen reads an array's head.
-func (s *scanner) arrayLen() uint64 {
-	major, n := s.head()
-	if major != 4 || n > uint64(len(s.b)) {
+func (s *scanner) arrayLen() uint64 { return s.count(4) }
+
+// count reads the head of a map or an array (major) and its length: no
+// more than the bytes left could hold.
+func (s *scanner) count(major byte) uint64 {
+	m, n := s.head()
+	if m != major || n > uint64(len(s.b)) {
 		s.fail()
 		return 0
 	}
