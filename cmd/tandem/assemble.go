@@ -18,6 +18,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/cmalloc"
 	"github.com/tandemhq/tandem/internal/gctune"
 	"github.com/tandemhq/tandem/internal/lifecycle"
 	"github.com/tandemhq/tandem/transport"
@@ -75,11 +76,20 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	if cfg.GCTune && cfg.GCMax > 0 {
 		var percent atomic.Int64
 		percent.Store(int64(cfg.GCMax))
-		n.gcTune = &gctune.Config{Max: cfg.GCMax, Logger: log, OnChange: func(p int) { percent.Store(int64(p)) }}
+		n.gcTune = &gctune.Config{
+			Max: cfg.GCMax, Logger: log,
+			OnChange: func(p int) { percent.Store(int64(p)) },
+			// Automerge's C heap keeps the pages its dropped sync
+			// states held until trimmed.
+			Release: func() { cmalloc.Trim() },
+		}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_gc_percent",
 			Help: "The garbage collector's percent (GOGC) the tuner set: from GOGC on a busy node down to 10 on a quiet one (--gc-tune).",
 		}, func() float64 { return float64(percent.Load()) }))
+	}
+	if _, _, ok := cmalloc.Stats(); ok {
+		registerCHeap(reg)
 	}
 
 	if n.stores, err = openStores(ctx, cfg, log); err != nil {
@@ -296,5 +306,23 @@ func (n *tandemNode) release() {
 	}
 	if n.stores != nil {
 		n.stores.close()
+	}
+}
+
+// registerCHeap exports what automerge's C heap holds: its documents and
+// sync states, and the free space malloc keeps among them.
+func registerCHeap(reg prometheus.Registerer) {
+	for _, state := range []string{"in_use", "free"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "tandem_c_heap_bytes",
+			Help:        "Bytes of the C heap (automerge's documents and sync states): in use, or free within malloc's arenas (trimmed or not).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 {
+			inUse, free, _ := cmalloc.Stats()
+			if state == "free" {
+				return float64(free)
+			}
+			return float64(inUse)
+		}))
 	}
 }

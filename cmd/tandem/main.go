@@ -12,15 +12,22 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 func main() {
 	doc.RunSandboxWorkerIfAsked() // a sandbox worker process ends here
+	if os.Getenv("MALLOC_ARENA_MAX") == "" {
+		// One malloc arena per core, not eight: automerge's C heap
+		// otherwise scatters its free space over many (internal/cmalloc).
+		cmalloc.LimitArenas(runtime.GOMAXPROCS(0))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)

@@ -85,10 +85,10 @@ func startRun(t *testing.T, args ...string) (addr net.Addr, stop func() error) {
 func TestRunServesAndStops(t *testing.T) {
 	addr, stop := startRun(t)
 	base := "http://" + addr.String()
-	for path, want := range map[string]string{
-		"/healthz": `"status":"ok"`,
-		"/":        "automerge-repo",
-		"/metrics": "tandem_documents",
+	for path, wants := range map[string][]string{
+		"/healthz": {`"status":"ok"`},
+		"/":        {"automerge-repo"},
+		"/metrics": {"tandem_documents", "tandem_gc_percent", `tandem_c_heap_bytes{state="in_use"}`, `tandem_c_heap_bytes{state="free"}`},
 	} {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -96,8 +96,10 @@ func TestRunServesAndStops(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
-			t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
+		for _, want := range wants {
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+				t.Errorf("GET %s: %d, body lacks %q", path, resp.StatusCode, want)
+			}
 		}
 	}
 	if err := stop(); err != nil {

@@ -24,7 +24,10 @@ type Config struct {
 	Every time.Duration
 	// OnChange, when set, receives each percent set.
 	OnChange func(percent int)
-	Logger   *slog.Logger
+	// Release, when set, is called after the heap's free pages went back
+	// to the system: memory held outside Go's heap (C) may follow.
+	Release func()
+	Logger  *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -127,6 +130,9 @@ func Run(ctx context.Context, cfg Config) {
 			// would take minutes over it.
 			freed = now.at
 			debug.FreeOSMemory()
+			if cfg.Release != nil {
+				cfg.Release()
+			}
 		}
 	}
 }

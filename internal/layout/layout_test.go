@@ -33,6 +33,7 @@ var rank = map[string]int{
 	"internal/layout":    0,
 	"internal/smallmap":  0,
 	"internal/gctune":    0,
+	"internal/cmalloc":   0,
 	"transport/wire":     0,
 	"doc/amcheck":        0,
 	"doc":                1,
