@@ -6,8 +6,8 @@ import "time"
 // to use it: no lock and no allocation of its own, as idle connections
 // are many. It starts full.
 type bucket struct {
-	tokens  float64
-	last    int64 // when it was last filled, since clockBase
+	last    int64   // when it was last filled, since clockBase
+	tokens  float32 // a burst is some hundreds: float32 holds it to a hundred-thousandth
 	started bool
 }
 
@@ -18,9 +18,9 @@ func (b *bucket) allow(rate float64, burst int, now time.Time) bool {
 	t := int64(now.Sub(clockBase))
 	switch {
 	case !b.started:
-		b.tokens, b.last, b.started = float64(burst), t, true
+		b.tokens, b.last, b.started = float32(burst), t, true
 	case t > b.last:
-		b.tokens = min(float64(burst), b.tokens+rate*float64(t-b.last)/1e9)
+		b.tokens = float32(min(float64(burst), float64(b.tokens)+rate*float64(t-b.last)/1e9))
 		b.last = t
 	}
 	if b.tokens < 1 {

@@ -24,11 +24,10 @@ const maxSessions = 64
 
 // conn is one WebSocket connection. It implements doc.Peer.
 type conn struct {
-	srv    *Server
-	ws     *websocket.Conn
-	fr     *frameConn // the socket beneath ws
-	remote string
-	done   func() // the server's part of finishing
+	srv *Server
+	ws  *websocket.Conn
+	fr  *frameConn // the socket beneath ws
+	ip  string     // the remote address's host, counted in the server's perIP
 
 	// Parking (park.go), guarded by parkMu.
 	parkMu    sync.Mutex
@@ -37,19 +36,20 @@ type conn struct {
 	unwatched bool   // the socket is closing: it never parks again
 
 	// The writer (writer.go). wmu guards out, pres, writing, closing,
-	// the timers and movedTo.
-	wmu        sync.Mutex
-	out        []outFrame // the lossless lane: frames for the writer, bounded by SendQueue
-	pres       presLane   // the presence lane: the newest frame per document, sender and channel
-	writing    bool       // a writer goroutine runs
-	closing    bool       // the close frame is queued: nothing more is
-	pinger     *time.Timer
-	expiry     *time.Timer
-	writerDone chan struct{} // closed once the socket is closed
-	closeOnce  sync.Once
-	reason     CloseReason // set once, by close
-	ended      atomic.Bool // set by close, after reason
-	movedTo    string      // the node a newer connection of this peer is on (claims)
+	// shut, shutDone, the timers and movedTo.
+	wmu      sync.Mutex
+	out      []outFrame // the lossless lane: frames for the writer, bounded by SendQueue
+	pres     presLane   // the presence lane: the newest frame per document, sender and channel
+	writing  bool       // a writer goroutine runs
+	closing  bool       // the close frame is queued: nothing more is
+	shut     bool       // the writer closed the socket
+	pinger   *time.Timer
+	expiry   *time.Timer
+	shutDone chan struct{} // made by the first to wait for shut (awaitShut); closed with it
+	closed   atomic.Bool   // close ran: the first reason won
+	reason   string        // the reason's Name, set once by close
+	ended    atomic.Bool   // set by close, after reason
+	movedTo  string        // the node a newer connection of this peer is on (claims)
 
 	grant   *auth.Grant // what the token allows; nil when running open
 	limiter bucket      // the message rate: excess ephemerals dropped
@@ -63,7 +63,7 @@ type conn struct {
 	release     func()                         // gives up the peer id's cluster claim; nil without one
 	docs        smallmap.Map[string, struct{}] // the documents it opened
 	clocks      map[string]uint64              // last ephemeral count per sessionId; nil before the first
-	lastRateErr time.Time                      // when the client was last told it is rate limited
+	lastRateErr int64                          // when the client was last told it is rate limited (monotonic)
 }
 
 var (
@@ -74,32 +74,35 @@ var (
 	_ awareness.Batcher    = (*conn)(nil)
 )
 
-func newConn(s *Server, ws *websocket.Conn, fr *frameConn, remote string, grant *auth.Grant) *conn {
-	return &conn{
-		srv:        s,
-		ws:         ws,
-		fr:         fr,
-		remote:     remote,
-		grant:      grant,
-		writerDone: make(chan struct{}),
-	}
+func newConn(s *Server, ws *websocket.Conn, fr *frameConn, ip string, grant *auth.Grant) *conn {
+	c := &conn{srv: s, ws: ws, fr: fr, ip: ip, grant: grant}
+	fr.control = c
+	return c
 }
 
 // serve runs the connection: the reader in this goroutine, or in one
 // the poller starts whenever a parked connection has something to read
-// (park.go); a writer whenever there is something to write. done is
-// called once the connection is finished.
-func (c *conn) serve(done func()) {
-	c.done = done
-	c.fr.onPing = func(payload []byte) { c.push(outFrame{op: websocket.PongMessage, payload: payload}) }
-	c.fr.onPong = func() {
-		if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
-			p.Touch(c)
-		}
-	}
+// (park.go); a writer whenever there is something to write. Once the
+// connection is finished, the server lets it go (Server.release).
+func (c *conn) serve() {
 	c.startTimers()
 	c.run(false)
 }
+
+// onPing implements controlHandler: the pong goes through the writer.
+func (c *conn) onPing(payload []byte) {
+	c.push(outFrame{op: websocket.PongMessage, payload: payload})
+}
+
+// onPong implements controlHandler: a pong keeps the peer's presence.
+func (c *conn) onPong() {
+	if p := c.srv.cfg.Presence; p != nil && c.peerID != "" {
+		p.Touch(c)
+	}
+}
+
+// remote is the peer's address, for logs.
+func (c *conn) remote() string { return c.fr.RemoteAddr().String() }
 
 // run reads until the connection parks or ends; the reader that sees it
 // end finishes it. A reader woken by the poller reads before it may park
@@ -124,10 +127,10 @@ func (c *conn) finish() {
 		c.release()
 	}
 	c.srv.forget(c)
-	<-c.writerDone
-	c.srv.metrics.disconnects.WithLabelValues(c.reason.Name).Inc()
-	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote, "reason", c.reason.Name)
-	c.done()
+	c.awaitShut()
+	c.srv.metrics.disconnects.WithLabelValues(c.reason).Inc()
+	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote(), "reason", c.reason)
+	c.srv.release(c)
 }
 
 // readLoop reads and handles messages until the connection ends, or
@@ -139,7 +142,7 @@ func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 	limit := c.srv.cfg.MaxMessageBytes
 	for {
 		if c.ended.Load() {
-			return c.reason, false
+			return CloseReason{}, false // closed already: run's close is a no-op
 		}
 		parked, err := c.fr.await(c.park)
 		if err != nil {

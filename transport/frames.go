@@ -49,8 +49,13 @@ type frameConn struct {
 	mustRead bool         // set on waking: read the socket before parking again
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
-	onPing func(payload []byte) // a ping's payload, unmasked, to echo in a pong
-	onPong func()
+	control controlHandler // takes the pings and pongs read between frames; nil drops them
+}
+
+// controlHandler takes the control frames frameConn reads itself.
+type controlHandler interface {
+	onPing(payload []byte) // the payload, unmasked and copied, to echo in a pong
+	onPong()
 }
 
 func newFrameConn(nc net.Conn) *frameConn {
@@ -170,10 +175,12 @@ func (f *frameConn) frame() bool {
 	for i := range payload {
 		payload[i] ^= key[i%4]
 	}
-	if op == 0x9 {
-		f.onPing(append([]byte(nil), payload...))
-	} else if f.onPong != nil {
-		f.onPong()
+	switch {
+	case f.control == nil:
+	case op == 0x9:
+		f.control.onPing(append([]byte(nil), payload...))
+	default:
+		f.control.onPong()
 	}
 	f.off += size + int(n)
 	if f.off == f.end {

@@ -22,7 +22,7 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	now := time.Now()
 	rate, burst := c.srv.cfg.MessageRate, c.srv.cfg.MessageBurst
 	if !c.flood.allow(2*rate, 2*burst, now) {
-		c.srv.log.Warn("closing a flooding connection", "peer", c.peerID, "remote", c.remote)
+		c.srv.log.Warn("closing a flooding connection", "peer", c.peerID, "remote", c.remote())
 		c.close(ReasonFlood, false)
 		return
 	}
@@ -108,8 +108,8 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		}
 		if overRate {
 			c.srv.metrics.dropped.WithLabelValues(dropRateLimited).Inc()
-			if time.Since(c.lastRateErr) > time.Second {
-				c.lastRateErr = time.Now()
+			if t := monotonic(); time.Duration(t-c.lastRateErr) > time.Second || c.lastRateErr == 0 {
+				c.lastRateErr = t
 				c.protocolError(errRateLimited, fmt.Sprintf("over %g messages/s: ephemeral messages are being dropped", c.srv.cfg.MessageRate))
 			}
 			return
@@ -185,7 +185,7 @@ func (c *conn) join(ctx context.Context, m *wire.Message) {
 	}
 	c.joinedAs.Store(&c.peerID)
 	c.sendPeer()
-	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote)
+	c.srv.log.Debug("peer joined", "peer", c.peerID, "remote", c.remote())
 }
 
 // claim takes the peer id across the cluster for the token's user, so that
@@ -216,7 +216,7 @@ func (c *conn) claim(ctx context.Context) bool {
 		}
 	}
 	c.srv.log.Warn("peer id not claimed across the cluster; accepted on what this node knows",
-		"peer", c.peerID, "remote", c.remote, "err", err)
+		"peer", c.peerID, "remote", c.remote(), "err", err)
 	return true
 }
 
@@ -266,7 +266,7 @@ func (c *conn) violation(r CloseReason, text string) {
 
 func (c *conn) protocolError(reason, text string) {
 	c.srv.metrics.errors.WithLabelValues(reason).Inc()
-	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote, "reason", reason, "detail", text)
+	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote(), "reason", reason, "detail", text)
 	c.sendMessage(&wire.Message{Type: wire.TypeError, ErrorMessage: text})
 }
 

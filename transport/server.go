@@ -136,29 +136,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("too many connections from %s (limit %d)", ip, s.cfg.MaxConnsPerIP))
 		return
 	}
-	releaseIP := func() {
-		s.mu.Lock()
-		if s.perIP[ip]--; s.perIP[ip] <= 0 {
-			delete(s.perIP, ip)
-		}
-		s.mu.Unlock()
-	}
 
 	hj := &hijacker{ResponseWriter: w}
 	ws, err := s.upgrader.Upgrade(hj, r, nil)
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
 		s.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
-		releaseIP()
+		s.releaseIP(ip)
 		return
 	}
-	c := newConn(s, ws, hj.fc, r.RemoteAddr, grant)
+	c := newConn(s, ws, hj.fc, ip, grant)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		c.close(ReasonShutdown, false)
-		<-c.writerDone
-		releaseIP()
+		c.awaitShut()
+		s.releaseIP(ip)
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -168,11 +161,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// returns: the HTTP goroutine's stack, grown while parsing the
 	// request, is not kept for the life of the socket.
 	handedOff = true
-	go c.serve(func() {
-		s.metrics.connections.Dec()
-		releaseIP()
-		s.wg.Done()
-	})
+	go c.serve()
+}
+
+// release lets go of a finished connection: its count, its IP's and its
+// place in the wait group ServeHTTP added it to.
+func (s *Server) release(c *conn) {
+	s.metrics.connections.Dec()
+	s.releaseIP(c.ip)
+	s.wg.Done()
+}
+
+// releaseIP counts one connection from ip less.
+func (s *Server) releaseIP(ip string) {
+	s.mu.Lock()
+	if s.perIP[ip]--; s.perIP[ip] <= 0 {
+		delete(s.perIP, ip)
+	}
+	s.mu.Unlock()
 }
 
 // hijacker hands gorilla the socket wrapped in a frameConn.

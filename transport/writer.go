@@ -212,7 +212,7 @@ func (c *conn) push(f outFrame) bool {
 		if id := c.joinedAs.Load(); id != nil {
 			peer = *id
 		}
-		c.srv.log.Warn("disconnecting slow consumer", "peer", peer, "remote", c.remote, "queued", n)
+		c.srv.log.Warn("disconnecting slow consumer", "peer", peer, "remote", c.remote(), "queued", n)
 		c.close(ReasonSlow, false)
 		return false
 	}
@@ -231,35 +231,51 @@ func (c *conn) push(f outFrame) bool {
 // is already queued (an error message, say) goes before the close frame;
 // otherwise it is dropped, all but a batch the writer is writing already.
 func (c *conn) close(r CloseReason, drain bool) {
-	c.closeOnce.Do(func() {
-		c.reason = r
-		c.ended.Store(true)
-		c.wmu.Lock()
-		if !drain {
-			clear(c.out)
-			c.out = c.out[:0]
-		}
-		c.out = append(c.out, outFrame{op: websocket.CloseMessage, payload: websocket.FormatCloseMessage(r.Code, r.Text)})
-		c.closing = true
-		start := !c.writing
-		c.writing = true
-		if c.pinger != nil {
-			c.pinger.Stop()
-		}
-		if c.expiry != nil {
-			c.expiry.Stop()
-		}
+	if c.closed.Swap(true) {
+		return
+	}
+	c.reason = r.Name
+	c.ended.Store(true)
+	c.wmu.Lock()
+	if !drain {
+		clear(c.out)
+		c.out = c.out[:0]
+	}
+	c.out = append(c.out, outFrame{op: websocket.CloseMessage, payload: websocket.FormatCloseMessage(r.Code, r.Text)})
+	c.closing = true
+	start := !c.writing
+	c.writing = true
+	if c.pinger != nil {
+		c.pinger.Stop()
+	}
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	c.wmu.Unlock()
+	if r == ReasonSlow || r == ReasonPingTimeout {
+		// The peer is not reading: a write to it may be blocked
+		// for the whole WriteTimeout. Cut it short now.
+		c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
+	}
+	if start {
+		go c.write()
+	}
+	c.wake() // a parked reader runs to finish the connection
+}
+
+// awaitShut waits until the writer has closed the socket.
+func (c *conn) awaitShut() {
+	c.wmu.Lock()
+	if c.shut {
 		c.wmu.Unlock()
-		if r == ReasonSlow || r == ReasonPingTimeout {
-			// The peer is not reading: a write to it may be blocked
-			// for the whole WriteTimeout. Cut it short now.
-			c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
-		}
-		if start {
-			go c.write()
-		}
-		c.wake() // a parked reader runs to finish the connection
-	})
+		return
+	}
+	if c.shutDone == nil {
+		c.shutDone = make(chan struct{})
+	}
+	done := c.shutDone
+	c.wmu.Unlock()
+	<-done
 }
 
 // write is the writer goroutine: it writes what is queued until the queue
@@ -322,7 +338,12 @@ func (c *conn) write() {
 		if closing {
 			c.unwatch()
 			c.ws.Close()
-			close(c.writerDone)
+			c.wmu.Lock()
+			c.shut = true
+			if c.shutDone != nil {
+				close(c.shutDone)
+			}
+			c.wmu.Unlock()
 			return // writing stays set: no writer starts again
 		}
 		if err != nil {
