@@ -41,6 +41,7 @@ type room struct {
 	// greeted holds the peers that were sent the room after their first
 	// presence message. A stock client starts its Presence only after it
 	// has the document, so the room sent at its first sync can go unheard.
+	// A peer that never speaks presence has no entry.
 	greeted map[string]bool
 	// present holds the peers that speak presence here and have not said
 	// goodbye: the server keeps their status channel, so a peer with an
@@ -237,7 +238,7 @@ func (h *Hub) sendRoomTo(r *room, to Peer) {
 		// next presence message (a stock client's heartbeat comes within
 		// seconds) rather than with a snapshot per peer queued now. An
 		// empty outbox takes any room.
-		r.greeted[to.ID()] = false
+		delete(r.greeted, to.ID())
 		h.metrics.updates.WithLabelValues("deferred").Add(float64(len(r.state)))
 		return
 	}

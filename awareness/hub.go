@@ -170,7 +170,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 		r.members[pi.id] = p
 		r.list = nil
 		h.newEpoch(r)
-		r.greeted[pi.id] = false
+		delete(r.greeted, pi.id) // greeted again at its first presence message
 		pi.docs.Set(documentID, struct{}{})
 		h.sendRoomTo(r, p)
 	}

@@ -47,6 +47,7 @@ func (r *room) rest(now time.Time) (rested int) {
 	for _, m := range r.members {
 		if m.state != nil && m.expect != nil && len(m.unacked) == 0 && now.Sub(m.used) > restAfter {
 			m.state = nil
+			m.unacked = nil // empty: its array goes too
 			rested++
 		}
 	}

@@ -50,6 +50,7 @@ type frameConn struct {
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
 	control controlHandler // takes the pings and pongs read between frames; nil drops them
+	held    *atomic.Int64  // counts the bytes of the buffer while taken; may be nil
 }
 
 // controlHandler takes the control frames frameConn reads itself.
@@ -58,8 +59,8 @@ type controlHandler interface {
 	onPong()
 }
 
-func newFrameConn(nc net.Conn) *frameConn {
-	f := &frameConn{Conn: nc}
+func newFrameConn(nc net.Conn, held *atomic.Int64) *frameConn {
+	f := &frameConn{Conn: nc, held: held}
 	f.lastRead.Store(monotonic())
 	return f
 }
@@ -213,15 +214,19 @@ func (f *frameConn) buffered() []byte {
 }
 
 // fill reads what the socket has into the buffer, after what waits there.
+// With nothing buffered it waits holding no buffer (fresh).
 func (f *frameConn) fill() error {
+	var n int
+	var err error
 	if f.buf == nil {
-		f.buf = chunkPool.Get().(*[]byte)
-		f.off, f.end = 0, 0
-	} else if f.off > 0 {
-		f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
-		f.off = 0
+		n, err = f.fresh()
+	} else {
+		if f.off > 0 {
+			f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
+			f.off = 0
+		}
+		n, err = f.Conn.Read((*f.buf)[f.end:])
 	}
-	n, err := f.Conn.Read((*f.buf)[f.end:])
 	f.end += n
 	if n > 0 {
 		f.mustRead = false
@@ -236,10 +241,28 @@ func (f *frameConn) fill() error {
 	return err
 }
 
+// freshRead takes a buffer and reads the socket into it, waiting with it.
+func (f *frameConn) freshRead() (int, error) {
+	f.take()
+	return f.Conn.Read(*f.buf)
+}
+
+// take gets an empty buffer from the pool.
+func (f *frameConn) take() {
+	f.buf = chunkPool.Get().(*[]byte)
+	f.off, f.end = 0, 0
+	if f.held != nil {
+		f.held.Add(readChunk)
+	}
+}
+
 // release gives the empty buffer back to the pool.
 func (f *frameConn) release() {
 	if f.buf != nil {
 		chunkPool.Put(f.buf)
 		f.buf, f.off, f.end = nil, 0, 0
+		if f.held != nil {
+			f.held.Add(-readChunk)
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemhq/tandem/transport/wire"
@@ -22,6 +24,8 @@ type metrics struct {
 	presLane    *prometheus.CounterVec
 
 	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
+
+	readBuffers atomic.Int64 // bytes of read buffers the readers hold (frameConn)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -78,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tandem_read_buffer_bytes",
+			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a socket is quiet.",
+		}, func() float64 { return float64(m.readBuffers.Load()) }))
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m

@@ -174,3 +174,33 @@ func TestParkingUnderChurn(t *testing.T) {
 		t.Errorf("%v connections counted parked after all closed", p)
 	}
 }
+
+// A reader waiting on a quiet socket holds no read buffer, even one that
+// keeps its goroutine: the buffer is taken when bytes arrive and given
+// back once they are read.
+func TestAQuietReaderHoldsNoBuffer(t *testing.T) {
+	s := newTestServer(t, Config{KeepReaders: true})
+	const n = 20
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		conns[i] = dial(t, s.url)
+		join(t, conns[i], fmt.Sprint("p", i))
+	}
+	held := func() int64 { return s.metrics.readBuffers.Load() }
+	for round := uint64(1); round <= 3; round++ {
+		for i, ws := range conns {
+			send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: round})
+			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != round {
+				t.Fatalf("round %d: got %s %d, want the ack", round, m.Type, m.Seq)
+			}
+		}
+		testenv.WaitFor(t, "no reader holding a buffer", func() bool { return held() == 0 })
+	}
+	for _, ws := range conns {
+		ws.Close()
+	}
+	testenv.WaitFor(t, "closed connections finished", func() bool { return s.Connections() == 0 })
+	if b := held(); b != 0 {
+		t.Errorf("%d bytes of read buffers held after every connection closed", b)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -137,7 +138,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	hj := &hijacker{ResponseWriter: w}
+	hj := &hijacker{ResponseWriter: w, held: &s.metrics.readBuffers}
 	ws, err := s.upgrader.Upgrade(hj, r, nil)
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
@@ -184,7 +185,8 @@ func (s *Server) releaseIP(ip string) {
 // hijacker hands gorilla the socket wrapped in a frameConn.
 type hijacker struct {
 	http.ResponseWriter
-	fc *frameConn
+	held *atomic.Int64 // the server's count of read buffers held
+	fc   *frameConn
 }
 
 func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -196,7 +198,7 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h.fc = newFrameConn(nc)
+	h.fc = newFrameConn(nc, h.held)
 	return h.fc, brw, nil
 }
 

@@ -1,0 +1,55 @@
+//go:build unix
+
+package transport
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// fresh reads into a buffer taken from the pool only once the socket has
+// bytes: a reader waiting on a quiet socket (for parkGrace, or for ever
+// with parking off) holds none, where a Read into a buffer would hold one
+// for the whole wait. It tries the socket first, and only if it has
+// nothing waits for it through the runtime's poller, which keeps the read
+// deadline, as net.Conn's Read does. A socket that is not a plain one
+// (TLS) is read as before.
+func (f *frameConn) fresh() (int, error) {
+	sc, ok := f.Conn.(syscall.Conn)
+	if !ok {
+		return f.freshRead()
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return f.freshRead()
+	}
+	var n int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		f.take()
+		for {
+			n, rerr = unix.Read(int(fd), *f.buf)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			f.release() // nothing yet: wait with no buffer
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil: // the deadline, or the socket closed
+		return 0, err
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: f.LocalAddr().Network(), Source: f.LocalAddr(), Addr: f.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n <= 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
