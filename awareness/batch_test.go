@@ -178,8 +178,8 @@ func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
 
 // A big room's period is longer, and its peers' periods end at different
 // ticks: with 120 peers (RoomTickPeers 50) each held-back value goes out
-// within four ticks (a period of three, and one more for a value stale at
-// its end), once, and no tick carries all of them.
+// within 3 + holdTicks ticks (a period of three, and the hold of a value
+// stale at its end), once, and no tick carries all of them.
 func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	f := newFixture(t)
 	w := &fakePeer{id: "w"}
@@ -203,7 +203,7 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	waitDispatched(t, f.hub)
 	w.take()
 	got := map[string]int{}
-	for tick := 1; tick <= 4; tick++ {
+	for tick := 1; tick <= 3+holdTicks; tick++ {
 		f.hub.Tick()
 		waitDispatched(t, f.hub)
 		n, heard := 0, w.take()
@@ -228,10 +228,10 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 }
 
 // A long period ends with a fresh value: a value that did not change
-// within the last tick of the period is held a tick longer, and the
-// newest value of that tick goes out in its place; with no change within
-// the tick, the held value goes out.
-func TestAStaleValueWaitsATickForAFresherOne(t *testing.T) {
+// within the last tick of the period is held, and the next change goes out
+// the moment it comes, in its place; with no change within holdTicks, the
+// held value goes out.
+func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	f := newFixture(t)
 	f.hub.cfg.RoomTickPeers = 1 // two peers: a period of three ticks
 	w, a := &fakePeer{id: "w"}, &fakePeer{id: "a"}
@@ -273,7 +273,7 @@ func TestAStaleValueWaitsATickForAFresherOne(t *testing.T) {
 			tick()
 		}
 		// No change now: at the end of a's period its value is stale.
-		for n := 0; !r.held["a"]; n++ {
+		for n := 0; r.held["a"] == 0; n++ {
 			if n == 3 {
 				t.Fatal("a's period never ended")
 			}
@@ -282,16 +282,21 @@ func TestAStaleValueWaitsATickForAFresherOne(t *testing.T) {
 			}
 		}
 		stale := seq
-		want := stale
 		if round%2 == 0 {
-			// A fresher value comes within the tick: it goes, the stale one never.
-			if got := move(); len(got) != 0 {
-				t.Fatalf("round %d: %v went out at once, want it at the end of the tick", round, got)
+			// A fresher value comes while held: it goes at once, the
+			// stale one never.
+			if got := move(); len(got) != 1 || got[0] != uint64(seq) {
+				t.Fatalf("round %d: a held peer's move sent %v, want [%d] at once", round, got, seq)
 			}
-			want = seq
-		}
-		if got := tick(); len(got) != 1 || got[0] != uint64(want) {
-			t.Fatalf("round %d: the tick after the hold sent %v, want [%d]", round, got, want)
+		} else {
+			for n := 1; n < holdTicks; n++ {
+				if got := tick(); len(got) != 0 {
+					t.Fatalf("round %d: %v went out %d ticks into the hold, want it held %d", round, got, n, holdTicks)
+				}
+			}
+			if got := tick(); len(got) != 1 || got[0] != uint64(stale) {
+				t.Fatalf("round %d: the hold's end sent %v, want the stale [%d]", round, got, stale)
+			}
 		}
 		for range 3 {
 			if got := tick(); len(got) != 0 {
@@ -314,8 +319,8 @@ func TestASendWindowJoinsWhatComesWithinIt(t *testing.T) {
 	b.take()
 	b.takeBatches()
 	// Far longer than the three updates take, however loaded the machine;
-	// Close sends what it holds when it fires.
-	f.hub.cfg.SendWindow = 2 * time.Second
+	// Close ends it and sends what it holds.
+	f.hub.cfg.SendWindow = time.Hour
 	for _, s := range senders {
 		f.update(s, "cursor", 1)
 	}
@@ -328,5 +333,49 @@ func TestASendWindowJoinsWhatComesWithinIt(t *testing.T) {
 	got := b.takeBatches()
 	if len(got) != 1 || len(got[0].Messages) != 3 {
 		t.Fatalf("after Close: %d batches, want the three cursors in one", len(got))
+	}
+}
+
+// A tick that sends trailing edges ends a send window at once: those
+// values waited their period already, and what the window held goes with
+// them in one batch. A tick with nothing to send leaves the window be.
+func TestATickWithTrailingEdgesEndsTheSendWindow(t *testing.T) {
+	f := newFixture(t)
+	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
+	f.hub.Join(b, doc1)
+	s1, s2, s3 := &fakePeer{id: "s1"}, &fakePeer{id: "s2"}, &fakePeer{id: "s3"}
+	for _, s := range []*fakePeer{s1, s2, s3} {
+		f.update(s, "user", s.id) // sent at once: no window yet
+	}
+	f.hub.Tick()
+	waitDispatched(t, f.hub)
+	b.take()
+	b.takeBatches()
+	f.hub.cfg.SendWindow = time.Hour // only a tick or Close ends it here
+	f.update(s1, "cursor", 1)        // a leading edge: the window starts
+	f.update(s2, "cursor", 1)        // a leading edge
+	f.update(s2, "cursor", 2)        // pending for the tick
+	if got := b.takeBatches(); len(got) != 0 {
+		t.Fatalf("%d batches went out within the window", len(got))
+	}
+	f.hub.Tick()
+	waitDispatched(t, f.hub)
+	got := b.takeBatches()
+	if len(got) != 1 || len(got[0].Messages) != 2 {
+		t.Fatalf("after the tick: %d batches, want one with s1's and s2's cursors", len(got))
+	}
+	if c := cursors(t, b.take(), "s2"); len(c) != 1 || c[0] != uint64(2) {
+		t.Fatalf("s2's cursors after the tick: %v, want [2]", c)
+	}
+	f.update(s3, "cursor", 1) // a leading edge: a new window
+	f.hub.Tick()              // nothing pending: the window runs on
+	if got := b.takeBatches(); len(got) != 0 {
+		t.Fatalf("a tick with nothing to send ended the window: %d batches", len(got))
+	}
+	if err := f.hub.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.takeBatches(); len(got) != 1 || len(got[0].Messages) != 1 {
+		t.Fatalf("after Close: %d batches, want s3's cursor in one", len(got))
 	}
 }

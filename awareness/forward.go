@@ -32,12 +32,12 @@ type room struct {
 	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
 	// peer's current period; pending those waiting for its trailing edge.
 	// changed is the tick (of ticks) in which each pending peer last
-	// changed; held marks the pending peers whose period runs a tick
-	// longer, for a fresher value (flush).
+	// changed; held counts the ticks the pending peers whose period ended
+	// with a stale value have waited for a fresher one (flush).
 	sent    map[string]map[string]struct{}
 	pending map[string]map[string]struct{}
 	changed map[string]uint64
-	held    map[string]bool
+	held    map[string]int
 	// greeted holds the peers that were sent the room after their first
 	// presence message. A stock client starts its Presence only after it
 	// has the document, so the room sent at its first sync can go unheard.
@@ -69,7 +69,7 @@ func newRoom(id string) *room {
 		sent:    make(map[string]map[string]struct{}),
 		pending: make(map[string]map[string]struct{}),
 		changed: make(map[string]uint64),
-		held:    make(map[string]bool),
+		held:    make(map[string]int),
 		greeted: make(map[string]bool),
 		present: make(map[string]bool),
 		guessed: make(map[string]bool),
@@ -114,10 +114,18 @@ func mark(set map[string]map[string]struct{}, peer, channel string) {
 // schedule forwards a changed channel now if it was not forwarded in the
 // peer's period (the leading edge), or at the end of the period otherwise
 // (the trailing edge, carrying the newest value).
+//
+// A peer held at the end of its period (flush) waits for just this: its
+// fresh value goes at once, with whatever else it has pending.
 func (h *Hub) schedule(r *room, peer, channel string) {
 	if _, done := r.sent[peer][channel]; done {
 		mark(r.pending, peer, channel)
 		r.changed[peer] = r.ticks
+		if r.held[peer] > 0 {
+			r.sent[peer] = r.pending[peer]
+			h.sendPending(r, peer)
+			return
+		}
 		h.metrics.updates.WithLabelValues("coalesced").Inc()
 		return
 	}
@@ -132,13 +140,15 @@ func (h *Hub) schedule(r *room, peer, channel string) {
 // of small batches, not a flood every k ticks.
 //
 // A period ends with a fresh value: if a peer's newest pending change is
-// older than the tick just ended, its period runs one tick longer, and
-// what it holds then goes out, the newest change of that tick if it made
-// one. A peer moving ten times a second is up to 100 ms behind at the end
-// of a long period; one tick more sends a value at most a tick old, at
-// nearly the same pace. Periods of one tick (small rooms) never run
-// longer: their pending values are at most a tick old.
-func (h *Hub) flush(r *room, k int) {
+// older than the tick just ended, the peer is held: its next change goes
+// out the moment it comes (schedule), with no wait for a tick, and only
+// if none comes within holdTicks does the stale value go. A peer moving
+// ten times a second is up to 100 ms behind at the end of a long period;
+// held, it sends its next move as it makes it, at nearly the same pace.
+// A peer that stopped sends its last value holdTicks late. Periods of
+// one tick (small rooms) are never held: their pending values are at
+// most a tick old. It reports whether it sent anything.
+func (h *Hub) flush(r *room, k int) (sent bool) {
 	r.ticks++
 	ends := func(peer string) bool { return k == 1 || (r.ticks+slot(peer))%uint64(k) == 0 }
 	for peer := range r.sent {
@@ -148,18 +158,27 @@ func (h *Hub) flush(r *room, k int) {
 	}
 	for peer, chans := range r.pending {
 		switch {
-		case r.held[peer]:
-			// The tick more is over.
+		case r.held[peer] >= holdTicks:
+			// No fresher value came: the stale one goes.
+		case r.held[peer] > 0:
+			r.held[peer]++
+			continue
 		case !ends(peer):
 			continue
 		case r.changed[peer]+1 < r.ticks:
-			r.held[peer] = true
+			r.held[peer] = 1
 			continue
 		}
 		r.sent[peer] = chans
 		h.sendPending(r, peer)
+		sent = true
 	}
+	return sent
 }
+
+// holdTicks is how many ticks a peer held at the end of its period waits
+// for a fresher value before its stale one goes (flush).
+const holdTicks = 2
 
 // sendPending forwards the channels a peer has pending.
 func (h *Hub) sendPending(r *room, peer string) {

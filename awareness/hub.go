@@ -108,6 +108,7 @@ func (h *Hub) Close(ctx context.Context) error {
 	h.mu.Lock()
 	h.closing = true // from now on the dispatcher never hands over
 	h.mu.Unlock()
+	h.dispatchNow() // what a send window holds goes now
 	done := make(chan struct{})
 	go func() { h.handoffs.Wait(); close(done) }()
 	select {

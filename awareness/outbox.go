@@ -69,6 +69,9 @@ type outbox struct {
 	// dispatching is set while a dispatcher runs. It changes under
 	// Hub.mu; queuers read it without the lock to leave at once.
 	dispatching atomic.Bool
+	// window is the send window's timer while it runs (dispatch), so
+	// that a tick can end it early (dispatchNow).
+	window *time.Timer
 }
 
 // enqueue queues m from peer to the other members of r. An update of one
@@ -143,14 +146,36 @@ func (h *Hub) dispatch() {
 		// Wait for what else comes within the window: it goes out with
 		// this, in the same batches and the same writes.
 		h.handoffs.Add(1) // under h.mu, so before Close waits, or never
-		h.mu.Unlock()
-		time.AfterFunc(w, func() {
+		h.out.window = time.AfterFunc(w, func() {
 			defer h.handoffs.Done()
 			h.mu.Lock()
+			h.out.window = nil
 			h.drain(time.Time{})
 		})
+		h.mu.Unlock()
 		return
 	}
+	h.drain(time.Now().Add(dispatchTenure))
+}
+
+// dispatchNow sends what is queued at once, ending a send window that
+// runs: a tick's trailing edges have waited their period already, and
+// the window would only add to it. Call it without the lock.
+func (h *Hub) dispatchNow() {
+	h.mu.Lock()
+	if h.out.window != nil && h.out.window.Stop() {
+		// The window had not fired: this call dispatches in its place,
+		// and dispatching stays set.
+		h.out.window = nil
+		h.handoffs.Done()
+		h.drain(time.Now().Add(dispatchTenure))
+		return
+	}
+	if h.out.dispatching.Load() || len(h.out.queue) == 0 {
+		h.mu.Unlock()
+		return // a dispatcher runs, or its window's timer has fired
+	}
+	h.out.dispatching.Store(true)
 	h.drain(time.Now().Add(dispatchTenure))
 }
 

@@ -153,6 +153,8 @@ type effects struct {
 	// another node: if this node loses sight of them, they were not seen
 	// leaving, and no last-seen is stored.
 	moved map[string]bool
+	// now dispatches at once, ending a send window (a tick's flush).
+	now bool
 }
 
 func (fx *effects) move(userID string) {
@@ -163,7 +165,11 @@ func (fx *effects) move(userID string) {
 }
 
 func (fx *effects) run(h *Hub) {
-	h.dispatch()
+	if fx.now {
+		h.dispatchNow()
+	} else {
+		h.dispatch()
+	}
 	for _, us := range fx.lastSeen {
 		h.seen.add(us) // stored by the last-seen writer (lastseen.go), off this path
 	}
@@ -208,7 +214,9 @@ func (h *Hub) Tick() {
 				h.schedule(r, peer, ChannelTyping)
 			}
 		}
-		h.flush(r, h.roomTicks(r))
+		if h.flush(r, h.roomTicks(r)) {
+			fx.now = true // trailing edges, which waited their period
+		}
 	}
 	h.mu.Unlock()
 	fx.run(h)

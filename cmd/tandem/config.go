@@ -86,7 +86,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
 		"the garbage collector's headroom follows the load: the least GOGC, from 10 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
 	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
-		"presence waits this long for more updates to send with the first, in one batch and one write; 0 sends each at once")
+		"presence waits this long for more updates to send with the first, in one batch and one write (a tick's trailing edges end the wait); 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
