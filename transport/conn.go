@@ -102,7 +102,12 @@ func (c *conn) onPong() {
 }
 
 // remote is the peer's address, for logs.
-func (c *conn) remote() string { return c.fr.RemoteAddr().String() }
+func (c *conn) remote() string {
+	if a := c.fr.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return ""
+}
 
 // run reads until the connection parks or ends; the reader that sees it
 // end finishes it. A reader woken by the poller reads before it may park
@@ -117,8 +122,11 @@ func (c *conn) run(woken bool) {
 }
 
 // finish cleans up after the reader's last read: the connection leaves
-// its documents and the server.
+// its documents and the server, and gives back a read buffer that still
+// holds bytes it will never read (a frame cut short, or frames sent after
+// what closed it).
 func (c *conn) finish() {
+	c.fr.release()
 	c.wmu.Lock()
 	movedTo := c.movedTo
 	c.wmu.Unlock()

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_read_buffer_bytes",
-			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a socket is quiet.",
+			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a plain TCP socket is quiet.",
 		}, func() float64 { return float64(m.readBuffers.Load()) }))
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)

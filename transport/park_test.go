@@ -204,3 +204,29 @@ func TestAQuietReaderHoldsNoBuffer(t *testing.T) {
 		t.Errorf("%d bytes of read buffers held after every connection closed", b)
 	}
 }
+
+// A connection that ends with bytes it will never read, a frame cut short
+// or frames sent after what closed it, gives its read buffer back.
+func TestAConnectionEndingMidFrameGivesBackItsBuffer(t *testing.T) {
+	s := newTestServer(t, Config{MessageRate: 5, MessageBurst: 5})
+	cut := dial(t, s.url)
+	join(t, cut, "cut")
+	if _, err := cut.UnderlyingConn().Write([]byte{0x82}); err != nil { // one byte of a header
+		t.Fatal(err)
+	}
+	flood := dial(t, s.url)
+	join(t, flood, "flood")
+	var frames []byte
+	for i := range 200 {
+		frames = append(frames, clientFrame(websocket.BinaryMessage, true, heartbeatFrame(t, "flood", uint64(i+1)))...)
+	}
+	if _, err := flood.UnderlyingConn().Write(frames); err != nil {
+		t.Fatal(err)
+	}
+	expectClose(t, flood, ReasonFlood.Code)
+	cut.UnderlyingConn().Close()
+	testenv.WaitFor(t, "both connections finished", func() bool { return s.Connections() == 0 })
+	if b := s.metrics.readBuffers.Load(); b != 0 {
+		t.Errorf("%d bytes of read buffers held after every connection finished", b)
+	}
+}

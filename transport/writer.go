@@ -284,6 +284,7 @@ func (c *conn) write() {
 	bp := batchPool.Get().(*[]byte)
 	defer batchPool.Put(bp)
 	nc := c.ws.UnderlyingConn()
+	var err error // once a write failed, nothing more is written
 	for {
 		c.wmu.Lock()
 		batch, pres := c.out, c.pres.take()
@@ -308,7 +309,6 @@ func (c *conn) write() {
 			}
 		}
 		buf := (*bp)[:0]
-		var err error
 		closing := false
 		for i, f := range batch {
 			buf = appendFrame(buf, f.op, f.payload)

@@ -23,7 +23,7 @@ import (
 
 func main() {
 	doc.RunSandboxWorkerIfAsked() // a sandbox worker process ends here
-	if os.Getenv("MALLOC_ARENA_MAX") == "" {
+	if os.Getenv("MALLOC_ARENA_MAX") == "" && !strings.Contains(os.Getenv("GLIBC_TUNABLES"), "arena_max") {
 		// One malloc arena per core, not eight: automerge's C heap
 		// otherwise scatters its free space over many (internal/cmalloc).
 		cmalloc.LimitArenas(runtime.GOMAXPROCS(0))

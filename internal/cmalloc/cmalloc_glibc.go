@@ -9,9 +9,13 @@ package cmalloc
 static int cm_limit_arenas(int n) { return mallopt(M_ARENA_MAX, n); }
 static int cm_trim(void) { return malloc_trim(0); }
 static int cm_stats(size_t *in_use, size_t *free_bytes) {
+#if __GLIBC__ > 2 || __GLIBC_MINOR__ >= 33
 	struct mallinfo2 m = mallinfo2();
-	*in_use = m.uordblks + m.hblkhd;
-	*free_bytes = m.fordblks;
+#else
+	struct mallinfo m = mallinfo(); // int fields: wraps past 2 GiB
+#endif
+	*in_use = (size_t)m.uordblks + (size_t)m.hblkhd;
+	*free_bytes = (size_t)m.fordblks;
 	return 1;
 }
 #else

@@ -16,7 +16,10 @@
 // memory back. The rate it goes by rises with the load's at once and falls
 // over a few seconds; when the percent reaches Min, the heap's free pages
 // go back to the system at once (at most once a minute), which the runtime
-// would do over minutes.
+// would do over minutes, and Config.Release gives back what is held
+// outside Go's heap: at the next look, once the finalizers of that
+// collection have run, and then once a minute while the process stays
+// quiet.
 //
 // Files: gctune.go, the choice of percent and the loop that applies it.
 package gctune

@@ -24,10 +24,15 @@ type Config struct {
 	Every time.Duration
 	// OnChange, when set, receives each percent set.
 	OnChange func(percent int)
-	// Release, when set, is called after the heap's free pages went back
-	// to the system: memory held outside Go's heap (C) may follow.
+	// Release, when set, gives back memory held outside Go's heap (C):
+	// called at the look after the heap's free pages went back, when the
+	// finalizers of that collection have freed what they hold, and then
+	// every Quiet while the process stays at Min.
 	Release func()
-	Logger  *slog.Logger
+	// Quiet is how often a quiet process gives memory back; default 1
+	// minute.
+	Quiet  time.Duration
+	Logger *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -42,6 +47,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Every <= 0 {
 		c.Every = time.Second
+	}
+	if c.Quiet <= 0 {
+		c.Quiet = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -95,7 +103,8 @@ func Run(ctx context.Context, cfg Config) {
 	last := readStats()
 	cost := defaultCost
 	var rate float64 // up at once, down over a few seconds
-	var freed time.Time
+	var freed, released time.Time
+	releaseDue := false // the look after a collection that gave memory back
 	for {
 		select {
 		case <-ctx.Done():
@@ -118,21 +127,24 @@ func Run(ctx context.Context, cfg Config) {
 			rate = keep*rate + (1-keep)*inst
 		}
 		p := Percent(rate, cost, cfg.CPU, cfg.Min, cfg.Max)
+		if cfg.Release != nil && (releaseDue || p == cfg.Min && current == cfg.Min && now.at.Sub(released) > cfg.Quiet) {
+			releaseDue = false
+			released = now.at
+			cfg.Release()
+		}
 		if p == current {
 			continue
 		}
 		cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(now.live), "ns_per_live_kb", int64(cost*1e12))
 		current = p
 		set(p)
-		if p == cfg.Min && now.at.Sub(freed) > time.Minute {
+		if p == cfg.Min && now.at.Sub(freed) > cfg.Quiet {
 			// The node went quiet: what its busy spell left the heap
 			// goes back to the system now. The runtime's own scavenger
 			// would take minutes over it.
 			freed = now.at
 			debug.FreeOSMemory()
-			if cfg.Release != nil {
-				cfg.Release()
-			}
+			releaseDue = true
 		}
 	}
 }

@@ -42,19 +42,35 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 		kept[i] = make([]byte, 1<<20)
 	}
 	set := make(chan int, 1000)
+	released := make(chan struct{}, 1000)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Run(ctx, Config{Every: 20 * time.Millisecond, OnChange: func(p int) { set <- p }})
+		Run(ctx, Config{
+			Every: 20 * time.Millisecond, Quiet: 100 * time.Millisecond,
+			OnChange: func(p int) { set <- p },
+			Release:  func() { released <- struct{}{} },
+		})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	// Quiet: no allocation to speak of.
 	for p := 0; p != 10; {
 		select {
 		case p = <-set:
+		case <-released:
+			t.Fatal("memory outside the heap was released before the process went quiet")
 		case <-time.After(time.Until(deadline)):
 			t.Fatal("a quiet process never got the least headroom")
+		}
+	}
+	// Quiet, it gives back what is outside the heap: a look after the
+	// heap's free pages, then every Quiet.
+	for range 3 {
+		select {
+		case <-released:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("a quiet process never released memory outside the heap")
 		}
 	}
 	// Busy: 64 MB a round against 64 MB live.
