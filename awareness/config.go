@@ -17,9 +17,10 @@ type Config struct {
 	// RoomTickPeers lengthens a room's coalescing period by one Tick for
 	// every so many peers in it (default 50), up to MaxRoomTick (default
 	// 500ms): a big room sends less often per peer, so what it sends
-	// grows with its size rather than with its square. A period of more
-	// than one tick whose value went stale in its last tick runs one
-	// tick longer, for a fresher one (forward.go).
+	// grows with its size rather than with its square. A peer whose
+	// period of more than one tick ends with a value gone stale in its
+	// last tick is held: its next change goes at once, or the stale value
+	// after two ticks (forward.go).
 	RoomTickPeers int
 	MaxRoomTick   time.Duration
 	// SendWindow, when set, holds what is queued for the other peers
