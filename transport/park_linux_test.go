@@ -3,15 +3,12 @@
 package transport
 
 import (
-	"fmt"
 	"testing"
 
-	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
 	"github.com/tandemhq/tandem/internal/testenv"
-	"github.com/tandemhq/tandem/transport/wire"
 )
 
 // When the poller fails, every parked connection gets its reader back and
@@ -24,11 +21,7 @@ func TestAFailedPollerHandsEveryConnectionItsReaderBack(t *testing.T) {
 		t.Fatal("no poller: connections cannot park here")
 	}
 	const n = 20
-	conns := make([]*websocket.Conn, n)
-	for i := range conns {
-		conns[i] = dial(t, s.url)
-		join(t, conns[i], fmt.Sprint("p", i))
-	}
+	conns := dialJoined(t, s, n)
 	parked := func() float64 { return testutil.ToFloat64(s.metrics.parked) }
 	testenv.WaitFor(t, "every connection parked", func() bool { return parked() == n })
 	other, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
@@ -41,20 +34,11 @@ func TestAFailedPollerHandsEveryConnectionItsReaderBack(t *testing.T) {
 	}
 	// The poller still waits on the set it had; this wakes it, and its
 	// next wait, on what is now an eventfd, fails.
-	heartbeat := func(i int, seq uint64) {
-		t.Helper()
-		send(t, conns[i], &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: seq})
-		if m := recv(t, conns[i]); m.Type != wire.TypeHeartbeatAck || m.Seq != seq {
-			t.Fatalf("p%d: got %s %d, want the ack of %d", i, m.Type, m.Seq, seq)
-		}
-	}
-	heartbeat(0, 1)
+	heartbeatEach(t, conns[:1], 1)
 	testenv.WaitFor(t, "the poller dead", func() bool { return s.poller.dead.Load() })
 	testenv.WaitFor(t, "no connection parked", func() bool { return parked() == 0 })
 	for round := uint64(2); round <= 4; round++ {
-		for i := range conns {
-			heartbeat(i, round)
-		}
+		heartbeatEach(t, conns, round)
 		if p := parked(); p != 0 {
 			t.Fatalf("round %d: %v connections parked on a dead poller", round, p)
 		}

@@ -45,6 +45,29 @@ func heartbeatFrame(t *testing.T, peer string, seq uint64) []byte {
 	return b
 }
 
+// dialJoined opens n connections to s, joined as p0, p1, …
+func dialJoined(t *testing.T, s *testServer, n int) []*websocket.Conn {
+	t.Helper()
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		conns[i] = dial(t, s.url)
+		join(t, conns[i], fmt.Sprint("p", i))
+	}
+	return conns
+}
+
+// heartbeatEach sends a heartbeat numbered seq on each connection that
+// dialJoined opened, and waits for its acknowledgement.
+func heartbeatEach(t *testing.T, conns []*websocket.Conn, seq uint64) {
+	t.Helper()
+	for i, ws := range conns {
+		send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: seq})
+		if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != seq {
+			t.Fatalf("p%d: got %s %d, want the ack of %d", i, m.Type, m.Seq, seq)
+		}
+	}
+}
+
 // Idle connections hold no goroutine: they park, and each wakes for what
 // it is sent and parks again.
 func TestIdleConnectionsParkWithoutAGoroutine(t *testing.T) {
@@ -54,23 +77,14 @@ func TestIdleConnectionsParkWithoutAGoroutine(t *testing.T) {
 	}
 	const n = 50
 	before := runtime.NumGoroutine()
-	conns := make([]*websocket.Conn, n)
-	for i := range conns {
-		conns[i] = dial(t, s.url)
-		join(t, conns[i], fmt.Sprint("p", i))
-	}
+	conns := dialJoined(t, s, n)
 	parked := func() float64 { return testutil.ToFloat64(s.metrics.parked) }
 	testenv.WaitFor(t, "every connection parked", func() bool { return parked() == n })
 	if grown := runtime.NumGoroutine() - before; grown >= n/2 {
 		t.Errorf("%d goroutines more for %d parked connections", grown, n)
 	}
 	for round := uint64(1); round <= 3; round++ {
-		for i, ws := range conns {
-			send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: round})
-			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != round {
-				t.Fatalf("round %d: got %s %d, want the ack", round, m.Type, m.Seq)
-			}
-		}
+		heartbeatEach(t, conns, round)
 		testenv.WaitFor(t, "every connection parked again", func() bool { return parked() == n })
 	}
 	for _, ws := range conns {
@@ -181,19 +195,10 @@ func TestParkingUnderChurn(t *testing.T) {
 func TestAQuietReaderHoldsNoBuffer(t *testing.T) {
 	s := newTestServer(t, Config{KeepReaders: true})
 	const n = 20
-	conns := make([]*websocket.Conn, n)
-	for i := range conns {
-		conns[i] = dial(t, s.url)
-		join(t, conns[i], fmt.Sprint("p", i))
-	}
+	conns := dialJoined(t, s, n)
 	held := func() int64 { return s.metrics.readBuffers.Load() }
 	for round := uint64(1); round <= 3; round++ {
-		for i, ws := range conns {
-			send(t, ws, &wire.Message{Type: wire.TypeHeartbeat, SenderID: fmt.Sprint("p", i), TargetID: serverID, Seq: round})
-			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != round {
-				t.Fatalf("round %d: got %s %d, want the ack", round, m.Type, m.Seq)
-			}
-		}
+		heartbeatEach(t, conns, round)
 		testenv.WaitFor(t, "no reader holding a buffer", func() bool { return held() == 0 })
 	}
 	for _, ws := range conns {
