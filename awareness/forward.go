@@ -122,7 +122,6 @@ func (h *Hub) schedule(r *room, peer, channel string) {
 		mark(r.pending, peer, channel)
 		r.changed[peer] = r.ticks
 		if r.held[peer] > 0 {
-			r.sent[peer] = r.pending[peer]
 			h.sendPending(r, peer)
 			return
 		}
@@ -156,7 +155,7 @@ func (h *Hub) flush(r *room, k int) (sent bool) {
 			delete(r.sent, peer)
 		}
 	}
-	for peer, chans := range r.pending {
+	for peer := range r.pending {
 		switch {
 		case r.held[peer] >= holdTicks:
 			// No fresher value came: the stale one goes.
@@ -169,7 +168,6 @@ func (h *Hub) flush(r *room, k int) (sent bool) {
 			r.held[peer] = 1
 			continue
 		}
-		r.sent[peer] = chans
 		h.sendPending(r, peer)
 		sent = true
 	}
@@ -180,9 +178,11 @@ func (h *Hub) flush(r *room, k int) (sent bool) {
 // for a fresher value before its stale one goes (flush).
 const holdTicks = 2
 
-// sendPending forwards the channels a peer has pending.
+// sendPending forwards the channels a peer has pending, which count as
+// sent in its period from now on.
 func (h *Hub) sendPending(r *room, peer string) {
 	chans := r.pending[peer]
+	r.sent[peer] = chans
 	delete(r.pending, peer)
 	delete(r.changed, peer)
 	delete(r.held, peer)

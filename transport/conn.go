@@ -46,9 +46,8 @@ type conn struct {
 	pinger   *time.Timer
 	expiry   *time.Timer
 	shutDone chan struct{} // made by the first to wait for shut (awaitShut); closed with it
-	closed   atomic.Bool   // close ran: the first reason won
-	reason   string        // the reason's Name, set once by close
-	ended    atomic.Bool   // set by close, after reason
+	closed   atomic.Bool   // close ran: the first reason won; read on as the connection's end
+	reason   string        // the reason's Name, set once by close (read after awaitShut)
 	movedTo  string        // the node a newer connection of this peer is on (claims)
 
 	grant   *auth.Grant // what the token allows; nil when running open
@@ -149,7 +148,7 @@ func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 	// close frame of its own past the writer (writer.go).
 	limit := c.srv.cfg.MaxMessageBytes
 	for {
-		if c.ended.Load() {
+		if c.closed.Load() {
 			return CloseReason{}, false // closed already: run's close is a no-op
 		}
 		parked, err := c.fr.await(c.park)

@@ -18,7 +18,7 @@ func (c *conn) park() bool {
 	}
 	c.parkMu.Lock()
 	defer c.parkMu.Unlock()
-	if c.ended.Load() || c.unwatched {
+	if c.closed.Load() || c.unwatched {
 		return false
 	}
 	if err := p.watch(c); err != nil {

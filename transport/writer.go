@@ -235,7 +235,6 @@ func (c *conn) close(r CloseReason, drain bool) {
 		return
 	}
 	c.reason = r.Name
-	c.ended.Store(true)
 	c.wmu.Lock()
 	if !drain {
 		clear(c.out)
