@@ -111,25 +111,43 @@ func mark(set map[string]map[string]struct{}, peer, channel string) {
 	m[channel] = struct{}{}
 }
 
-// schedule forwards a changed channel now if it was not forwarded in the
-// peer's period (the leading edge), or at the end of the period otherwise
-// (the trailing edge, carrying the newest value).
+// schedule forwards the channels a message changed: those not forwarded
+// in the peer's period go now, together (the leading edge), the others at
+// the end of the period, with their newest values (the trailing edge).
+// Channels changed together leave together: a snapshot is forwarded as
+// one snapshot, so no receiver sees a peer's cursor before its name.
 //
 // A peer held at the end of its period (flush) waits for just this: its
-// fresh value goes at once, with whatever else it has pending.
-func (h *Hub) schedule(r *room, peer, channel string) {
-	if _, done := r.sent[peer][channel]; done {
-		mark(r.pending, peer, channel)
-		r.changed[peer] = r.ticks
-		if r.held[peer] > 0 {
-			h.sendPending(r, peer)
-			return
+// fresh values go at once, with whatever else it has pending.
+func (h *Hub) schedule(r *room, peer string, channels ...string) {
+	// Filtered in place: the callers pass channels they are done with.
+	lead, trailing := channels[:0], 0
+	for _, ch := range channels {
+		if _, done := r.sent[peer][ch]; !done {
+			lead = append(lead, ch)
+			continue
 		}
-		h.metrics.updates.WithLabelValues("coalesced").Inc()
+		mark(r.pending, peer, ch)
+		r.changed[peer] = r.ticks
+		trailing++
+	}
+	if r.held[peer] > 0 {
+		for _, ch := range lead {
+			mark(r.pending, peer, ch)
+		}
+		h.sendPending(r, peer)
 		return
 	}
-	mark(r.sent, peer, channel)
-	h.forward(r, peer, []string{channel})
+	if trailing > 0 {
+		h.metrics.updates.WithLabelValues("coalesced").Add(float64(trailing))
+	}
+	if len(lead) == 0 {
+		return
+	}
+	for _, ch := range lead {
+		mark(r.sent, peer, ch)
+	}
+	h.forward(r, peer, lead)
 }
 
 // flush ends the period of the room's peers whose period ends at this

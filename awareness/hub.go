@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -265,17 +266,20 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 		r.greeted[pi.id] = true
 		h.sendRoomTo(r, p)
 	}
+	// What the message changed is forwarded together (schedule).
+	var buf [8]string
+	changed := buf[:0]
 	if pm.Type != TypeGoodbye && !r.present[pi.id] {
 		r.present[pi.id] = true
 		if pi.identity != nil { // the verified identity, before anything else
-			if _, changed := r.state.Set(pi.id, ChannelUser, Register{Clock: h.serverClock(pi), Value: pi.identity.value()}); changed {
-				h.schedule(r, pi.id, ChannelUser)
+			if _, ok := r.state.Set(pi.id, ChannelUser, Register{Clock: h.serverClock(pi), Value: pi.identity.value()}); ok {
+				changed = append(changed, ChannelUser)
 			}
 		}
 	}
 	switch pm.Type {
 	case TypeHeartbeat:
-		h.schedule(r, pi.id, heartbeatChannel)
+		changed = append(changed, heartbeatChannel)
 	case TypeGoodbye:
 		if r.state.Remove(pi.id, c) {
 			h.sendGoodbye(r, pi.id)
@@ -283,25 +287,33 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 		delete(r.typing, pi.id)
 		delete(r.present, pi.id)
 	case TypeUpdate:
-		h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx)
+		if h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx) {
+			changed = append(changed, pm.Channel)
+		}
 	case TypeSnapshot:
 		for ch, v := range pm.State {
-			h.set(r, pi, ch, Register{Clock: c, Value: v}, fx)
+			if h.set(r, pi, ch, Register{Clock: c, Value: v}, fx) && !slices.Contains(changed, ch) {
+				changed = append(changed, ch)
+			}
 		}
+	}
+	if len(changed) > 0 {
+		h.schedule(r, pi.id, changed...)
 	}
 	h.metrics.received.WithLabelValues(pm.Type).Inc()
 	h.refreshPeer(pi, fx)
 }
 
-// set writes one channel of a peer and schedules what changed.
-func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effects) {
+// set writes one channel of a peer and reports whether its value changed
+// (the caller schedules it).
+func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effects) (changed bool) {
 	if channel == ChannelUser && pi.identity != nil {
 		reg.Value = pi.identity.value() // a verified peer cannot rename itself
 	}
 	took, changed := r.state.Set(pi.id, channel, reg)
 	if !took {
 		h.metrics.updates.WithLabelValues("stale").Inc()
-		return
+		return false
 	}
 	switch channel {
 	case ChannelTyping:
@@ -319,12 +331,12 @@ func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effec
 	}
 	if !changed {
 		h.metrics.updates.WithLabelValues("unchanged").Inc()
-		return
+		return false
 	}
 	if channel != ChannelStatus {
 		pi.lastActive = h.cfg.Now()
 	}
-	h.schedule(r, pi.id, channel)
+	return true
 }
 
 // dropRoom forgets a document that has no local member left, and the

@@ -277,6 +277,37 @@ func TestLeaveSaysGoodbyeOnce(t *testing.T) {
 	}
 }
 
+// TestASnapshotLeavesAsOneSnapshot: the channels one message changed are
+// forwarded together, so a receiver meets a peer, after a reconnection too,
+// with its name and cursor in one message, never as an anonymous cursor
+// first (the channels of a snapshot come in no fixed order).
+func TestASnapshotLeavesAsOneSnapshot(t *testing.T) {
+	f := newFixture(t)
+	b := &fakePeer{id: "b"}
+	f.hub.Join(b, doc1)
+	state := map[string]any{
+		"user": map[string]any{"id": "ana", "name": "Ana"}, "cursor": "1@x",
+		"selection": nil, "typing": false, "status": "online",
+	}
+	for round := range 50 {
+		a := &fakePeer{id: "a"}
+		f.snapshot(a, state)
+		got := b.take()
+		if len(got) != 1 || got[0].body.Type != TypeSnapshot || got[0].msg.SenderID != "a" {
+			t.Fatalf("round %d: b got %+v, want one snapshot from a", round, got)
+		}
+		for ch := range state {
+			if _, ok := got[0].body.State[ch]; !ok {
+				t.Fatalf("round %d: the snapshot lacks %q: %+v", round, ch, got[0].body.State)
+			}
+		}
+		f.hub.Leave(a)
+		if got := b.take(); len(got) != 1 || got[0].body.Type != TypeGoodbye {
+			t.Fatalf("round %d: b got %+v, want a's goodbye", round, got)
+		}
+	}
+}
+
 func TestSilentPeerExpires(t *testing.T) {
 	f := newFixture(t)
 	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}

@@ -85,22 +85,28 @@ func (h *Hub) ApplyRemote(node, documentID string, d Delta) {
 		delete(r.state, pi.id)
 		delete(r.guessed, pi.id)
 	}
+	// What the delta changed is forwarded together (schedule).
+	var buf [8]string
+	changed := buf[:0]
 	for ch, reg := range d.Registers {
 		if pi.clock.Less(reg.Clock) {
 			pi.clock = reg.Clock
 		}
-		if _, changed := r.state.Set(pi.id, ch, reg); changed {
-			h.schedule(r, pi.id, ch)
+		if _, ok := r.state.Set(pi.id, ch, reg); ok {
+			changed = append(changed, ch)
 			if ch == ChannelStatus {
 				pi.status = statusFrom(reg.Value)
 			}
 		}
 	}
+	if d.Heartbeat {
+		changed = append(changed, heartbeatChannel)
+	}
+	if len(changed) > 0 {
+		h.schedule(r, pi.id, changed...)
+	}
 	if !d.Gone.IsZero() && r.state.Remove(pi.id, d.Gone) {
 		h.sendGoodbye(r, pi.id)
-	}
-	if d.Heartbeat {
-		h.schedule(r, pi.id, heartbeatChannel)
 	}
 	if p := r.state[pi.id]; p == nil || !p.Visible() {
 		pi.docs.Delete(documentID)

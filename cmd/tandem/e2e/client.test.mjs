@@ -66,11 +66,21 @@ test("after its connection is cut, a Tandem client comes back and is known by na
   await until("Ana on Bo's side", () => boPresence.users().some(u => u.user.name === "Ana" && u.status === "online"))
   await until("Bo on Ana's side", () => presence.users().some(u => u.user.name === "Bo"))
 
+  // Bo's view as each event happens: she can be back (the client retries
+  // within 50 ms) before a poll would see her offline.
+  const seen = []
+  boPresence.on("leave", p => seen.push(["leave", p.user.name, boPresence.users().map(u => `${u.user.name}:${u.status}`).join()]))
+  boPresence.on("join", p => seen.push(["join", p.user.name]))
+
   // Cut Ana's socket: the server says goodbye for her to Bo.
   rec.sockets.at(-1).terminate()
-  await until("Ana offline on Bo's side", () => boPresence.users().some(u => u.user.name === "Ana" && u.status === "offline"))
-  // She reconnects by herself and announces her whole state again.
+  await until("Ana gone from Bo's side", () => seen.length > 0)
+  assert.deepEqual(seen[0], ["leave", "Ana", "Ana:offline"])
+  // She reconnects by herself and announces her whole state again, met
+  // by name at once: her state comes as one snapshot, never a nameless
+  // cursor first.
   await until("Ana online again on Bo's side", () => boPresence.users().some(u => u.user.name === "Ana" && u.status === "online"))
+  assert.deepEqual(seen.slice(1), [["join", "Ana"]])
   presence.setSelection(2, 2)
   await until("her cursor under her name", () => boPresence.peers().some(p => p.user.name === "Ana" && boPresence.positionOf(p)?.head === 2))
   assert.deepEqual(boPresence.users().map(u => u.user.name), ["Ana"])
