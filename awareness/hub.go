@@ -1,11 +1,9 @@
 package awareness
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -188,155 +186,6 @@ func newLocalPeer(p Peer, now time.Time) *peerInfo {
 		pi.user = pi.identity.UserID
 	}
 	return pi
-}
-
-// Receive handles an ephemeral message from p. It reports false, with no
-// error, if the message is not presence: the caller relays it as it is.
-func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
-	pm, err := parsePresence(h.dec, m.Data)
-	if err != nil || pm == nil {
-		return false, err
-	}
-	var fx effects
-	h.mu.Lock()
-	if err := h.withinLimits(documentID, p.ID(), pm); err != nil {
-		h.mu.Unlock()
-		return true, err // presence, refused: never relayed as it came
-	}
-	h.receive(p, documentID, m, pm, &fx)
-	h.mu.Unlock()
-	fx.run(h)
-	return true, nil
-}
-
-// withinLimits refuses an update or snapshot that would give the peer more
-// channels or bytes in the document's presence than the limits allow. The
-// caller holds h.mu.
-func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
-	var held map[string]Register
-	if r := h.rooms[documentID]; r != nil {
-		if p := r.state[peer]; p != nil {
-			held = p.Channels
-		}
-	}
-	channels, size := len(held), 0
-	for _, reg := range held {
-		size += len(reg.Value)
-	}
-	add := func(ch string, v []byte) {
-		if old, ok := held[ch]; ok {
-			size -= len(old.Value)
-		} else {
-			channels++
-		}
-		size += len(v)
-	}
-	switch pm.Type {
-	case TypeUpdate:
-		add(pm.Channel, pm.Value)
-	case TypeSnapshot:
-		for ch, v := range pm.State {
-			add(ch, v)
-		}
-	default:
-		return nil
-	}
-	if channels > h.cfg.MaxChannels {
-		return fmt.Errorf("%w: %d channels for one peer, over the limit of %d", ErrPresenceLimit, channels, h.cfg.MaxChannels)
-	}
-	if size > h.cfg.MaxStateBytes {
-		return fmt.Errorf("%w: %d bytes of presence for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
-	}
-	return nil
-}
-
-func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage, fx *effects) {
-	pi, r := h.join(p, documentID, fx)
-	now := h.cfg.Now()
-	pi.lastHeard = now
-	if pi.session != m.SessionID || pi.era == 0 {
-		// A session new here: after everything known of the peer.
-		pi.session, pi.era = m.SessionID, max(now.UnixMilli(), pi.clock.Era+1)
-	}
-	c := Clock{Era: pi.era, Count: m.Count, Session: m.SessionID}
-	if pi.clock.Less(c) {
-		pi.clock = c
-	}
-	if !r.greeted[pi.id] {
-		r.greeted[pi.id] = true
-		h.sendRoomTo(r, p)
-	}
-	// What the message changed is forwarded together (schedule).
-	var buf [8]string
-	changed := buf[:0]
-	if pm.Type != TypeGoodbye && !r.present[pi.id] {
-		r.present[pi.id] = true
-		if pi.identity != nil { // the verified identity, before anything else
-			if _, ok := r.state.Set(pi.id, ChannelUser, Register{Clock: h.serverClock(pi), Value: pi.identity.value()}); ok {
-				changed = append(changed, ChannelUser)
-			}
-		}
-	}
-	switch pm.Type {
-	case TypeHeartbeat:
-		changed = append(changed, heartbeatChannel)
-	case TypeGoodbye:
-		if r.state.Remove(pi.id, c) {
-			h.sendGoodbye(r, pi.id)
-		}
-		delete(r.typing, pi.id)
-		delete(r.present, pi.id)
-	case TypeUpdate:
-		if h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx) {
-			changed = append(changed, pm.Channel)
-		}
-	case TypeSnapshot:
-		for ch, v := range pm.State {
-			if h.set(r, pi, ch, Register{Clock: c, Value: v}, fx) && !slices.Contains(changed, ch) {
-				changed = append(changed, ch)
-			}
-		}
-	}
-	if len(changed) > 0 {
-		h.schedule(r, pi.id, changed...)
-	}
-	h.metrics.received.WithLabelValues(pm.Type).Inc()
-	h.refreshPeer(pi, fx)
-}
-
-// set writes one channel of a peer and reports whether its value changed
-// (the caller schedules it).
-func (h *Hub) set(r *room, pi *peerInfo, channel string, reg Register, fx *effects) (changed bool) {
-	if channel == ChannelUser && pi.identity != nil {
-		reg.Value = pi.identity.value() // a verified peer cannot rename itself
-	}
-	took, changed := r.state.Set(pi.id, channel, reg)
-	if !took {
-		h.metrics.updates.WithLabelValues("stale").Inc()
-		return false
-	}
-	switch channel {
-	case ChannelTyping:
-		if truthy(reg.Value) {
-			r.typing[pi.id] = h.cfg.Now().Add(h.cfg.TypingTimeout) // renewed even if unchanged
-		} else {
-			delete(r.typing, pi.id)
-		}
-	case ChannelStatus:
-		pi.clientAway = bytes.Equal(reg.Value, cborAway)
-	case ChannelUser:
-		if changed {
-			h.setUser(pi, userIDFrom(reg.Value, pi.id), fx)
-		}
-	}
-	if !changed {
-		h.metrics.updates.WithLabelValues("unchanged").Inc()
-		return false
-	}
-	if channel != ChannelStatus {
-		pi.lastActive = h.cfg.Now()
-	}
-	return true
 }
 
 // dropRoom forgets a document that has no local member left, and the
