@@ -28,8 +28,11 @@ export class TandemClient {
   #notifications = new Set<TandemNotifications>()
   #token: ConnectOptions["token"]
   #activity: ActivityMonitor | undefined
-  #announceTimer: ReturnType<typeof setTimeout> | undefined
-  #startTimers = new Set<ReturnType<typeof setTimeout>>()
+  // Presences whose latest snapshot may have gone out before the repo
+  // made the server a peer of their document, so that the server never
+  // heard it: each announces again once the repo syncs its document with
+  // the server, or after REANNOUNCE_MS at the latest.
+  #unheard = new Map<TandemPresence, ReturnType<typeof setTimeout>>()
   #suspended: TandemPresence[] = []
   #unlisten: (() => void)[] = []
 
@@ -40,15 +43,14 @@ export class TandemClient {
     this.repo = new Repo({ network: [this.socket], peerId })
     // After a reconnection the server has said goodbye for this peer: send
     // each presence's whole state again once the repo has re-added the
-    // server to its documents (it does so asynchronously, as the stock
-    // Presence's own announce also assumes).
+    // server to its document (it does so asynchronously).
     let wasOpen = false
     this.socket.onState(({ state }) => {
-      if (state === "open" && wasOpen) {
-        clearTimeout(this.#announceTimer)
-        this.#announceTimer = setTimeout(() => this.#presences.forEach(p => p.announce()), REANNOUNCE_MS)
-      }
+      if (state === "open" && wasOpen) this.#presences.forEach(p => p.running && this.#unheardBy(p))
       if (state === "open") wasOpen = true
+    })
+    this.socket.onDocumentSync(id => {
+      for (const p of this.#unheard.keys()) if (p.handle.documentId === id) this.#announce(p)
     })
     const g = globalThis as unknown as { window?: Window; document?: Document }
     if (g.window && g.document) {
@@ -112,12 +114,8 @@ export class TandemClient {
     // The first snapshot can go out before the repo has made the server a
     // peer of the document (always so for a document just created), and
     // then the server never learns who this peer is: a mention it types
-    // would name its peer id. Send the state once more a little later.
-    const timer = setTimeout(() => {
-      this.#startTimers.delete(timer)
-      p.announce()
-    }, REANNOUNCE_MS)
-    this.#startTimers.add(timer)
+    // would name its peer id.
+    this.#unheardBy(p)
     for (const q of this.#presences) if (!q.running) this.#presences.delete(q) // stopped by the app
     this.#presences.add(p)
     return p
@@ -145,12 +143,24 @@ export class TandemClient {
     this.#presences.clear()
     this.#notifications.forEach(n => n.close())
     this.#notifications.clear()
-    clearTimeout(this.#announceTimer)
-    this.#startTimers.forEach(t => clearTimeout(t))
-    this.#startTimers.clear()
+    this.#unheard.forEach(t => clearTimeout(t))
+    this.#unheard.clear()
     this.#activity?.stop()
     this.#unlisten.forEach(f => f())
     this.repo.shutdown()
+  }
+
+  #unheardBy(p: TandemPresence): void {
+    clearTimeout(this.#unheard.get(p))
+    this.#unheard.set(p, setTimeout(() => this.#announce(p), REANNOUNCE_MS))
+  }
+
+  // #announce sends p's state once the repo is done with the message in
+  // hand (the sync message that made the server a peer goes first).
+  #announce(p: TandemPresence): void {
+    clearTimeout(this.#unheard.get(p))
+    this.#unheard.delete(p)
+    queueMicrotask(() => p.announce())
   }
 
   #suspend(): void {
@@ -175,7 +185,10 @@ export function connect(options: ConnectOptions): TandemClient {
   return new TandemClient(options)
 }
 
-/** Delay between a reconnection and the presence snapshots sent after it. */
+/**
+ * The longest wait after a reconnection (or a presence's start) before its
+ * snapshot is sent again, if the repo has not synced the document sooner.
+ */
 const REANNOUNCE_MS = 500
 
 function randomId(): string {

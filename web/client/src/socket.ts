@@ -110,6 +110,8 @@ export class TandemSocket extends NetworkAdapter {
   #openedAt = 0
   #listeners = new Set<(c: StateChange) => void>()
   #errorListeners = new Set<(message: string) => void>()
+  #syncListeners = new Set<(documentId: string) => void>()
+  #syncing = new Set<string>() // documents synced on this connection
   #ready = false
   #readyResolve!: () => void
   #readyPromise = new Promise<void>(r => (this.#readyResolve = r))
@@ -156,6 +158,18 @@ export class TandemSocket extends NetworkAdapter {
     return () => this.#errorListeners.delete(listener)
   }
 
+  /**
+   * Subscribes to the documents this connection starts to sync: the
+   * listener gets a document's id as the repo sends the server its first
+   * sync message for it on this connection. The repo has made the server
+   * a peer of the document by then, so what is broadcast on the document
+   * from now on reaches the server.
+   */
+  onDocumentSync(listener: (documentId: string) => void): () => void {
+    this.#syncListeners.add(listener)
+    return () => this.#syncListeners.delete(listener)
+  }
+
   isReady(): boolean {
     return this.#ready
   }
@@ -187,6 +201,11 @@ export class TandemSocket extends NetworkAdapter {
     const s = this.#socket
     if (!s || s.readyState !== OPEN || this.#state !== "open") return
     s.send(cbor.encode(message))
+    const id = message.type === "sync" || message.type === "request" ? message.documentId : undefined
+    if (id !== undefined && !this.#syncing.has(id)) {
+      this.#syncing.add(id)
+      for (const l of this.#syncListeners) l(id)
+    }
   }
 
   /** Closes the connection for good; the repo forgets this adapter. */
@@ -286,6 +305,7 @@ export class TandemSocket extends NetworkAdapter {
       case "peer":
         this.#remotePeerId = m.senderId
         this.#openedAt = Date.now()
+        this.#syncing.clear()
         this.#setState({ state: "open" })
         this.#markReady()
         this.emit("peer-candidate", { peerId: m.senderId!, peerMetadata: m.peerMetadata ?? {} })
