@@ -2,11 +2,15 @@ package transport
 
 import (
 	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/transport/wire"
@@ -126,7 +130,7 @@ func TestAClientCannotSendABatch(t *testing.T) {
 }
 
 // A connection whose writer is stuck keeps at most maxPresenceBytes of
-// presence: batches are large and never superseded, so the frame bound
+// presence: batches are large and never superseded as they are queued, so the frame bound
 // alone would let a slow reader hold a thousand of them. The newest
 // stays.
 func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
@@ -136,7 +140,7 @@ func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
 	for i := range 50 {
 		batch = append(batch[:0:0], batch...)
 		batch[0] = byte(i)
-		c.pushPresence(presKey{doc: testDoc}, false, batch)
+		c.pushPresence(presKey{doc: testDoc}, false, batch, nil)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -156,4 +160,146 @@ func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
 	if sum != counted {
 		t.Fatalf("the live frames hold %d bytes, the lane counted %d", sum, counted)
 	}
+}
+
+// presMsg is a presence message as the hub hands it to a connection, its
+// payload naming its channel and value.
+func presMsg(sender string, count uint64, channel string, whole bool, value string) awareness.Message {
+	data, err := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": channel, "value": value}})
+	if err != nil {
+		panic(err)
+	}
+	return awareness.Message{SenderID: sender, SessionID: "relay", Count: count, Data: data, Channel: channel, Whole: whole, Shared: &awareness.Shared{}}
+}
+
+// written decodes what freshen left of frames into sender:channel=value
+// strings, in order, failing on a count that does not rise.
+func written(t *testing.T, frames []outFrame) []string {
+	t.Helper()
+	var got []string
+	var last uint64
+	add := func(sender string, count uint64, data []byte) {
+		var env struct {
+			P struct{ Channel, Value string } `cbor:"__presence"`
+		}
+		if err := cbor.Unmarshal(data, &env); err != nil {
+			t.Fatal(err)
+		}
+		if count <= last {
+			t.Fatalf("count %d after %d", count, last)
+		}
+		last = count
+		got = append(got, sender+":"+env.P.Channel+"="+env.P.Value)
+	}
+	for _, f := range frames {
+		m, err := wire.Decode(f.payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Type == wire.TypePresenceBatch {
+			for _, e := range m.Batch {
+				add(e.SenderID, e.Count, e.Data)
+			}
+			continue
+		}
+		add(m.SenderID, m.Count, m.Data)
+	}
+	return got
+}
+
+// What a lagging connection's writer takes at once holds each peer's
+// newest value per channel once: older ones are cut out of their batches,
+// a snapshot or goodbye ends what its sender sent before it, a batch left
+// empty goes, and the recipient's own messages go from a batch that is
+// encoded again. Single frames and batches supersede each other.
+func TestALaggingWriterSendsTheNewestValuesOnce(t *testing.T) {
+	s := newTestServer(t, Config{})
+	c := &conn{srv: s.Server, peerID: "me", writing: true} // a writer runs, and is stuck
+	batch := func(msgs ...awareness.Message) {
+		b := &awareness.Batch{Messages: msgs, Shared: &awareness.Shared{}}
+		c.SendPresenceBatch(testDoc, b)
+	}
+	single := func(m awareness.Message) { c.SendPresence(testDoc, m) }
+	batch(presMsg("a", 1, "cursor", false, "a1"), presMsg("b", 2, "cursor", false, "b1"), presMsg("me", 3, "cursor", false, "m1"))
+	batch(presMsg("a", 4, "cursor", false, "a2"), presMsg("a", 5, "typing", false, "t"))
+	single(presMsg("b", 6, "cursor", false, "b2"))
+	batch(presMsg("c", 7, "cursor", false, "c1"), presMsg("me", 8, "cursor", false, "m2"))
+	batch(presMsg("c", 9, "", true, "goodbye"), presMsg("a", 10, "cursor", false, "a3"))
+	batch(presMsg("me", 11, "cursor", false, "m3")) // all its own: kept as it is, nothing in it is old
+
+	before := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("superseded"))
+	c.wmu.Lock()
+	frames := c.pres.take()
+	c.wmu.Unlock()
+	got := written(t, c.freshen(frames))
+	want := []string{
+		"a:typing=t",   // the second batch, a's older cursor cut out; the first batch is gone
+		"b:cursor=b2",  // the single frame, which ended b1
+		"c:=goodbye",   // the fifth batch: c's goodbye ended c1, and the fourth batch with it
+		"a:cursor=a3",  //
+		"me:cursor=m3", // the last batch, as it came
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("written %v\nwant    %v", got, want)
+	}
+	if n := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("superseded")) - before; n != 4 {
+		t.Errorf("superseded rose by %v, want 4 (a1, b1, a2 and c1)", n)
+	}
+}
+
+// A client taking batches that reads slowly is sent far more presence
+// than its socket takes: it gets every peer's final value, never an older
+// value after a newer one, and far fewer values than were sent, the old
+// ones cut out of the batches that waited.
+func TestALaggingReaderOfBatchesGetsTheNewestValues(t *testing.T) {
+	s := newTestServer(t, Config{})
+	s.freshenAfter = 0 // however briefly the backlog waited here
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: "slow",
+		PeerMetadata: &wire.PeerMetadata{PresenceBatch: true}, SupportedProtocolVersions: []string{"1"}})
+	if m := recv(t, ws); m.Type != wire.TypePeer {
+		t.Fatalf("got %s, want peer", m.Type)
+	}
+	c := serverConn(t, s, "slow")
+	pad := strings.Repeat("x", 32<<10) // enough to fill the socket's buffers many times over
+	const rounds = 400
+	count := uint64(0)
+	for i := 1; i <= rounds; i++ {
+		var msgs []awareness.Message
+		for _, peer := range []string{"a", "b"} {
+			count++
+			msgs = append(msgs, presMsg(peer, count, "cursor", false, fmt.Sprint(i, pad)))
+		}
+		c.SendPresenceBatch(testDoc, &awareness.Batch{Messages: msgs, Shared: &awareness.Shared{}})
+	}
+	last := map[string]int{}
+	var lastCount uint64
+	values := 0
+	for last["a"] != rounds || last["b"] != rounds {
+		m := recv(t, ws)
+		if m.Type != wire.TypePresenceBatch {
+			continue
+		}
+		for _, e := range m.Batch {
+			var env struct {
+				P struct{ Value string } `cbor:"__presence"`
+			}
+			if err := cbor.Unmarshal(e.Data, &env); err != nil {
+				t.Fatal(err)
+			}
+			v, err := strconv.Atoi(strings.TrimSuffix(env.P.Value, pad))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Count <= lastCount || v <= last[e.SenderID] {
+				t.Fatalf("%s's value %d (count %d) after %d (count %d)", e.SenderID, v, e.Count, last[e.SenderID], lastCount)
+			}
+			lastCount, last[e.SenderID] = e.Count, v
+			values++
+		}
+	}
+	if superseded := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("superseded")); superseded == 0 || values >= 2*rounds {
+		t.Fatalf("%d values arrived for %d sent, %v superseded: nothing was cut out of a waiting batch", values, 2*rounds, superseded)
+	}
+	t.Logf("%d values arrived for %d sent", values, 2*rounds)
 }

@@ -274,7 +274,7 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		}
 		m.Shared.Frame = p
 	}
-	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, m.Whole, p.To(c.peerID))
+	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, m.Whole, p.To(c.peerID), nil)
 }
 
 // PresenceBatches implements awareness.Batcher: the client asked for
@@ -283,27 +283,30 @@ func (c *conn) PresenceBatches() bool { return c.batches }
 
 // SendPresenceBatch implements awareness.Batcher. The frame is encoded once,
 // for the first of the document's members to get it, and sent as it is to
-// all of them. In the presence lane it is never superseded: it carries
-// several peers' values.
+// all of them (unless the presence lane freshens it for a lagging one).
 func (c *conn) SendPresenceBatch(documentID string, b *awareness.Batch) {
 	frame, _ := b.Shared.Frame.([]byte)
 	if frame == nil {
-		entries := make([]wire.BatchEntry, len(b.Messages))
-		for i, m := range b.Messages {
-			entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
-		}
 		var err error
-		frame, err = wire.Encode(&wire.Message{
-			Type: wire.TypePresenceBatch, SenderID: c.srv.cfg.PeerID, DocumentID: documentID,
-			SessionID: b.Messages[0].SessionID, Batch: entries,
-		})
-		if err != nil {
+		if frame, err = c.srv.encodeBatch(documentID, b.Messages); err != nil {
 			c.srv.log.Error("encode presence batch", "err", err)
 			return
 		}
 		b.Shared.Frame = frame
 	}
-	c.pushPresence(presKey{doc: documentID}, false, frame)
+	c.pushPresence(presKey{doc: documentID}, false, frame, b)
+}
+
+// encodeBatch encodes presence messages of a document as one batch frame.
+func (s *Server) encodeBatch(documentID string, msgs []awareness.Message) ([]byte, error) {
+	entries := make([]wire.BatchEntry, len(msgs))
+	for i, m := range msgs {
+		entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
+	}
+	return wire.Encode(&wire.Message{
+		Type: wire.TypePresenceBatch, SenderID: s.cfg.PeerID, DocumentID: documentID,
+		SessionID: msgs[0].SessionID, Batch: entries,
+	})
 }
 
 // sendMessage addresses m to this peer, encodes it and queues it.

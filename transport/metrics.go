@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		presLane: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_lane_total",
-			Help: "Presence frames a connection's presence lane did not send: superseded by a newer one for the same document, sender and channel, or dropped, oldest first, past the lane's bound.",
+			Help: "Presence a connection's presence lane did not send: messages superseded by a newer one for the same document, sender and channel (a frame of its own, or one message cut out of a batch), or frames dropped, oldest first, past the lane's bound.",
 		}, []string{"outcome"}),
 		sendWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_send_wait_seconds",

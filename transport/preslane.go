@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/awareness"
 )
 
 // Two lanes. Document sync, errors and control frames take the lossless
@@ -16,6 +18,14 @@ import (
 // A burst of cursors can so never cut a peer's sync. The writer sends the
 // lossless lane first. Presence frames stay in the order they were
 // queued, which keeps their relay counts rising, as stock clients need.
+//
+// A batch frame carries many peers' values, so it is not replaced as it
+// is queued. The writer freshens what it takes instead: a value that a
+// newer one in the same take makes old is cut out of its batch, which is
+// encoded again for this connection only. A connection that keeps up
+// takes a frame or two at a time, young ones, and is never freshened; one
+// that lags takes its whole backlog at once and gets the newest value of
+// each peer and channel once, not every value since it fell behind.
 
 // maxPresence bounds the frames waiting in one connection's presence lane,
 // and maxPresenceBytes their bytes: a batch may carry hundreds of updates.
@@ -23,6 +33,12 @@ const (
 	maxPresence      = 1024
 	maxPresenceBytes = 1 << 20
 )
+
+// freshenAfter is how long the oldest frame of a take must have waited for
+// the writer to freshen it: younger values are as fresh as a presence
+// tick (50 ms by default) makes them anyway, and a connection that keeps
+// up is spared the work.
+const freshenAfter = 50 * time.Millisecond
 
 // presKey is what the presence lane keeps one frame of. A frame with no
 // channel that is not whole (a batch) is never superseded.
@@ -61,7 +77,7 @@ func (l *presLane) kill(i int) {
 
 // pushPresence queues a presence frame in the presence lane, superseding
 // what it makes old, and starts a writer if none runs.
-func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
+func (c *conn) pushPresence(k presKey, whole bool, payload []byte, batch *awareness.Batch) {
 	c.wmu.Lock()
 	if c.closing {
 		c.wmu.Unlock()
@@ -105,7 +121,7 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 	if !whole && k.channel != "" {
 		l.at[k] = len(l.frames)
 	}
-	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k})
+	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k, whole: whole, batch: batch})
 	l.live++
 	l.bytes += len(payload)
 	start := !c.writing
@@ -120,4 +136,106 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte) {
 	if start {
 		go c.write()
 	}
+}
+
+// freshen drops from frames, what one write took from the presence lane
+// (its oldest having waited freshenAfter or more),
+// every message that a newer one among them makes old: the same document,
+// sender and channel, or anything of a sender before its snapshot or
+// goodbye. A batch that loses some of its messages is encoded again
+// without them (and without the recipient's own); one that loses all is
+// dropped. Order is kept, so relay counts still rise. It runs in the
+// writer, outside the lane's lock.
+func (c *conn) freshen(frames []outFrame) []outFrame {
+	batches := 0
+	for _, f := range frames {
+		if f.batch != nil {
+			batches++
+		}
+	}
+	if batches == 0 || len(frames) < 2 {
+		return frames // nothing a batch holds can be newer elsewhere
+	}
+	type sender struct{ doc, peer string }
+	seen := make(map[presKey]struct{})
+	ended := make(map[sender]struct{}) // a snapshot or goodbye came later
+	stale := func(k presKey, whole bool) bool {
+		if _, ok := ended[sender{k.doc, k.sender}]; ok {
+			return true
+		}
+		if whole {
+			ended[sender{k.doc, k.sender}] = struct{}{}
+			return false
+		}
+		if k.channel == "" {
+			return false
+		}
+		if _, ok := seen[k]; ok {
+			return true
+		}
+		seen[k] = struct{}{}
+		return false
+	}
+	superseded := 0
+	keep := len(frames)
+	for i := len(frames) - 1; i >= 0; i-- {
+		f := frames[i]
+		if f.batch == nil {
+			if f.key.sender != "" && stale(f.key, f.whole) {
+				frames[i].op = 0
+				keep--
+				superseded++
+			}
+			continue
+		}
+		msgs := f.batch.Messages
+		live := make([]bool, len(msgs))
+		n, old := 0, 0
+		for j := len(msgs) - 1; j >= 0; j-- {
+			m := msgs[j]
+			if m.SenderID == c.peerID {
+				continue // the recipient ignores its own
+			}
+			if stale(presKey{f.key.doc, m.SenderID, m.Channel}, m.Whole) {
+				old++
+				continue
+			}
+			live[j] = true
+			n++
+		}
+		superseded += old
+		switch {
+		case old == 0:
+			continue
+		case n == 0:
+			frames[i].op = 0
+			keep--
+			continue
+		}
+		kept := make([]awareness.Message, 0, n)
+		for j, m := range msgs {
+			if live[j] {
+				kept = append(kept, m)
+			}
+		}
+		payload, err := c.srv.encodeBatch(f.key.doc, kept)
+		if err != nil {
+			c.srv.log.Error("encode presence batch", "err", err)
+			continue // the frame as it was
+		}
+		frames[i].payload = payload
+	}
+	if superseded > 0 {
+		c.srv.metrics.presLane.WithLabelValues("superseded").Add(float64(superseded))
+	}
+	if keep == len(frames) {
+		return frames
+	}
+	out := frames[:0]
+	for _, f := range frames {
+		if f.op != 0 {
+			out = append(out, f)
+		}
+	}
+	return out
 }

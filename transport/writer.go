@@ -7,6 +7,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemhq/tandem/awareness"
 )
 
 // The writer. Frames for a connection wait in its out queue; a goroutine
@@ -32,8 +34,10 @@ const closeWait = time.Second
 type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
-	at      time.Time // when it was queued
-	key     presKey   // in the presence lane: what the frame is the newest of
+	at      time.Time        // when it was queued
+	key     presKey          // in the presence lane: what the frame is the newest of
+	whole   bool             // in the presence lane: a snapshot or goodbye of key's sender
+	batch   *awareness.Batch // in the presence lane: what a batch frame holds
 }
 
 var batchPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -181,6 +185,9 @@ func (c *conn) write() {
 		}
 		c.out = nil
 		c.wmu.Unlock()
+		if len(pres) > 1 && time.Since(pres[0].at) >= c.srv.freshenAfter {
+			pres = c.freshen(pres)
+		}
 		batch = append(batch, pres...) // the lossless lane first
 		if len(pres) > 0 {
 			c.srv.metrics.sentEphemeral.Add(float64(len(pres))) // counted when written, not when superseded
