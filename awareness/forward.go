@@ -252,9 +252,20 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 			m = &presenceMessage{Type: TypeUpdate, Channel: ch, Value: v}
 		}
 	default:
-		m = &presenceMessage{Type: TypeSnapshot, State: rawState(state)}
+		m = &presenceMessage{Type: TypeSnapshot, State: rawState(state), whole: len(state) == visibleChannels(p)}
 	}
 	h.enqueue(r, peer, m)
+}
+
+// visibleChannels counts the channels of p that have a value.
+func visibleChannels(p *PeerState) int {
+	n := 0
+	for ch := range p.Channels {
+		if _, ok := p.Get(ch); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // sendGoodbye tells the room's other members that peer is gone.
@@ -290,7 +301,7 @@ func (h *Hub) sendRoomTo(r *room, to Peer) {
 				state[ch] = v
 			}
 		}
-		h.enqueueTo(r, id, to, &presenceMessage{Type: TypeSnapshot, State: rawState(state)})
+		h.enqueueTo(r, id, to, &presenceMessage{Type: TypeSnapshot, State: rawState(state), whole: true})
 	}
 }
 

@@ -144,8 +144,12 @@ func TestPeerMovesToAnotherNode(t *testing.T) {
 	f1.hub.Tick()
 	var cursor any
 	for _, g := range o1.take() {
-		if g.msg.SenderID == "tab" && g.body.Channel == "cursor" {
+		switch {
+		case g.msg.SenderID != "tab":
+		case g.body.Channel == "cursor":
 			cursor = value(t, g.body.Value)
+		case g.body.State["cursor"] != nil: // with what else changed with it
+			cursor = value(t, g.body.State["cursor"])
 		}
 	}
 	if cursor != "6@a" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -301,10 +302,29 @@ func TestASnapshotLeavesAsOneSnapshot(t *testing.T) {
 				t.Fatalf("round %d: the snapshot lacks %q: %+v", round, ch, got[0].body.State)
 			}
 		}
+		if !got[0].msg.Whole || got[0].msg.Goodbye || got[0].msg.Channels != nil {
+			t.Fatalf("round %d: a snapshot of all of a's channels is not marked whole: %+v", round, got[0].msg)
+		}
 		f.hub.Leave(a)
-		if got := b.take(); len(got) != 1 || got[0].body.Type != TypeGoodbye {
+		if got := b.take(); len(got) != 1 || got[0].body.Type != TypeGoodbye || !got[0].msg.Whole || !got[0].msg.Goodbye {
 			t.Fatalf("round %d: b got %+v, want a's goodbye", round, got)
 		}
+	}
+
+	// A snapshot of some of a's channels is not whole: receivers merge it,
+	// so it replaces older values of just its channels.
+	a := &fakePeer{id: "a"}
+	f.snapshot(a, state)
+	f.clock.Advance(time.Second)
+	f.hub.Tick()
+	b.take()
+	f.snapshot(a, map[string]any{"cursor": "2@x", "selection": map[string]any{"anchor": "1@x", "head": "2@x"}})
+	got := b.take()
+	if len(got) != 1 || got[0].body.Type != TypeSnapshot || len(got[0].body.State) != 2 {
+		t.Fatalf("b got %+v, want one snapshot of a's cursor and selection", got)
+	}
+	if m := got[0].msg; m.Whole || m.Goodbye || !slices.Equal(slices.Sorted(slices.Values(m.Channels)), []string{"cursor", "selection"}) {
+		t.Fatalf("the partial snapshot says it replaces %+v, want just cursor and selection", m)
 	}
 }
 

@@ -15,13 +15,19 @@ type Message struct {
 	SessionID string
 	Count     uint64
 	Data      []byte
-	// Channel is the channel an update the hub sends carries (a
-	// heartbeat's is its own pseudo-channel); Whole marks a snapshot or
-	// goodbye, which holds or ends all of the sender's state. A transport
-	// that cannot send at once may keep only the newest message per
-	// document, sender and channel, and drop what a Whole one replaces.
-	Channel string
-	Whole   bool
+	// What a message the hub sends replaces, for a transport that cannot
+	// send at once and keeps only the newest message per document, sender
+	// and channel. Channel is the channel of an update (a heartbeat's is
+	// its own pseudo-channel). Channels are those of a snapshot of some of
+	// the sender's channels: receivers merge it into what they hold, so it
+	// replaces older messages of just these channels. Whole marks a
+	// goodbye (also Goodbye) or a snapshot of all of the sender's state:
+	// it replaces everything of the sender before it, but a snapshot never
+	// replaces a goodbye (the peer left, then came back).
+	Channel  string
+	Channels []string
+	Whole    bool
+	Goodbye  bool
 	// Shared is the same for every recipient of one message the hub
 	// sends: a transport may keep there what it derives from the message
 	// once for all of them (its encoded frame). Nil on received messages.
@@ -94,6 +100,9 @@ type presenceMessage struct {
 	Channel string                     `cbor:"channel,omitempty"`
 	Value   cbor.RawMessage            `cbor:"value,omitempty"`
 	State   map[string]cbor.RawMessage `cbor:"state,omitempty"`
+	// whole marks a snapshot the hub sends that holds every channel of
+	// its peer (Message.Whole). Not encoded.
+	whole bool
 }
 
 type envelope struct {

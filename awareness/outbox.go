@@ -302,8 +302,17 @@ func (h *Hub) message(d *delivery) Message {
 		m.Channel = d.msg.Channel
 	case TypeHeartbeat:
 		m.Channel = heartbeatChannel
-	default:
-		m.Whole = true
+	case TypeGoodbye:
+		m.Whole, m.Goodbye = true, true
+	case TypeSnapshot:
+		if d.msg.whole {
+			m.Whole = true
+			break
+		}
+		m.Channels = make([]string, 0, len(d.msg.State))
+		for ch := range d.msg.State {
+			m.Channels = append(m.Channels, ch)
+		}
 	}
 	return m
 }

@@ -140,7 +140,7 @@ func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
 	for i := range 50 {
 		batch = append(batch[:0:0], batch...)
 		batch[0] = byte(i)
-		c.pushPresence(presKey{doc: testDoc}, false, batch, nil)
+		c.pushPresence(presKey{doc: testDoc}, presMeta{}, batch, nil)
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -162,15 +162,29 @@ func TestThePresenceLaneIsBoundedInBytes(t *testing.T) {
 	}
 }
 
-// presMsg is a presence message as the hub hands it to a connection, its
+// presMsg is a presence update as the hub hands it to a connection, its
 // payload naming its channel and value.
-func presMsg(sender string, count uint64, channel string, whole bool, value string) awareness.Message {
-	data, err := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": channel, "value": value}})
+func presMsg(sender string, count uint64, channel string, value string) awareness.Message {
+	return presOf(sender, count, awareness.Message{Channel: channel}, channel, value)
+}
+
+// presOf is a presence message with what m says it replaces; its payload
+// names label and value.
+func presOf(sender string, count uint64, m awareness.Message, label, value string) awareness.Message {
+	data, err := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": label, "value": value}})
 	if err != nil {
 		panic(err)
 	}
-	return awareness.Message{SenderID: sender, SessionID: "relay", Count: count, Data: data, Channel: channel, Whole: whole, Shared: &awareness.Shared{}}
+	m.SenderID, m.SessionID, m.Count, m.Data, m.Shared = sender, "relay", count, data, &awareness.Shared{}
+	return m
 }
+
+var (
+	goodbye  = awareness.Message{Whole: true, Goodbye: true}
+	wholeOf  = awareness.Message{Whole: true}
+	caretOf  = awareness.Message{Channels: []string{"cursor", "selection"}}
+	caretTag = "cursor+selection"
+)
 
 // written decodes what freshen left of frames into sender:channel=value
 // strings, in order, failing on a count that does not rise.
@@ -220,12 +234,13 @@ func TestALaggingWriterSendsTheNewestValuesOnce(t *testing.T) {
 		c.SendPresenceBatch(testDoc, b)
 	}
 	single := func(m awareness.Message) { c.SendPresence(testDoc, m) }
-	batch(presMsg("a", 1, "cursor", false, "a1"), presMsg("b", 2, "cursor", false, "b1"), presMsg("me", 3, "cursor", false, "m1"))
-	batch(presMsg("a", 4, "cursor", false, "a2"), presMsg("a", 5, "typing", false, "t"))
-	single(presMsg("b", 6, "cursor", false, "b2"))
-	batch(presMsg("c", 7, "cursor", false, "c1"), presMsg("me", 8, "cursor", false, "m2"))
-	batch(presMsg("c", 9, "", true, "goodbye"), presMsg("a", 10, "cursor", false, "a3"))
-	batch(presMsg("me", 11, "cursor", false, "m3")) // all its own: kept as it is, nothing in it is old
+	batch(presMsg("a", 1, "user", "Anna"), presMsg("a", 2, "cursor", "a1"), presMsg("b", 3, "cursor", "b1"), presMsg("me", 4, "cursor", "m1"))
+	batch(presMsg("a", 5, "cursor", "a2"), presMsg("a", 6, "typing", "t"))
+	single(presMsg("b", 7, "cursor", "b2"))
+	batch(presMsg("c", 8, "cursor", "c1"), presMsg("me", 9, "cursor", "m2"))
+	batch(presOf("c", 10, goodbye, "", "goodbye"), presOf("a", 11, caretOf, caretTag, "a3"))
+	batch(presOf("d", 12, goodbye, "", "goodbye"), presOf("d", 13, wholeOf, "", "d1"))
+	batch(presMsg("me", 14, "cursor", "m3")) // all its own: kept as it is, nothing in it is old
 
 	before := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("superseded"))
 	c.wmu.Lock()
@@ -233,10 +248,12 @@ func TestALaggingWriterSendsTheNewestValuesOnce(t *testing.T) {
 	c.wmu.Unlock()
 	got := written(t, c.freshen(frames))
 	want := []string{
-		"a:typing=t",   // the second batch, a's older cursor cut out; the first batch is gone
-		"b:cursor=b2",  // the single frame, which ended b1
-		"c:=goodbye",   // the fifth batch: c's goodbye ended c1, and the fourth batch with it
-		"a:cursor=a3",  //
+		"a:user=Anna",           // the first batch: a's cursor and b's cut out, a's name kept
+		"a:typing=t",            // the second batch, a's older cursor cut out
+		"b:cursor=b2",           // the single frame, which ended b1
+		"c:=goodbye",            // c's goodbye ended c1, and the fourth batch with it
+		"a:cursor+selection=a3", // a snapshot of some channels replaces only those
+		"d:=goodbye", "d:=d1",   // d left and came back: a snapshot never replaces a goodbye
 		"me:cursor=m3", // the last batch, as it came
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -244,6 +261,38 @@ func TestALaggingWriterSendsTheNewestValuesOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("superseded")) - before; n != 4 {
 		t.Errorf("superseded rose by %v, want 4 (a1, b1, a2 and c1)", n)
+	}
+}
+
+// The presence lane of a connection taking single frames applies the same
+// rules as they are queued: an update replaces its channel's older one, a
+// snapshot of some channels only theirs, a whole snapshot all of its
+// sender's but a goodbye, a goodbye everything.
+func TestThePresenceLaneReplacesWhatEachMessageReplaces(t *testing.T) {
+	s := newTestServer(t, Config{})
+	c := &conn{srv: s.Server, peerID: "me", writing: true} // a writer runs, and is stuck
+	for _, m := range []awareness.Message{
+		presMsg("a", 1, "user", "Anna"),
+		presMsg("a", 2, "cursor", "a1"),
+		presOf("a", 3, caretOf, caretTag, "a2"),
+		presMsg("a", 4, "typing", "t"),
+		presOf("d", 5, goodbye, "", "goodbye"),
+		presOf("d", 6, wholeOf, "", "d1"),
+		presMsg("d", 7, "cursor", "d2"),
+		presMsg("e", 8, "cursor", "e1"),
+		presOf("e", 9, wholeOf, "", "e2"),
+		presMsg("f", 10, "cursor", "f1"),
+		presOf("f", 11, goodbye, "", "goodbye"),
+	} {
+		c.SendPresence(testDoc, m)
+	}
+	c.wmu.Lock()
+	frames := c.pres.take()
+	c.wmu.Unlock()
+	got := written(t, frames)
+	want := []string{"a:user=Anna", "a:cursor+selection=a2", "a:typing=t", "d:=goodbye", "d:=d1", "d:cursor=d2", "e:=e2", "f:=goodbye"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("queued %v\nwant   %v", got, want)
 	}
 }
 
@@ -268,7 +317,7 @@ func TestALaggingReaderOfBatchesGetsTheNewestValues(t *testing.T) {
 		var msgs []awareness.Message
 		for _, peer := range []string{"a", "b"} {
 			count++
-			msgs = append(msgs, presMsg(peer, count, "cursor", false, fmt.Sprint(i, pad)))
+			msgs = append(msgs, presMsg(peer, count, "cursor", fmt.Sprint(i, pad)))
 		}
 		c.SendPresenceBatch(testDoc, &awareness.Batch{Messages: msgs, Shared: &awareness.Shared{}})
 	}

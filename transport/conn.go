@@ -274,7 +274,7 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		}
 		m.Shared.Frame = p
 	}
-	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, m.Whole, p.To(c.peerID), nil)
+	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, metaOf(m), p.To(c.peerID), nil)
 }
 
 // PresenceBatches implements awareness.Batcher: the client asked for
@@ -294,7 +294,7 @@ func (c *conn) SendPresenceBatch(documentID string, b *awareness.Batch) {
 		}
 		b.Shared.Frame = frame
 	}
-	c.pushPresence(presKey{doc: documentID}, false, frame, b)
+	c.pushPresence(presKey{doc: documentID}, presMeta{}, frame, b)
 }
 
 // encodeBatch encodes presence messages of a document as one batch frame.

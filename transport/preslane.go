@@ -44,6 +44,20 @@ const freshenAfter = 50 * time.Millisecond
 // channel that is not whole (a batch) is never superseded.
 type presKey struct{ doc, sender, channel string }
 
+// presMeta is what a presence message replaces of its sender's older
+// ones (awareness.Message): its channel's (key.channel), the channels of
+// a partial snapshot, or everything (whole), except that only a goodbye
+// replaces a goodbye.
+type presMeta struct {
+	channels []string
+	whole    bool
+	goodbye  bool
+}
+
+func metaOf(m awareness.Message) presMeta {
+	return presMeta{channels: m.Channels, whole: m.Whole, goodbye: m.Goodbye}
+}
+
 // presLane is a connection's presence lane. Guarded by conn.wmu.
 type presLane struct {
 	frames []outFrame      // in order; superseded ones have op 0
@@ -71,13 +85,13 @@ func (l *presLane) take() []outFrame {
 // kill marks frame i superseded.
 func (l *presLane) kill(i int) {
 	l.bytes -= len(l.frames[i].payload)
-	l.frames[i].op, l.frames[i].payload = 0, nil
+	l.frames[i].op, l.frames[i].payload, l.frames[i].batch = 0, nil, nil
 	l.live--
 }
 
 // pushPresence queues a presence frame in the presence lane, superseding
 // what it makes old, and starts a writer if none runs.
-func (c *conn) pushPresence(k presKey, whole bool, payload []byte, batch *awareness.Batch) {
+func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awareness.Batch) {
 	c.wmu.Lock()
 	if c.closing {
 		c.wmu.Unlock()
@@ -88,17 +102,31 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte, batch *awaren
 		l.at = make(map[presKey]int)
 	}
 	superseded, dropped := 0, 0
-	if whole {
+	switch {
+	case meta.whole:
 		for i, f := range l.frames {
-			if f.op != 0 && f.key.doc == k.doc && f.key.sender == k.sender {
-				delete(l.at, f.key)
+			if f.op != 0 && f.key.doc == k.doc && f.key.sender == k.sender && (meta.goodbye || !f.meta.goodbye) {
+				if l.at[f.key] == i {
+					delete(l.at, f.key)
+				}
 				l.kill(i)
 				superseded++
 			}
 		}
-	} else if i, ok := l.at[k]; ok {
-		l.kill(i)
-		superseded++
+	case len(meta.channels) > 0:
+		for _, ch := range meta.channels {
+			ck := presKey{k.doc, k.sender, ch}
+			if i, ok := l.at[ck]; ok {
+				delete(l.at, ck)
+				l.kill(i)
+				superseded++
+			}
+		}
+	case k.channel != "":
+		if i, ok := l.at[k]; ok {
+			l.kill(i)
+			superseded++
+		}
 	}
 	for i := 0; l.live > 0 && (l.live >= maxPresence || l.bytes+len(payload) > maxPresenceBytes); i++ {
 		if f := l.frames[i]; f.op != 0 {
@@ -118,10 +146,10 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte, batch *awaren
 			}
 		}
 	}
-	if !whole && k.channel != "" {
+	if k.channel != "" {
 		l.at[k] = len(l.frames)
 	}
-	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k, whole: whole, batch: batch})
+	l.frames = append(l.frames, outFrame{op: websocket.BinaryMessage, payload: payload, at: time.Now(), key: k, meta: meta, batch: batch})
 	l.live++
 	l.bytes += len(payload)
 	start := !c.writing
@@ -139,13 +167,11 @@ func (c *conn) pushPresence(k presKey, whole bool, payload []byte, batch *awaren
 }
 
 // freshen drops from frames, what one write took from the presence lane
-// (its oldest having waited freshenAfter or more),
-// every message that a newer one among them makes old: the same document,
-// sender and channel, or anything of a sender before its snapshot or
-// goodbye. A batch that loses some of its messages is encoded again
-// without them (and without the recipient's own); one that loses all is
-// dropped. Order is kept, so relay counts still rise. It runs in the
-// writer, outside the lane's lock.
+// (its oldest having waited freshenAfter or more), every message that a
+// newer one among them replaces (presMeta). A batch that loses some of its
+// messages is encoded again without them (and without the recipient's
+// own); one that loses all is dropped. Order is kept, so relay counts
+// still rise. It runs in the writer, outside the lane's lock.
 func (c *conn) freshen(frames []outFrame) []outFrame {
 	batches := 0
 	for _, f := range frames {
@@ -156,32 +182,13 @@ func (c *conn) freshen(frames []outFrame) []outFrame {
 	if batches == 0 || len(frames) < 2 {
 		return frames // nothing a batch holds can be newer elsewhere
 	}
-	type sender struct{ doc, peer string }
-	seen := make(map[presKey]struct{})
-	ended := make(map[sender]struct{}) // a snapshot or goodbye came later
-	stale := func(k presKey, whole bool) bool {
-		if _, ok := ended[sender{k.doc, k.sender}]; ok {
-			return true
-		}
-		if whole {
-			ended[sender{k.doc, k.sender}] = struct{}{}
-			return false
-		}
-		if k.channel == "" {
-			return false
-		}
-		if _, ok := seen[k]; ok {
-			return true
-		}
-		seen[k] = struct{}{}
-		return false
-	}
+	var r replaced
 	superseded := 0
 	keep := len(frames)
 	for i := len(frames) - 1; i >= 0; i-- {
 		f := frames[i]
 		if f.batch == nil {
-			if f.key.sender != "" && stale(f.key, f.whole) {
+			if f.key.sender != "" && r.stale(f.key, f.meta) {
 				frames[i].op = 0
 				keep--
 				superseded++
@@ -196,20 +203,20 @@ func (c *conn) freshen(frames []outFrame) []outFrame {
 			if m.SenderID == c.peerID {
 				continue // the recipient ignores its own
 			}
-			if stale(presKey{f.key.doc, m.SenderID, m.Channel}, m.Whole) {
+			if r.stale(presKey{f.key.doc, m.SenderID, m.Channel}, metaOf(m)) {
 				old++
 				continue
 			}
 			live[j] = true
 			n++
 		}
-		superseded += old
 		switch {
 		case old == 0:
 			continue
 		case n == 0:
 			frames[i].op = 0
 			keep--
+			superseded += old
 			continue
 		}
 		kept := make([]awareness.Message, 0, n)
@@ -224,6 +231,7 @@ func (c *conn) freshen(frames []outFrame) []outFrame {
 			continue // the frame as it was
 		}
 		frames[i].payload = payload
+		superseded += old
 	}
 	if superseded > 0 {
 		c.srv.metrics.presLane.WithLabelValues("superseded").Add(float64(superseded))
@@ -238,4 +246,51 @@ func (c *conn) freshen(frames []outFrame) []outFrame {
 		}
 	}
 	return out
+}
+
+// replaced is what freshen has met, walking a take from its newest
+// message back: the (document, sender, channel) keys with a newer value,
+// and the senders whose newer whole message replaces all their older
+// ones (true if that was a goodbye).
+type replaced struct {
+	seen  map[presKey]struct{}
+	ended map[presKey]bool // by document and sender, channel ""
+}
+
+// stale reports whether a newer message met already replaces this one,
+// and records what this one replaces of the older ones.
+func (r *replaced) stale(k presKey, m presMeta) bool {
+	if r.seen == nil {
+		r.seen, r.ended = make(map[presKey]struct{}), make(map[presKey]bool)
+	}
+	s := presKey{doc: k.doc, sender: k.sender}
+	if byGoodbye, ok := r.ended[s]; ok {
+		if m.goodbye && !byGoodbye {
+			r.ended[s] = true // it left, then came back: the leave stays
+			return false
+		}
+		return true
+	}
+	switch {
+	case m.whole:
+		r.ended[s] = m.goodbye
+		return false
+	case len(m.channels) > 0:
+		all := true
+		for _, ch := range m.channels {
+			ck := presKey{k.doc, k.sender, ch}
+			if _, ok := r.seen[ck]; !ok {
+				all = false
+				r.seen[ck] = struct{}{}
+			}
+		}
+		return all
+	case k.channel == "":
+		return false
+	}
+	if _, ok := r.seen[k]; ok {
+		return true
+	}
+	r.seen[k] = struct{}{}
+	return false
 }

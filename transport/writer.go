@@ -36,7 +36,7 @@ type outFrame struct {
 	payload []byte
 	at      time.Time        // when it was queued
 	key     presKey          // in the presence lane: what the frame is the newest of
-	whole   bool             // in the presence lane: a snapshot or goodbye of key's sender
+	meta    presMeta         // in the presence lane: what a single frame replaces
 	batch   *awareness.Batch // in the presence lane: what a batch frame holds
 }
 
