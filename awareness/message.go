@@ -19,8 +19,9 @@ type Message struct {
 	// send at once and keeps only the newest message per document, sender
 	// and channel. Channel is the channel of an update (a heartbeat's is
 	// its own pseudo-channel). Channels are those of a snapshot of some of
-	// the sender's channels: receivers merge it into what they hold, so it
-	// replaces older messages of just these channels. Whole marks a
+	// the sender's channels, sorted: receivers merge it into what they
+	// hold, so it replaces older messages of just these channels (and an
+	// older snapshot of the same channels). Whole marks a
 	// goodbye (also Goodbye) or a snapshot of all of the sender's state:
 	// it replaces everything of the sender before it, but a snapshot never
 	// replaces a goodbye (the peer left, then came back).

@@ -1,6 +1,8 @@
 package awareness
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -309,10 +311,7 @@ func (h *Hub) message(d *delivery) Message {
 			m.Whole = true
 			break
 		}
-		m.Channels = make([]string, 0, len(d.msg.State))
-		for ch := range d.msg.State {
-			m.Channels = append(m.Channels, ch)
-		}
+		m.Channels = slices.Sorted(maps.Keys(d.msg.State))
 	}
 	return m
 }

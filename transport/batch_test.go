@@ -266,8 +266,9 @@ func TestALaggingWriterSendsTheNewestValuesOnce(t *testing.T) {
 
 // The presence lane of a connection taking single frames applies the same
 // rules as they are queued: an update replaces its channel's older one, a
-// snapshot of some channels only theirs, a whole snapshot all of its
-// sender's but a goodbye, a goodbye everything.
+// snapshot of some channels only theirs and an older snapshot of the same
+// channels, a whole snapshot all of its sender's but a goodbye, a goodbye
+// everything.
 func TestThePresenceLaneReplacesWhatEachMessageReplaces(t *testing.T) {
 	s := newTestServer(t, Config{})
 	c := &conn{srv: s.Server, peerID: "me", writing: true} // a writer runs, and is stuck
@@ -275,14 +276,16 @@ func TestThePresenceLaneReplacesWhatEachMessageReplaces(t *testing.T) {
 		presMsg("a", 1, "user", "Anna"),
 		presMsg("a", 2, "cursor", "a1"),
 		presOf("a", 3, caretOf, caretTag, "a2"),
-		presMsg("a", 4, "typing", "t"),
-		presOf("d", 5, goodbye, "", "goodbye"),
-		presOf("d", 6, wholeOf, "", "d1"),
-		presMsg("d", 7, "cursor", "d2"),
-		presMsg("e", 8, "cursor", "e1"),
-		presOf("e", 9, wholeOf, "", "e2"),
-		presMsg("f", 10, "cursor", "f1"),
-		presOf("f", 11, goodbye, "", "goodbye"),
+		presMsg("a", 4, "typing", "t1"),
+		presOf("a", 5, caretOf, caretTag, "a3"),
+		presMsg("a", 6, "typing", "t2"),
+		presOf("d", 7, goodbye, "", "goodbye"),
+		presOf("d", 8, wholeOf, "", "d1"),
+		presMsg("d", 9, "cursor", "d2"),
+		presMsg("e", 10, "cursor", "e1"),
+		presOf("e", 11, wholeOf, "", "e2"),
+		presMsg("f", 12, "cursor", "f1"),
+		presOf("f", 13, goodbye, "", "goodbye"),
 	} {
 		c.SendPresence(testDoc, m)
 	}
@@ -290,7 +293,7 @@ func TestThePresenceLaneReplacesWhatEachMessageReplaces(t *testing.T) {
 	frames := c.pres.take()
 	c.wmu.Unlock()
 	got := written(t, frames)
-	want := []string{"a:user=Anna", "a:cursor+selection=a2", "a:typing=t", "d:=goodbye", "d:=d1", "d:cursor=d2", "e:=e2", "f:=goodbye"}
+	want := []string{"a:user=Anna", "a:cursor+selection=a3", "a:typing=t2", "d:=goodbye", "d:=d1", "d:cursor=d2", "e:=e2", "f:=goodbye"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("queued %v\nwant   %v", got, want)
 	}
@@ -351,4 +354,28 @@ func TestALaggingReaderOfBatchesGetsTheNewestValues(t *testing.T) {
 		t.Fatalf("%d values arrived for %d sent, %v superseded: nothing was cut out of a waiting batch", values, 2*rounds, superseded)
 	}
 	t.Logf("%d values arrived for %d sent", values, 2*rounds)
+}
+
+// A presence lane past its bound drops its oldest frames, but goodbyes and
+// whole snapshots last: losing one would leave a ghost, or a peer without
+// its name, until that peer spoke again.
+func TestAFullPresenceLaneDropsGoodbyesLast(t *testing.T) {
+	s := newTestServer(t, Config{})
+	c := &conn{srv: s.Server, peerID: "me", writing: true} // a writer runs, and is stuck
+	c.SendPresence(testDoc, presOf("gone", 1, goodbye, "", "goodbye"))
+	c.SendPresence(testDoc, presOf("named", 2, wholeOf, "", "Anna"))
+	const n = 1500 // over maxPresence, all of different peers: nothing superseded
+	for i := range n {
+		c.SendPresence(testDoc, presMsg(fmt.Sprint("p", i), uint64(3+i), "cursor", "x"))
+	}
+	c.wmu.Lock()
+	frames := c.pres.take()
+	c.wmu.Unlock()
+	got := written(t, frames)
+	if len(got) > 1024 || got[0] != "gone:=goodbye" || got[1] != "named:=Anna" || got[len(got)-1] != fmt.Sprint("p", n-1, ":cursor=x") {
+		t.Fatalf("%d frames kept, starting %v and ending %v: want at most 1,024, the goodbye and the whole snapshot first, the newest last", len(got), got[:2], got[len(got)-1])
+	}
+	if d := testutil.ToFloat64(s.metrics.presLane.WithLabelValues("dropped")); d != float64(n+2-len(got)) {
+		t.Errorf("dropped %v, want %d", d, n+2-len(got))
+	}
 }

@@ -274,7 +274,7 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		}
 		m.Shared.Frame = p
 	}
-	c.pushPresence(presKey{documentID, m.SenderID, m.Channel}, metaOf(m), p.To(c.peerID), nil)
+	c.pushPresence(keyOf(documentID, m), metaOf(m), p.To(c.peerID), nil)
 }
 
 // PresenceBatches implements awareness.Batcher: the client asked for

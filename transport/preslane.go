@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"strings"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -46,8 +47,8 @@ type presKey struct{ doc, sender, channel string }
 
 // presMeta is what a presence message replaces of its sender's older
 // ones (awareness.Message): its channel's (key.channel), the channels of
-// a partial snapshot, or everything (whole), except that only a goodbye
-// replaces a goodbye.
+// a partial snapshot and an older snapshot of the same channels, or
+// everything (whole), except that only a goodbye replaces a goodbye.
 type presMeta struct {
 	channels []string
 	whole    bool
@@ -56,6 +57,17 @@ type presMeta struct {
 
 func metaOf(m awareness.Message) presMeta {
 	return presMeta{channels: m.Channels, whole: m.Whole, goodbye: m.Goodbye}
+}
+
+// keyOf is the key of a single presence frame: the channel of an update,
+// the set of channels of a partial snapshot (whose Channels come sorted),
+// none for a whole one.
+func keyOf(documentID string, m awareness.Message) presKey {
+	k := presKey{documentID, m.SenderID, m.Channel}
+	if len(m.Channels) > 0 {
+		k.channel = "\x01" + strings.Join(m.Channels, "\x01")
+	}
+	return k
 }
 
 // presLane is a connection's presence lane. Guarded by conn.wmu.
@@ -122,19 +134,26 @@ func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awa
 				superseded++
 			}
 		}
+		fallthrough // and an older snapshot of the same channels (its key)
 	case k.channel != "":
 		if i, ok := l.at[k]; ok {
 			l.kill(i)
 			superseded++
 		}
 	}
-	for i := 0; l.live > 0 && (l.live >= maxPresence || l.bytes+len(payload) > maxPresenceBytes); i++ {
-		if f := l.frames[i]; f.op != 0 {
-			if l.at[f.key] == i {
-				delete(l.at, f.key)
+	// Past a bound the oldest frames go; a goodbye or a whole snapshot
+	// only when nothing else is left, as losing one leaves a ghost or a
+	// nameless peer behind.
+	over := func() bool { return l.live > 0 && (l.live >= maxPresence || l.bytes+len(payload) > maxPresenceBytes) }
+	for pass := 0; pass < 2 && over(); pass++ {
+		for i := 0; i < len(l.frames) && over(); i++ {
+			if f := l.frames[i]; f.op != 0 && (pass == 1 || !f.meta.whole) {
+				if l.at[f.key] == i {
+					delete(l.at, f.key)
+				}
+				l.kill(i)
+				dropped++
 			}
-			l.kill(i)
-			dropped++
 		}
 	}
 	if len(l.frames) > 2*l.live+64 { // mostly superseded: compact
