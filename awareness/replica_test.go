@@ -376,3 +376,52 @@ func TestAReloadedPeerWithTheSamePeerIDIsSeen(t *testing.T) {
 		}
 	}
 }
+
+// A peer says goodbye and comes back on the same connection (a page left
+// and shown again), and its goodbye is lost on the bus: its next delta
+// carries the tombstone the goodbye set, which hides values the members on
+// the other node still hold (an old selection). They hear the goodbye
+// then, and the peer's whole state after it, never the old values again.
+func TestATombstoneThatHidesHeldValuesSaysGoodbye(t *testing.T) {
+	f1, f2 := newFixture(t), newFixture(t)
+	r1 := &fakeReplicator{users: map[string]Status{}}
+	f1.hub.cfg.Replicator = r1
+	b := &fakePeer{id: "b"}
+	f2.hub.Join(b, doc1)
+	a := &fakePeer{id: "a"}
+	f1.snapshot(a, map[string]any{"user": map[string]any{"id": "ana", "name": "Ana"}, "cursor": "1@x", "selection": "1@x-3@x"})
+	for _, d := range r1.deltas {
+		f2.hub.ApplyRemote("node1", doc1, d)
+	}
+	b.take()
+
+	f1.send(a, presenceMessage{Type: TypeGoodbye})
+	f1.clock.Advance(time.Second)
+	f1.hub.Tick()
+	r1.deltas = nil // a's goodbye is lost
+	f1.snapshot(a, map[string]any{"user": map[string]any{"id": "ana", "name": "Ana"}, "cursor": "2@y"})
+	for _, d := range r1.deltas {
+		f2.hub.ApplyRemote("node1", doc1, d)
+	}
+	var got []received
+	var types []string
+	for _, g := range b.take() {
+		if g.msg.SenderID == "a" {
+			got, types = append(got, g), append(types, g.body.Type)
+		}
+	}
+	if len(types) < 2 || types[0] != TypeGoodbye || types[1] != TypeSnapshot {
+		t.Fatalf("b got %v from a, want a goodbye, then a snapshot", types)
+	}
+	if snap := got[1]; snap.body.State["selection"] != nil || value(t, snap.body.State["cursor"]) != "2@y" || !snap.msg.Whole {
+		t.Fatalf("the snapshot after the goodbye is %+v (whole %v), want a's cursor 2@y and no old selection", snap.body.State, snap.msg.Whole)
+	}
+	for _, g := range got[2:] {
+		if g.body.Type == TypeGoodbye || g.body.Channel == "selection" || g.body.State["selection"] != nil {
+			t.Fatalf("after the snapshot b got %+v", g.body)
+		}
+	}
+	if v := peerView(t, f2.hub, "a"); v.Cursor != "2@y" {
+		t.Fatalf("node 2 shows a as %+v", v)
+	}
+}
