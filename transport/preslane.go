@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -192,14 +193,8 @@ func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awa
 // own); one that loses all is dropped. Order is kept, so relay counts
 // still rise. It runs in the writer, outside the lane's lock.
 func (c *conn) freshen(frames []outFrame) []outFrame {
-	batches := 0
-	for _, f := range frames {
-		if f.batch != nil {
-			batches++
-		}
-	}
-	if batches == 0 || len(frames) < 2 {
-		return frames // nothing a batch holds can be newer elsewhere
+	if len(frames) < 2 || !slices.ContainsFunc(frames, func(f outFrame) bool { return f.batch != nil }) {
+		return frames // no batch, or nothing newer than it
 	}
 	var r replaced
 	superseded := 0
