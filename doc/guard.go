@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/automerge/automerge-go"
 	"github.com/tandemhq/tandem/doc/amcheck"
@@ -47,6 +46,13 @@ type Limits struct {
 	// columns, and its strings and values as automerge holds them);
 	// default 64 MiB.
 	ChangeBytes int64
+	// DocumentBytes is the most bytes a document's changes may expand to
+	// together (counted as for ChangeBytes); default 256 MiB.
+	DocumentBytes int64
+	// DocumentChanges is the most changes a document may hold; default
+	// 1,000,000. Each costs automerge some hundreds of bytes, whatever it
+	// holds: a change with no operations is not free.
+	DocumentChanges int64
 }
 
 func (l *Limits) setDefaults() {
@@ -62,6 +68,12 @@ func (l *Limits) setDefaults() {
 	if l.ChangeBytes <= 0 {
 		l.ChangeBytes = 64 << 20
 	}
+	if l.DocumentBytes <= 0 {
+		l.DocumentBytes = 256 << 20
+	}
+	if l.DocumentChanges <= 0 {
+		l.DocumentChanges = 1_000_000
+	}
 }
 
 // actorClock is what the guard knows of one actor's changes in a document.
@@ -71,59 +83,31 @@ type actorClock struct {
 }
 
 // ledger is the guard's account of a room's document: every actor's clock,
-// the operations it holds, and the changes automerge keeps back until
-// their dependencies arrive. The room's mutex guards it.
+// the operations it holds, what its ops may name (refcheck.go), and the
+// changes automerge keeps back until their dependencies arrive. The room's
+// mutex guards it.
 type ledger struct {
-	actors map[string]actorClock
-	ops    int64
-	queued map[[32]byte]queuedChange
-	// made holds, per actor, the objects its changes made, as runs of op
-	// counters in order: whether each is a map (addressed by map keys) or
-	// a list or text (by list positions). automerge aborts when an op
-	// addresses an object by the other kind of key.
-	made map[string][]madeRun
+	actors  map[string]actorClock
+	ops     int64 // operations applied
+	changes int64 // changes applied
+	bytes   int64 // what the applied changes expand to (amcheck.Change.Expanded)
+	queued  map[[32]byte]queuedChange
+	// queuedOps and queuedBytes count the queued changes' operations and
+	// bytes: they are charged to the document when they arrive.
+	queuedOps, queuedBytes int64
+	refs                   *refIndex
 }
 
-// madeRun is a run of objects an actor's change made.
-type madeRun struct {
-	start, n uint64
-	isMap    bool
+func (l *ledger) index() *refIndex {
+	if l.refs == nil {
+		l.refs = newRefIndex(nil)
+	}
+	return l.refs
 }
 
-// kindOf reports whether the object an actor's op counter made is a map,
-// and whether the ledger knows it.
-func (l *ledger) kindOf(actor string, ctr uint64) (isMap, ok bool) {
-	runs := l.made[actor]
-	i := sort.Search(len(runs), func(i int) bool { return runs[i].start+runs[i].n > ctr })
-	if i < len(runs) && runs[i].start <= ctr {
-		return runs[i].isMap, true
-	}
-	return false, false
-}
-
-// noteMade adds the objects a change made.
-func (l *ledger) noteMade(c *amcheck.Change) {
-	if len(c.Made) == 0 {
-		return
-	}
-	if l.made == nil {
-		l.made = make(map[string][]madeRun)
-	}
-	a := string(c.Actor)
-	runs := l.made[a]
-	for _, m := range c.Made {
-		runs = append(runs, madeRun{start: m.Counter, n: m.N, isMap: m.Map})
-	}
-	// An actor's op counters grow with its changes: in order but for a
-	// change applied after a later one's, which automerge refuses anyway.
-	if !sort.SliceIsSorted(runs, func(i, j int) bool { return runs[i].start < runs[j].start }) {
-		sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
-	}
-	l.made[a] = runs
-}
-
-// queuedChange is a change automerge holds back, with its bytes for the
-// sandbox's copy of the document.
+// queuedChange is a change that waits for a change it depends on, kept by
+// the guard (automerge never sees it before it can be applied), with its
+// bytes.
 type queuedChange struct {
 	amcheck.Change
 	raw []byte
@@ -149,8 +133,10 @@ func (l *ledger) record(changes []amcheck.Change) {
 		}
 		l.actors[a] = ac
 		l.ops += int64(c.Ops)
-		l.noteMade(&c)
-		delete(l.queued, c.Hash)
+		l.changes++
+		l.bytes += c.Expanded
+		l.index().add(&c)
+		l.unqueue(c.Hash)
 	}
 }
 
@@ -165,7 +151,7 @@ func (l *ledger) recordSince(doc *automerge.Doc, before []automerge.ChangeHash) 
 		return nil, nil
 	}
 	saved := automerge.SaveChanges(cs)
-	parsed, err := amcheck.ParseChanges(saved, amcheck.Limits{})
+	parsed, err := amcheck.ParseChanges(saved, amcheck.Limits{ListOps: true})
 	if err != nil {
 		return saved, err
 	}
@@ -173,39 +159,76 @@ func (l *ledger) recordSince(doc *automerge.Doc, before []automerge.ChangeHash) 
 	return saved, nil
 }
 
+// admission is what the guard makes of a sync message's changes.
+type admission struct {
+	// apply are the changes automerge is to apply, in an order it can
+	// apply them in: the message's, and the queued ones they make ready.
+	apply [][]byte
+	// rewrite says apply differs from the message's changes.
+	rewrite bool
+	// held are the message's changes that wait for a dependency.
+	held []queuedChange
+	// dropped are queued changes that became ready and were refused:
+	// they leave the queue, costing their sender (gone by now, as a rule)
+	// and nobody else.
+	dropped []droppedChange
+}
+
+type droppedChange struct {
+	hash [32]byte
+	err  error
+}
+
 // admit checks a sync message's changes against the limits and the ledger
 // without changing either: it replays, in Go, the order in which automerge
-// will apply them (each as soon as everything it depends on is there,
-// holding back the others), and refuses the message if any change would
-// break an actor's sequence. known reports the changes the document has.
-// It returns the changes automerge will keep back.
-func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) bool) ([]queuedChange, error) {
+// will apply them, checking each change's sequence, op counters and
+// references (refcheck.go) as it goes, and refuses the message if any of
+// its changes fails. Changes whose dependencies are missing wait in the
+// guard's queue (hold); they count against the limits when they arrive.
+// known reports the changes the document has.
+func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) bool) (*admission, error) {
 	if len(changes) == 0 {
-		return nil, nil
+		return &admission{}, nil
 	}
 	parsed := make([]queuedChange, 0, len(changes))
-	ops := 0
+	ops, bytes := 0, int64(0)
 	for i, b := range changes {
-		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes})
+		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, ListOps: true})
 		switch {
 		case errors.Is(err, amcheck.ErrTooLarge):
 			return nil, fmt.Errorf("%w: change %d: %v", ErrLimit, i, err)
 		case err != nil:
 			return nil, fmt.Errorf("%w: change %d: %v", ErrRefused, i, err)
 		}
+		if known(c.Hash[:]) {
+			continue // automerge skips what it has
+		}
+		if _, ok := l.queued[c.Hash]; ok {
+			continue
+		}
 		ops += c.Ops
 		if ops > lim.MessageOps {
 			return nil, fmt.Errorf("%w: the message adds over %d operations", ErrLimit, lim.MessageOps)
 		}
+		bytes += c.Expanded
 		parsed = append(parsed, queuedChange{c, b})
 	}
-	if l.ops+int64(ops) > lim.DocumentOps {
-		return nil, fmt.Errorf("%w: the document holds %d operations; %d more would pass its limit of %d",
-			ErrLimit, l.ops, ops, lim.DocumentOps)
+	// Changes already queued were counted when they came.
+	switch {
+	case l.ops+l.queuedOps+int64(ops) > lim.DocumentOps:
+		return nil, fmt.Errorf("%w: the document holds %d operations (%d of them waiting); %d more would pass its limit of %d",
+			ErrLimit, l.ops+l.queuedOps, l.queuedOps, ops, lim.DocumentOps)
+	case l.bytes+l.queuedBytes+bytes > lim.DocumentBytes:
+		return nil, fmt.Errorf("%w: the document holds %d bytes of changes; %d more would pass its limit of %d",
+			ErrLimit, l.bytes+l.queuedBytes, bytes, lim.DocumentBytes)
+	case l.changes+int64(len(l.queued)+len(parsed)) > lim.DocumentChanges:
+		return nil, fmt.Errorf("%w: the document holds %d changes; %d more would pass its limit of %d",
+			ErrLimit, l.changes+int64(len(l.queued)), len(parsed), lim.DocumentChanges)
 	}
 
 	// Replay automerge's order. have holds what is applied so far in
 	// this replay; clocks the actors' clocks as they advance.
+	ad := &admission{}
 	have := make(map[[32]byte]bool)
 	clocks := make(map[string]actorClock)
 	clock := func(a string) actorClock {
@@ -223,24 +246,9 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		}
 		return true
 	}
-	// Objects made by the changes replayed so far, as the ledger will
-	// hold them once they are applied.
-	var madeHere ledger
-	apply := func(c *queuedChange) error {
-		for _, ref := range c.Refs {
-			isMap, ok := l.kindOf(string(ref.Actor), ref.Counter)
-			if !ok {
-				isMap, ok = madeHere.kindOf(string(ref.Actor), ref.Counter)
-			}
-			if ok && isMap != ref.MapKeys {
-				what := "a list or text by map key"
-				if isMap {
-					what = "a map by list position"
-				}
-				return fmt.Errorf("%w: change %x addresses %s", ErrRefused, c.Hash[:4], what)
-			}
-		}
-		madeHere.noteMade(&c.Change)
+	// What the changes replayed so far add to the document's index.
+	refs := newRefIndex(l.index())
+	check := func(c *queuedChange) error {
 		a := hex.EncodeToString(c.Actor)
 		ac := clock(a)
 		if c.Seq != ac.seq+1 {
@@ -249,27 +257,21 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		if c.StartOp <= ac.maxOp {
 			return fmt.Errorf("%w: actor %s reuses op counter %d", ErrRefused, a, c.StartOp)
 		}
+		if err := refs.check(&c.Change); err != nil {
+			return err
+		}
 		ac.seq = c.Seq
 		if c.Ops > 0 {
 			ac.maxOp = c.StartOp + uint64(c.Ops) - 1
 		}
 		clocks[a] = ac
 		have[c.Hash] = true
+		ad.apply = append(ad.apply, c.raw)
 		return nil
 	}
-	waiting := make([]*queuedChange, 0, len(l.queued))
-	for h := range l.queued {
-		c := l.queued[h]
-		waiting = append(waiting, &c)
-	}
+	var waiting []*queuedChange
 	for i := range parsed {
 		c := &parsed[i]
-		if present(c.Hash) {
-			continue // automerge skips what it has
-		}
-		if _, ok := l.queued[c.Hash]; ok {
-			continue
-		}
 		if a := hex.EncodeToString(c.Actor); c.Seq <= clock(a).seq {
 			return nil, fmt.Errorf("%w: actor %s already has a change %d", ErrRefused, a, c.Seq)
 		}
@@ -277,54 +279,77 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			waiting = append(waiting, c)
 			continue
 		}
-		if err := apply(c); err != nil {
+		if err := check(c); err != nil {
 			return nil, err
 		}
+	}
+	fromQueue := len(waiting)
+	for h := range l.queued {
+		c := l.queued[h]
+		waiting = append(waiting, &c)
 	}
 	for progress := true; progress; {
 		progress = false
 		for i, c := range waiting {
-			if c == nil || present(c.Hash) || !ready(c) {
+			if c == nil || !ready(c) {
 				continue
 			}
-			if err := apply(c); err != nil {
+			err := check(c)
+			if err != nil && i < fromQueue {
 				return nil, err
 			}
+			if err != nil {
+				ad.dropped = append(ad.dropped, droppedChange{c.Hash, err})
+			}
 			waiting[i] = nil
-			progress = true
+			if err == nil {
+				progress = true
+			}
 		}
 	}
-	var held []queuedChange
-	for _, c := range waiting {
-		if c != nil && !present(c.Hash) {
-			held = append(held, *c)
+	for _, c := range waiting[:fromQueue] {
+		if c != nil {
+			ad.held = append(ad.held, *c)
 		}
 	}
-	if len(held) > maxQueued {
-		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, len(held), maxQueued)
+	if len(l.queued)+len(ad.held) > maxQueued {
+		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, len(l.queued)+len(ad.held), maxQueued)
 	}
-	return held, nil
+	ad.rewrite = len(ad.apply) != len(changes)
+	if !ad.rewrite {
+		for i := range changes {
+			if &ad.apply[i][0] != &changes[i][0] {
+				ad.rewrite = true
+				break
+			}
+		}
+	}
+	return ad, nil
 }
 
-// hold records the changes automerge keeps back after a message was
-// applied.
-func (l *ledger) hold(changes []queuedChange, known func(hash []byte) bool) {
-	for _, c := range changes {
-		if known(c.Hash[:]) {
-			continue
-		}
+// hold queues the changes an admitted message left waiting, and forgets
+// the queued ones the guard refused once they were ready.
+func (l *ledger) hold(ad *admission) {
+	for _, c := range ad.held {
 		if l.queued == nil {
 			l.queued = make(map[[32]byte]queuedChange)
 		}
+		if _, ok := l.queued[c.Hash]; ok {
+			continue
+		}
 		l.queued[c.Hash] = c
+		l.queuedOps += int64(c.Ops)
+		l.queuedBytes += c.Expanded
+	}
+	for _, d := range ad.dropped {
+		l.unqueue(d.hash)
 	}
 }
 
-// queuedBytes returns the changes automerge holds back, as they came.
-func (l *ledger) queuedBytes() [][]byte {
-	var out [][]byte
-	for _, c := range l.queued {
-		out = append(out, c.raw)
+func (l *ledger) unqueue(h [32]byte) {
+	if c, ok := l.queued[h]; ok {
+		delete(l.queued, h)
+		l.queuedOps -= int64(c.Ops)
+		l.queuedBytes -= c.Expanded
 	}
-	return out
 }

@@ -40,6 +40,10 @@ type Hub struct {
 	// in what the bus carried (replica.go).
 	catchUps prometheus.Counter
 	rested   prometheus.Counter // members whose sync state was dropped (rest.go)
+	// Integrity events: a queued change refused once it was ready, a
+	// snapshot that did not load (compaction skipped), a stored chunk
+	// that did not load.
+	queuedRefused, snapshotUnloadable, chunkUnloadable prometheus.Counter
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -110,8 +114,15 @@ func NewHub(cfg Config) (*Hub, error) {
 		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
 	}, []string{"event"})
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
+	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_document_integrity_total",
+		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), snapshot_unloadable (a compaction's snapshot did not load back: the chunks were kept), chunk_unloadable (a stored chunk did not load and was skipped).",
+	}, []string{"event"})
+	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
+	h.snapshotUnloadable = integrity.WithLabelValues("snapshot_unloadable")
+	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, mentions,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -144,6 +144,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	}
 	for i, c := range stored.Chunks {
 		if err := r.doc.LoadIncremental(c); err != nil {
+			h.chunkUnloadable.Inc()
 			h.log.Error("skipping a stored chunk that does not load",
 				"document", r.id, "chunk", i, "err", err)
 			r.forceCompact = true
@@ -224,7 +225,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 			return false, ErrStoreBehind
 		}
 	}
-	sm, refused, held := in.sm, in.refused, in.held
+	sm, refused, guarded := in.sm, in.refused, in.guarded
 	m := r.join(p)
 	if r.mentions != nil && len(sm.changes) > 0 {
 		if mentioned == nil && r.mentions.needsBefore(p) {
@@ -250,7 +251,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.accepted(h, p, before)
 	}
 	r.noteAhead(m, sm.heads)
-	r.ledger.hold(held, r.known)
+	r.ledger.hold(guarded)
+	r.noteDropped(h, guarded)
 	switch {
 	case empty:
 		r.answerAuthor(m, nil, after)
@@ -280,7 +282,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 type admitted struct {
 	sm      *syncMessage
 	refused bool
-	held    []queuedChange
+	guarded *admission
 }
 
 // admit runs the guard on a message. The caller holds r.mu.
@@ -289,11 +291,14 @@ func (r *room) admit(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, error
 	if msg.ReadOnly {
 		in.sm, in.refused = sm.stripForReadOnly(r.known, r.heads())
 	}
-	held, err := r.ledger.admit(h.cfg.Limits, in.sm.changes, r.known)
+	ad, err := r.ledger.admit(h.cfg.Limits, in.sm.changes, r.known)
 	if err != nil {
 		return nil, err
 	}
-	in.held = held
+	if ad.rewrite {
+		in.sm = in.sm.withChanges(ad.apply)
+	}
+	in.guarded = ad
 	return in, nil
 }
 
@@ -312,19 +317,28 @@ func (r *room) rehearse(h *Hub, msg SyncMessage, sm *syncMessage) (*admitted, er
 		err = ErrStoreBehind // a read-only peer's changes, stripped, ask nothing of the store
 	}
 	var heads []automerge.ChangeHash
-	var queued [][]byte
 	if err == nil {
-		heads, queued = r.doc.Heads(), r.ledger.queuedBytes()
+		heads = r.doc.Heads()
 	}
 	r.mu.Unlock()
 	if err != nil || len(in.sm.changes) == 0 {
 		return in, err
 	}
-	err = h.cfg.Sandbox.check(r.id, heads, queued, in.sm.raw, r.read)
+	err = h.cfg.Sandbox.check(r.id, heads, in.sm.raw, r.read)
 	if errors.Is(err, errSandboxFault) {
 		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	return in, err
+}
+
+// noteDropped reports queued changes the guard refused once they were
+// ready. The caller holds r.mu.
+func (r *room) noteDropped(h *Hub, ad *admission) {
+	for _, d := range ad.dropped {
+		h.queuedRefused.Inc()
+		h.log.Warn("dropped a change that waited for a dependency: refused once ready",
+			"document", r.id, "change", fmt.Sprintf("%x", d.hash[:8]), "err", d.err)
+	}
 }
 
 // read runs f on the document under the room's lock.

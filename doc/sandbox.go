@@ -113,16 +113,15 @@ func NewSandbox(cfg SandboxConfig) (*Sandbox, error) {
 
 // check applies msg to the sandbox's copy of the document first, at the
 // room's heads. read runs a function on the room's document, under the
-// room's lock, to catch the copy up; queued are the changes the room's
-// automerge keeps back for missing dependencies. The document must not
+// room's lock, to catch the copy up. The document must not
 // change until the room has applied msg (the room's applyMu). An error
 // wrapping errSandboxFault means the message ended the worker; any other
 // error means the sandbox could not check it.
-func (s *Sandbox) check(documentID string, heads []automerge.ChangeHash, queued [][]byte, msg []byte, read func(func(*automerge.Doc))) error {
+func (s *Sandbox) check(documentID string, heads []automerge.ChangeHash, msg []byte, read func(func(*automerge.Doc))) error {
 	start := time.Now()
 	defer func() { s.checks.Observe(time.Since(start).Seconds()) }()
 	w := s.workers[maphash.String(s.seed, documentID)%uint64(len(s.workers))]
-	return w.check(documentID, heads, queued, msg, read)
+	return w.check(documentID, heads, msg, read)
 }
 
 // Close stops the workers. It is safe to call twice.
@@ -139,7 +138,7 @@ func (s *Sandbox) Close() error {
 // big-endian length and that many bytes, the first of which is the kind.
 const (
 	sbCheck    = 'C' // document id, heads, message: apply it
-	sbCatchUp  = 'U' // document id, full flag, data, queued changes
+	sbCatchUp  = 'U' // document id, full flag, data
 	sbOK       = 'K'
 	sbBehind   = 'B' // the copy's heads (none: no copy); the room decides how to catch it up
 	sbRejected = 'E' // automerge returned an error (no fault): its text
@@ -209,7 +208,7 @@ func (w *sandboxWorker) roundTrip(req []byte) ([]byte, error) {
 	return readFrame(w.out)
 }
 
-func (w *sandboxWorker) check(documentID string, heads []automerge.ChangeHash, queued [][]byte, msg []byte, read func(func(*automerge.Doc))) error {
+func (w *sandboxWorker) check(documentID string, heads []automerge.ChangeHash, msg []byte, read func(func(*automerge.Doc))) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	req := appendBytes(appendHeads(appendBytes([]byte{sbCheck}, []byte(documentID)), heads), msg)
@@ -233,7 +232,7 @@ func (w *sandboxWorker) check(documentID string, heads []automerge.ChangeHash, q
 		case sbRejected:
 			return fmt.Errorf("%w: %s", ErrBadSyncMessage, reply[1:])
 		case sbBehind:
-			if err := w.catchUp(documentID, read, queued, reply[1:]); err != nil {
+			if err := w.catchUp(documentID, read, reply[1:]); err != nil {
 				return fmt.Errorf("sandbox: catch up document %s: %w", documentID, err)
 			}
 		default:
@@ -248,7 +247,7 @@ func (w *sandboxWorker) check(documentID string, heads []automerge.ChangeHash, q
 // document: the changes since those heads when the room has them all
 // (they may be heads of the copy but no longer of the room), the whole
 // document otherwise (no copy, or one with changes the room lacks).
-func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc)), queued [][]byte, theirs []byte) error {
+func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc)), theirs []byte) error {
 	since, ok := readHeads(theirs)
 	full := !ok || len(since) == 0
 	var data []byte
@@ -274,10 +273,6 @@ func (w *sandboxWorker) catchUp(documentID string, read func(func(*automerge.Doc
 		req = append(req, 0)
 	}
 	req = appendBytes(req, data)
-	req = binary.AppendUvarint(req, uint64(len(queued)))
-	for _, q := range queued {
-		req = appendBytes(req, q)
-	}
 	reply, err := w.call(req)
 	if err != nil {
 		return err

@@ -97,15 +97,10 @@ func (c *sandboxCopyCache) handle(req []byte) []byte {
 		id := string(fr.bytes())
 		full := fr.byte1() == 1
 		data := fr.bytes()
-		n := fr.uvarint()
-		var queued [][]byte
-		for i := uint64(0); i < n && fr.err == nil; i++ {
-			queued = append(queued, fr.bytes())
-		}
 		if fr.err != nil {
 			return append([]byte{sbRejected}, fr.err.Error()...)
 		}
-		d, err := c.catchUp(id, full, data, queued)
+		d, err := c.catchUp(id, full, data)
 		if err != nil {
 			return append([]byte{sbRejected}, err.Error()...)
 		}
@@ -115,7 +110,7 @@ func (c *sandboxCopyCache) handle(req []byte) []byte {
 	return append([]byte{sbRejected}, fmt.Sprintf("unknown request %q", req[0])...)
 }
 
-func (c *sandboxCopyCache) catchUp(id string, full bool, data []byte, queued [][]byte) (*automerge.Doc, error) {
+func (c *sandboxCopyCache) catchUp(id string, full bool, data []byte) (*automerge.Doc, error) {
 	var d *automerge.Doc
 	if full {
 		var err error
@@ -132,11 +127,6 @@ func (c *sandboxCopyCache) catchUp(id string, full bool, data []byte, queued [][
 			if err := d.LoadIncremental(data); err != nil {
 				return nil, err
 			}
-		}
-	}
-	for _, q := range queued {
-		if err := loadChanges(d, q); err != nil {
-			return nil, err
 		}
 	}
 	return d, nil

@@ -207,6 +207,27 @@ func (m *syncMessage) stripForReadOnly(known func(hash []byte) bool, ours [][]by
 		afterHeads: afterHeads, beforeChanges: beforeChanges, end: end}, len(m.changes) > 0
 }
 
+// withChanges returns the message with these changes in place of its own.
+func (m *syncMessage) withChanges(changes [][]byte) *syncMessage {
+	n := len(m.raw) - (m.end - m.beforeChanges) + binary.MaxVarintLen64
+	for _, c := range changes {
+		n += binary.MaxVarintLen64 + len(c)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, m.raw[:m.beforeChanges]...)
+	out = binary.AppendUvarint(out, uint64(len(changes)))
+	kept := make([][]byte, len(changes))
+	for i, c := range changes {
+		out = binary.AppendUvarint(out, uint64(len(c)))
+		kept[i] = out[len(out) : len(out)+len(c) : len(out)+len(c)]
+		out = append(out, c...)
+	}
+	end := len(out)
+	out = append(out, m.raw[m.end:]...)
+	return &syncMessage{raw: out, heads: m.heads, need: m.need, changes: kept,
+		afterHeads: m.afterHeads, beforeChanges: m.beforeChanges, end: end}
+}
+
 // sortedUnion returns the distinct hashes of a and b in byte order, the
 // order automerge keeps heads in.
 func sortedUnion(a, b [][]byte) [][]byte {

@@ -30,6 +30,8 @@ type Limits struct {
 	// Change.Expanded for what is counted. It also caps how far a
 	// compressed chunk is inflated.
 	MaxExpandedBytes int64
+	// ListOps asks for the change's operations in Change.OpList.
+	ListOps bool
 }
 
 // Change is what ParseChange reads from a change chunk.
@@ -71,6 +73,12 @@ type Change struct {
 	Refs []ObjRef
 	// Made lists the objects the change makes, in runs of consecutive ops.
 	Made []ObjMade
+	// Actors are the actor IDs the change's ops name by index: its own
+	// actor first, then the others in the order the change lists them.
+	Actors [][]byte
+	// OpList holds the change's operations, when Limits.ListOps asked
+	// for them (oplist.go).
+	OpList []Op
 	// Compressed reports a compressed (type 2) chunk. automerge's sync
 	// message decoder does not inflate such chunks (it reads their
 	// compressed bytes as if they were a change body), so a change from a
@@ -403,6 +411,10 @@ func parseBody(c *Change, data []byte, lim Limits) error {
 	colData, err := r.take(total, "column data")
 	if err != nil {
 		return err
+	}
+	c.Actors = make([][]byte, len(actors))
+	for i := range actors {
+		c.Actors[i] = c.actorID(uint64(i), actors)
 	}
 	return checkOps(c, actors, cols, colData, lim)
 }

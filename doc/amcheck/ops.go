@@ -130,6 +130,11 @@ func checkOps(c *Change, actors [][]byte, cols []colMeta, data []byte, lim Limit
 	if err := o.checkRows(); err != nil {
 		return err
 	}
+	if lim.ListOps {
+		if err := o.listOps(); err != nil {
+			return err
+		}
+	}
 	for _, m := range o.makes {
 		c.Made = append(c.Made, ObjMade{
 			Counter: c.StartOp + m.start,
