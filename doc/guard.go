@@ -193,7 +193,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	parsed := make([]queuedChange, 0, len(changes))
 	ops, bytes := 0, int64(0)
 	for i, b := range changes {
-		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, ListOps: true})
+		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, ListOps: true, Canonical: true})
 		switch {
 		case errors.Is(err, amcheck.ErrTooLarge):
 			return nil, fmt.Errorf("%w: change %d: %v", ErrLimit, i, err)

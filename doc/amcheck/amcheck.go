@@ -32,6 +32,10 @@ type Limits struct {
 	MaxExpandedBytes int64
 	// ListOps asks for the change's operations in Change.OpList.
 	ListOps bool
+	// Canonical refuses a change whose columns automerge's encoder would
+	// write otherwise (canonical.go): automerge cannot load a document
+	// saved with such a change.
+	Canonical bool
 }
 
 // Change is what ParseChange reads from a change chunk.

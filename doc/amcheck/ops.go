@@ -130,6 +130,11 @@ func checkOps(c *Change, actors [][]byte, cols []colMeta, data []byte, lim Limit
 	if err := o.checkRows(); err != nil {
 		return err
 	}
+	if lim.Canonical {
+		if err := o.checkCanonical(); err != nil {
+			return err
+		}
+	}
 	if lim.ListOps {
 		if err := o.listOps(); err != nil {
 			return err

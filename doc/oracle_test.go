@@ -1,0 +1,102 @@
+package doc
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"os/exec"
+	"sync"
+	"testing"
+)
+
+// amOracle is stock automerge (the JS package stock clients run), in a
+// node process the tests share: testdata/am-oracle.mjs.
+type amOracle struct {
+	mu  sync.Mutex
+	in  *json.Encoder
+	out *bufio.Scanner
+}
+
+var (
+	oracleOnce sync.Once
+	oracle     *amOracle
+	oracleErr  error
+)
+
+func stockAutomerge(t testing.TB) *amOracle {
+	t.Helper()
+	oracleOnce.Do(func() {
+		cmd := exec.Command("node", "testdata/am-oracle.mjs")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			oracleErr = err
+			return
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			oracleErr = err
+			return
+		}
+		if oracleErr = cmd.Start(); oracleErr != nil {
+			return
+		}
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 256<<20)
+		oracle = &amOracle{in: json.NewEncoder(in), out: sc}
+	})
+	if oracleErr != nil {
+		t.Fatalf("stock automerge (node testdata/am-oracle.mjs; run npm ci first): %v", oracleErr)
+	}
+	return oracle
+}
+
+func (o *amOracle) call(t testing.TB, req, res any) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err := o.in.Encode(req); err != nil {
+		t.Fatalf("stock automerge: %v", err)
+	}
+	if !o.out.Scan() {
+		t.Fatalf("stock automerge ended: %v", o.out.Err())
+	}
+	if err := json.Unmarshal(o.out.Bytes(), res); err != nil {
+		t.Fatalf("stock automerge answered %q: %v", o.out.Bytes(), err)
+	}
+}
+
+func b64s(bs [][]byte) []string {
+	out := make([]string, len(bs))
+	for i, b := range bs {
+		out[i] = base64.StdEncoding.EncodeToString(b)
+	}
+	return out
+}
+
+// trace returns a random editing session's changes, as stock automerge
+// makes them, in the order they were made.
+func (o *amOracle) trace(t testing.TB, seed, steps int) [][]byte {
+	var res struct{ Changes []string }
+	o.call(t, map[string]any{"op": "trace", "seed": seed, "steps": steps}, &res)
+	out := make([][]byte, len(res.Changes))
+	for i, s := range res.Changes {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// applies reports whether stock automerge applies changes on top of base
+// and keeps working on the result (materialize, save and load, sync to a
+// fresh peer and to one at base).
+func (o *amOracle) applies(t testing.TB, base, changes [][]byte) (bool, string) {
+	var res struct {
+		OK  bool
+		Err string
+	}
+	o.call(t, map[string]any{"op": "apply", "base": b64s(base), "changes": b64s(changes)}, &res)
+	return res.OK, res.Err
+}

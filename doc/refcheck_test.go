@@ -1,0 +1,169 @@
+package doc
+
+import (
+	"testing"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+)
+
+// admitOne runs one change through the guard as a client's message would,
+// and records it if admitted.
+func admitOne(t testing.TB, l *ledger, change []byte) error {
+	t.Helper()
+	var lim Limits
+	lim.setDefaults()
+	known := func(h []byte) bool {
+		var k [32]byte
+		copy(k[:], h)
+		_, ok := l.index().change(k)
+		return ok
+	}
+	ad, err := l.admit(lim, [][]byte{change}, known)
+	if err != nil {
+		return err
+	}
+	l.hold(ad)
+	for _, b := range ad.apply {
+		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{ListOps: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.record([]amcheck.Change{c})
+	}
+	return nil
+}
+
+// Every change stock automerge makes in an editing session (text typed and
+// deleted, marks set and cleared, counters, maps, lists, nested objects,
+// several actors merging) passes the reference check.
+func TestStockEditsPassTheReferenceCheck(t *testing.T) {
+	o := stockAutomerge(t)
+	for seed := 1; seed <= 8; seed++ {
+		var l ledger
+		for i, c := range o.trace(t, seed, 400) {
+			if err := admitOne(t, &l, c); err != nil {
+				t.Fatalf("seed %d: change %d refused: %v", seed, i, err)
+			}
+		}
+	}
+}
+
+var (
+	actorA = []byte{0xaa, 0xaa, 0xaa, 0xaa}
+	actorB = []byte{0xbb, 0xbb, 0xbb, 0xbb}
+	actorC = []byte{0xcc, 0xcc, 0xcc, 0xcc}
+)
+
+func id(ctr uint32, actor uint32) amcheck.OpID { return amcheck.OpID{Counter: ctr, Actor: actor} }
+
+func put(obj amcheck.OpID, key string, preds ...amcheck.OpID) amtest.Op {
+	v, raw := amtest.Int(7)
+	return amtest.Op{Obj: obj, MapKey: true, Key: key, Action: amcheck.Put, Value: v, Raw: raw, Preds: preds}
+}
+
+func ins(obj, after amcheck.OpID, s string) amtest.Op {
+	v, raw := amtest.String(s)
+	return amtest.Op{Obj: obj, Elem: after, Insert: true, Action: amcheck.Put, Value: v, Raw: raw}
+}
+
+// refBase is a document of one change by actor A:
+//
+//	1 text = makeText at root "text"; 2 'h', 3 'i' inserted into it;
+//	4 m = makeMap at "m"; 5 m.a = 7; 6 c = counter 0 at "c";
+//	7 l = makeList at "l"; 8 an element 7 in it.
+func refBase() ([]byte, [32]byte) {
+	root := amcheck.OpID{}
+	cv, craw := amtest.Counter(0)
+	v, raw := amtest.Int(7)
+	return amtest.Encode(amtest.Change{
+		Actors: [][]byte{actorA}, Seq: 1, StartOp: 1,
+		Ops: []amtest.Op{
+			{Obj: root, MapKey: true, Key: "text", Action: amcheck.MakeText},
+			ins(id(1, 0), id(0, 0), "h"),
+			ins(id(1, 0), id(2, 0), "i"),
+			{Obj: root, MapKey: true, Key: "m", Action: amcheck.MakeMap},
+			put(id(4, 0), "a"),
+			{Obj: root, MapKey: true, Key: "c", Action: amcheck.Put, Value: cv, Raw: craw},
+			{Obj: root, MapKey: true, Key: "l", Action: amcheck.MakeList},
+			{Obj: id(7, 0), Elem: id(0, 0), Insert: true, Action: amcheck.Put, Value: v, Raw: raw},
+		},
+	})
+}
+
+// byB is a change by actor B on refBase: actor index 1 is A.
+func byB(dep [32]byte, ops ...amtest.Op) []byte {
+	c, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{dep}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 9, Ops: ops})
+	return c
+}
+
+// What a client's change may name is checked against the document before
+// it is applied: each forged change below is accepted by automerge-go and
+// breaks stock automerge (it throws applying it, or on the document
+// after); the guard refuses each, and lets the honest ones through.
+func TestForgedReferencesAreRefused(t *testing.T) {
+	o := stockAutomerge(t)
+	base, baseHash := refBase()
+	if ok, err := o.applies(t, nil, [][]byte{base}); !ok {
+		t.Fatalf("stock automerge refuses the base document: %s", err)
+	}
+	text, m, list, a := id(1, 1), id(4, 1), id(7, 1), id(0, 0)
+	markStart := amtest.Op{Obj: text, Elem: id(2, 1), Insert: true, Action: amcheck.Mark, MarkName: "bold", Value: amcheck.ValueTrue}
+	markEnd := amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull}
+	honest := map[string][]byte{
+		"an insertion after an element":      byB(baseHash, ins(text, id(3, 1), "!")),
+		"an insertion at the head":           byB(baseHash, ins(text, id(0, 0), "!")),
+		"a paste, each after the one before": byB(baseHash, ins(text, id(3, 1), "a"), ins(text, id(9, a.Actor), "b"), ins(text, id(10, 0), "c")),
+		"a deletion":                         byB(baseHash, amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(2, 1)}}),
+		"an overwrite of a map key":          byB(baseHash, put(m, "a", id(5, 1))),
+		"a new map key":                      byB(baseHash, put(m, "b")),
+		"an increment":                       byB(baseHash, amtest.Op{Obj: id(0, 0), MapKey: true, Key: "c", Action: amcheck.Increment, Value: amcheck.ValueInt, Raw: []byte{1}, Preds: []amcheck.OpID{id(6, 1)}}),
+		"a mark":                             byB(baseHash, markStart, markEnd),
+		"an overwrite of a list element":     byB(baseHash, amtest.Op{Obj: list, Elem: id(8, 1), Action: amcheck.Put, Value: amcheck.ValueTrue, Preds: []amcheck.OpID{id(8, 1)}}),
+	}
+	for name, c := range honest {
+		if ok, err := o.applies(t, [][]byte{base}, [][]byte{c}); !ok {
+			t.Fatalf("%s: stock automerge refuses it: %s", name, err)
+		}
+		var l ledger
+		if err := admitOne(t, &l, base); err != nil {
+			t.Fatal(err)
+		}
+		if err := admitOne(t, &l, c); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
+
+	forged := map[string][]byte{
+		"an object never made":               byB(baseHash, put(id(99, 1), "x")),
+		"a list element that does not exist": byB(baseHash, ins(text, id(50, 1), "x")),
+		"an element of another object":       byB(baseHash, ins(text, id(8, 1), "x")),
+		"a deletion of the head":             byB(baseHash, amtest.Op{Obj: text, Action: amcheck.Delete, Preds: []amcheck.OpID{id(2, 1)}}),
+		"a missing predecessor":              byB(baseHash, put(id(0, 0), "m", id(77, 1))),
+		"a predecessor in another object":    byB(baseHash, put(m, "a", id(2, 1))),
+		"a predecessor at another key":       byB(baseHash, put(m, "b", id(5, 1))),
+		"a deletion of nothing":              byB(baseHash, amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete}),
+		"an increment of a number":           byB(baseHash, amtest.Op{Obj: m, MapKey: true, Key: "a", Action: amcheck.Increment, Value: amcheck.ValueInt, Raw: []byte{1}, Preds: []amcheck.OpID{id(5, 1)}}),
+		"a lone mark end":                    byB(baseHash, markEnd),
+		"a mark in a list":                   byB(baseHash, amtest.Op{Obj: list, Elem: id(8, 1), Insert: true, Action: amcheck.Mark, MarkName: "bold", Value: amcheck.ValueTrue}, amtest.Op{Obj: list, Elem: id(8, 1), Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull}),
+		"an insertion with a predecessor":    byB(baseHash, amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.Put, Value: amcheck.ValueTrue, Preds: []amcheck.OpID{id(3, 1)}}),
+		"a column encoded as automerge never encodes it": func() []byte {
+			c, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{baseHash}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 9,
+				Ops: []amtest.Op{ins(text, id(3, 1), "!"), put(m, "z")}, LoneRuns: true})
+			return c
+		}(),
+		"an overwrite of a mark": byB(baseHash, markStart, markEnd, amtest.Op{Obj: text, Elem: id(9, 0), Action: amcheck.Put, Value: amcheck.ValueTrue, Preds: []amcheck.OpID{id(9, 0)}}),
+	}
+	for name, c := range forged {
+		var l ledger
+		if err := admitOne(t, &l, base); err != nil {
+			t.Fatal(err)
+		}
+		if err := admitOne(t, &l, c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if ok, _ := o.applies(t, [][]byte{base}, [][]byte{c}); ok {
+			t.Logf("%s: stock automerge takes it (the guard is stricter here)", name)
+		}
+	}
+}

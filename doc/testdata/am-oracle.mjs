@@ -1,0 +1,135 @@
+// The stock automerge a Go test measures the server's change checks
+// against. Reads one JSON request per line on stdin, answers one JSON line
+// on stdout:
+//   {"op":"trace","seed":n,"steps":n}  → {"changes":[b64...]}: a random
+//        editing session by several actors (text, marks, maps, lists,
+//        counters, nested objects, deletions), every change in the order
+//        it was made; each actor merges the others now and then.
+//   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
+//        automerge applies the changes on top of the base, materializes
+//        the result, saves and loads it with the same heads, and a fresh
+//        peer and a peer at the base both sync it; else {"ok":false,"err"}.
+import * as A from '@automerge/automerge'
+import * as readline from 'node:readline'
+
+const b64 = (u) => Buffer.from(u).toString('base64')
+const unb64 = (s) => new Uint8Array(Buffer.from(s, 'base64'))
+
+function rng(seed) {
+  let x = seed >>> 0 || 1
+  return () => {
+    x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0
+    return x / 4294967296
+  }
+}
+
+function trace(seed, steps) {
+  const r = rng(seed)
+  const pick = (n) => Math.floor(r() * n)
+  let base = A.change(A.init(), (d) => {
+    d.text = 'hello world'
+    d.m = { a: 1, b: 'x' }
+    d.l = [1, 2, 3]
+    d.c = new A.Counter(0)
+  })
+  const actors = [base]
+  for (let i = 0; i < 3; i++) actors.push(A.clone(base))
+  for (let s = 0; s < steps; s++) {
+    const i = pick(actors.length)
+    let d = actors[i]
+    if (r() < 0.2) {
+      const j = pick(actors.length)
+      if (j !== i) d = A.merge(d, A.clone(actors[j]))
+    }
+    d = A.change(d, (x) => {
+      const len = x.text.length
+      switch (pick(12)) {
+        case 0: case 1: case 2:
+          A.splice(x, ['text'], pick(len + 1), 0, 'abcdefgh'.slice(0, 1 + pick(8)))
+          break
+        case 3:
+          if (len > 0) A.splice(x, ['text'], pick(len), 1 + pick(3))
+          break
+        case 4:
+          if (len > 1) {
+            const a = pick(len - 1)
+            A.mark(x, ['text'], { start: a, end: a + 1 + pick(len - a - 1), expand: ['before', 'after', 'both', 'none'][pick(4)] }, ['bold', 'italic', 'link'][pick(3)], pick(2) ? true : 'v' + pick(9))
+          }
+          break
+        case 5:
+          if (len > 1) {
+            const a = pick(len - 1)
+            A.unmark(x, ['text'], { start: a, end: a + 1, expand: 'none' }, ['bold', 'italic', 'link'][pick(3)])
+          }
+          break
+        case 6:
+          x.c.increment(1 + pick(5))
+          break
+        case 7:
+          x.m['k' + pick(5)] = pick(2) ? pick(100) : { n: pick(9), t: 'y' }
+          break
+        case 8:
+          if (Object.keys(x.m).length > 0) delete x.m[Object.keys(x.m)[pick(Object.keys(x.m).length)]]
+          break
+        case 9:
+          if (x.l.length > 0 && pick(2)) x.l.splice(pick(x.l.length), 1)
+          else x.l.splice(pick(x.l.length + 1), 0, pick(2) ? pick(9) : [pick(9)])
+          break
+        case 10:
+          if (x.l.length > 0) x.l[pick(x.l.length)] = pick(50)
+          break
+        case 11:
+          x.m.cnt = new A.Counter(pick(3))
+          if (pick(2)) x.m.cnt.increment(2)
+          break
+      }
+    })
+    actors[i] = d
+  }
+  let all = actors[0]
+  for (const d of actors.slice(1)) all = A.merge(all, A.clone(d))
+  return A.getAllChanges(all)
+}
+
+function apply(base, changes) {
+  let d = A.init()
+  try {
+    ;[d] = A.applyChanges(d, base)
+  } catch (e) {
+    return { ok: false, err: 'base: ' + e.message }
+  }
+  const at = A.clone(d)
+  try {
+    ;[d] = A.applyChanges(d, changes)
+    A.toJS(d)
+    const want = A.getHeads(d).slice().sort().join()
+    const loaded = A.load(A.save(d))
+    A.toJS(loaded)
+    if (A.getHeads(loaded).slice().sort().join() !== want) return { ok: false, err: 'heads differ after save and load' }
+    for (let peer of [A.init(), at]) {
+      let s1 = A.initSyncState(), s2 = A.initSyncState()
+      for (let round = 0; round < 40; round++) {
+        let m1, m2
+        ;[s1, m1] = A.generateSyncMessage(d, s1)
+        if (m1) [peer, s2] = A.receiveSyncMessage(peer, s2, m1)
+        ;[s2, m2] = A.generateSyncMessage(peer, s2)
+        if (m2) [d, s1] = A.receiveSyncMessage(d, s1, m2)
+        if (!m1 && !m2) break
+      }
+      A.toJS(peer)
+      if (A.getHeads(peer).slice().sort().join() !== want) return { ok: false, err: 'a peer did not sync to the same heads' }
+    }
+  } catch (e) {
+    return { ok: false, err: String(e && e.message || e) }
+  }
+  return { ok: true }
+}
+
+const rl = readline.createInterface({ input: process.stdin })
+rl.on('line', (line) => {
+  const req = JSON.parse(line)
+  let res
+  if (req.op === 'trace') res = { changes: trace(req.seed, req.steps).map(b64) }
+  else res = apply(req.base.map(unb64), req.changes.map(unb64))
+  process.stdout.write(JSON.stringify(res) + '\n')
+})
