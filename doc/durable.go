@@ -158,6 +158,9 @@ func (h *Hub) Flush(ctx context.Context) error {
 	for _, r := range rooms {
 		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
 	}
+	for i := range batch {
+		h.checkSnapshot(&batch[i])
+	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())

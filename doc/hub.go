@@ -43,7 +43,7 @@ type Hub struct {
 	// Integrity events: a queued change refused once it was ready, a
 	// snapshot that did not load (compaction skipped), a stored chunk
 	// that did not load.
-	queuedRefused, snapshotUnloadable, chunkUnloadable prometheus.Counter
+	queuedRefused, snapshotUnloadable, chunkUnloadable, documentUnloadable prometheus.Counter
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -116,11 +116,12 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
-		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), snapshot_unloadable (a compaction's snapshot did not load back: the chunks were kept), chunk_unloadable (a stored chunk did not load and was skipped).",
+		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), snapshot_unloadable (a compaction's snapshot did not load back: the chunks were kept), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted).",
 	}, []string{"event"})
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
 	h.snapshotUnloadable = integrity.WithLabelValues("snapshot_unloadable")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
+	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -1,7 +1,12 @@
 package doc
 
 import (
+	"bytes"
+	"context"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
@@ -165,5 +170,54 @@ func TestForgedReferencesAreRefused(t *testing.T) {
 		if ok, _ := o.applies(t, [][]byte{base}, [][]byte{c}); ok {
 			t.Logf("%s: stock automerge takes it (the guard is stricter here)", name)
 		}
+	}
+}
+
+// A document stored before the guard refused such changes holds one that
+// automerge-go loads but whose snapshot does not load back (its columns
+// are not written as automerge writes them). Compaction loads each
+// snapshot back before it replaces anything: this one does not, so the
+// chunks stay, the new change is stored as a chunk, and after a restart
+// the document holds everything.
+func TestASnapshotThatDoesNotLoadNeverReplacesTheChunks(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	v, raw := amtest.String("kept")
+	old, _ := amtest.Encode(amtest.Change{Actors: [][]byte{actorA}, Seq: 1, StartOp: 1, LoneRuns: true, Ops: []amtest.Op{
+		{MapKey: true, Key: "old", Action: amcheck.Put, Value: v, Raw: raw},
+		put(id(0, 0), "n"),
+	}})
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	h := newTestHub(t, s, Config{CompactAfter: 1, Registerer: reg})
+	a := newClient("a")
+	a.sync(t, h, true)
+	if got := a.get(t, "old"); got != "kept" {
+		t.Fatalf("a sees old = %q", got)
+	}
+	a.setText(t, "new", "added")
+	a.sync(t, h, false)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(h.snapshotUnloadable); n != 1 {
+		t.Fatalf("snapshots that did not load back: %v, want 1", n)
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Snapshot != nil || len(stored.Chunks) < 2 || !bytes.Equal(stored.Chunks[0], old) {
+		t.Fatalf("stored: snapshot %d bytes, %d chunks; want no snapshot and the old chunk kept", len(stored.Snapshot), len(stored.Chunks))
+	}
+	h.Close(context.Background())
+
+	h2 := newTestHub(t, s, Config{CompactAfter: 1})
+	b := newClient("b")
+	b.sync(t, h2, true)
+	if b.get(t, "old") != "kept" || b.get(t, "new") != "added" {
+		t.Fatalf("after a restart b sees old = %q, new = %q", b.get(t, "old"), b.get(t, "new"))
 	}
 }

@@ -60,6 +60,9 @@ type room struct {
 	pending      [][]byte
 	chunks       int
 	forceCompact bool
+	// noCompact is set once a snapshot of the document did not load back:
+	// its changes are stored as chunks from then on, never compacted over.
+	noCompact bool
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
@@ -136,6 +139,10 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	if stored.Snapshot != nil {
 		r.doc, err = automerge.Load(stored.Snapshot)
 		if err != nil {
+			// Reported and left as it is: nothing stored is deleted.
+			h.documentUnloadable.Inc()
+			h.log.Error("a stored snapshot does not load: the document is unavailable until it is repaired",
+				"document", r.id, "err", err)
 			r.loadErr = fmt.Errorf("snapshot: %w", err)
 			return
 		}
@@ -523,10 +530,18 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := Write{DocumentID: r.id, upTo: r.applied}
-	if r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk) {
+	if !r.noCompact && (r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk)) {
+		// The chunks the snapshot would replace are kept aside, with the
+		// changes since the last of them: if the snapshot does not load
+		// back (checkSnapshot), they are written instead.
+		if c := r.doc.SaveIncremental(); len(c) > 0 {
+			r.pending = append(r.pending, c)
+		}
 		// Save resets the incremental baseline: the snapshot holds all.
 		w.Snapshot = r.doc.Save()
+		w.heads = r.doc.Heads()
 		w.Covers = r.coverage()
+		w.instead = r.pending
 		r.pending = nil
 		r.forceCompact = false
 	} else if r.dirty {
@@ -535,23 +550,53 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 		}
 	}
 	r.dirty = false
-	w.Chunks = r.pending
+	if w.Snapshot == nil {
+		w.Chunks = r.pending
+	}
 	if r.mentions != nil {
 		w.Journals = r.mentions.takeWrite(nodeID)
 	}
 	return w
 }
 
+// checkSnapshot loads a compaction's snapshot back before it replaces
+// anything: one that does not load, or loads to other heads, is not
+// written (the chunks it would have replaced stay, and the changes since
+// go as a chunk), and the document is compacted no more. It runs outside
+// the room's lock.
+func (h *Hub) checkSnapshot(w *Write) {
+	if w.Snapshot == nil {
+		return
+	}
+	d, err := automerge.Load(w.Snapshot)
+	if err == nil && !sameHeads(d.Heads(), w.heads) {
+		err = fmt.Errorf("it loads with other heads")
+	}
+	if err == nil {
+		return
+	}
+	h.snapshotUnloadable.Inc()
+	h.log.Error("a snapshot of the document does not load back: its chunks are kept, and it is compacted no more",
+		"document", w.DocumentID, "err", err)
+	w.Snapshot, w.Covers, w.Chunks, w.fellBack = nil, nil, w.instead, true
+}
+
 // wrote records the outcome of storing w.
 func (r *room) wrote(w Write, nodeID string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if w.fellBack {
+		r.noCompact = true
+	}
 	if !ok {
 		if r.mentions != nil {
 			r.mentions.unwritten(nodeID, w.Journals)
 		}
-		if w.Snapshot != nil {
+		switch {
+		case w.Snapshot != nil:
 			r.forceCompact = true // the chunks it replaced are gone from pending
+		case w.fellBack:
+			r.pending = append(append([][]byte(nil), w.Chunks...), r.pending...)
 		}
 		return
 	}
@@ -559,7 +604,9 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 		r.chunks = 0
 	}
 	r.chunks += len(w.Chunks)
-	r.pending = r.pending[len(w.Chunks):]
+	if !w.fellBack {
+		r.pending = r.pending[len(w.Chunks):]
+	}
 	r.release(w.upTo)
 }
 

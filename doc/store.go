@@ -1,6 +1,10 @@
 package doc
 
-import "context"
+import (
+	"context"
+
+	"github.com/automerge/automerge-go"
+)
 
 // Store keeps documents durable. A document is stored as an optional
 // snapshot (automerge Save) plus the incremental chunks
@@ -54,4 +58,9 @@ type Write struct {
 	Journals map[string][]byte
 
 	upTo uint64 // the room's applied count this write makes durable
+	// A compaction: the heads its Snapshot holds, and the chunks to write
+	// instead if it does not load back (fellBack, then).
+	heads    []automerge.ChangeHash
+	instead  [][]byte
+	fellBack bool
 }
