@@ -63,10 +63,13 @@ func isObject(holds uint8) bool      { return holds >= holdsMap }
 func isMapObject(holds uint8) bool   { return holds == holdsMap || holds == holdsTable }
 
 // opRun is a run of an actor's ops with consecutive counters, in one
-// object, of one kind.
+// object, of one kind; inserted elements only where each was inserted
+// after the one before (typing), so that a run is a chain of the list's
+// tree.
 type opRun struct {
 	start, n uint32
 	obj      uint64 // the object's op id (actor number << 32 | counter); 0 is the root
+	parent   uint64 // inserted elements: what the run's first was inserted after (0: the head)
 	kind     uint8
 }
 
@@ -94,7 +97,9 @@ const keyName = 1 << 63
 type refIndex struct {
 	parent  *refIndex
 	actorNo map[string]uint32 // actor ID → number; an overlay numbers from its parent's count
+	actorID map[uint32]string // the reverse
 	actors  int
+	steps   int // tree steps taken ordering elements (before), in an overlay
 	runs    map[uint32][]opRun // by actor number
 	byActor map[uint32][]actorChange
 	keys    map[uint64]uint64 // a put's op id → its map key (keyName | name number) or element
@@ -108,6 +113,7 @@ func newRefIndex(parent *refIndex) *refIndex {
 	x := &refIndex{
 		parent:  parent,
 		actorNo: make(map[string]uint32),
+		actorID: make(map[uint32]string),
 		runs:    make(map[uint32][]opRun),
 		byActor: make(map[uint32][]actorChange),
 		keys:    make(map[uint64]uint64),
@@ -140,7 +146,17 @@ func (x *refIndex) addActor(id []byte) uint32 {
 	n := uint32(x.actors)
 	x.actors++
 	x.actorNo[string(id)] = n
+	x.actorID[n] = string(id)
 	return n
+}
+
+func (x *refIndex) actorBytes(n uint32) string {
+	for i := x; i != nil; i = i.parent {
+		if id, ok := i.actorID[n]; ok {
+			return id
+		}
+	}
+	return ""
 }
 
 func (x *refIndex) nameNumber(k string) (uint32, bool) {
@@ -206,23 +222,27 @@ func (x *refIndex) seqOf(actor, ctr uint32) (uint64, bool) {
 	return 0, false
 }
 
-// addOp indexes one op. The caller adds an actor's ops in counter order.
-func (x *refIndex) addOp(id, obj uint64, kind uint8) {
+// addOp indexes one op; parent is what an inserted element was inserted
+// after. The caller adds an actor's ops in counter order.
+func (x *refIndex) addOp(id, obj, parent uint64, kind uint8) {
 	actor, ctr := uint32(id>>32), uint32(id)
 	runs := x.runs[actor]
+	if roleOf(kind) == rolePut {
+		parent = 0
+	}
 	if n := len(runs); n > 0 {
 		last := &runs[n-1]
-		if last.start+last.n == ctr && last.obj == obj && last.kind == kind {
+		if last.start+last.n == ctr && last.obj == obj && last.kind == kind && (roleOf(kind) == rolePut || parent == id-1) {
 			last.n++
 			return
 		}
 		if last.start+last.n > ctr { // not in order: keep the runs sorted
-			x.runs[actor] = append(runs, opRun{start: ctr, n: 1, obj: obj, kind: kind})
+			x.runs[actor] = append(runs, opRun{start: ctr, n: 1, obj: obj, parent: parent, kind: kind})
 			sort.Slice(x.runs[actor], func(i, j int) bool { return x.runs[actor][i].start < x.runs[actor][j].start })
 			return
 		}
 	}
-	x.runs[actor] = append(runs, opRun{start: ctr, n: 1, obj: obj, kind: kind})
+	x.runs[actor] = append(runs, opRun{start: ctr, n: 1, obj: obj, parent: parent, kind: kind})
 }
 
 // add indexes a change automerge applied (or, in an overlay, will
@@ -260,7 +280,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 			continue
 		}
 		id := uint64(self)<<32 | (c.StartOp + uint64(i))
-		x.addOp(id, global(op.Obj), kind)
+		x.addOp(id, global(op.Obj), global(op.Elem), kind)
 		if roleOf(kind) == rolePut {
 			if op.MapKey {
 				x.keys[id] = keyName | uint64(x.addName(op.Key))
@@ -344,6 +364,7 @@ func (x *refIndex) check(c *amcheck.Change) error {
 	mine := newRefIndex(x)
 	if !selfKnown {
 		mine.actorNo[string(c.Actors[0])] = self
+		mine.actorID[self] = string(c.Actors[0])
 		mine.actors = int(self) + 1
 	}
 	lookup := func(g uint64) (opRun, bool) { return mine.op(g) }
@@ -402,6 +423,20 @@ func (x *refIndex) check(c *amcheck.Change) error {
 				if i == 0 || c.OpList[i-1].Action != amcheck.Mark || !c.OpList[i-1].MarkStart || c.OpList[i-1].Obj != op.Obj {
 					return fail(i, "a mark's end without its start right before it")
 				}
+				// The end goes after the start in the text: the start is
+				// the op before, and the end's place is right after
+				// elem, but before elem's later children; so the start
+				// must come before elem, or be elem.
+				start := id - 1
+				if elem != start {
+					after, ok := mine.before(start, elem, &x.steps)
+					if !ok {
+						return fmt.Errorf("%w: change %x: the text is too deep to place its marks (over %d steps)", ErrLimit, c.Hash[:4], maxOrderSteps)
+					}
+					if !after {
+						return fail(i, "a mark's end before its start")
+					}
+				}
 			}
 		}
 
@@ -452,7 +487,7 @@ func (x *refIndex) check(c *amcheck.Change) error {
 		}
 
 		if kind, ok := opKind(op); ok {
-			mine.addOp(id, obj, kind)
+			mine.addOp(id, obj, elem, kind)
 			if roleOf(kind) == rolePut {
 				if op.MapKey {
 					mine.keys[id] = keyName | uint64(mine.addName(op.Key))
@@ -528,4 +563,105 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) bool {
 		stack = append(stack, n.deps...)
 	}
 	return false
+}
+
+// maxOrderSteps bounds the work one message may cause placing mark ends
+// in their text (before): walking an element's ancestors costs a step for
+// each run of elements typed one after another.
+const maxOrderSteps = 1 << 20
+
+// ancestors returns the path from element e up to the head of its list, as
+// segments: runs of elements each inserted after the one before (lo is
+// the highest on the path, hi the lowest), innermost first.
+type pathSeg struct {
+	actor  uint32
+	lo, hi uint32
+}
+
+func (x *refIndex) ancestors(e uint64, steps *int) ([]pathSeg, bool) {
+	var path []pathSeg
+	for e != 0 {
+		*steps++
+		if *steps > maxOrderSteps {
+			return nil, false
+		}
+		r, ok := x.op(e)
+		if !ok || roleOf(r.kind) == rolePut {
+			return nil, false
+		}
+		path = append(path, pathSeg{actor: uint32(e >> 32), lo: r.start, hi: uint32(e)})
+		e = r.parent
+	}
+	return path, true
+}
+
+// sibling reports whether element a comes before its sibling b: automerge
+// places a later insertion at the same place first (higher counter, then
+// higher actor ID).
+func (x *refIndex) sibling(a, b uint64) bool {
+	if uint32(a) != uint32(b) {
+		return uint32(a) > uint32(b)
+	}
+	return x.actorBytes(uint32(a>>32)) > x.actorBytes(uint32(b>>32))
+}
+
+// before reports whether element a comes before element b in their list
+// (both of one object, a != b); ok is false if the work passed the budget
+// or an element is not indexed.
+func (x *refIndex) before(a, b uint64, steps *int) (isBefore, ok bool) {
+	pa, ok := x.ancestors(a, steps)
+	if !ok {
+		return false, false
+	}
+	pb, ok := x.ancestors(b, steps)
+	if !ok {
+		return false, false
+	}
+	// Find where the paths meet: the segment of b's path, lowest first,
+	// that shares elements with one of a's.
+	byActor := make(map[uint32][]int)
+	for i, s := range pa {
+		byActor[s.actor] = append(byActor[s.actor], i)
+	}
+	for j, sb := range pb {
+		for _, i := range byActor[sb.actor] {
+			sa := pa[i]
+			lo, hi := max(sa.lo, sb.lo), min(sa.hi, sb.hi)
+			if lo > hi {
+				continue
+			}
+			// The paths meet at the chain element hi (the lowest common
+			// ancestor); below it each goes its own way.
+			switch {
+			case sa.hi == sb.hi:
+				// Same element on both paths: below it, a's path came
+				// from pa[i-1] and b's from pb[j-1].
+				if i == 0 {
+					return true, true // a is b's ancestor
+				}
+				if j == 0 {
+					return false, true // b is a's ancestor
+				}
+				ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
+				cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
+				return x.sibling(ca, cb), true
+			case sa.hi < sb.hi:
+				// b's path goes on down the chain past hi, to hi+1.
+				if i == 0 {
+					return true, true
+				}
+				ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
+				return x.sibling(ca, uint64(sb.actor)<<32|uint64(hi+1)), true
+			default:
+				if j == 0 {
+					return false, true
+				}
+				cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
+				return x.sibling(uint64(sa.actor)<<32|uint64(hi+1), cb), true
+			}
+		}
+	}
+	// The paths meet only at the head: compare the topmost elements.
+	ta, tb := pa[len(pa)-1], pb[len(pb)-1]
+	return x.sibling(uint64(ta.actor)<<32|uint64(ta.lo), uint64(tb.actor)<<32|uint64(tb.lo)), true
 }

@@ -143,8 +143,12 @@ func appendSleb(b []byte, v int64) []byte {
 }
 
 // checkCanonical refuses a change whose columns automerge would write
-// otherwise.
+// otherwise, or whose other actors are not those its ops name, in byte
+// order.
 func (o *opsCheck) checkCanonical() error {
+	if err := o.checkActors(); err != nil {
+		return err
+	}
 	for slot := range nCols {
 		if slot == cValRaw {
 			continue
@@ -158,6 +162,41 @@ func (o *opsCheck) checkCanonical() error {
 		}
 		if !ok {
 			return malformed("column %s is not encoded as automerge encodes it", columnNames[slotSpecs[slot]])
+		}
+	}
+	return nil
+}
+
+// checkActors refuses other actors that no op names, or that are not in
+// byte order: automerge rebuilds a change's actor list from its ops.
+func (o *opsCheck) checkActors() error {
+	if len(o.others) <= 1 {
+		return nil
+	}
+	for i := 2; i < len(o.others); i++ {
+		if bytes.Compare(o.others[i-1], o.others[i]) >= 0 {
+			return malformed("other actors are not in byte order")
+		}
+	}
+	used := make([]bool, len(o.others))
+	for _, slot := range [...]int{cObjActor, cKeyActor, cPredActor} {
+		it := o.col(slot)
+		for it.present {
+			s, ok, err := it.next()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			if !s.null && s.u < uint64(len(used)) {
+				used[s.u] = true
+			}
+		}
+	}
+	for i := 1; i < len(used); i++ {
+		if !used[i] {
+			return malformed("other actor %d is named by no op", i)
 		}
 	}
 	return nil

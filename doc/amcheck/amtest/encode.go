@@ -44,6 +44,61 @@ type Change struct {
 	// decoder reads but its encoder never writes: a document saved with
 	// such a change does not load again.
 	LoneRuns bool
+	// KeepActors lists Actors as given, used or not.
+	KeepActors bool
+}
+
+// compactActors keeps the actors the ops name, the author first and the
+// others in byte order, and renumbers the ops' IDs.
+func compactActors(c Change) Change {
+	used := map[uint32]bool{}
+	note := func(id amcheck.OpID) {
+		if id.Counter != 0 && id.Actor != 0 {
+			used[id.Actor] = true
+		}
+	}
+	for _, op := range c.Ops {
+		note(op.Obj)
+		if !op.MapKey {
+			note(op.Elem)
+		}
+		for _, p := range op.Preds {
+			note(p)
+		}
+	}
+	var others []uint32
+	for a := range used {
+		if int(a) < len(c.Actors) {
+			others = append(others, a)
+		}
+	}
+	sort.Slice(others, func(i, j int) bool { return string(c.Actors[others[i]]) < string(c.Actors[others[j]]) })
+	renum := map[uint32]uint32{0: 0}
+	actors := [][]byte{c.Actors[0]}
+	for i, a := range others {
+		renum[a] = uint32(i + 1)
+		actors = append(actors, c.Actors[a])
+	}
+	re := func(id amcheck.OpID) amcheck.OpID {
+		if id.Counter == 0 {
+			return id
+		}
+		if n, ok := renum[id.Actor]; ok {
+			id.Actor = n
+		}
+		return id
+	}
+	ops := make([]Op, len(c.Ops))
+	for i, op := range c.Ops {
+		op.Obj, op.Elem = re(op.Obj), re(op.Elem)
+		op.Preds = append([]amcheck.OpID(nil), op.Preds...)
+		for j := range op.Preds {
+			op.Preds[j] = re(op.Preds[j])
+		}
+		ops[i] = op
+	}
+	c.Actors, c.Ops = actors, ops
+	return c
 }
 
 // String is a string value.
@@ -187,8 +242,13 @@ func bools(vs []bool) []byte {
 	return out
 }
 
-// Encode returns the change as a change chunk, and its hash.
+// Encode returns the change as a change chunk, and its hash. Actors that
+// no op names are left out and the others listed as automerge lists
+// them, unless KeepActors is set.
 func Encode(c Change) ([]byte, [32]byte) {
+	if !c.KeepActors {
+		c = compactActors(c)
+	}
 	var objA, objC, keyA, keyC, keyS, act, meta, pnum, predA, predC, mark col
 	var ins, exp []bool
 	var raw []byte
