@@ -99,7 +99,7 @@ type refIndex struct {
 	actorNo map[string]uint32 // actor ID → number; an overlay numbers from its parent's count
 	actorID map[uint32]string // the reverse
 	actors  int
-	steps   int // tree steps taken ordering elements (before), in an overlay
+	steps   int                // tree steps taken ordering elements (before), in an overlay
 	runs    map[uint32][]opRun // by actor number
 	byActor map[uint32][]actorChange
 	keys    map[uint64]uint64 // a put's op id → its map key (keyName | name number) or element
