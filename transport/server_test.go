@@ -3,16 +3,20 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -330,6 +334,104 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 	})
 	// The fast peer is unaffected.
 	join(t, fast, "fast")
+}
+
+// A peer that never reads and asks for a large document again and again
+// would have the server queue a whole copy of it for each request: the
+// lossless lane is bounded in bytes, so the peer is closed as a slow
+// consumer once its lane passes SendQueueBytes, with the node holding no
+// more than that for it, while another peer of the document syncs on.
+func TestRepeatedRequestsAreBoundedInBytes(t *testing.T) {
+	const bound = 8 << 20
+	s := newTestServer(t, Config{SendQueueBytes: bound, WriteTimeout: time.Minute})
+	w := newSyncer(t, s, dial(t, s.url), "w")
+	blob := make([]byte, 2<<20)
+	rand.Read(blob)
+	w.set("blob", base64.StdEncoding.EncodeToString(blob)) // a reply of about 2.7 MB
+	w.sync(wire.TypeSync)
+	r := newSyncer(t, s, dial(t, s.url), "r")
+	r.sync(wire.TypeRequest)
+	if r.get("blob") == "" {
+		t.Fatal("the reader did not get the document")
+	}
+
+	// The attacker's socket takes little into its kernel buffer, so the
+	// server's writer is soon blocked and the lane fills.
+	dialer := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			err = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+		}
+		return nc, err
+	}}
+	greedy, _, err := dialer.Dial(s.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { greedy.Close() })
+	join(t, greedy, "greedy")
+	// After each request the attacker names the document's heads as if
+	// it had read the reply, so that the document layer answers the next
+	// request with a whole copy again.
+	answer, _ := automerge.NewSyncState(w.doc).GenerateMessage()
+	slow := func() bool { return testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1 }
+	peak := watchPeak(t, &s.metrics.queuedBytes)
+	for i := 0; i < 40 && !slow(); i++ {
+		for _, m := range []*wire.Message{
+			{Type: wire.TypeRequest, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)},
+			{Type: wire.TypeSync, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: answer.Bytes()},
+		} {
+			b, _ := wire.Encode(m)
+			if greedy.WriteMessage(websocket.BinaryMessage, b) != nil {
+				break // closed already
+			}
+		}
+	}
+	testenv.WaitFor(t, "the greedy peer closed, or the bound passed", func() bool { return slow() || peak() > bound })
+	if p := peak(); p > bound {
+		t.Errorf("the node held %d bytes in lossless lanes, over the bound of %d", p, bound)
+	}
+	if !slow() {
+		t.Fatal("the greedy peer was not closed as a slow consumer")
+	}
+
+	// The reader syncs on: it gets a change made after the attack.
+	w.set("title", "after")
+	w.sync(wire.TypeSync)
+	r.sync(wire.TypeSync)
+	if r.get("title") != "after" {
+		t.Fatalf("the reader sees title %q", r.get("title"))
+	}
+	testenv.WaitFor(t, "the lanes empty", func() bool { return s.metrics.queuedBytes.Load() == 0 })
+}
+
+// watchPeak samples n until the test ends; the returned function reports
+// the highest value seen so far.
+func watchPeak(t *testing.T, n *atomic.Int64) func() int64 {
+	var peak atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v := n.Load(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() int64 {
+		if v := n.Load(); v > peak.Load() {
+			peak.Store(v)
+		}
+		return peak.Load()
+	}
 }
 
 func TestEphemeralRelay(t *testing.T) {
