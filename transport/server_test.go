@@ -337,17 +337,19 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 }
 
 // A peer that never reads and asks for a large document again and again
-// would have the server queue a whole copy of it for each request: the
-// lossless lane is bounded in bytes, so the peer is closed as a slow
-// consumer once its lane passes SendQueueBytes, with the node holding no
-// more than that for it, while another peer of the document syncs on.
+// had the server queue a whole copy of it for each request. It is sent
+// one copy until it answers; one that answers without reading (it knows
+// the heads from elsewhere) is closed as a slow consumer once its
+// lossless lane passes SendQueueBytes, the node holding no more than that
+// for it, while another peer of the document syncs on.
 func TestRepeatedRequestsAreBoundedInBytes(t *testing.T) {
 	const bound = 8 << 20
 	s := newTestServer(t, Config{SendQueueBytes: bound, WriteTimeout: time.Minute})
 	w := newSyncer(t, s, dial(t, s.url), "w")
-	blob := make([]byte, 2<<20)
-	rand.Read(blob)
-	w.set("blob", base64.StdEncoding.EncodeToString(blob)) // a reply of about 2.7 MB
+	random := make([]byte, 2<<20)
+	rand.Read(random)
+	blob := base64.StdEncoding.EncodeToString(random) // a reply of about 2.7 MB
+	w.set("blob", blob)
 	w.sync(wire.TypeSync)
 	r := newSyncer(t, s, dial(t, s.url), "r")
 	r.sync(wire.TypeRequest)
@@ -370,21 +372,40 @@ func TestRepeatedRequestsAreBoundedInBytes(t *testing.T) {
 	}
 	t.Cleanup(func() { greedy.Close() })
 	join(t, greedy, "greedy")
-	// After each request the attacker names the document's heads as if
-	// it had read the reply, so that the document layer answers the next
-	// request with a whole copy again.
-	answer, _ := automerge.NewSyncState(w.doc).GenerateMessage()
+	sendRaw := func(m *wire.Message) bool {
+		b, _ := wire.Encode(m)
+		return greedy.WriteMessage(websocket.BinaryMessage, b) == nil
+	}
+	request := &wire.Message{Type: wire.TypeRequest, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)}
 	slow := func() bool { return testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1 }
 	peak := watchPeak(t, &s.metrics.queuedBytes)
+	sentBytes := func() float64 { return testutil.ToFloat64(s.metrics.syncBytes.WithLabelValues("out")) }
+
+	// Requests alone: one copy, however many.
+	before, acks := sentBytes(), testutil.ToFloat64(s.metrics.sent.WithLabelValues(wire.TypeHeartbeatAck))
+	for range 20 {
+		if !sendRaw(request) {
+			t.Fatal("the greedy peer was closed for asking")
+		}
+	}
+	sendRaw(&wire.Message{Type: wire.TypeHeartbeat, SenderID: "greedy", TargetID: serverID, Seq: 1})
+	testenv.WaitFor(t, "the requests handled", func() bool {
+		return testutil.ToFloat64(s.metrics.sent.WithLabelValues(wire.TypeHeartbeatAck)) > acks || slow()
+	})
+	if copies := (sentBytes() - before) / float64(len(blob)); copies > 1.5 {
+		t.Errorf("20 unanswered requests were sent %.1f copies of the document, want 1", copies)
+	}
+	if slow() {
+		t.Fatal("requests alone closed the peer: they queued more than one copy")
+	}
+
+	// After each request the attacker names the document's heads as if
+	// it had read the reply, so the next request is answered in whole.
+	answer, _ := automerge.NewSyncState(w.doc).GenerateMessage()
 	for i := 0; i < 40 && !slow(); i++ {
-		for _, m := range []*wire.Message{
-			{Type: wire.TypeRequest, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)},
-			{Type: wire.TypeSync, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: answer.Bytes()},
-		} {
-			b, _ := wire.Encode(m)
-			if greedy.WriteMessage(websocket.BinaryMessage, b) != nil {
-				break // closed already
-			}
+		if !sendRaw(&wire.Message{Type: wire.TypeSync, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: answer.Bytes()}) ||
+			!sendRaw(request) {
+			break // closed already
 		}
 	}
 	testenv.WaitFor(t, "the greedy peer closed, or the bound passed", func() bool { return slow() || peak() > bound })
