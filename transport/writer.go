@@ -95,9 +95,13 @@ func (c *conn) push(f outFrame) bool {
 		c.wmu.Unlock()
 		return false
 	}
+	// A message is refused past the byte bound unless the lane is empty
+	// (one larger than the bound, a whole document, still goes out);
+	// control frames, of 125 bytes at most, count but are not refused.
 	size := int64(len(f.payload))
 	held := c.outBytes + c.writingBytes
-	if n := len(c.out); n >= c.srv.cfg.SendQueue || held > 0 && held+size > c.srv.cfg.SendQueueBytes {
+	overBytes := f.op == websocket.BinaryMessage && held > 0 && held+size > c.srv.cfg.SendQueueBytes
+	if n := len(c.out); n >= c.srv.cfg.SendQueue || overBytes {
 		c.wmu.Unlock()
 		peer := ""
 		if id := c.joinedAs.Load(); id != nil {
