@@ -426,6 +426,35 @@ func TestRepeatedRequestsAreBoundedInBytes(t *testing.T) {
 	testenv.WaitFor(t, "the lanes empty", func() bool { return s.metrics.queuedBytes.Load() == 0 })
 }
 
+// A document larger than the lane's byte bound still reaches a peer that
+// has nothing else queued: the bound cuts off peers that let messages pile
+// up, not one large reply.
+func TestOneReplyLargerThanTheByteBoundGoesOut(t *testing.T) {
+	s := newTestServer(t, Config{SendQueueBytes: 1 << 20})
+	w := newSyncer(t, s, dial(t, s.url), "w")
+	random := make([]byte, 2<<20)
+	rand.Read(random)
+	w.set("blob", base64.StdEncoding.EncodeToString(random))
+	w.sync(wire.TypeSync)
+	ws := dial(t, s.url)
+	join(t, ws, "r")
+	send(t, ws, &wire.Message{Type: wire.TypeRequest, SenderID: "r", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)})
+	m := recv(t, ws)
+	if m.Type != wire.TypeSync || len(m.Data) < 2<<20 {
+		t.Fatalf("got %s of %d bytes, want the document", m.Type, len(m.Data))
+	}
+	d := automerge.New()
+	if _, err := automerge.NewSyncState(d).ReceiveMessage(m.Data); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.RootMap().Get("blob"); err != nil || v.Kind() != automerge.KindStr {
+		t.Fatalf("the reply does not hold the document: %v", err)
+	}
+	if n := testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)); n != 0 {
+		t.Fatal("a peer was closed as a slow consumer")
+	}
+}
+
 // watchPeak samples n until the test ends; the returned function reports
 // the highest value seen so far.
 func watchPeak(t *testing.T, n *atomic.Int64) func() int64 {
