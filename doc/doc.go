@@ -22,6 +22,11 @@
 // heads), and under sustained change fan-outs are batched per
 // Config.SyncWindow.
 //
+// A peer that says it has nothing (a request, or a sync reset) is sent the
+// whole document once; until it answers that copy, asking again gets no
+// second one (member.repeats in room.go), so a peer that never reads
+// cannot have the document queued for it once per request.
+//
 // A request for a document the room lacks is not answered doc-unavailable
 // at once: the requester waits, a member of the room, until its grace
 // window has passed and the document is not on its way, not in the store

@@ -123,6 +123,7 @@ func (r *room) broadcast() {
 		r.send(heldSend{peer: m.peer, shared: s})
 		m.expect = heads
 		m.remember(now, r.lastFanout)
+		m.whole = m.whole || m.bare // to a peer that has nothing, the whole document
 	}
 }
 

@@ -44,6 +44,9 @@ type Hub struct {
 	// snapshot that did not load (compaction skipped), a stored chunk
 	// that did not load.
 	queuedRefused, snapshotUnloadable, chunkUnloadable, documentUnloadable prometheus.Counter
+	// repeats counts requests left unanswered: their peer had not yet
+	// answered the whole document it was sent (member.repeats).
+	repeats prometheus.Counter
 
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
@@ -109,6 +112,10 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_members_rested_total",
 		Help: "Sync states dropped from members level with their document and quiet (made again from the level heads when needed).",
 	})
+	h.repeats = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_requests_repeated_total",
+		Help: "Requests (or sync resets) left unanswered because the whole document sent to the same peer was not yet answered: the copy asked for is on its way.",
+	})
 	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_mention_reports_total",
 		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
@@ -123,7 +130,7 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, mentions, integrity,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, h.repeats, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
@@ -214,6 +216,98 @@ func TestCreateThenFind(t *testing.T) {
 	if len(b.peer.unavailable) != 0 {
 		t.Fatal("b was told the document is unavailable")
 	}
+}
+
+// A peer that asks for a document again before it answered the whole
+// copy it was sent gets no second copy: one that never reads would
+// otherwise have the document queued for it once per request. Once it
+// answers, it is answered again, and a stock client's sync goes on.
+func TestNoSecondWholeDocumentWhileOneIsUnanswered(t *testing.T) {
+	ctx := context.Background()
+	// wholeCopies counts the messages sent to c that carry changes.
+	wholeCopies := func(t *testing.T, c *client) int {
+		t.Helper()
+		n := 0
+		for _, data := range c.peer.syncsSoFar() {
+			sm, err := parseSyncMessage(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sm.changes) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	ask := func(t *testing.T, h *Hub, c *client, data []byte, request bool) {
+		t.Helper()
+		if err := h.Sync(ctx, c.peer, SyncMessage{DocumentID: testDoc, Data: data, Request: request}); err != nil {
+			t.Fatal(err)
+		}
+		h.Flush(ctx)
+	}
+
+	t.Run("requests", func(t *testing.T) {
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+		a, b := newClient("a"), newClient("b")
+		a.setText(t, "title", "hello")
+		a.sync(t, h, false)
+		req, _ := b.state.GenerateMessage()
+		for range 5 {
+			ask(t, h, b, req.Bytes(), true)
+		}
+		if n := wholeCopies(t, b); n != 1 {
+			t.Fatalf("five requests unanswered by the peer got %d copies of the document, want 1", n)
+		}
+		if n := testutil.ToFloat64(h.repeats); n != 4 {
+			t.Errorf("repeats counted %v, want 4", n)
+		}
+		// b reads its copy and answers; it then syncs as ever.
+		b.sync(t, h, false)
+		if got := b.get(t, "title"); got != "hello" {
+			t.Fatalf("b sees %q", got)
+		}
+		// A peer that answered and asks again (it lost the document) is
+		// sent the document again.
+		b.peer.takeSyncs()
+		ask(t, h, b, req.Bytes(), true)
+		if n := wholeCopies(t, b); n != 1 {
+			t.Fatalf("a request after the answer got %d copies, want 1", n)
+		}
+		a.setText(t, "title", "again")
+		a.sync(t, h, false)
+		fresh := newClient("b") // b's client starts over, as after a reload
+		fresh.peer = b.peer
+		fresh.sync(t, h, false)
+		if got := fresh.get(t, "title"); got != "again" {
+			t.Fatalf("b sees %q after starting over", got)
+		}
+	})
+
+	t.Run("a waiting requester's sync resets", func(t *testing.T) {
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+		b := newClient("b")
+		b.sync(t, h, true)
+		b.peer.waitUnavailable(t)
+		a := newClient("a")
+		a.setText(t, "title", "late")
+		a.sync(t, h, false) // the room sends b the document it waits for
+		if n := wholeCopies(t, b); n != 1 {
+			t.Fatalf("b was sent %d copies when the document appeared, want 1", n)
+		}
+		reset, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+		for range 3 {
+			ask(t, h, b, reset.Bytes(), false)
+			ask(t, h, b, reset.Bytes(), true)
+		}
+		if n := wholeCopies(t, b); n != 1 {
+			t.Fatalf("resets and requests before an answer got %d copies, want 1", n)
+		}
+		b.sync(t, h, false)
+		if got := b.get(t, "title"); got != "late" {
+			t.Fatalf("b sees %q", got)
+		}
+	})
 }
 
 func TestConcurrentEditsConverge(t *testing.T) {

@@ -111,6 +111,14 @@ type member struct {
 	// unacked holds the fan-outs the peer has not acknowledged yet,
 	// oldest first, for the room's ack time (fanout.go).
 	unacked []sentFanout
+	// bare is set while the peer's last message said it has nothing of
+	// the document (syncMessage.bare): a request or a reset.
+	bare bool
+	// whole is set once the room sent the bare peer the document's
+	// changes, until the peer answers with a message that is not bare.
+	// Meanwhile a bare message is not answered: the copy it asks for is
+	// on its way (repeats).
+	whole bool
 }
 
 func newRoom(id string) *room {
@@ -220,9 +228,15 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if rehearsal != nil {
 		return false, rehearsal
 	}
-	if m := r.members[p.ID()]; in == nil && m != nil && m.peer == p && !msg.Request && r.acknowledge(m, sm, locked) {
-		lock = h.lockAck
-		return false, nil // nothing to apply or answer
+	if m := r.members[p.ID()]; m != nil && m.peer == p {
+		if m.repeats(sm) {
+			h.repeats.Inc()
+			return false, nil // the whole document is on its way to it
+		}
+		if in == nil && !msg.Request && r.acknowledge(m, sm, locked) {
+			lock = h.lockAck
+			return false, nil // nothing to apply or answer
+		}
 	}
 	if in == nil {
 		if in, err = r.admit(h, msg, sm); err != nil {
@@ -234,6 +248,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	sm, refused, guarded := in.sm, in.refused, in.guarded
 	m := r.join(p)
+	m.bare = sm.bare()
 	if r.mentions != nil && len(sm.changes) > 0 {
 		if mentioned == nil && r.mentions.needsBefore(p) {
 			// Not read above (changes a read-only peer may still send,
@@ -439,10 +454,33 @@ func (r *room) known(hash []byte) bool {
 // the document's now.
 func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 	if msg, ok := r.syncState(m).GenerateMessage(); ok {
-		r.send(heldSend{peer: m.peer, data: msg.Bytes()})
+		data := msg.Bytes()
+		r.send(heldSend{peer: m.peer, data: data})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
+		if m.bare && carriesChanges(data) {
+			m.whole = true
+		}
 	}
+}
+
+// repeats reports whether sm, from m, asks for the whole document again
+// while the whole document the room sent m is unanswered: a peer that
+// never reads, asking again and again, would otherwise have a copy of a
+// document of any size queued for it each time. A stock client answers
+// the copy as soon as it has read it (with its new heads, or its own
+// changes), and gets answers again from then on. Otherwise repeats
+// records whether m said it has nothing. The caller holds the room's lock.
+func (m *member) repeats(sm *syncMessage) bool {
+	if !sm.bare() {
+		m.bare, m.whole = false, false
+		return false
+	}
+	if m.whole {
+		return true
+	}
+	m.bare = true
+	return false
 }
 
 // knowsAll reports whether the document has every change named.
@@ -478,6 +516,7 @@ func (r *room) answerAuthor(m *member, had [][]byte, heads []automerge.ChangeHas
 	m.sentAt, m.expect = heads, heads
 	if len(cs) > 0 {
 		m.remember(headsKey(heads), time.Now())
+		m.whole = m.whole || m.bare
 	}
 }
 

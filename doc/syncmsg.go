@@ -166,6 +166,28 @@ func parseSyncMessage(msg []byte) (*syncMessage, error) {
 	return m, nil
 }
 
+// bare reports whether the message says its peer has nothing of the
+// document: no heads and no changes (a request, or a peer's reset).
+func (m *syncMessage) bare() bool { return len(m.heads) == 0 && len(m.changes) == 0 }
+
+// carriesChanges reports whether a sync message automerge made carries
+// changes. It reads only as far as their count.
+func carriesChanges(msg []byte) bool {
+	if len(msg) == 0 || msg[0] != syncMessageV1 {
+		return false
+	}
+	r := &syncReader{b: msg, off: 1}
+	r.hashes() // heads
+	r.hashes() // need
+	haves := r.uvarint()
+	for i := uint64(0); i < haves && r.err == nil; i++ {
+		r.hashes()
+		r.bytes(r.uvarint())
+	}
+	n := r.uvarint()
+	return r.err == nil && n > 0
+}
+
 // stripForReadOnly returns the message without its changes and with unknown
 // heads replaced by ours, and reports whether it carried changes.
 //

@@ -95,6 +95,16 @@ type Config struct {
 	// SendQueue bounds the frames waiting for one connection's writer;
 	// default 256.
 	SendQueue int
+	// SendQueueBytes bounds the bytes of the frames in one connection's
+	// lossless lane (document sync, errors, relayed ephemerals): those
+	// waiting for its writer and those it is writing; default four times
+	// MaxMessageBytes (64 MiB). A message larger than the bound is queued
+	// when nothing else is, so one reply carrying a whole large document
+	// still goes out; but a message queued while it is written passes the
+	// bound, so keep the bound above the largest document's size. A
+	// connection whose lane would pass either bound is closed as a slow
+	// consumer (4001): document sync cannot drop a frame.
+	SendQueueBytes int64
 	// PingInterval is the mean time between WebSocket pings, jittered by
 	// ±10%; default 5s. A connection that misses three pongs is closed.
 	PingInterval time.Duration
@@ -154,6 +164,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SendQueue <= 0 {
 		c.SendQueue = 256
+	}
+	if c.SendQueueBytes <= 0 {
+		c.SendQueueBytes = 4 * c.MaxMessageBytes
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = 5 * time.Second

@@ -36,7 +36,7 @@ type conn struct {
 	unwatched bool   // the socket is closing: it never parks again
 
 	// The writer (writer.go). wmu guards out, pres, writing, closing,
-	// shut, shutDone, the timers and movedTo.
+	// shut, shutDone, the timers, movedTo and the lane's bytes below.
 	wmu      sync.Mutex
 	out      []outFrame // the lossless lane: frames for the writer, bounded by SendQueue
 	pres     presLane   // the presence lane: the newest frame per document, sender and channel
@@ -49,6 +49,11 @@ type conn struct {
 	closed   atomic.Bool   // close ran: the first reason won; read on as the connection's end
 	reason   string        // the reason's Name, set once by close (read after awaitShut)
 	movedTo  string        // the node a newer connection of this peer is on (claims)
+
+	// The lossless lane's bytes, bounded by SendQueueBytes: the payloads
+	// in out, and those of the lossless frames the writer took and is
+	// writing. Both count in the server's tandem_send_queue_bytes.
+	outBytes, writingBytes int64
 
 	grant   *auth.Grant // what the token allows; nil when running open
 	limiter bucket      // the message rate: excess ephemerals dropped

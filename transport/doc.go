@@ -5,7 +5,8 @@
 // to the document layer (the Documents interface) and to presence, and a
 // writer goroutine only while frames wait to be written (writer.go): it
 // alone writes to the socket, every waiting frame in one write. Pings run
-// on a timer. Outbound frames wait in a bounded queue; a peer too slow to
+// on a timer. Outbound frames wait in a queue bounded in frames and in
+// bytes (Config.SendQueue, Config.SendQueueBytes); a peer too slow to
 // drain it is disconnected with the reason "slow consumer", because
 // document sync must never drop a message.
 //

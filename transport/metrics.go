@@ -26,6 +26,7 @@ type metrics struct {
 	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
 
 	readBuffers atomic.Int64 // bytes of read buffers the readers hold (frameConn)
+	queuedBytes atomic.Int64 // bytes in the connections' lossless lanes (conn.outBytes, writingBytes)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -86,6 +87,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_read_buffer_bytes",
 			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a plain TCP socket is quiet.",
 		}, func() float64 { return float64(m.readBuffers.Load()) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tandem_send_queue_bytes",
+			Help: "Bytes of frames in the connections' lossless lanes (document sync, errors, relayed ephemerals): waiting for their writers or being written. Each connection's share is bounded by --send-queue-bytes.",
+		}, func() float64 { return float64(m.queuedBytes.Load()) }))
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
 	return m

@@ -11,8 +11,8 @@ import (
 )
 
 // Two lanes. Document sync, errors and control frames take the lossless
-// lane (out): in order, bounded by SendQueue, and a connection that lets
-// it fill is closed as a slow consumer. Presence takes a lane of its own
+// lane (out): in order, bounded by SendQueue frames and SendQueueBytes
+// bytes, and a connection that lets it fill is closed as a slow consumer. Presence takes a lane of its own
 // (pres) that keeps only the newest frame per document, sender and
 // channel (a snapshot or goodbye replaces all of its sender's), never
 // closes the connection and, past maxPresence frames or maxPresenceBytes,

@@ -3,16 +3,20 @@ package transport
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -330,6 +334,154 @@ func TestSlowConsumerIsDisconnected(t *testing.T) {
 	})
 	// The fast peer is unaffected.
 	join(t, fast, "fast")
+}
+
+// A peer that never reads and asks for a large document again and again
+// had the server queue a whole copy of it for each request. It is sent
+// one copy until it answers; one that answers without reading (it knows
+// the heads from elsewhere) is closed as a slow consumer once its
+// lossless lane passes SendQueueBytes, the node holding no more than that
+// for it, while another peer of the document syncs on.
+func TestRepeatedRequestsAreBoundedInBytes(t *testing.T) {
+	const bound = 8 << 20
+	s := newTestServer(t, Config{SendQueueBytes: bound, WriteTimeout: time.Minute})
+	w := newSyncer(t, s, dial(t, s.url), "w")
+	random := make([]byte, 2<<20)
+	rand.Read(random)
+	blob := base64.StdEncoding.EncodeToString(random) // a reply of about 2.7 MB
+	w.set("blob", blob)
+	w.sync(wire.TypeSync)
+	r := newSyncer(t, s, dial(t, s.url), "r")
+	r.sync(wire.TypeRequest)
+	if r.get("blob") == "" {
+		t.Fatal("the reader did not get the document")
+	}
+
+	// The attacker's socket takes little into its kernel buffer, so the
+	// server's writer is soon blocked and the lane fills.
+	dialer := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			err = nc.(*net.TCPConn).SetReadBuffer(16 << 10)
+		}
+		return nc, err
+	}}
+	greedy, _, err := dialer.Dial(s.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { greedy.Close() })
+	join(t, greedy, "greedy")
+	sendRaw := func(m *wire.Message) bool {
+		b, _ := wire.Encode(m)
+		return greedy.WriteMessage(websocket.BinaryMessage, b) == nil
+	}
+	request := &wire.Message{Type: wire.TypeRequest, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)}
+	slow := func() bool { return testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)) == 1 }
+	peak := watchPeak(t, &s.metrics.queuedBytes)
+	sentBytes := func() float64 { return testutil.ToFloat64(s.metrics.syncBytes.WithLabelValues("out")) }
+
+	// Requests alone: one copy, however many.
+	before, acks := sentBytes(), testutil.ToFloat64(s.metrics.sent.WithLabelValues(wire.TypeHeartbeatAck))
+	for range 20 {
+		if !sendRaw(request) {
+			t.Fatal("the greedy peer was closed for asking")
+		}
+	}
+	sendRaw(&wire.Message{Type: wire.TypeHeartbeat, SenderID: "greedy", TargetID: serverID, Seq: 1})
+	testenv.WaitFor(t, "the requests handled", func() bool {
+		return testutil.ToFloat64(s.metrics.sent.WithLabelValues(wire.TypeHeartbeatAck)) > acks || slow()
+	})
+	if copies := (sentBytes() - before) / float64(len(blob)); copies > 1.5 {
+		t.Errorf("20 unanswered requests were sent %.1f copies of the document, want 1", copies)
+	}
+	if slow() {
+		t.Fatal("requests alone closed the peer: they queued more than one copy")
+	}
+
+	// After each request the attacker names the document's heads as if
+	// it had read the reply, so the next request is answered in whole.
+	answer, _ := automerge.NewSyncState(w.doc).GenerateMessage()
+	for i := 0; i < 40 && !slow(); i++ {
+		if !sendRaw(&wire.Message{Type: wire.TypeSync, SenderID: "greedy", TargetID: serverID, DocumentID: testDoc, Data: answer.Bytes()}) ||
+			!sendRaw(request) {
+			break // closed already
+		}
+	}
+	testenv.WaitFor(t, "the greedy peer closed, or the bound passed", func() bool { return slow() || peak() > bound })
+	if p := peak(); p > bound {
+		t.Errorf("the node held %d bytes in lossless lanes, over the bound of %d", p, bound)
+	}
+	if !slow() {
+		t.Fatal("the greedy peer was not closed as a slow consumer")
+	}
+
+	// The reader syncs on: it gets a change made after the attack.
+	w.set("title", "after")
+	w.sync(wire.TypeSync)
+	r.sync(wire.TypeSync)
+	if r.get("title") != "after" {
+		t.Fatalf("the reader sees title %q", r.get("title"))
+	}
+	testenv.WaitFor(t, "the lanes empty", func() bool { return s.metrics.queuedBytes.Load() == 0 })
+}
+
+// A document larger than the lane's byte bound still reaches a peer that
+// has nothing else queued: the bound cuts off peers that let messages pile
+// up, not one large reply.
+func TestOneReplyLargerThanTheByteBoundGoesOut(t *testing.T) {
+	s := newTestServer(t, Config{SendQueueBytes: 1 << 20})
+	w := newSyncer(t, s, dial(t, s.url), "w")
+	random := make([]byte, 2<<20)
+	rand.Read(random)
+	w.set("blob", base64.StdEncoding.EncodeToString(random))
+	w.sync(wire.TypeSync)
+	ws := dial(t, s.url)
+	join(t, ws, "r")
+	send(t, ws, &wire.Message{Type: wire.TypeRequest, SenderID: "r", TargetID: serverID, DocumentID: testDoc, Data: emptySyncMessage(t)})
+	m := recv(t, ws)
+	if m.Type != wire.TypeSync || len(m.Data) < 2<<20 {
+		t.Fatalf("got %s of %d bytes, want the document", m.Type, len(m.Data))
+	}
+	d := automerge.New()
+	if _, err := automerge.NewSyncState(d).ReceiveMessage(m.Data); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.RootMap().Get("blob"); err != nil || v.Kind() != automerge.KindStr {
+		t.Fatalf("the reply does not hold the document: %v", err)
+	}
+	if n := testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)); n != 0 {
+		t.Fatal("a peer was closed as a slow consumer")
+	}
+}
+
+// watchPeak samples n until the test ends; the returned function reports
+// the highest value seen so far.
+func watchPeak(t *testing.T, n *atomic.Int64) func() int64 {
+	var peak atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			if v := n.Load(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() int64 {
+		if v := n.Load(); v > peak.Load() {
+			peak.Store(v)
+		}
+		return peak.Load()
+	}
 }
 
 func TestEphemeralRelay(t *testing.T) {

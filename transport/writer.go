@@ -79,7 +79,8 @@ func (c *conn) ping() {
 }
 
 // queue hands a message to the writer, counting it in sent; a connection
-// whose queue is full is too slow to keep and is closed.
+// whose lossless lane is full (SendQueue frames or SendQueueBytes) is too
+// slow to keep and is closed.
 func (c *conn) queue(b []byte, sent prometheus.Counter) {
 	if c.push(outFrame{op: websocket.BinaryMessage, payload: b}) {
 		sent.Inc()
@@ -94,18 +95,27 @@ func (c *conn) push(f outFrame) bool {
 		c.wmu.Unlock()
 		return false
 	}
-	if n := len(c.out); n >= c.srv.cfg.SendQueue {
+	// A message is refused past the byte bound unless the lane is empty
+	// (one larger than the bound, a whole document, still goes out);
+	// control frames, of 125 bytes at most, count but are not refused.
+	size := int64(len(f.payload))
+	held := c.outBytes + c.writingBytes
+	overBytes := f.op == websocket.BinaryMessage && held > 0 && held+size > c.srv.cfg.SendQueueBytes
+	if n := len(c.out); n >= c.srv.cfg.SendQueue || overBytes {
 		c.wmu.Unlock()
 		peer := ""
 		if id := c.joinedAs.Load(); id != nil {
 			peer = *id
 		}
-		c.srv.log.Warn("disconnecting slow consumer", "peer", peer, "remote", c.remote(), "queued", n)
+		c.srv.log.Warn("disconnecting slow consumer", "peer", peer, "remote", c.remote(),
+			"queued", n, "queued_bytes", held, "frame_bytes", size)
 		c.close(ReasonSlow, false)
 		return false
 	}
 	f.at = time.Now()
 	c.out = append(c.out, f)
+	c.outBytes += size
+	c.srv.metrics.queuedBytes.Add(size)
 	start := !c.writing
 	c.writing = true
 	c.wmu.Unlock()
@@ -127,6 +137,8 @@ func (c *conn) close(r CloseReason, drain bool) {
 	if !drain {
 		clear(c.out)
 		c.out = c.out[:0]
+		c.srv.metrics.queuedBytes.Add(-c.outBytes)
+		c.outBytes = 0
 	}
 	c.out = append(c.out, outFrame{op: websocket.CloseMessage, payload: websocket.FormatCloseMessage(r.Code, r.Text)})
 	c.closing = true
@@ -174,6 +186,7 @@ func (c *conn) write() {
 	var err error // once a write failed, nothing more is written
 	for {
 		c.wmu.Lock()
+		c.wrote()
 		batch, pres := c.out, c.pres.take()
 		if c.closing {
 			pres = nil // the close frame ends what is written
@@ -184,6 +197,7 @@ func (c *conn) write() {
 			return
 		}
 		c.out = nil
+		c.writingBytes, c.outBytes = c.outBytes, 0
 		c.wmu.Unlock()
 		if len(pres) > 1 && time.Since(pres[0].at) >= c.srv.freshenAfter {
 			pres = c.freshen(pres)
@@ -229,6 +243,7 @@ func (c *conn) write() {
 			c.unwatch()
 			c.ws.Close()
 			c.wmu.Lock()
+			c.wrote()
 			c.shut = true
 			if c.shutDone != nil {
 				close(c.shutDone)
@@ -240,6 +255,13 @@ func (c *conn) write() {
 			c.close(ReasonWriteFailed, false)
 		}
 	}
+}
+
+// wrote gives back the bytes of the lossless frames the writer took, now
+// written (or failed). The caller holds c.wmu.
+func (c *conn) wrote() {
+	c.srv.metrics.queuedBytes.Add(-c.writingBytes)
+	c.writingBytes = 0
 }
 
 // appendFrame appends payload as one unmasked WebSocket frame of opcode op

@@ -164,6 +164,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		Logger:          log,
 		Registerer:      reg,
 		MaxMessageBytes: cfg.MaxMessageBytes,
+		SendQueueBytes:  cfg.SendQueueBytes,
 		PingInterval:    cfg.PingInterval,
 		Auth:            verifier,
 		AllowedOrigins:  splitList(cfg.AllowedOrigins),

@@ -21,6 +21,7 @@ type config struct {
 	LogLevel        slog.Level
 	PingInterval    time.Duration
 	MaxMessageBytes int64
+	SendQueueBytes  int64
 	PresenceTick    time.Duration
 	PresenceWindow  time.Duration
 	AwayAfter       time.Duration
@@ -79,6 +80,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PingInterval, "ping-interval", 5*time.Second,
 		"mean WebSocket ping interval (±10% jitter); a socket missing 3 pongs is closed")
 	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
+	fs.Int64Var(&c.SendQueueBytes, "send-queue-bytes", 0,
+		"bytes of document sync one connection may have waiting to be written before it is closed as a slow consumer; 0 is 4 × --max-message-bytes (a single larger reply still goes out)")
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.BoolVar(&c.ParkIdle, "park-idle", true,
@@ -223,6 +226,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)
+	}
+	if c.SendQueueBytes < 0 {
+		return c, fmt.Errorf("--send-queue-bytes must not be negative")
 	}
 	return c, nil
 }
