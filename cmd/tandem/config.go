@@ -114,7 +114,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
-	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes of values one peer may hold in a document's presence")
+	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names and values")
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
