@@ -231,12 +231,8 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 
 	// A stream ends when its token expires, as a WebSocket does; the
 	// client reconnects with a fresh one.
-	var expired <-chan time.Time
-	if g := auth.FromContext(ctx); g != nil && !g.Expires.IsZero() {
-		t := time.NewTimer(time.Until(g.Expires))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stopExpiry := tokenExpiry(ctx)
+	defer stopExpiry()
 	keepAlive := time.NewTicker(watchKeepAlive)
 	defer keepAlive.Stop()
 	for {
@@ -244,6 +240,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-expired:
+			endExpired(w, flusher)
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")

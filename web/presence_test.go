@@ -186,6 +186,55 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 	}
 }
 
+// A watch stream says what its token allows only while the token is
+// valid: at its expiry an "expired" event ends the stream, and what
+// changes after is not sent.
+func TestWatchEndsWhenTokenExpires(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewVerifier(auth.Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp, Auth: v}))
+	t.Cleanup(srv.Close)
+	exp := time.Now().Add(2 * time.Second)
+	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "bo", "contacts": []string{"ana"}, "exp": exp.Unix(),
+	}).SignedString(secret)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users=ana&token="+tok, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %d", resp.StatusCode)
+	}
+	push := <-fp.watch
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() { // until the server ends the stream, or the test's deadline
+		if line, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			events = append(events, line)
+			if line == "expired" {
+				push(awareness.UserStatus{UserID: "ana", Status: awareness.StatusOnline}) // after the end: never sent
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the stream outlived its token: still open at the test's deadline, events %v", events)
+	}
+	if time.Now().Before(exp.Truncate(time.Second)) {
+		t.Errorf("the stream ended before its token expired")
+	}
+	if len(events) != 2 || events[0] != "status" || events[1] != "expired" {
+		t.Fatalf("events %v, want the initial status then expired", events)
+	}
+}
+
 // Streams are bounded per address and by the user ids all watches follow:
 // past a limit a stream is refused with 429; one that ends frees its place.
 func TestStreamsAreBounded(t *testing.T) {

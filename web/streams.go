@@ -1,10 +1,12 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/tandemhq/tandem/internal/auth"
 )
@@ -93,4 +95,26 @@ func (g *streamGate) open(w http.ResponseWriter, r *http.Request, watched int) (
 			g.watched -= watched
 		})
 	}, true
+}
+
+// tokenExpiry returns a channel that receives when the request's token
+// expires (nil for a token that does not, or in open mode), and a stop
+// for its timer. A stream ends then, as a WebSocket does: what it sends
+// is what the token allowed, and only while it is valid.
+func tokenExpiry(ctx context.Context) (<-chan time.Time, func()) {
+	g := auth.FromContext(ctx)
+	if g == nil || g.Expires.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(g.Expires))
+	return t.C, func() { t.Stop() }
+}
+
+// endExpired writes the last event of a stream whose token expired, which
+// tells the client why it ends: it is to open a new stream with a fresh
+// token (an EventSource reconnecting on its own would send the old one,
+// and get 401).
+func endExpired(w http.ResponseWriter, f http.Flusher) {
+	fmt.Fprint(w, "event: expired\ndata: {\"error\":\"the token expired: open a new stream with a fresh token\"}\n\n")
+	f.Flush()
 }
