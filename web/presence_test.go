@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/internal/auth"
@@ -284,4 +287,74 @@ func TestStreamsAreBounded(t *testing.T) {
 	if tooMany.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("watching past the node's total: %d, want 429", tooMany.StatusCode)
 	}
+}
+
+// clientFrom returns an HTTP client whose connections come from ip (any
+// 127.0.0.0/8 address reaches a test server on Linux).
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// One address, with idle watches it may open by the dozen, cannot take
+// the user ids the node follows for everyone: past its share its next
+// watch is refused with 429 and counted, and another address still gets
+// as much.
+func TestWatchesFromOneAddressCannotTakeTheNodesBudget(t *testing.T) {
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 128)}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp, Registerer: reg,
+		Streams: StreamLimits{PerIP: 64, Watched: 20 * maxWatchedUsers}}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	users := manyUsers(maxWatchedUsers)
+	// fill opens full watches from c until one is refused, and returns
+	// how many user ids they follow.
+	fill := func(c *http.Client) int {
+		t.Helper()
+		followed := 0
+		for range 64 {
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users="+users, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				var b strings.Builder
+				bufio.NewReader(resp.Body).WriteTo(&b)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b.String(), "from this address") {
+					t.Fatalf("a watch refused with %d %s", resp.StatusCode, b.String())
+				}
+				break
+			}
+			t.Cleanup(func() { resp.Body.Close() })
+			followed += maxWatchedUsers
+		}
+		return followed
+	}
+	a := fill(clientFrom(t, "127.0.0.1"))
+	if a > 5*maxWatchedUsers {
+		t.Fatalf("idle watches from one address follow %d of the node's %d user ids", a, 20*maxWatchedUsers)
+	}
+	if b := fill(clientFrom(t, "127.0.0.2")); b != a {
+		t.Fatalf("another address follows %d user ids, the first %d", b, a)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP tandem_http_refused_total API requests refused: over the per-address request rate (rate_limited), a body not sent within its deadline (slow_body), or a stream over a limit (streams_per_ip, streams_per_user, watched_per_ip, watched).
+# TYPE tandem_http_refused_total counter
+tandem_http_refused_total{reason="rate_limited"} 0
+tandem_http_refused_total{reason="slow_body"} 0
+tandem_http_refused_total{reason="streams_per_ip"} 0
+tandem_http_refused_total{reason="streams_per_user"} 0
+tandem_http_refused_total{reason="watched"} 0
+tandem_http_refused_total{reason="watched_per_ip"} 2
+`), "tandem_http_refused_total"); err != nil {
+		t.Error(err)
+	}
+	cancel()
 }

@@ -44,6 +44,8 @@ type Config struct {
 	Ready []Check
 	// Gatherer is exposed at /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
+	// Registerer receives the router's metrics; nil registers none.
+	Registerer prometheus.Registerer
 	// Logger receives request errors; default slog.Default().
 	Logger *slog.Logger
 	// Streams bounds the presence watch and notification streams.
@@ -56,7 +58,8 @@ func NewRouter(cfg Config) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	streams := newStreamGate(cfg.Streams)
+	m := newMetrics(cfg.Registerer)
+	streams := newStreamGate(cfg.Streams, m)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Handle("/ws", cfg.WebSocket)

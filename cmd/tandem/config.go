@@ -49,8 +49,11 @@ type config struct {
 	MaxDocsPerConn int
 	MaxPeersPerDoc int
 	MaxConnsPerIP  int
-	ParkIdle       bool
-	GCTune         bool
+	// MaxWatchedPerIP bounds the user ids the presence watch streams of
+	// one address follow (web.StreamLimits.WatchedPerIP).
+	MaxWatchedPerIP int
+	ParkIdle        bool
+	GCTune          bool
 	// GCMax is the most headroom the tuner gives: GOGC, else 100; 0
 	// when GOGC is off or negative, or --gc-tune is false, which leave
 	// the collector alone.
@@ -112,6 +115,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxDocsPerConn, "max-docs-per-conn", 256, "documents one connection may open")
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
+	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
+		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
 	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names and values")
@@ -176,7 +181,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	for name, v := range map[string]int{
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
-		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
+		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-watched-per-ip": c.MaxWatchedPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
 		"--message-burst": c.MessageBurst, "--max-change-ops": c.MaxChangeOps, "--max-message-ops": c.MaxMessageOps,
 	} {
 		if v < 1 {
