@@ -50,6 +50,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Streams bounds the presence watch and notification streams.
 	Streams StreamLimits
+	// Requests bounds the API requests of one address.
+	Requests RequestLimits
 }
 
 // NewRouter returns the HTTP handler of a Tandem node.
@@ -82,7 +84,11 @@ func NewRouter(cfg Config) http.Handler {
 		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
 	if cfg.Presence != nil || cfg.Notifications != nil {
+		limits := cfg.Requests
+		limits.setDefaults()
 		r.Route("/api", func(r chi.Router) {
+			// The rate first: a token check costs the server too.
+			r.Use(newRateGate(limits, m).limit, bodyDeadline(limits.BodyTimeout, m))
 			r.Use(auth.Middleware(cfg.Auth, logger))
 			if cfg.Presence != nil {
 				a := &api{presence: cfg.Presence, streams: streams}

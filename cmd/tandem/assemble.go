@@ -211,6 +211,10 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			// flags to raise behind a proxy, which is every client's
 			// address), and so are the users its watches follow.
 			Streams: web.StreamLimits{PerIP: cfg.MaxConnsPerIP, WatchedPerIP: cfg.MaxWatchedPerIP},
+			// Bodies get a read deadline from the API's routes that read
+			// them (web.RequestLimits.BodyTimeout): a ReadTimeout here
+			// would end the streams and WebSockets too.
+			Requests: web.RequestLimits{PerIP: cfg.APIRatePerIP},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.HTTPIdleTimeout,

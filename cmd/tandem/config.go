@@ -52,6 +52,7 @@ type config struct {
 	// MaxWatchedPerIP bounds the user ids the presence watch streams of
 	// one address follow (web.StreamLimits.WatchedPerIP).
 	MaxWatchedPerIP int
+	APIRatePerIP    float64
 	ParkIdle        bool
 	GCTune          bool
 	// GCMax is the most headroom the tuner gives: GOGC, else 100; 0
@@ -117,6 +118,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
 		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
+	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 50,
+		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
 	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names and values")
@@ -219,6 +222,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MessageRate <= 0 {
 		return c, fmt.Errorf("--message-rate must be positive")
+	}
+	if c.APIRatePerIP <= 0 {
+		return c, fmt.Errorf("--api-rate-per-ip must be positive")
 	}
 	if c.MaxDocumentOps < 1 || c.MaxChangeBytes < 1024 {
 		return c, fmt.Errorf("--max-document-ops must be at least 1 and --max-change-bytes at least 1024")
