@@ -698,6 +698,45 @@ func TestPresenceChannelNamesAreBounded(t *testing.T) {
 	}
 }
 
+// The presence API names a verified peer's color as its token says, as
+// it does its name: a color channel the peer writes does not change it.
+// A peer without a token may say its color in either channel.
+func TestDocumentPresenceColorIsTheTokens(t *testing.T) {
+	h := newHub(t, Config{})
+	count := uint64(0)
+	send := func(p Peer, m presenceMessage) {
+		t.Helper()
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Receive(p, doc1, Message{SenderID: p.ID(), SessionID: "s", Count: count, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ana := &identifiedPeer{fakePeer: &fakePeer{id: "ana-tab"}, identity: Identity{UserID: "ana", Name: "Ana", Color: "#f00"}}
+	send(ana, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#0f0")})
+	send(ana, presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana", "name": "Eve", "color": "#00f"})})
+	bare := &identifiedPeer{fakePeer: &fakePeer{id: "bo-tab"}, identity: Identity{UserID: "bo", Name: "Bo"}} // a token without a color
+	send(bare, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#0f0")})
+	open := &fakePeer{id: "cy-tab"}
+	send(open, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#abc")})
+	got := map[string]PeerView{}
+	for _, v := range h.DocumentPresence(doc1) {
+		got[v.PeerID] = v
+	}
+	if v := got["ana-tab"]; v.Color != "#f00" || v.Name != "Ana" {
+		t.Errorf("a verified peer: name %v color %v, want the token's Ana #f00", v.Name, v.Color)
+	}
+	if v := got["bo-tab"]; v.Color != nil {
+		t.Errorf("a verified peer whose token names no color: color %v, want none", v.Color)
+	}
+	if v := got["cy-tab"]; v.Color != "#abc" {
+		t.Errorf("a peer without a token: color %v, want its color channel's #abc", v.Color)
+	}
+}
+
 // UserOf names a peer's user from its token first, else, running open,
 // from what its presence says; a stranger is nobody.
 func TestUserOfNamesAPeersUser(t *testing.T) {
