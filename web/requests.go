@@ -20,7 +20,7 @@ import (
 // and its body deadline never applies (it has no body).
 type RequestLimits struct {
 	// PerIP is the API requests one remote address may make per second,
-	// with bursts of Burst; default 50 and twice PerIP.
+	// with bursts of Burst; default 100 and twice PerIP.
 	PerIP float64
 	Burst int
 	// BodyTimeout is how long a request's body may take to arrive, from
@@ -32,7 +32,7 @@ type RequestLimits struct {
 
 func (l *RequestLimits) setDefaults() {
 	if l.PerIP <= 0 {
-		l.PerIP = 50
+		l.PerIP = 100
 	}
 	if l.Burst <= 0 {
 		l.Burst = max(1, int(math.Ceil(2*l.PerIP)))

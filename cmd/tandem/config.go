@@ -118,7 +118,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
 		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
-	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 50,
+	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 100,
 		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
