@@ -53,8 +53,9 @@ type Config struct {
 	// MaxChannels bounds the channels one peer may hold in a document's
 	// presence (the server's own included); default 32.
 	MaxChannels int
-	// MaxStateBytes bounds the bytes of one peer's values in a document's
-	// presence; default 64 KiB.
+	// MaxStateBytes bounds the bytes one peer holds in a document's
+	// presence, the names of its channels and their values; default
+	// 64 KiB.
 	MaxStateBytes int
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const doc1 = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
@@ -636,6 +639,101 @@ func TestPresenceStatePerPeerIsBounded(t *testing.T) {
 	}
 	if v := h.DocumentPresence(doc1); len(v) != 1 || len(v[0].State) != 4 || v[0].State["a"] != uint64(2) {
 		t.Fatalf("the peer's state is %+v", v)
+	}
+}
+
+// Channel names are held as values are, so they count in a peer's bytes,
+// and one name is bounded: thirty channels of long names cannot make the
+// hub hold, and send every newcomer, far more than MaxStateBytes.
+func TestPresenceChannelNamesAreBounded(t *testing.T) {
+	h := newHub(t, Config{MaxChannels: 32, MaxStateBytes: 1024, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p := &fakePeer{id: "p"}
+	count := uint64(0)
+	send := func(m presenceMessage) error {
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: count, Data: data})
+		return err
+	}
+	long := strings.Repeat("n", MaxChannelNameBytes+1)
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: long, Value: enc(1)}); !errors.Is(err, ErrPresenceLimit) {
+		t.Fatalf("an update to a channel named by %d bytes: %v, want ErrPresenceLimit", len(long), err)
+	}
+	if err := send(presenceMessage{Type: TypeSnapshot, State: map[string]cbor.RawMessage{"a": enc(1), long: enc(1)}}); !errors.Is(err, ErrPresenceLimit) {
+		t.Fatalf("a snapshot with a channel named by %d bytes: %v, want ErrPresenceLimit", len(long), err)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedName)); n != 2 {
+		t.Errorf("refused for a channel name: %v, want 2", n)
+	}
+	// Names of 100 bytes with one-byte values: ten fit in 1024 bytes
+	// (with the status channel the hub writes), the eleventh does not.
+	accepted := 0
+	for i := range 20 {
+		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", 97)
+		if err := send(presenceMessage{Type: TypeUpdate, Channel: name, Value: enc(1)}); err != nil {
+			if !errors.Is(err, ErrPresenceLimit) {
+				t.Fatalf("channel %d: %v, want ErrPresenceLimit", i, err)
+			}
+			break
+		}
+		accepted++
+	}
+	if accepted != 10 {
+		t.Fatalf("%d channels of 100-byte names held under 1024 bytes, want 10", accepted)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedBytes)); n != 1 {
+		t.Errorf("refused for bytes: %v, want 1", n)
+	}
+	held := 0
+	for _, v := range h.DocumentPresence(doc1) {
+		for ch := range v.State {
+			held += len(ch)
+		}
+	}
+	if held > 1024 {
+		t.Fatalf("the hub holds %d bytes of channel names for one peer, over 1024", held)
+	}
+}
+
+// The presence API names a verified peer's color as its token says, as
+// it does its name: a color channel the peer writes does not change it.
+// A peer without a token may say its color in either channel.
+func TestDocumentPresenceColorIsTheTokens(t *testing.T) {
+	h := newHub(t, Config{})
+	count := uint64(0)
+	send := func(p Peer, m presenceMessage) {
+		t.Helper()
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Receive(p, doc1, Message{SenderID: p.ID(), SessionID: "s", Count: count, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ana := &identifiedPeer{fakePeer: &fakePeer{id: "ana-tab"}, identity: Identity{UserID: "ana", Name: "Ana", Color: "#f00"}}
+	send(ana, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#0f0")})
+	send(ana, presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana", "name": "Eve", "color": "#00f"})})
+	bare := &identifiedPeer{fakePeer: &fakePeer{id: "bo-tab"}, identity: Identity{UserID: "bo", Name: "Bo"}} // a token without a color
+	send(bare, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#0f0")})
+	open := &fakePeer{id: "cy-tab"}
+	send(open, presenceMessage{Type: TypeUpdate, Channel: "color", Value: enc("#abc")})
+	got := map[string]PeerView{}
+	for _, v := range h.DocumentPresence(doc1) {
+		got[v.PeerID] = v
+	}
+	if v := got["ana-tab"]; v.Color != "#f00" || v.Name != "Ana" {
+		t.Errorf("a verified peer: name %v color %v, want the token's Ana #f00", v.Name, v.Color)
+	}
+	if v := got["bo-tab"]; v.Color != nil {
+		t.Errorf("a verified peer whose token names no color: color %v, want none", v.Color)
+	}
+	if v := got["cy-tab"]; v.Color != "#abc" {
+		t.Errorf("a peer without a token: color %v, want its color channel's #abc", v.Color)
 	}
 }
 

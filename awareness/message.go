@@ -83,8 +83,14 @@ var ErrBadPresence = errors.New("bad presence message")
 
 // ErrPresenceLimit is returned for a presence message that would give its
 // peer more channels or bytes than the hub allows (Config.MaxChannels,
-// MaxStateBytes). It wraps ErrBadPresence.
+// MaxStateBytes), or that names a channel longer than
+// MaxChannelNameBytes. It wraps ErrBadPresence.
 var ErrPresenceLimit = fmt.Errorf("%w: over a presence limit", ErrBadPresence)
+
+// MaxChannelNameBytes bounds the name of a presence channel. Names are
+// words an application picks (cursor, selection, color), and each one is
+// held for its peer and sent to every newcomer.
+const MaxChannelNameBytes = 128
 
 // DefaultMaxNesting is how deeply a presence payload may nest unless
 // Config.MaxNesting says otherwise; MinNesting and MaxNesting bound what

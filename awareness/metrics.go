@@ -6,6 +6,7 @@ type metrics struct {
 	received     *prometheus.CounterVec
 	sent         *prometheus.CounterVec
 	updates      *prometheus.CounterVec
+	refused      *prometheus.CounterVec
 	expired      prometheus.Counter
 	lastSeenLost prometheus.Counter
 	sentType     map[string]prometheus.Counter // sent by message type, resolved once
@@ -33,6 +34,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_presence_updates_not_forwarded_total",
 			Help: "Channel updates not forwarded at once: coalesced into a later one in a tick (coalesced) or while queued to be sent (superseded), unchanged, or stale.",
 		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_presence_refused_total",
+			Help: "Presence messages refused, nothing of them held: a channel name over its limit (channel_name), or a peer over its channels or bytes (channels, bytes).",
+		}, []string{"reason"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_presence_expired_total",
 			Help: "Peers removed because they were silent past their TTL (a remote peer: unnamed by its node's rosters past the remote TTL).",
@@ -47,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.sentType[t] = m.sent.WithLabelValues(t)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.sent, m.updates, m.expired, m.lastSeenLost)
+		reg.MustRegister(m.received, m.sent, m.updates, m.refused, m.expired, m.lastSeenLost)
 	}
 	return m
 }

@@ -26,9 +26,25 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 }
 
 // withinLimits refuses an update or snapshot that would give the peer more
-// channels or bytes in the document's presence than the limits allow. The
-// caller holds h.mu.
+// channels or bytes in the document's presence than the limits allow, or
+// that names a channel longer than MaxChannelNameBytes. A channel's bytes
+// are its name's and its value's: the hub holds both. The caller holds
+// h.mu.
 func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
+	switch pm.Type {
+	case TypeUpdate:
+		if len(pm.Channel) > MaxChannelNameBytes {
+			return h.refuse(refusedName, "%w: a channel name of %d bytes, over the limit of %d", ErrPresenceLimit, len(pm.Channel), MaxChannelNameBytes)
+		}
+	case TypeSnapshot:
+		for ch := range pm.State {
+			if len(ch) > MaxChannelNameBytes {
+				return h.refuse(refusedName, "%w: a channel name of %d bytes, over the limit of %d", ErrPresenceLimit, len(ch), MaxChannelNameBytes)
+			}
+		}
+	default:
+		return nil
+	}
 	var held map[string]Register
 	if r := h.rooms[documentID]; r != nil {
 		if p := r.state[peer]; p != nil {
@@ -36,34 +52,45 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 		}
 	}
 	channels, size := len(held), 0
-	for _, reg := range held {
-		size += len(reg.Value)
+	for ch, reg := range held {
+		size += len(ch) + len(reg.Value)
 	}
 	add := func(ch string, v []byte) {
 		if old, ok := held[ch]; ok {
 			size -= len(old.Value)
 		} else {
 			channels++
+			size += len(ch)
 		}
 		size += len(v)
 	}
-	switch pm.Type {
-	case TypeUpdate:
+	if pm.Type == TypeUpdate {
 		add(pm.Channel, pm.Value)
-	case TypeSnapshot:
+	} else {
 		for ch, v := range pm.State {
 			add(ch, v)
 		}
-	default:
-		return nil
 	}
 	if channels > h.cfg.MaxChannels {
-		return fmt.Errorf("%w: %d channels for one peer, over the limit of %d", ErrPresenceLimit, channels, h.cfg.MaxChannels)
+		return h.refuse(refusedChannels, "%w: %d channels for one peer, over the limit of %d", ErrPresenceLimit, channels, h.cfg.MaxChannels)
 	}
 	if size > h.cfg.MaxStateBytes {
-		return fmt.Errorf("%w: %d bytes of presence for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
+		return h.refuse(refusedBytes, "%w: %d bytes of presence (channel names and values) for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
 	}
 	return nil
+}
+
+// Why a presence message was refused (tandem_presence_refused_total).
+const (
+	refusedName     = "channel_name"
+	refusedChannels = "channels"
+	refusedBytes    = "bytes"
+)
+
+// refuse counts a refusal and returns its error.
+func (h *Hub) refuse(reason, format string, args ...any) error {
+	h.metrics.refused.WithLabelValues(reason).Inc()
+	return fmt.Errorf(format, args...)
 }
 
 func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage, fx *effects) {

@@ -123,10 +123,13 @@ func (h *Hub) DocumentPresence(documentID string) []PeerView {
 				v.State[ch] = decodeValue(raw)
 			}
 		}
+		// Name and color are the user channel's: a verified peer's is its
+		// token's, which the peer cannot write. A peer without one may
+		// also say its color in a channel of that name.
 		if u, ok := v.State[ChannelUser].(map[string]any); ok {
 			v.Name, v.Color = u["name"], u["color"]
 		}
-		if c, ok := v.State["color"]; ok {
+		if c, ok := v.State["color"]; ok && v.Color == nil && pi.identity == nil {
 			v.Color = c
 		}
 		v.Cursor, v.Selection = v.State["cursor"], v.State["selection"]

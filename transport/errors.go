@@ -33,6 +33,7 @@ var (
 	ReasonMalformed   = CloseReason{websocket.CloseInvalidFramePayloadData, errMalformed, "frame does not decode as a protocol message"}
 	ReasonBadSync     = CloseReason{websocket.CloseInvalidFramePayloadData, errBadSync, "sync data is not an automerge sync message"}
 	ReasonInvalid     = CloseReason{websocket.CloseProtocolError, errInvalid, "message lacks what its type requires"}
+	ReasonIDTooLong   = CloseReason{websocket.CloseProtocolError, errIDTooLong, "senderId or sessionId too long"}
 	ReasonNotJoined   = CloseReason{websocket.CloseProtocolError, errNotJoined, "message before join"}
 	ReasonRejoin      = CloseReason{websocket.CloseProtocolError, errRejoin, "join as another peer on a joined socket"}
 	ReasonWrongSender = CloseReason{websocket.ClosePolicyViolation, errWrongSender, "senderId is not the peer that joined"}
@@ -49,6 +50,7 @@ const (
 	errTextFrame   = "text_frame"
 	errMalformed   = "malformed"
 	errInvalid     = "invalid"
+	errIDTooLong   = "id_too_long"
 	errNotJoined   = "not_joined"
 	errWrongSender = "wrong_sender"
 	errRejoin      = "rejoin_other_peer"

@@ -39,11 +39,16 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	c.srv.metrics.received.WithLabelValues(typeLabel(m.Type)).Inc()
 	if err := m.Validate(); err != nil {
 		text := fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err)
-		if errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID) {
+		switch {
+		case errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID):
 			// A type from a newer protocol, or one document's id: the
 			// connection's other documents go on.
 			c.protocolError(errInvalid, text)
-		} else {
+		case errors.Is(err, wire.ErrIDTooLong):
+			// Not a stock client's: its every message would be refused
+			// alike, and nothing of it is held.
+			c.violation(ReasonIDTooLong, text)
+		default:
 			c.violation(ReasonInvalid, text)
 		}
 		return

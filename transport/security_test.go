@@ -435,6 +435,38 @@ func TestLimits(t *testing.T) {
 	})
 }
 
+// A peer id rides on every message relayed in its name and on every
+// roster of a cluster, a sessionId on every ephemeral: one over
+// wire.MaxIDBytes is refused with an error naming it, counted, and the
+// socket closed, with nothing of it held.
+func TestLongIDsAreRefused(t *testing.T) {
+	s := newTestServer(t, Config{})
+	long := strings.Repeat("p", wire.MaxIDBytes+1)
+
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: long, SupportedProtocolVersions: []string{"1"}})
+	recvError(t, ws, fmt.Sprintf("senderId of %d bytes", len(long)))
+	expectClose(t, ws, ReasonIDTooLong.Code)
+
+	ok := dial(t, s.url)
+	join(t, ok, strings.Repeat("p", wire.MaxIDBytes)) // at the limit
+
+	eph := dial(t, s.url)
+	join(t, eph, "a")
+	send(t, eph, &wire.Message{Type: wire.TypeEphemeral, SenderID: "a", TargetID: serverID,
+		DocumentID: testDoc, SessionID: long, Count: 1, Data: []byte{0xa0}})
+	recvError(t, eph, fmt.Sprintf("sessionId of %d bytes", len(long)))
+	expectClose(t, eph, ReasonIDTooLong.Code)
+
+	if n := testutil.ToFloat64(s.metrics.errors.WithLabelValues(errIDTooLong)); n != 2 {
+		t.Errorf("protocol errors for long ids: %v, want 2", n)
+	}
+	testenv.WaitFor(t, "the refused sockets closed", func() bool { return s.Connections() == 1 })
+	if n := s.hub.Stats().Peers; n != 0 {
+		t.Errorf("the document has %d peers: the refused ephemeral opened it", n)
+	}
+}
+
 // TestBadInputLeavesStoredDocumentIntact throws every kind of bad input at
 // a document and checks that it still loads, unchanged, for a new peer.
 func TestBadInputLeavesStoredDocumentIntact(t *testing.T) {

@@ -1,4 +1,11 @@
 // Package web serves Tandem's HTTP surface: the WebSocket endpoint, health
 // and metrics, and the pages a browser sees. It routes; the work happens in
 // the packages it is given.
+//
+// The API (/api) is bounded per remote address: requests by a rate
+// (RequestLimits, requests.go), a request's body by a read deadline, and
+// the long-lived streams (presence watch, notifications) by their number
+// and the users they follow (StreamLimits, streams.go). A stream ends when
+// its token expires. What is refused is answered with a status and a
+// message that says why, and counted in tandem_http_refused_total.
 package web

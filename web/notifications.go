@@ -64,7 +64,7 @@ func caller(w http.ResponseWriter, r *http.Request) (string, bool) {
 func (a *notifyAPI) post(w http.ResponseWriter, r *http.Request) {
 	var raw json.RawMessage
 	if err := decodeBody(r, &raw, maxNotifyBatchBody); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeBodyError(w, err)
 		return
 	}
 	var events []notify.Event
@@ -141,7 +141,7 @@ func (a *notifyAPI) markRead(w http.ResponseWriter, r *http.Request) {
 		All bool    `json:"all"`
 	}
 	if err := decodeBody(r, &body, maxNotifyBody); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeBodyError(w, err)
 		return
 	}
 	if !body.All && len(body.IDs) == 0 {
@@ -231,12 +231,8 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 
 	// A stream ends when its token expires, as a WebSocket does; the
 	// client reconnects with a fresh one.
-	var expired <-chan time.Time
-	if g := auth.FromContext(ctx); g != nil && !g.Expires.IsZero() {
-		t := time.NewTimer(time.Until(g.Expires))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stopExpiry := tokenExpiry(ctx)
+	defer stopExpiry()
 	keepAlive := time.NewTicker(watchKeepAlive)
 	defer keepAlive.Stop()
 	for {
@@ -244,6 +240,7 @@ func (a *notifyAPI) stream(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-expired:
+			endExpired(w, flusher)
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")
@@ -292,6 +289,9 @@ func sseRaw(w io.Writer, event, id string, data []byte) {
 func decodeBody(r *http.Request, v any, limit int64) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, limit+1))
 	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, errSlowBody) {
+			return err
+		}
 		return fmt.Errorf("body must be JSON of at most %d bytes: %v", limit, err)
 	}
 	return nil

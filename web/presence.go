@@ -79,7 +79,8 @@ func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
 
 // watchPresence streams status changes of a list of users as Server-Sent
 // Events: first one "status" event per user with the current status, then
-// one per change. Between changes a comment keeps the stream alive.
+// one per change. Between changes a comment keeps the stream alive. When
+// the token expires an "expired" event ends the stream.
 func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
 	var users []string
 	seen := map[string]bool{}
@@ -145,11 +146,16 @@ func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
 	}
 	flusher.Flush()
 
+	expired, stopExpiry := tokenExpiry(r.Context())
+	defer stopExpiry()
 	keepAlive := time.NewTicker(watchKeepAlive)
 	defer keepAlive.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
+			return
+		case <-expired:
+			endExpired(w, flusher)
 			return
 		case <-keepAlive.C:
 			fmt.Fprint(w, ": keep-alive\n\n")

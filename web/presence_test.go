@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/internal/auth"
@@ -186,6 +188,55 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 	}
 }
 
+// A watch stream says what its token allows only while the token is
+// valid: at its expiry an "expired" event ends the stream, and what
+// changes after is not sent.
+func TestWatchEndsWhenTokenExpires(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewVerifier(auth.Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp, Auth: v}))
+	t.Cleanup(srv.Close)
+	exp := time.Now().Add(2 * time.Second)
+	tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "bo", "contacts": []string{"ana"}, "exp": exp.Unix(),
+	}).SignedString(secret)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users=ana&token="+tok, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("watch: %d", resp.StatusCode)
+	}
+	push := <-fp.watch
+	var events []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() { // until the server ends the stream, or the test's deadline
+		if line, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			events = append(events, line)
+			if line == "expired" {
+				push(awareness.UserStatus{UserID: "ana", Status: awareness.StatusOnline}) // after the end: never sent
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the stream outlived its token: still open at the test's deadline, events %v", events)
+	}
+	if time.Now().Before(exp.Truncate(time.Second)) {
+		t.Errorf("the stream ended before its token expired")
+	}
+	if len(events) != 2 || events[0] != "status" || events[1] != "expired" {
+		t.Fatalf("events %v, want the initial status then expired", events)
+	}
+}
+
 // Streams are bounded per address and by the user ids all watches follow:
 // past a limit a stream is refused with 429; one that ends frees its place.
 func TestStreamsAreBounded(t *testing.T) {
@@ -235,4 +286,65 @@ func TestStreamsAreBounded(t *testing.T) {
 	if tooMany.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("watching past the node's total: %d, want 429", tooMany.StatusCode)
 	}
+}
+
+// clientFrom returns an HTTP client whose connections come from ip (any
+// 127.0.0.0/8 address reaches a test server on Linux).
+func clientFrom(t *testing.T, ip string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	tr := &http.Transport{DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// One address, with idle watches it may open by the dozen, cannot take
+// the user ids the node follows for everyone: past its share its next
+// watch is refused with 429 and counted, and another address still gets
+// as much.
+func TestWatchesFromOneAddressCannotTakeTheNodesBudget(t *testing.T) {
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 128)}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp, Registerer: reg,
+		Streams: StreamLimits{PerIP: 64, Watched: 20 * maxWatchedUsers}}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	users := manyUsers(maxWatchedUsers)
+	// fill opens full watches from c until one is refused, and returns
+	// how many user ids they follow.
+	fill := func(c *http.Client) int {
+		t.Helper()
+		followed := 0
+		for range 64 {
+			req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/presence/watch?users="+users, nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				var b strings.Builder
+				bufio.NewReader(resp.Body).WriteTo(&b)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(b.String(), "from this address") {
+					t.Fatalf("a watch refused with %d %s", resp.StatusCode, b.String())
+				}
+				break
+			}
+			t.Cleanup(func() { resp.Body.Close() })
+			followed += maxWatchedUsers
+		}
+		return followed
+	}
+	a := fill(clientFrom(t, "127.0.0.1"))
+	if a > 5*maxWatchedUsers {
+		t.Fatalf("idle watches from one address follow %d of the node's %d user ids", a, 20*maxWatchedUsers)
+	}
+	if b := fill(clientFrom(t, "127.0.0.2")); b != a {
+		t.Fatalf("another address follows %d user ids, the first %d", b, a)
+	}
+	if n := refusedCount(t, reg, refusedWatchedPerIP); n != 2 {
+		t.Errorf("watches refused for the ids one address follows: %d, want 2", n)
+	}
+	cancel()
 }

@@ -44,10 +44,14 @@ type Config struct {
 	Ready []Check
 	// Gatherer is exposed at /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
+	// Registerer receives the router's metrics; nil registers none.
+	Registerer prometheus.Registerer
 	// Logger receives request errors; default slog.Default().
 	Logger *slog.Logger
 	// Streams bounds the presence watch and notification streams.
 	Streams StreamLimits
+	// Requests bounds the API requests of one address.
+	Requests RequestLimits
 }
 
 // NewRouter returns the HTTP handler of a Tandem node.
@@ -56,7 +60,8 @@ func NewRouter(cfg Config) http.Handler {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	streams := newStreamGate(cfg.Streams)
+	m := newMetrics(cfg.Registerer)
+	streams := newStreamGate(cfg.Streams, m)
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Handle("/ws", cfg.WebSocket)
@@ -79,7 +84,11 @@ func NewRouter(cfg Config) http.Handler {
 		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
 	if cfg.Presence != nil || cfg.Notifications != nil {
+		limits := cfg.Requests
+		limits.setDefaults()
 		r.Route("/api", func(r chi.Router) {
+			// The rate first: a token check costs the server too.
+			r.Use(newRateGate(limits, m).limit, bodyDeadline(limits.BodyTimeout, m))
 			r.Use(auth.Middleware(cfg.Auth, logger))
 			if cfg.Presence != nil {
 				a := &api{presence: cfg.Presence, streams: streams}

@@ -206,10 +206,16 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	n.endRequests = endRequests
 	n.http = &http.Server{
 		Handler: web.NewRouter(web.Config{
-			WebSocket: n.ws, Presence: n.presence, Notifications: n.notes, Auth: verifier, Gatherer: reg, Logger: log, Ready: checks,
-			// Streams from one address are bounded as its sockets are: one
-			// flag to raise behind a proxy, which is every client's address.
-			Streams: web.StreamLimits{PerIP: cfg.MaxConnsPerIP},
+			WebSocket: n.ws, Presence: n.presence, Notifications: n.notes, Auth: verifier,
+			Gatherer: reg, Registerer: reg, Logger: log, Ready: checks,
+			// Streams from one address are bounded as its sockets are (the
+			// flags to raise behind a proxy, which is every client's
+			// address), and so are the users its watches follow.
+			Streams: web.StreamLimits{PerIP: cfg.MaxConnsPerIP, WatchedPerIP: cfg.MaxWatchedPerIP},
+			// Bodies get a read deadline from the API's routes that read
+			// them (web.RequestLimits.BodyTimeout): a ReadTimeout here
+			// would end the streams and WebSockets too.
+			Requests: web.RequestLimits{PerIP: cfg.APIRatePerIP},
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.HTTPIdleTimeout,

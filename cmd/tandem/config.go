@@ -50,8 +50,12 @@ type config struct {
 	MaxDocsPerConn int
 	MaxPeersPerDoc int
 	MaxConnsPerIP  int
-	ParkIdle       bool
-	GCTune         bool
+	// MaxWatchedPerIP bounds the user ids the presence watch streams of
+	// one address follow (web.StreamLimits.WatchedPerIP).
+	MaxWatchedPerIP int
+	APIRatePerIP    float64
+	ParkIdle        bool
+	GCTune          bool
 	// GCMax is the most headroom the tuner gives: GOGC, else 100; 0
 	// when GOGC is off or negative, or --gc-tune is false, which leave
 	// the collector alone.
@@ -115,9 +119,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxDocsPerConn, "max-docs-per-conn", 256, "documents one connection may open")
 	fs.IntVar(&c.MaxPeersPerDoc, "max-peers-per-doc", 1000, "connections one document may have on this node")
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
+	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
+		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
+	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 100,
+		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
-	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes of values one peer may hold in a document's presence")
+	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names and values")
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
@@ -179,7 +187,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	for name, v := range map[string]int{
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
-		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
+		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-watched-per-ip": c.MaxWatchedPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
 		"--message-burst": c.MessageBurst, "--max-change-ops": c.MaxChangeOps, "--max-message-ops": c.MaxMessageOps,
 	} {
 		if v < 1 {
@@ -217,6 +225,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MessageRate <= 0 {
 		return c, fmt.Errorf("--message-rate must be positive")
+	}
+	if c.APIRatePerIP <= 0 {
+		return c, fmt.Errorf("--api-rate-per-ip must be positive")
 	}
 	if c.MaxDocumentOps < 1 || c.MaxChangeBytes < 1024 {
 		return c, fmt.Errorf("--max-document-ops must be at least 1 and --max-change-bytes at least 1024")

@@ -46,6 +46,8 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--log-level", "loud"}, nil},
 		{[]string{"stray"}, nil},
 		{[]string{"--max-presence-depth", "3"}, nil},
+		{[]string{"--api-rate-per-ip", "0"}, nil},
+		{[]string{"--max-watched-per-ip", "0"}, nil},
 		{[]string{"--max-presence-depth", "65"}, nil},
 		{[]string{"--max-presence-depth", "0"}, nil},
 		{[]string{"--mention-text-field", "page..body"}, nil},
@@ -129,6 +131,36 @@ func TestIdleHTTPConnectionsAreClosed(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := r.ReadByte(); err != io.EOF {
 		t.Fatalf("the idle connection was not closed by the server: %v", err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The node limits the API's requests per address (--api-rate-per-ip): past
+// the burst a request gets 429, counted in its metrics.
+func TestAPIRateFlag(t *testing.T) {
+	addr, stop := startRun(t, "--api-rate-per-ip", "0.5")
+	base := "http://" + addr.String()
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	const path = "/api/docs/2gzyVEWRbEhwBcRvStKvD3gBE5pp/presence"
+	if code, body := get(path); code != http.StatusOK { // a burst of one: twice 0.5
+		t.Fatalf("within the burst: %d %s", code, body)
+	}
+	if code, body := get(path); code != http.StatusTooManyRequests {
+		t.Fatalf("past the burst: %d %s, want 429", code, body)
+	}
+	if _, body := get("/metrics"); !strings.Contains(body, `tandem_http_refused_total{reason="rate_limited"} 1`) {
+		t.Errorf("the refusal is not in the metrics")
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)

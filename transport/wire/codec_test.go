@@ -194,6 +194,9 @@ func TestValidate(t *testing.T) {
 		{"ephemeral without count", Message{Type: TypeEphemeral, SenderID: "a", DocumentID: doc, Data: []byte{0xa0}, SessionID: "s"}, ErrMissingClock},
 		{"peer from a client", Message{Type: TypePeer, SenderID: "a"}, ErrNotFromClient},
 		{"unknown type", Message{Type: "launch-missiles", SenderID: "a"}, ErrUnknownType},
+		{"peer id at the limit", Message{Type: TypeJoin, SenderID: strings.Repeat("a", MaxIDBytes)}, nil},
+		{"peer id over the limit", Message{Type: TypeJoin, SenderID: strings.Repeat("a", MaxIDBytes+1)}, ErrIDTooLong},
+		{"session id over the limit", Message{Type: TypeEphemeral, SenderID: "a", DocumentID: doc, Data: []byte{0xa0}, SessionID: strings.Repeat("s", MaxIDBytes+1), Count: 1}, ErrIDTooLong},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -106,8 +106,15 @@ func (m *Message) SupportsV1() bool {
 	return false
 }
 
+// MaxIDBytes bounds a peer id (senderId) and an ephemeral sessionId. Both
+// ride on every message relayed in the peer's name, and a peer id on the
+// rosters a cluster publishes: stock clients make ids of some tens of
+// bytes.
+const MaxIDBytes = 256
+
 // Validation errors name the field that is wrong.
 var (
+	ErrIDTooLong     = fmt.Errorf("id longer than %d bytes", MaxIDBytes)
 	ErrMissingSender = errors.New("message has no senderId")
 	ErrMissingData   = errors.New("message has no data")
 	ErrMissingClock  = errors.New("ephemeral message has no sessionId or count")
@@ -120,6 +127,12 @@ var (
 func (m *Message) Validate() error {
 	if m.SenderID == "" {
 		return ErrMissingSender
+	}
+	if len(m.SenderID) > MaxIDBytes {
+		return fmt.Errorf("%w: senderId of %d bytes", ErrIDTooLong, len(m.SenderID))
+	}
+	if len(m.SessionID) > MaxIDBytes {
+		return fmt.Errorf("%w: sessionId of %d bytes", ErrIDTooLong, len(m.SessionID))
 	}
 	switch m.Type {
 	case TypeJoin, TypeRemoteSubscriptionChange, TypeError, TypeHeartbeat:
