@@ -2,6 +2,7 @@ package doc
 
 import (
 	"encoding/hex"
+	"sync/atomic"
 	"errors"
 	"fmt"
 
@@ -53,6 +54,10 @@ type Limits struct {
 	// 1,000,000. Each costs automerge some hundreds of bytes, whatever it
 	// holds: a change with no operations is not free.
 	DocumentChanges int64
+	// WaitingBytes bounds the changes that wait for a dependency, summed
+	// over the hub's documents (counted as for ChangeBytes); default
+	// 64 MiB.
+	WaitingBytes int64
 }
 
 func (l *Limits) setDefaults() {
@@ -73,6 +78,9 @@ func (l *Limits) setDefaults() {
 	}
 	if l.DocumentChanges <= 0 {
 		l.DocumentChanges = 1_000_000
+	}
+	if l.WaitingBytes <= 0 {
+		l.WaitingBytes = 64 << 20
 	}
 }
 
@@ -95,7 +103,18 @@ type ledger struct {
 	// queuedOps and queuedBytes count the queued changes' operations and
 	// bytes: they are charged to the document when they arrive.
 	queuedOps, queuedBytes int64
-	refs                   *refIndex
+	// waiting, when set, sums the queued bytes of every document of the
+	// hub (Limits.WaitingBytes).
+	waiting *atomic.Int64
+	refs    *refIndex
+}
+
+// forget gives back what the ledger's queue holds, as its room leaves
+// memory.
+func (l *ledger) forget() {
+	for h := range l.queued {
+		l.unqueue(h)
+	}
 }
 
 func (l *ledger) index() *refIndex {
@@ -307,13 +326,19 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			}
 		}
 	}
+	var heldBytes int64
 	for _, c := range waiting[:fromQueue] {
 		if c != nil {
 			ad.held = append(ad.held, *c)
+			heldBytes += c.Expanded
 		}
 	}
 	if len(l.queued)+len(ad.held) > maxQueued {
 		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, len(l.queued)+len(ad.held), maxQueued)
+	}
+	if heldBytes > 0 && l.waiting != nil && l.waiting.Load()+heldBytes > lim.WaitingBytes {
+		return nil, fmt.Errorf("%w: the node holds %d bytes of changes waiting for a dependency; %d more would pass its limit of %d",
+			ErrLimit, l.waiting.Load(), heldBytes, lim.WaitingBytes)
 	}
 	ad.rewrite = len(ad.apply) != len(changes)
 	if !ad.rewrite {
@@ -340,6 +365,9 @@ func (l *ledger) hold(ad *admission) {
 		l.queued[c.Hash] = c
 		l.queuedOps += int64(c.Ops)
 		l.queuedBytes += c.Expanded
+		if l.waiting != nil {
+			l.waiting.Add(c.Expanded)
+		}
 	}
 	for _, d := range ad.dropped {
 		l.unqueue(d.hash)
@@ -351,5 +379,8 @@ func (l *ledger) unqueue(h [32]byte) {
 		delete(l.queued, h)
 		l.queuedOps -= int64(c.Ops)
 		l.queuedBytes -= c.Expanded
+		if l.waiting != nil {
+			l.waiting.Add(-c.Expanded)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,9 @@ type Hub struct {
 	// snapshot that did not load (compaction skipped), a stored chunk
 	// that did not load.
 	queuedRefused, snapshotUnloadable, chunkUnloadable, documentUnloadable prometheus.Counter
+	// waiting sums the bytes of changes every room's guard keeps waiting
+	// for a dependency (Limits.WaitingBytes).
+	waiting atomic.Int64
 	// repeats counts requests left unanswered: their peer had not yet
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
@@ -278,6 +282,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
+		r.ledger.waiting = &h.waiting
 		if h.cfg.Cluster != nil {
 			r.publish = h.publishChanges
 		}

@@ -660,6 +660,7 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 		return false
 	}
 	r.evicted = true
+	r.ledger.forget()
 	return true
 }
 

@@ -134,6 +134,8 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		Limits: doc.Limits{
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
 			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
+			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
+			WaitingBytes: cfg.MaxWaitingBytes,
 		},
 	}
 	if cfg.SandboxWorkers > 0 {

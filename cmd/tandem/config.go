@@ -69,9 +69,12 @@ type config struct {
 
 	MaxChangeOps   int
 	MaxMessageOps  int
-	MaxDocumentOps int64
-	MaxChangeBytes int64
-	SandboxWorkers int
+	MaxDocumentOps     int64
+	MaxChangeBytes     int64
+	MaxDocumentBytes   int64
+	MaxDocumentChanges int64
+	MaxWaitingBytes    int64
+	SandboxWorkers     int
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -133,6 +136,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxMessageOps, "max-message-ops", 200_000, "operations one sync message may add")
 	fs.Int64Var(&c.MaxDocumentOps, "max-document-ops", 1_000_000, "operations one document may hold")
 	fs.Int64Var(&c.MaxChangeBytes, "max-change-bytes", 64<<20, "bytes one change may expand to")
+	fs.Int64Var(&c.MaxDocumentBytes, "max-document-bytes", 256<<20, "bytes one document's changes may expand to together")
+	fs.Int64Var(&c.MaxDocumentChanges, "max-document-changes", 1_000_000, "changes one document may hold")
+	fs.Int64Var(&c.MaxWaitingBytes, "max-waiting-bytes", 64<<20, "bytes of changes waiting for a dependency, summed over the node's documents")
 	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", 2, "worker processes that apply clients' changes before the node does; 0 turns the sandbox off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
@@ -231,6 +237,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MaxDocumentOps < 1 || c.MaxChangeBytes < 1024 {
 		return c, fmt.Errorf("--max-document-ops must be at least 1 and --max-change-bytes at least 1024")
+	}
+	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
+		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")
 	}
 	if c.SandboxWorkers < 0 || c.SandboxWorkers > 64 {
 		return c, fmt.Errorf("--sandbox-workers must be between 0 and 64")

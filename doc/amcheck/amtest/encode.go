@@ -323,7 +323,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 	}
 	specs := make([]uint32, 0, len(cols))
 	for s, d := range cols {
-		if len(d) > 0 || s == specAction {
+		if len(d) > 0 {
 			specs = append(specs, s)
 		}
 	}

@@ -1,0 +1,117 @@
+package doc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+)
+
+// chain returns n changes by one actor, each depending on the one before:
+// each sets ops new keys of the root map and carries a commit message of
+// msgLen bytes.
+func chain(n, ops, msgLen int) [][]byte {
+	var out [][]byte
+	var prev [32]byte
+	ctr := uint64(1)
+	for i := range n {
+		var c amtest.Change
+		c.Actors, c.Seq, c.StartOp = [][]byte{actorC}, uint64(i+1), ctr
+		if i > 0 {
+			c.Deps = [][32]byte{prev}
+		}
+		c.Message = strings.Repeat("m", msgLen)
+		for k := range ops {
+			c.Ops = append(c.Ops, put(amcheck.OpID{}, fmt.Sprintf("k%d.%d", i, k)))
+		}
+		ctr += uint64(ops)
+		var chunk []byte
+		chunk, prev = amtest.Encode(c)
+		out = append(out, chunk)
+	}
+	return out
+}
+
+func sendChanges(h *Hub, doc string, p Peer, chunks ...[]byte) error {
+	return h.Sync(context.Background(), p, SyncMessage{DocumentID: doc, Data: messageWithRawChanges(chunks...)})
+}
+
+// Changes sent before the one they depend on wait in the guard's queue,
+// and count against the document's operations as they come: one small
+// message can no longer release more than the limit at once.
+func TestWaitingChangesCountAgainstTheLimits(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentOps: 1000, MessageOps: 400, ChangeOps: 400}})
+	p := &fakePeer{id: "p"}
+	cs := chain(5, 300, 0)
+	for i := 1; i <= 3; i++ { // 900 operations waiting for the first change
+		if err := sendChanges(h, testDoc, p, cs[i]); err != nil {
+			t.Fatalf("change %d, waiting: %v", i+1, err)
+		}
+	}
+	if err := sendChanges(h, testDoc, p, cs[4]); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a fifth change would make 1,200 operations waiting: err = %v, want ErrLimit", err)
+	}
+	if err := sendChanges(h, testDoc, p, cs[0]); !errors.Is(err, ErrLimit) {
+		t.Fatalf("the first change would release 1,200 operations: err = %v, want ErrLimit", err)
+	}
+	if heads, _ := h.Heads(testDoc); len(heads) != 0 {
+		t.Fatal("the document took changes over its limit")
+	}
+}
+
+// The changes waiting for a dependency are bounded node-wide too.
+func TestWaitingChangesAreBoundedPerNode(t *testing.T) {
+	cs := chain(3, 10, 2000)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
+	p := &fakePeer{id: "p"}
+	if err := sendChanges(h, testDoc, p, cs[1]); err != nil {
+		t.Fatal(err)
+	}
+	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
+	if err := sendChanges(h, other, p, cs[2]); !errors.Is(err, ErrLimit) {
+		t.Fatalf("a second document's waiting change: err = %v, want ErrLimit", err)
+	}
+	// Once the first document's change is applied, its queue is empty
+	// and the node takes waiting changes again.
+	if err := sendChanges(h, testDoc, p, cs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendChanges(h, other, p, cs[2]); err != nil {
+		t.Fatalf("after the queue emptied: %v", err)
+	}
+}
+
+// Changes with no operations are not free: a document's changes are
+// bounded in bytes (long commit messages) and in number.
+func TestDocumentsAreBoundedInBytesAndChanges(t *testing.T) {
+	t.Run("bytes", func(t *testing.T) {
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentBytes: 100 << 10, ChangeBytes: 32 << 10}})
+		p := &fakePeer{id: "p"}
+		cs := chain(20, 0, 10<<10)
+		var err error
+		n := 0
+		for ; n < len(cs) && err == nil; n++ {
+			err = sendChanges(h, testDoc, p, cs[n])
+		}
+		if !errors.Is(err, ErrLimit) || n < 9 || n > 10 {
+			t.Fatalf("change %d of 10 KiB: err = %v; want ErrLimit at the tenth", n, err)
+		}
+	})
+	t.Run("changes", func(t *testing.T) {
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentChanges: 5}})
+		p := &fakePeer{id: "p"}
+		cs := chain(6, 1, 0)
+		for i := range 5 {
+			if err := sendChanges(h, testDoc, p, cs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := sendChanges(h, testDoc, p, cs[5]); !errors.Is(err, ErrLimit) {
+			t.Fatalf("a sixth change: err = %v, want ErrLimit", err)
+		}
+	})
+}
