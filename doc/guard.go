@@ -2,9 +2,9 @@ package doc
 
 import (
 	"encoding/hex"
-	"sync/atomic"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/automerge/automerge-go"
 	"github.com/tandemhq/tandem/doc/amcheck"

@@ -67,8 +67,8 @@ type config struct {
 	MessageRate       float64
 	MessageBurst      int
 
-	MaxChangeOps   int
-	MaxMessageOps  int
+	MaxChangeOps       int
+	MaxMessageOps      int
 	MaxDocumentOps     int64
 	MaxChangeBytes     int64
 	MaxDocumentBytes   int64
