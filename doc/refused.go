@@ -99,7 +99,7 @@ func newRefusals(cfg *Config) *refusals {
 	}, func() float64 { return float64(rf.stats().Remembered) })
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tandem_refused_changes_remembered_bytes",
-		Help: "Bytes the remembered refused changes take, as counted against --refused-change-bytes.",
+		Help: "Bytes the remembered refused changes take, as counted against the hub's RefusedChangeBytes.",
 	}, func() float64 { return float64(rf.stats().Bytes) })
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(refused, count, size)

@@ -135,6 +135,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
 			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
 		},
+		RefusedChanges: cfg.MaxRefusedChanges, RefusedChangeBytes: cfg.MaxRefusedChangeBytes,
 	}
 	if cfg.SandboxWorkers > 0 {
 		n.sandbox, err = doc.NewSandbox(doc.SandboxConfig{
