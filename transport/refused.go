@@ -11,9 +11,10 @@ import (
 //     (tandem_protocol_errors_total and tandem_documents_refused_total by
 //     reason);
 //   - the connection leaves the document: the room forgets its sync state
-//     and sends it nothing more of the document, presence says goodbye for
-//     it there, and the bus stops watching the document if it was the
-//     last connection here;
+//     and sends it nothing more of the document (but what was already on
+//     its way: a sync message waiting for its changes to be stored),
+//     presence says goodbye for it there, and the bus stops watching the
+//     document if it was the last connection here;
 //   - everything it sends for the document afterwards (sync, request,
 //     ephemeral, presence included) is dropped unread and counted
 //     (tandem_messages_dropped_total{reason="refused_document"});
