@@ -230,6 +230,31 @@ func (h *Hub) Leave(p Peer) {
 	fx.run(h)
 }
 
+// LeaveDocument removes p, still connected, from one document (the
+// transport refused a change p sent there): the other peers there are told
+// goodbye in its name at once; its other documents are untouched. A
+// connection that has been replaced by a newer one of the same peer is
+// ignored.
+func (h *Hub) LeaveDocument(p Peer, documentID string) {
+	var fx effects
+	h.mu.Lock()
+	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p && p != nil && pi.docs.Has(documentID) {
+		pi.docs.Delete(documentID)
+		if r := h.rooms[documentID]; r != nil {
+			if r.state.Remove(pi.id, h.serverClock(pi)) {
+				h.sendGoodbye(r, pi.id)
+			}
+			r.drop(pi.id)
+			h.newEpoch(r)
+			if len(r.members) == 0 {
+				h.dropRoom(r, &fx)
+			}
+		}
+	}
+	h.mu.Unlock()
+	fx.run(h)
+}
+
 // remove drops a peer everywhere and says goodbye for it.
 func (h *Hub) remove(pi *peerInfo, fx *effects) {
 	for id := range pi.docs.Keys() {

@@ -754,3 +754,43 @@ func TestUserOfNamesAPeersUser(t *testing.T) {
 		t.Errorf("a stranger is %q", u)
 	}
 }
+
+// TestLeaveDocumentSaysGoodbyeThereOnly: a peer taken out of one document
+// while connected is gone there at once, and stays in its others.
+func TestLeaveDocumentSaysGoodbyeThereOnly(t *testing.T) {
+	const doc2 = "jN3pd9agHvY1zVqDCHrDTE3fDh1"
+	f := newFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	for _, d := range []string{doc1, doc2} {
+		f.hub.Join(a, d)
+		f.hub.Join(b, d)
+	}
+	f.update(a, "cursor", "1@x") // in doc1
+	data, err := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: "cursor", Value: enc("2@x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.hub.Receive(a, doc2, Message{SenderID: "a", SessionID: "s-a", Count: 100, Data: data}); !ok || err != nil {
+		t.Fatalf("Receive: %v %v", ok, err)
+	}
+	f.hub.Tick()
+	b.take()
+
+	f.hub.LeaveDocument(a, doc1)
+	got := b.take()
+	if len(got) != 1 || got[0].doc != doc1 || got[0].body.Type != TypeGoodbye || got[0].msg.SenderID != "a" {
+		t.Fatalf("b got %+v, want one goodbye from a in doc1", got)
+	}
+	f.hub.LeaveDocument(a, doc1)
+	if got := b.take(); len(got) != 0 {
+		t.Fatalf("a second LeaveDocument sent %+v", got)
+	}
+	if v := f.hub.UserPresence(context.Background(), "a"); len(v.Documents) != 1 || v.Documents[0] != doc2 {
+		t.Fatalf("a is in %v, want doc2 only", v.Documents)
+	}
+	f.hub.Leave(a)
+	got = b.take()
+	if len(got) != 1 || got[0].doc != doc2 || got[0].body.Type != TypeGoodbye {
+		t.Fatalf("b got %+v at a's close, want one goodbye in doc2", got)
+	}
+}

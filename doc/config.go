@@ -33,6 +33,13 @@ type Config struct {
 	Cluster Cluster
 	// Limits bound what a client's changes may add (guard.go).
 	Limits Limits
+	// RefusedChanges and RefusedChangeBytes bound the refused changes the
+	// hub remembers by hash, node-wide, so that a client sending one
+	// again is refused without its message being checked again
+	// (refused.go): default 10,000 entries and 4 MiB, counted as each
+	// entry's document id, reason and a fixed 160 bytes.
+	RefusedChanges     int
+	RefusedChangeBytes int64
 	// Sandbox, when set, applies every client message that carries
 	// changes to a copy of the document in another process first, so that
 	// a fault in automerge costs that process, not this one.
@@ -108,5 +115,11 @@ func (c *Config) setDefaults() error {
 		c.CompactAfter = 64
 	}
 	c.Limits.setDefaults()
+	if c.RefusedChanges <= 0 {
+		c.RefusedChanges = defaultRefusedChanges
+	}
+	if c.RefusedChangeBytes <= 0 {
+		c.RefusedChangeBytes = defaultRefusedChangeBytes
+	}
 	return nil
 }

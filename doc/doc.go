@@ -40,6 +40,10 @@
 // what the bus carried catches up from the store (replica.go). Stores: the
 // embedded BoltStore and the shared PostgresStore.
 //
+// The guard (guard.go) checks a client's changes before automerge sees
+// them; what it refuses is remembered by hash, node-wide and bounded, so a
+// client sending it again is refused without a second check (refused.go).
+//
 // This package knows nothing of WebSocket or HTTP; package transport
 // adapts sockets to the Peer interface.
 package doc

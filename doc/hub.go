@@ -52,6 +52,8 @@ type Hub struct {
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
 
+	refusals *refusals // refused changes, remembered by hash (refused.go)
+
 	background sync.WaitGroup // lookups running (after); added to under mu while not closed
 
 	// Mention reports (mention_journal.go): taken over from gone nodes'
@@ -93,6 +95,7 @@ func NewHub(cfg Config) (*Hub, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
+	h.refusals = newRefusals(&h.cfg)
 	lockSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tandem_document_lock_seconds",
 		Help:    "How long one peer's sync message held its document's lock, by kind (acknowledgement, sync).",
@@ -183,14 +186,24 @@ type SyncMessage struct {
 // is answered with doc-unavailable; the peer stays in the room and receives
 // the document if another peer creates it later. A read-only peer's
 // changes are dropped and ErrReadOnly returned, after the peer was answered.
+// A message the guard refuses (ErrLimit, ErrRefused) is remembered, and a
+// later one carrying the same refused change is refused by its hash alone
+// (refused.go).
 func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 	// Read outside the room's lock; refused before the room is loaded.
 	sm, err := parseSyncMessage(m.Data)
 	if errors.Is(err, errUnsafe) {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+		err = fmt.Errorf("%w: %v", ErrRefused, err)
+		h.refusals.refused(m.DocumentID, nil, err, h.cfg.Limits)
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
+	}
+	if !m.ReadOnly { // a reader's changes are dropped unread anyway
+		if err := h.refusals.check(m.DocumentID, sm.changes); err != nil {
+			return err
+		}
 	}
 	for {
 		r, err := h.acquire(ctx, m.DocumentID)
@@ -207,6 +220,9 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		changed, err := r.receiveSync(h, p, m, sm, carries)
 		if errors.Is(err, errEvicted) {
 			continue
+		}
+		if errors.Is(err, ErrLimit) || errors.Is(err, ErrRefused) {
+			h.refusals.refused(m.DocumentID, sm.changes, err, h.cfg.Limits)
 		}
 		if changed {
 			h.markDirty(r)

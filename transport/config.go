@@ -36,6 +36,9 @@ type Presence interface {
 	Receive(p awareness.Peer, documentID string, m awareness.Message) (bool, error)
 	// Touch is called on every pong.
 	Touch(p awareness.Peer)
+	// LeaveDocument is called when the connection leaves one document
+	// while it stays connected (a change it sent there was refused).
+	LeaveDocument(p awareness.Peer, documentID string)
 	// Leave is called once when the connection has closed.
 	Leave(p awareness.Peer)
 	// Handoff is called instead of Leave when the connection was

@@ -66,6 +66,7 @@ type conn struct {
 	batches     bool                           // the client takes presence in batches
 	release     func()                         // gives up the peer id's cluster claim; nil without one
 	docs        smallmap.Map[string, struct{}] // the documents it opened
+	refused     refusedDocs                    // the documents refused to it (refused.go)
 	clocks      map[string]uint64              // last ephemeral count per sessionId; nil before the first
 	lastRateErr int64                          // when the client was last told it is rate limited (monotonic)
 }

@@ -18,6 +18,8 @@
 // One record per node says which connection is in which document
 // (members.go): it alone tells presence, the document layer and the bus,
 // and routes each ephemeral once, to presence or to the document's relay.
+// A change the document layer refuses costs its sender that document on
+// that connection, not the connection (refused.go).
 //
 // Concurrency: Server methods are safe for concurrent use. The doc.Peer
 // methods of a connection never block: they encode and queue a frame, or

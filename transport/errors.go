@@ -24,8 +24,6 @@ var (
 	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
 	ReasonExpired     = CloseReason{4004, "token_expired", "token expired"}
-	ReasonRefused     = CloseReason{websocket.CloseInvalidFramePayloadData, errRefused, "sync message refused"}
-	ReasonOverLimit   = CloseReason{websocket.CloseMessageTooBig, errOverLimit, "changes over a document limit"}
 
 	// Protocol violations: the client is told why in an error message,
 	// then closed with the code that names the fault.
@@ -67,10 +65,11 @@ const (
 	errTooLarge    = "ephemeral_too_large"
 	errRateLimited = "rate_limited"
 
-	dropStale         = "stale_ephemeral"
-	dropForeignSender = "foreign_sender"
-	dropDenied        = "access_denied"
-	dropRateLimited   = "rate_limited"
+	dropStale           = "stale_ephemeral"
+	dropForeignSender   = "foreign_sender"
+	dropDenied          = "access_denied"
+	dropRateLimited     = "rate_limited"
+	dropRefusedDocument = "refused_document"
 
 	// Reasons a connection is refused before the upgrade.
 	refuseUnauthorized = "unauthorized"

@@ -87,6 +87,9 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 		c.violation(ReasonWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
 		return
 	}
+	if c.droppedRefused(m.DocumentID) {
+		return
+	}
 	switch m.Type {
 	case wire.TypeSync, wire.TypeRequest:
 		// Document sync is never dropped: the rate limit counts it only.
@@ -159,8 +162,8 @@ func (c *conn) open(documentID string) bool {
 	if c.docs.Has(documentID) {
 		return true
 	}
-	if c.docs.Len() >= c.srv.cfg.MaxDocumentsPerConn {
-		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", c.docs.Len()))
+	if n := c.docs.Len() + c.refused.Len(); n >= c.srv.cfg.MaxDocumentsPerConn {
+		c.protocolError(errTooManyDocs, fmt.Sprintf("this connection has opened %d documents, the limit", n))
 		return false
 	}
 	if !c.srv.members.join(c, documentID) {
@@ -242,11 +245,11 @@ func (c *conn) documentError(documentID string, err error) {
 	case errors.Is(err, doc.ErrReadOnly):
 		c.protocolError(errReadOnly, fmt.Sprintf("read-only access to document %s: your changes were not applied", documentID))
 	case errors.Is(err, doc.ErrRefused):
-		// Input automerge cannot take safely: the client is broken or
-		// hostile, and would only send it again.
-		c.violation(ReasonRefused, fmt.Sprintf("sync message for document %s refused: %v", documentID, err))
+		// Input automerge cannot take safely: it costs the client this
+		// document, on this connection (refused.go).
+		c.refuseDocument(documentID, errRefused, fmt.Sprintf("sync message for document %s refused: %v; this connection no longer syncs the document", documentID, err))
 	case errors.Is(err, doc.ErrLimit):
-		c.violation(ReasonOverLimit, fmt.Sprintf("changes to document %s refused: %v", documentID, err))
+		c.refuseDocument(documentID, errOverLimit, fmt.Sprintf("changes to document %s refused: %v; this connection no longer syncs the document", documentID, err))
 	case errors.Is(err, doc.ErrBadSyncMessage):
 		c.violation(ReasonBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
 	case errors.Is(err, doc.ErrStoreBehind):

@@ -17,7 +17,8 @@ import (
 // ephemeral message, once: presence's, or the document's relay.
 //
 // A connection is in a document from its first message for it (join)
-// until it closes (leave); a connection's own list of its documents is
+// until it closes (leave), or until a change it sent there is refused
+// (leaveDocument); a connection's own list of its documents is
 // conn.docs, which only its reader touches.
 type members struct {
 	cfg *Config
@@ -78,6 +79,26 @@ func (m *members) leave(c *conn, docs *smallmap.Map[string, struct{}], movedTo s
 		for _, id := range unwatched {
 			m.cfg.Bus.Leave(id)
 		}
+	}
+}
+
+// leaveDocument takes c out of one document while it stays connected (a
+// change it sent there was refused: refused.go). The caller has taken the
+// document out of c.docs.
+func (m *members) leaveDocument(c *conn, documentID string) {
+	if p := m.cfg.Presence; p != nil {
+		p.LeaveDocument(c, documentID)
+	}
+	m.mu.Lock()
+	m.docs[documentID]--
+	last := m.docs[documentID] <= 0
+	if last {
+		delete(m.docs, documentID)
+	}
+	m.mu.Unlock()
+	m.cfg.Documents.Leave(c, documentID)
+	if last && m.cfg.Bus != nil {
+		m.cfg.Bus.Leave(documentID)
 	}
 }
 

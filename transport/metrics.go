@@ -18,6 +18,7 @@ type metrics struct {
 	dropped     *prometheus.CounterVec
 	disconnects *prometheus.CounterVec
 	refused     *prometheus.CounterVec
+	docsRefused *prometheus.CounterVec
 	denied      prometheus.Counter
 	syncBytes   *prometheus.CounterVec
 	sendWait    prometheus.Histogram
@@ -76,13 +77,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_sync_bytes_total",
 			Help: "Bytes of automerge sync messages, by direction (in, out).",
 		}, []string{"direction"}),
+		docsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_documents_refused_total",
+			Help: "Documents a connection was taken out of because a change it sent to one was refused, by reason (document_limit, sync_refused); the connection's other documents went on.",
+		}, []string{"reason"}),
 		denied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_access_denied_total",
 			Help: "Messages for documents outside the peer's token, answered as unavailable.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.denied, m.syncBytes, m.sendWait, m.presLane)
+		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.docsRefused, m.denied, m.syncBytes, m.sendWait, m.presLane)
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_read_buffer_bytes",
 			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a plain TCP socket is quiet.",

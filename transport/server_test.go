@@ -57,8 +57,15 @@ func newTestServer(t *testing.T, cfg Config) *testServer {
 // newTestServerOn is newTestServer on a store of the test's choosing.
 func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
 	t.Helper()
+	return newTestServerHub(t, cfg, doc.Config{Store: store})
+}
+
+// newTestServerHub is newTestServerOn with a hub configured by the test.
+func newTestServerHub(t *testing.T, cfg Config, hubCfg doc.Config) *testServer {
+	t.Helper()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
+	hubCfg.Logger = logger
+	hub, err := doc.NewHub(hubCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,6 +137,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
 			WaitingBytes: cfg.MaxWaitingBytes,
 		},
+		RefusedChanges: cfg.MaxRefusedChanges, RefusedChangeBytes: cfg.MaxRefusedChangeBytes,
 	}
 	if cfg.SandboxWorkers > 0 {
 		n.sandbox, err = doc.NewSandbox(doc.SandboxConfig{

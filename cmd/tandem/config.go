@@ -75,6 +75,9 @@ type config struct {
 	MaxDocumentChanges int64
 	MaxWaitingBytes    int64
 	SandboxWorkers     int
+	// Refused changes remembered by hash, node-wide (doc/refused.go).
+	MaxRefusedChanges     int
+	MaxRefusedChangeBytes int64
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -139,6 +142,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.MaxDocumentBytes, "max-document-bytes", 256<<20, "bytes one document's changes may expand to together")
 	fs.Int64Var(&c.MaxDocumentChanges, "max-document-changes", 1_000_000, "changes one document may hold")
 	fs.Int64Var(&c.MaxWaitingBytes, "max-waiting-bytes", 64<<20, "bytes of changes waiting for a dependency, summed over the node's documents")
+	fs.IntVar(&c.MaxRefusedChanges, "max-refused-changes", 10_000, "refused changes the node remembers by hash, so that a client sending one again is refused without it being checked again")
+	fs.Int64Var(&c.MaxRefusedChangeBytes, "max-refused-change-bytes", 4<<20, "memory those remembered refused changes may take")
 	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", 2, "worker processes that apply clients' changes before the node does; 0 turns the sandbox off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
@@ -195,6 +200,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
 		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-watched-per-ip": c.MaxWatchedPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
 		"--message-burst": c.MessageBurst, "--max-change-ops": c.MaxChangeOps, "--max-message-ops": c.MaxMessageOps,
+		"--max-refused-changes": c.MaxRefusedChanges, "--max-refused-change-bytes": int(min(c.MaxRefusedChangeBytes, 1<<30)),
 	} {
 		if v < 1 {
 			return c, fmt.Errorf("%s must be at least 1", name)

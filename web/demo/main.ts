@@ -13,6 +13,7 @@ import {
   type TandemPresence,
   type UserView,
 } from "@tandemhq/client"
+import { largeEdits } from "./large.js"
 import { remoteCursors, setRemoteCursors, type RemoteCursor } from "./cursors.js"
 
 type TextDoc = { text: string }
@@ -82,6 +83,7 @@ function start(handle: DocHandle<TextDoc>) {
     extensions: [
       basicSetup,
       EditorView.lineWrapping,
+      largeEdits(handle, ["text"]),
       automergeSyncPlugin({ handle, path: ["text"] }),
       remoteCursors(),
       EditorView.updateListener.of(u => {

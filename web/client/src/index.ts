@@ -42,6 +42,7 @@ export {
   type FetchFunction,
   type FetchResponse,
 } from "./notifications.js"
+export { spliceText, MAX_CHANGE_CHARS, type SpliceOptions } from "./text.js"
 export { ActivityMonitor } from "./activity.js"
 export { Throttle } from "./throttle.js"
 export { backoffDelay, jittered, type BackoffOptions } from "./backoff.js"
