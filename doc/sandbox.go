@@ -382,19 +382,6 @@ func (r *frameReader) byte1() byte {
 	return v
 }
 
-func (r *frameReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	n, k := binary.Uvarint(r.b)
-	if k <= 0 {
-		r.err = errors.New("truncated sandbox frame")
-		return 0
-	}
-	r.b = r.b[k:]
-	return n
-}
-
 func readHeads(b []byte) ([]automerge.ChangeHash, bool) {
 	r := &frameReader{b: b}
 	hs := r.heads()

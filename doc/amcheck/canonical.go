@@ -60,7 +60,7 @@ func canonicalRuns(it colIter) ([]byte, error) {
 			runs[n-1].n += s.n
 			continue
 		}
-		runs = append(runs, run{n: s.n, null: s.null, u: s.u, d: s.d, s: s.s})
+		runs = append(runs, run(s))
 	}
 	// A column of nulls only is written as nothing.
 	allNull := true

@@ -25,7 +25,7 @@ export function largeEdits(handle: DocHandle<unknown>, path: Prop[], options?: S
     if (size <= (options?.maxChars ?? MAX_CHANGE_CHARS)) return tr
     void (async () => {
       for (const r of ranges.reverse()) await spliceText(handle, path, r.from, r.to - r.from, r.text, options)
-    })()
+    })().catch(err => console.warn("a large edit stopped:", err))
     return []
   })
 }

@@ -77,13 +77,19 @@ async function openDocument(): Promise<DocHandle<TextDoc>> {
 function start(handle: DocHandle<TextDoc>) {
   $("doc-info").textContent = `Document ${handle.documentId}`
   const presence = client.presence(handle as DocHandle<unknown>, { user })
+  // The server names a document it refuses in its error: a large edit
+  // still waiting for it to take a part stops there.
+  const refused = new AbortController()
+  client.socket.onServerError(message => {
+    if (message.includes(handle.documentId)) refused.abort(new Error(message))
+  })
   const view = new EditorView({
     doc: handle.doc()!.text,
     parent: $("editor"),
     extensions: [
       basicSetup,
       EditorView.lineWrapping,
-      largeEdits(handle, ["text"]),
+      largeEdits(handle, ["text"], { signal: refused.signal }),
       automergeSyncPlugin({ handle, path: ["text"] }),
       remoteCursors(),
       EditorView.updateListener.of(u => {

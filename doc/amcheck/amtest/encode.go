@@ -16,18 +16,17 @@ import (
 // Op is one operation to encode. Value is the value's type and Raw its
 // bytes in automerge's value encoding (see String, Int, Counter).
 type Op struct {
-	Obj       amcheck.OpID
-	MapKey    bool
-	Key       string
-	Elem      amcheck.OpID
-	Insert    bool
-	Action    amcheck.Action
-	Value     amcheck.ValueType
-	Raw       []byte
-	MarkName  string // a mark's start has a name; its end has none
-	Expand    bool
-	Preds     []amcheck.OpID
-	markStart bool
+	Obj      amcheck.OpID
+	MapKey   bool
+	Key      string
+	Elem     amcheck.OpID
+	Insert   bool
+	Action   amcheck.Action
+	Value    amcheck.ValueType
+	Raw      []byte
+	MarkName string // a mark's start has a name; its end has none
+	Expand   bool
+	Preds    []amcheck.OpID
 }
 
 // Change is a change to encode. Actors[0] is its author; op IDs name

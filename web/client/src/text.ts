@@ -23,6 +23,12 @@ export interface SpliceOptions {
    * equal the document's heads.
    */
   acknowledged?: (handle: DocHandle<unknown>, heads: string[]) => Promise<void>
+  /**
+   * Ends the wait for the server: abort it when the server refuses the
+   * document (a `TandemClient`'s `onServerError` names it), and the promise
+   * rejects with the signal's reason, the parts not yet made left out.
+   */
+  signal?: AbortSignal
 }
 
 /**
@@ -54,7 +60,7 @@ export async function spliceText<T>(
   let after: Cursor | undefined // the character the next part goes after; undefined: at index
   let first = true
   while (first || toDelete > 0 || rest.length > 0) {
-    if (!first) await acknowledged(handle as DocHandle<unknown>, handle.heads())
+    if (!first) await abortable(acknowledged(handle as DocHandle<unknown>, handle.heads()), options.signal)
     first = false
     const del = Math.min(toDelete, max)
     const part = cut(rest, max - del)
@@ -70,6 +76,20 @@ export async function spliceText<T>(
     after = end > 0 ? getCursor(handle.doc()!, path, end - 1) : undefined
     if (end === 0) index = 0
   }
+}
+
+// abortable settles as p does, or rejects once signal is aborted.
+function abortable<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return p
+  if (signal.aborted) return Promise.reject(signal.reason)
+  return new Promise<T>((resolve, reject) => {
+    const abort = () => reject(signal.reason)
+    signal.addEventListener("abort", abort, { once: true })
+    p.then(
+      v => (signal.removeEventListener("abort", abort), resolve(v)),
+      e => (signal.removeEventListener("abort", abort), reject(e)),
+    )
+  })
 }
 
 // cut returns text's first n UTF-16 units at most, never half a

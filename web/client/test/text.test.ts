@@ -98,6 +98,21 @@ test("each part follows the one before it, whatever is typed meanwhile; deletion
   await repo.shutdown()
 })
 
+test("a wait the server will never end is ended by the signal", async () => {
+  const repo = new Repo()
+  const handle = repo.create<TextDoc>({ text: "" })
+  const refused = new AbortController()
+  const done = spliceText(handle, ["text"], 0, 0, "abcdefghij", {
+    maxChars: 5,
+    acknowledged: () => new Promise(() => {}), // the server refused the document: no acknowledgement comes
+    signal: refused.signal,
+  })
+  refused.abort(new Error("document refused"))
+  await assert.rejects(done, /document refused/)
+  assert.equal(handle.doc()!.text, "abcde", "the part after the refusal is not made")
+  await repo.shutdown()
+})
+
 test("a small edit is one change, made at once", async () => {
   const repo = new Repo()
   const handle = repo.create<TextDoc>({ text: "hello" })
