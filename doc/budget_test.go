@@ -72,8 +72,8 @@ func TestWaitingChangesAreBoundedPerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
-	if err := sendChanges(h, other, p, cs[2]); !errors.Is(err, ErrLimit) {
-		t.Fatalf("a second document's waiting change: err = %v, want ErrLimit", err)
+	if err := sendChanges(h, other, p, cs[2]); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second document's waiting change: err = %v, want ErrBusy", err)
 	}
 	// Once the first document's change is applied, its queue is empty
 	// and the node takes waiting changes again.

@@ -20,6 +20,10 @@ var (
 	// store is too far behind the document (maxUnstored): nothing of it
 	// is applied; the peer is to come back later.
 	ErrStoreBehind = errors.New("the store is behind: changes not taken now")
+	// ErrBusy is returned for a message whose changes would wait for a
+	// dependency while the node holds Limits.WaitingBytes of such changes
+	// already: nothing of it is applied; the peer is to come back later.
+	ErrBusy = errors.New("the node holds too many changes waiting for their dependencies: changes not taken now")
 	// ErrNotFound is returned by a Store for a document it does not have.
 	ErrNotFound = errors.New("document not found")
 )

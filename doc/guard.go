@@ -337,8 +337,8 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, len(l.queued)+len(ad.held), maxQueued)
 	}
 	if heldBytes > 0 && l.waiting != nil && l.waiting.Load()+heldBytes > lim.WaitingBytes {
-		return nil, fmt.Errorf("%w: the node holds %d bytes of changes waiting for a dependency; %d more would pass its limit of %d",
-			ErrLimit, l.waiting.Load(), heldBytes, lim.WaitingBytes)
+		return nil, fmt.Errorf("%w: it holds %d bytes of them; %d more would pass its limit of %d",
+			ErrBusy, l.waiting.Load(), heldBytes, lim.WaitingBytes)
 	}
 	ad.rewrite = len(ad.apply) != len(changes)
 	if !ad.rewrite {

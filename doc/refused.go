@@ -202,7 +202,7 @@ func (rf *refusals) refused(documentID string, changes [][]byte, cause error, li
 			continue
 		}
 		all = append(all, h)
-		if _, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes}); err != nil {
+		if _, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, Canonical: true}); err != nil {
 			own = append(own, h)
 		}
 	}

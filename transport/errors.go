@@ -40,6 +40,9 @@ var (
 	// The store is behind: the client is to reconnect later, when its
 	// changes, sent again on a fresh sync state, can be stored.
 	ReasonStoreBehind = CloseReason{websocket.CloseTryAgainLater, errStoreBehind, "the server's store is behind: reconnect later"}
+	// The node holds all the changes waiting for a dependency it may:
+	// the client is to reconnect later and send them again.
+	ReasonBusy = CloseReason{websocket.CloseTryAgainLater, errBusy, "the server holds too many changes waiting for their dependencies: reconnect later"}
 )
 
 // Reasons for protocol errors sent to a client (tandem_protocol_errors_total)
@@ -57,6 +60,7 @@ const (
 	errOverLimit   = "document_limit"
 	errLoad        = "load_failed"
 	errStoreBehind = "store_behind"
+	errBusy        = "waiting_full"
 	errBadPresence = "bad_presence"
 	errReadOnly    = "read_only"
 	errPeerTaken   = "peer_id_taken"

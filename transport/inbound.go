@@ -252,6 +252,8 @@ func (c *conn) documentError(documentID string, err error) {
 		c.refuseDocument(documentID, errOverLimit, fmt.Sprintf("changes to document %s refused: %v; this connection no longer syncs the document", documentID, err))
 	case errors.Is(err, doc.ErrBadSyncMessage):
 		c.violation(ReasonBadSync, fmt.Sprintf("sync data for document %s is not an automerge sync message", documentID))
+	case errors.Is(err, doc.ErrBusy):
+		c.violation(ReasonBusy, fmt.Sprintf("changes to document %s not taken: %v; reconnect later", documentID, err))
 	case errors.Is(err, doc.ErrStoreBehind):
 		c.violation(ReasonStoreBehind, fmt.Sprintf("changes to document %s not taken: the server's store is behind; reconnect later and they are taken then", documentID))
 	case errors.Is(err, doc.ErrClosed):

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -507,6 +510,20 @@ func (s *soak) badInput(ctx context.Context) {
 			// another id is dropped quietly: stock clients relay those).
 			m, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
 			b, _ := wire.Encode(&wire.Message{Type: wire.TypeSync, SenderID: "someone-else", DocumentID: doc, Data: m.Bytes()})
+			return ws.WriteMessage(websocket.BinaryMessage, b)
+		}},
+		{"forged change", 0, func(ws *websocket.Conn, doc string) error {
+			if err := joinAs(ws, "mallory3"); err != nil {
+				return err
+			}
+			// A change into an object no change made: automerge-go takes
+			// it, stock clients could never load the document again.
+			v, raw := amtest.Int(1)
+			chunk, _ := amtest.Encode(amtest.Change{Actors: [][]byte{[]byte("mallory3")}, Seq: 1, StartOp: 9, Ops: []amtest.Op{
+				{Obj: amcheck.OpID{Counter: 5}, MapKey: true, Key: "x", Action: amcheck.Put, Value: v, Raw: raw},
+			}})
+			data := append([]byte{0x42, 0, 0, 0, 1}, binary.AppendUvarint(nil, uint64(len(chunk)))...)
+			b, _ := wire.Encode(&wire.Message{Type: wire.TypeSync, SenderID: "mallory3", DocumentID: doc, Data: append(data, chunk...)})
 			return ws.WriteMessage(websocket.BinaryMessage, b)
 		}},
 		{"invalid document id", 0, func(ws *websocket.Conn, _ string) error {

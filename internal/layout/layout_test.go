@@ -36,6 +36,7 @@ var rank = map[string]int{
 	"internal/cmalloc":   0,
 	"transport/wire":     0,
 	"doc/amcheck":        0,
+	"doc/amcheck/amtest": 1, // test changes, for doc's tests and the bench
 	"doc":                1,
 	"awareness":          1,
 	"web/notify":         1,
@@ -55,7 +56,6 @@ var longFiles = map[string]string{
 	"web/notify/store.go":      "the notification store's SQL, for SQLite and PostgreSQL side by side",
 	"web/notify/service.go":    "the queue's one worker pipeline: post, fold, store, push",
 	"doc/amcheck/amcheck.go":   "the chunk parser's entry points and header checks",
-	"doc/sandbox.go":           "the sandbox's process pool and its framing, which belong together",
 }
 
 const maxLines = 400
