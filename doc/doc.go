@@ -41,8 +41,13 @@
 // embedded BoltStore and the shared PostgresStore.
 //
 // The guard (guard.go) checks a client's changes before automerge sees
-// them; what it refuses is remembered by hash, node-wide and bounded, so a
+// them: their encoding, the limits, and every reference each op makes
+// against the document (refcheck.go, over the index in refindex.go);
+// changes that wait for a dependency wait in the guard, not in automerge.
+// What it refuses is remembered by hash, node-wide and bounded, so a
 // client sending it again is refused without a second check (refused.go).
+// A compaction's snapshot is loaded back before it replaces the chunks it
+// covers (durable.go).
 //
 // This package knows nothing of WebSocket or HTTP; package transport
 // adapts sockets to the Peer interface.
