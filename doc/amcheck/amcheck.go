@@ -69,14 +69,6 @@ type Change struct {
 	// OtherActors is the number of other actors the change's operations
 	// refer to.
 	OtherActors int
-	// Refs lists the objects made elsewhere (by earlier changes) that the
-	// change's ops address, and how: by map key or by list position. The
-	// root map and objects this change makes are checked here and not
-	// listed. automerge aborts when one object gets both kinds of key, so
-	// a caller must check each Ref against the object's type (see Made).
-	Refs []ObjRef
-	// Made lists the objects the change makes, in runs of consecutive ops.
-	Made []ObjMade
 	// Actors are the actor IDs the change's ops name by index: its own
 	// actor first, then the others in the order the change lists them.
 	Actors [][]byte
@@ -88,26 +80,6 @@ type Change struct {
 	// compressed bytes as if they were a change body), so a change from a
 	// sync message must not be compressed: ParseSyncChange refuses them.
 	Compressed bool
-}
-
-// ObjRef is an object some of a change's ops address.
-type ObjRef struct {
-	// Actor and Counter identify the object by the op that made it.
-	Actor   []byte
-	Counter uint64
-	// MapKeys reports ops addressing it by map key (as a map or table);
-	// otherwise by list position (as a list or text).
-	MapKeys bool
-}
-
-// ObjMade is a run of objects a change makes: the ops with counters
-// Counter to Counter+N-1 of the change's actor each make one object.
-type ObjMade struct {
-	Counter uint64
-	N       uint64
-	// Map reports maps and tables (addressed by map keys); otherwise lists
-	// and text (addressed by list positions).
-	Map bool
 }
 
 // ActorHex returns the change's actor ID in automerge's hex form.

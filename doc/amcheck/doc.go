@@ -27,8 +27,10 @@
 // dependencies are known. Callers check those against their own record
 // of the document. One of them aborts automerge outright: a map key put
 // into a list or text object made by an earlier change (or a list
-// position into a map); Change.Refs and Change.Made carry what a caller
-// needs to track object kinds and refuse such a change.
+// position into a map). With Limits.ListOps a caller gets every op
+// (Change.OpList) to check against its record; with Limits.Canonical a
+// change must be encoded as automerge encodes it, or a document saved
+// with it does not load.
 //
 // Sync messages: automerge's sync message decoder neither checks a
 // change's checksum nor inflates compressed chunks, so check each entry

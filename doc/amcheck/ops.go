@@ -80,9 +80,9 @@ type opsCheck struct {
 	rows    uint64      // ops, from the action column
 	preds   uint64      // predecessor references, from the pred group
 	makes   []makeRun
-	others  [][]byte       // actor IDs by index (in the input)
-	refs    map[objKey]int // index into c.Refs
-	expBody int64          // expansion counted on top of the chunk itself
+	others  [][]byte        // actor IDs by index (in the input)
+	refs    map[objKey]bool // objects of earlier changes the ops address: by map key?
+	expBody int64           // expansion counted on top of the chunk itself
 }
 
 func (o *opsCheck) col(slot int) colIter {
@@ -140,13 +140,6 @@ func checkOps(c *Change, actors [][]byte, cols []colMeta, data []byte, lim Limit
 			return err
 		}
 	}
-	for _, m := range o.makes {
-		c.Made = append(c.Made, ObjMade{
-			Counter: c.StartOp + m.start,
-			N:       m.n,
-			Map:     m.action == actMakeMap || m.action == actMakeTbl,
-		})
-	}
 	return nil
 }
 
@@ -155,21 +148,22 @@ type objKey struct {
 	counter uint64
 }
 
-// ref records that ops address object (actor, counter) with map keys or
-// not, and refuses both kinds in one change.
+// ref records that ops address object (actor, counter) of an earlier
+// change with map keys or not, and refuses both kinds in one change
+// (whether the kind is the object's is for the caller to check, against
+// the document: Change.OpList).
 func (o *opsCheck) ref(actor, counter uint64, mapKeys bool) error {
 	k := objKey{actor, counter}
-	if i, ok := o.refs[k]; ok {
-		if o.c.Refs[i].MapKeys != mapKeys {
+	if was, ok := o.refs[k]; ok {
+		if was != mapKeys {
 			return malformed("object %d@%x addressed both by map key and by list position", counter, o.others[actor])
 		}
 		return nil
 	}
 	if o.refs == nil {
-		o.refs = make(map[objKey]int)
+		o.refs = make(map[objKey]bool)
 	}
-	o.refs[k] = len(o.c.Refs)
-	o.c.Refs = append(o.c.Refs, ObjRef{Actor: o.c.actorID(actor, o.others), Counter: counter, MapKeys: mapKeys})
+	o.refs[k] = mapKeys
 	return nil
 }
 

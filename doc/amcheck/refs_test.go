@@ -1,7 +1,6 @@
 package amcheck
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"strings"
@@ -46,39 +45,79 @@ func mapKeyIntoText(dep [32]byte) tchange {
 	}
 }
 
-func TestRefsAndMade(t *testing.T) {
-	a, _, err := ParseChange(textDoc().chunk(), Limits{})
+// OpList lists what each op names: typing into a text made by an earlier
+// change names that text and the element typed after.
+func TestOpList(t *testing.T) {
+	a, _, err := ParseChange(textDoc().chunk(), Limits{ListOps: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(a.Refs) != 0 || len(a.Made) != 1 || a.Made[0] != (ObjMade{Counter: 1, N: 1, Map: false}) {
-		t.Errorf("text doc: refs %v made %v", a.Refs, a.Made)
-	}
-	b, _, err := ParseChange(mapKeyIntoText(a.Hash).chunk(), Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b.Refs) != 1 || !bytes.Equal(b.Refs[0].Actor, testActor) || b.Refs[0].Counter != 1 || !b.Refs[0].MapKeys {
-		t.Errorf("map key into text: refs %+v", b.Refs)
+	if len(a.OpList) != 2 || a.OpList[0].Action != MakeText || !a.OpList[0].MapKey || a.OpList[0].Key != "t" ||
+		a.OpList[1].Obj != (OpID{Counter: 1}) || !a.OpList[1].Insert || a.OpList[1].Elem != (OpID{}) {
+		t.Errorf("text doc: ops %+v", a.OpList)
 	}
 
-	// Real changes: typing into a text made earlier refers to it.
 	d := automerge.New()
 	d.RootMap().Set("text", automerge.NewText("hi"))
 	d.Commit("")
 	v, _ := d.RootMap().Get("text")
 	v.Text().Insert(2, "!")
-	d.RootMap().Set("title", "x")
 	d.Commit("")
-	cs := checkAgainst(t, d)
-	if len(cs[0].Refs) != 0 || len(cs[0].Made) != 1 || cs[0].Made[0].Counter != cs[0].StartOp || cs[0].Made[0].Map {
-		t.Errorf("first change: refs %+v made %+v", cs[0].Refs, cs[0].Made)
+	chs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := ObjRef{Actor: cs[0].Actor, Counter: cs[0].StartOp, MapKeys: false}
-	if len(cs[1].Refs) != 1 || !bytes.Equal(cs[1].Refs[0].Actor, want.Actor) || cs[1].Refs[0].Counter != want.Counter || cs[1].Refs[0].MapKeys {
-		t.Errorf("second change: refs %+v, want [%+v]", cs[1].Refs, want)
+	first, _, err := ParseChange(chs[0].Save(), Limits{ListOps: true})
+	if err != nil {
+		t.Fatal(err)
 	}
+	typed, _, err := ParseChange(chs[1].Save(), Limits{ListOps: true, Canonical: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := OpID{Counter: uint32(first.StartOp)}
+	want := Op{Obj: text, Elem: OpID{Counter: text.Counter + 2}, Insert: true, Action: Put, Value: ValueString}
+	if len(typed.OpList) != 1 || typed.OpList[0].Obj != want.Obj || typed.OpList[0].Elem != want.Elem ||
+		!typed.OpList[0].Insert || typed.OpList[0].Action != Put || typed.OpList[0].Value != ValueString {
+		t.Errorf("typed change: ops %+v, want [%+v]", typed.OpList, want)
+	}
+}
 
+// automerge-go writes its changes as the canonical check wants them: maps,
+// lists, text, counters, deletions, overwrites.
+func TestAutomergeGoChangesAreCanonical(t *testing.T) {
+	d := automerge.New()
+	d.RootMap().Set("text", automerge.NewText("hello"))
+	d.RootMap().Set("n", 1)
+	d.RootMap().Set("c", automerge.NewCounter(3))
+	d.RootMap().Set("l", []any{1, "two", 3.0, true, nil})
+	d.RootMap().Set("m", map[string]any{"a": "x", "b": []any{}})
+	d.Commit("one")
+	v, _ := d.RootMap().Get("text")
+	v.Text().Splice(1, 2, "EY")
+	c, _ := d.RootMap().Get("c")
+	c.Counter().Inc(5)
+	d.RootMap().Delete("n")
+	l, _ := d.RootMap().Get("l")
+	l.List().Set(1, "2")
+	l.List().Delete(0)
+	d.Commit("two")
+	chs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range chs {
+		if _, _, err := ParseChange(ch.Save(), Limits{ListOps: true, Canonical: true}); err != nil {
+			t.Errorf("change %d: %v", i, err)
+		}
+	}
+}
+
+func TestBothKeyKindsInOneChange(t *testing.T) {
+	a, _, err := ParseChange(textDoc().chunk(), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// One change addressing one object both ways is refused.
 	both := mapKeyIntoText(a.Hash)
 	both = withCol(both, specObjActor, rle{}.run(2, 0))
@@ -94,7 +133,8 @@ func TestRefsAndMade(t *testing.T) {
 	}
 }
 
-// TestAbortOnWrongKeyKind shows, in a child process, what Refs is for:
+// TestAbortOnWrongKeyKind shows, in a child process, why callers check
+// what ops name against the document (OpList):
 // automerge aborts the process applying a change that ParseChange
 // accepts, because only the document knows the object is text.
 func TestAbortOnWrongKeyKind(t *testing.T) {
