@@ -76,7 +76,7 @@ func (x *refIndex) check(c *amcheck.Change) error {
 	}
 	// This change's ops, as they are checked: a later op may name an
 	// earlier one (a paste inserts each character after the one before).
-	mine := newRefIndex(x)
+	mine := newOverlay(x)
 	if !selfKnown {
 		mine.actorNo[string(c.Actors[0])] = self
 		mine.actorID[self] = string(c.Actors[0])
@@ -88,6 +88,18 @@ func (x *refIndex) check(c *amcheck.Change) error {
 		ctr := c.StartOp + uint64(i)
 		id := uint64(self)<<32 | ctr
 		older := func(g uint64) bool { return uint64(uint32(g)) < ctr }
+
+		switch {
+		case op.Action == amcheck.MakeTable:
+			// automerge 3 keeps no index of a table's contents: an op in
+			// one fails there. No stock client makes tables.
+			return fail(i, "a table")
+		case op.Action == amcheck.Delete && (op.Value != amcheck.ValueNull || op.MarkStart || op.Expand):
+			// automerge keeps a deletion only as its target's successor:
+			// a value, a mark name or an expand flag on it is lost, and the
+			// change rebuilds to another hash.
+			return fail(i, "a deletion that carries a value, a mark name or an expand flag")
+		}
 
 		// The object.
 		objHolds := uint8(holdsMap)
@@ -229,32 +241,66 @@ func (x *refIndex) check(c *amcheck.Change) error {
 	if c.Seq > 1 {
 		need[self] = max(need[self], c.Seq-1)
 	}
-	if !x.inPast(c.Deps, need) {
+	found, ok := x.inPast(c.Deps, need)
+	if !ok {
+		return fmt.Errorf("%w: change %x: its past is too long to check (over %d changes walked for the message)", ErrLimit, c.Hash[:4], maxPastSteps)
+	}
+	if !found {
 		return fmt.Errorf("%w: change %x names ops of changes it does not depend on", ErrRefused, c.Hash[:4])
+	}
+	// automerge starts a change's ops after every op of its past (and a
+	// change with none exactly there): a stock client fails to load one
+	// that starts lower.
+	var pastMax uint32
+	for _, d := range c.Deps {
+		if dn, ok := x.change(d); ok {
+			pastMax = max(pastMax, dn.maxOp)
+		}
+	}
+	if len(c.OpList) > 0 && c.StartOp <= uint64(pastMax) {
+		return fmt.Errorf("%w: change %x starts its ops at %d, not after its past's %d", ErrRefused, c.Hash[:4], c.StartOp, pastMax)
+	}
+	if len(c.OpList) == 0 && c.StartOp != uint64(pastMax)+1 {
+		return fmt.Errorf("%w: change %x has no ops and start op %d, not %d", ErrRefused, c.Hash[:4], c.StartOp, pastMax+1)
 	}
 	x.add(c)
 	return nil
 }
 
+// maxPastSteps bounds the changes one message's causal checks may walk.
+const maxPastSteps = 1 << 20
+
 // inPast reports whether, for every actor in need, the changes deps
 // depend on (deps included) hold the actor's change with that sequence
 // number. An actor's change depends on the actor's previous one, so a
-// later change of the actor in the past is as good.
-func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) bool {
+// later change of the actor in the past is as good; and a complete change
+// (one that depended on every head of its time) has in its past every
+// change taken before it, so the walk stops there for those. ok is false
+// if the walk passed the message's budget.
+func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bool) {
 	if len(need) == 0 {
-		return true
+		return true, true
 	}
-	if len(deps) == len(x.heads) {
+	if len(deps) == x.nHeads {
 		all := true
 		for _, d := range deps {
-			if _, ok := x.heads[d]; !ok {
+			if !x.isHead(d) {
 				all = false
 				break
 			}
 		}
 		if all {
-			return true // it depends on the whole document
+			return true, true // it depends on the whole document
 		}
+	}
+	// Each change needed, by the order the index took it in.
+	taken := make(map[uint32]uint64, len(need))
+	for a, s := range need {
+		ac, ok := x.changeOf(a, s)
+		if !ok {
+			return false, true
+		}
+		taken[a] = ac.index
 	}
 	seen := make(map[[32]byte]struct{})
 	stack := append([][32]byte(nil), deps...)
@@ -265,17 +311,27 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) bool {
 			continue
 		}
 		seen[h] = struct{}{}
+		if x.steps++; x.steps > maxPastSteps {
+			return false, false
+		}
 		n, ok := x.change(h)
 		if !ok {
 			continue
 		}
 		if s, ok := need[n.actor]; ok && n.seq >= s {
 			delete(need, n.actor)
-			if len(need) == 0 {
-				return true
+		}
+		if n.complete {
+			for a := range need {
+				if taken[a] < n.index {
+					delete(need, a)
+				}
 			}
+		}
+		if len(need) == 0 {
+			return true, true
 		}
 		stack = append(stack, n.deps...)
 	}
-	return false
+	return false, true
 }

@@ -221,3 +221,85 @@ func TestASnapshotThatDoesNotLoadNeverReplacesTheChunks(t *testing.T) {
 		t.Fatalf("after a restart b sees old = %q, new = %q", b.get(t, "old"), b.get(t, "new"))
 	}
 }
+
+// Edge cases of the change format and of op fields, each either refused
+// or taken by stock automerge too: whatever the guard admits, stock
+// automerge must apply, save, load and sync (the fuzz target's property,
+// on cases a review built by hand). mustRefuse are those that break stock
+// automerge.
+func TestTheGuardAdmitsOnlyWhatStockAutomergeTakes(t *testing.T) {
+	o := stockAutomerge(t)
+	base, baseHash := refBase()
+	// A second head, by C, concurrent with the base.
+	other, otherHash := amtest.Encode(amtest.Change{Actors: [][]byte{actorC}, Seq: 1, StartOp: 1, Ops: []amtest.Op{put(id(0, 0), "zz")}})
+	text, m := id(1, 1), id(4, 1)
+	sv, sraw := amtest.String("x")
+	iv, iraw := amtest.Int(5)
+	on := func(ops ...amtest.Op) amtest.Change {
+		return amtest.Change{Deps: [][32]byte{baseHash}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 9, Ops: ops}
+	}
+	enc := func(c amtest.Change) []byte { b, _ := amtest.Encode(c); return b }
+	quirk := func(c amtest.Change, f func(*amtest.Change)) []byte { f(&c); return enc(c) }
+	markStart := amtest.Op{Obj: text, Elem: id(2, 1), Insert: true, Action: amcheck.Mark, MarkName: "bold", Value: amcheck.ValueTrue}
+	onOther := func(start uint64, ops ...amtest.Op) []byte {
+		return enc(amtest.Change{Deps: [][32]byte{otherHash}, Actors: [][]byte{actorB}, Seq: 1, StartOp: start, Ops: ops})
+	}
+	mustRefuse := map[string][]byte{
+		"a table, and a key in it":              enc(on(amtest.Op{Obj: m, MapKey: true, Key: "tb", Action: amcheck.MakeTable}, put(id(9, 0), "row"))),
+		"a deletion with a value":               enc(on(amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete, Value: sv, Raw: sraw, Preds: []amcheck.OpID{id(2, 1)}})),
+		"a deletion of a key with a value":      enc(on(amtest.Op{Obj: m, MapKey: true, Key: "a", Action: amcheck.Delete, Value: iv, Raw: iraw, Preds: []amcheck.OpID{id(5, 1)}})),
+		"a deletion with a mark name":           enc(on(amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete, MarkName: "x", Preds: []amcheck.OpID{id(2, 1)}})),
+		"a deletion with expand":                enc(on(amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete, Expand: true, Preds: []amcheck.OpID{id(2, 1)}})),
+		"an expand column all false":            quirk(on(put(m, "k")), func(c *amtest.Change) { c.ListEmptyColumns = true }),
+		"an empty value column listed":          quirk(on(amtest.Op{Obj: m, MapKey: true, Key: "k", Action: amcheck.MakeMap}), func(c *amtest.Change) { c.ListEmptyColumns = true }),
+		"ops starting inside their past":        onOther(1, put(id(0, 0), "q")),
+		"no ops, starting past their past":      onOther(9),
+		"no ops, starting inside their past":    onOther(1),
+		"no ops and no past, not starting at 1": enc(amtest.Change{Actors: [][]byte{actorB}, Seq: 1, StartOp: 3}),
+	}
+	maybe := map[string][]byte{
+		"a put with a mark name":            enc(on(amtest.Op{Obj: m, MapKey: true, Key: "k", Action: amcheck.Put, Value: sv, Raw: sraw, MarkName: "bold"})),
+		"a put with expand":                 enc(on(amtest.Op{Obj: m, MapKey: true, Key: "k", Action: amcheck.Put, Value: sv, Raw: sraw, Expand: true})),
+		"a map made with a value":           enc(on(amtest.Op{Obj: m, MapKey: true, Key: "k", Action: amcheck.MakeMap, Value: iv, Raw: iraw})),
+		"a mark end with a value":           enc(on(markStart, amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.Mark, Value: iv, Raw: iraw})),
+		"a mark end with a name":            enc(on(markStart, amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.Mark, MarkName: "b2", Value: amcheck.ValueTrue})),
+		"an increment by a uint":            enc(on(amtest.Op{Obj: id(0, 0), MapKey: true, Key: "c", Action: amcheck.Increment, Value: amcheck.ValueUint, Raw: []byte{1}, Preds: []amcheck.OpID{id(6, 1)}})),
+		"an increment with expand":          enc(on(amtest.Op{Obj: id(0, 0), MapKey: true, Key: "c", Action: amcheck.Increment, Value: amcheck.ValueInt, Raw: []byte{1}, Preds: []amcheck.OpID{id(6, 1)}, Expand: true})),
+		"unsorted dependencies":             quirk(amtest.Change{Deps: [][32]byte{baseHash, otherHash}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 9, Ops: []amtest.Op{put(m, "q")}}, func(c *amtest.Change) { c.KeepDepOrder = true }),
+		"sorted dependencies, swapped":      quirk(amtest.Change{Deps: [][32]byte{otherHash, baseHash}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 9, Ops: []amtest.Op{put(m, "q")}}, func(c *amtest.Change) { c.KeepDepOrder = true }),
+		"bytes after the columns":           quirk(on(put(m, "k")), func(c *amtest.Change) { c.Extra = []byte{1, 2, 3} }),
+		"a value of unknown type 10":        enc(on(amtest.Op{Obj: m, MapKey: true, Key: "k", Action: amcheck.Put, Value: 10, Raw: []byte{1, 2}})),
+		"a counter over a character":        enc(on(amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Put, Value: amcheck.ValueCounter, Raw: []byte{1}, Preds: []amcheck.OpID{id(2, 1)}})),
+		"a map inserted into text":          enc(on(amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.MakeMap}, put(id(9, 0), "type"))),
+		"ops starting after a gap":          onOther(5, put(id(0, 0), "q")),
+		"no ops, starting right after":      onOther(2),
+		"no ops and no past, starting at 1": enc(amtest.Change{Actors: [][]byte{actorB}, Seq: 1, StartOp: 1}),
+		"a mark in text in a list": enc(on(amtest.Op{Obj: id(7, 1), Elem: id(0, 0), Insert: true, Action: amcheck.MakeText},
+			ins(id(9, 0), id(0, 0), "a"), ins(id(9, 0), id(10, 0), "b"),
+			amtest.Op{Obj: id(9, 0), Elem: id(10, 0), Insert: true, Action: amcheck.Mark, MarkName: "b", Value: amcheck.ValueTrue},
+			amtest.Op{Obj: id(9, 0), Elem: id(11, 0), Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull})),
+	}
+	check := func(name string, c []byte, refuse bool) {
+		var l ledger
+		for _, b := range [][]byte{base, other} {
+			if err := admitOne(t, &l, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := admitOne(t, &l, c)
+		if err == nil {
+			if ok, msg := o.applies(t, [][]byte{base, other}, [][]byte{c}); !ok {
+				t.Errorf("%s: admitted, but stock automerge fails: %s", name, msg)
+			}
+		}
+		if refuse && err == nil {
+			t.Errorf("%s: admitted", name)
+		}
+	}
+	for name, c := range mustRefuse {
+		check(name, c, true)
+	}
+	for name, c := range maybe {
+		check(name, c, false)
+	}
+}

@@ -53,12 +53,21 @@ type changeNode struct {
 	actor uint32
 	seq   uint64
 	deps  [][32]byte
+	// maxOp is the highest op counter of the change and its past: the
+	// next change's ops start after it.
+	maxOp uint32
+	// index is the order in which the index took the change; complete
+	// says it depended on every head then, so every change taken before
+	// it is in its past.
+	index    uint64
+	complete bool
 }
 
 // actorChange places one of an actor's changes among its op counters.
 type actorChange struct {
 	startOp uint32
 	seq     uint64
+	index   uint64 // changeNode.index
 }
 
 // keyName marks a keys value that is a map key's number, not an element.
@@ -80,7 +89,11 @@ type refIndex struct {
 	names   map[string]uint32 // map key → number; an overlay numbers from its parent's count
 	nNames  int
 	changes map[[32]byte]changeNode
-	heads   map[[32]byte]struct{}
+	count   uint64 // changes taken, the parent's included
+	// The document's heads: an overlay keeps what its changes added and
+	// removed, over its parent's.
+	heads, unheaded map[[32]byte]struct{}
+	nHeads          int
 }
 
 func newRefIndex(parent *refIndex) *refIndex {
@@ -97,11 +110,38 @@ func newRefIndex(parent *refIndex) *refIndex {
 	}
 	if parent != nil {
 		x.actors, x.nNames = parent.actors, parent.nNames
-		for h := range parent.heads {
-			x.heads[h] = struct{}{}
-		}
+		x.count, x.nHeads = parent.count, parent.nHeads
+		x.unheaded = make(map[[32]byte]struct{})
 	}
 	return x
+}
+
+// newOverlay returns an overlay for one change's ops: it takes no
+// changes, so it keeps no heads.
+func newOverlay(parent *refIndex) *refIndex {
+	return &refIndex{
+		parent:  parent,
+		actorNo: make(map[string]uint32),
+		actorID: make(map[uint32]string),
+		runs:    make(map[uint32][]opRun),
+		keys:    make(map[uint64]uint64),
+		names:   make(map[string]uint32),
+		actors:  parent.actors,
+		nNames:  parent.nNames,
+	}
+}
+
+// isHead reports whether no change of the index depends on h's.
+func (x *refIndex) isHead(h [32]byte) bool {
+	for i := x; i != nil; i = i.parent {
+		if _, ok := i.heads[h]; ok {
+			return true
+		}
+		if _, ok := i.unheaded[h]; ok {
+			return false
+		}
+	}
+	return false
 }
 
 func (x *refIndex) actorNumber(id []byte) (uint32, bool) {
@@ -196,6 +236,18 @@ func (x *refIndex) seqOf(actor, ctr uint32) (uint64, bool) {
 	return 0, false
 }
 
+// changeOf returns the actor's change with sequence number seq.
+func (x *refIndex) changeOf(actor uint32, seq uint64) (actorChange, bool) {
+	for i := x; i != nil; i = i.parent {
+		cs := i.byActor[actor]
+		j := sort.Search(len(cs), func(j int) bool { return cs[j].seq >= seq })
+		if j < len(cs) && cs[j].seq == seq {
+			return cs[j], true
+		}
+	}
+	return actorChange{}, false
+}
+
 // addOp indexes one op; parent is what an inserted element was inserted
 // after. The caller adds an actor's ops in counter order.
 func (x *refIndex) addOp(id, obj, parent uint64, kind uint8) {
@@ -230,13 +282,31 @@ func (x *refIndex) add(c *amcheck.Change) {
 		nums[i] = x.addActor(a)
 	}
 	self := nums[0]
-	x.changes[c.Hash] = changeNode{actor: self, seq: c.Seq, deps: c.Deps}
+	node := changeNode{actor: self, seq: c.Seq, deps: c.Deps, index: x.count,
+		maxOp: uint32(c.StartOp + uint64(len(c.OpList)) - 1)}
+	heads := 0
 	for _, d := range c.Deps {
-		delete(x.heads, d)
+		if dn, ok := x.change(d); ok {
+			node.maxOp = max(node.maxOp, dn.maxOp)
+		}
+		if x.isHead(d) {
+			heads++
+			if _, ok := x.heads[d]; ok {
+				delete(x.heads, d)
+			}
+			if x.unheaded != nil {
+				x.unheaded[d] = struct{}{}
+			}
+			x.nHeads--
+		}
 	}
+	node.complete = heads == len(c.Deps) && x.nHeads == 0
+	x.changes[c.Hash] = node
+	x.count++
 	x.heads[c.Hash] = struct{}{}
+	x.nHeads++
 	cs := x.byActor[self]
-	x.byActor[self] = append(cs, actorChange{startOp: uint32(c.StartOp), seq: c.Seq})
+	x.byActor[self] = append(cs, actorChange{startOp: uint32(c.StartOp), seq: c.Seq, index: node.index})
 	if n := len(cs); n > 0 && cs[n-1].startOp > uint32(c.StartOp) {
 		s := x.byActor[self]
 		sort.Slice(s, func(i, j int) bool { return s[i].startOp < s[j].startOp })

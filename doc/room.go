@@ -633,7 +633,10 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 		}
 		switch {
 		case w.Snapshot != nil:
-			r.forceCompact = true // the chunks it replaced are gone from pending
+			// Written again as a whole at the next write; its chunks are
+			// kept too, in case that snapshot does not load back.
+			r.forceCompact = true
+			r.pending = append(append([][]byte(nil), w.instead...), r.pending...)
 		case w.fellBack:
 			r.pending = append(append([][]byte(nil), w.Chunks...), r.pending...)
 		}

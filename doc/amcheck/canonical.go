@@ -150,11 +150,14 @@ func (o *opsCheck) checkCanonical() error {
 		return err
 	}
 	for slot := range nCols {
+		if o.has[slot] && len(o.data[slot]) == 0 {
+			return malformed("column %s is listed with no data; automerge leaves such a column out", columnNames[slotSpecs[slot]])
+		}
 		if slot == cValRaw {
 			continue
 		}
-		if o.has[slot] && len(o.data[slot]) == 0 {
-			return malformed("column %s is listed with no data; automerge leaves such a column out", columnNames[slotSpecs[slot]])
+		if slot == cExpand && o.has[slot] && allFalse(o.col(slot)) {
+			return malformed("column %s is all false; automerge leaves it out", columnNames[slotSpecs[slot]])
 		}
 		ok, err := canonicalColumn(o.col(slot), o.data[slot])
 		if err != nil {
@@ -200,4 +203,16 @@ func (o *opsCheck) checkActors() error {
 		}
 	}
 	return nil
+}
+
+func allFalse(it colIter) bool {
+	for {
+		s, ok, err := it.next()
+		if err != nil || !ok {
+			return err == nil
+		}
+		if s.u == 1 {
+			return false
+		}
+	}
 }

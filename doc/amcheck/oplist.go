@@ -65,9 +65,11 @@ type Op struct {
 	Insert bool
 	Action Action
 	Value  ValueType
-	// MarkStart reports, for a Mark op, the start of a mark (it has a
-	// name); otherwise the op ends one.
+	// MarkStart reports an op with a mark name: for a Mark op, the start
+	// of a mark; otherwise the op ends one.
 	MarkStart bool
+	// Expand is the op's mark expand flag.
+	Expand bool
 	// Preds are the ops this one overwrites, deletes or increments.
 	Preds []OpID
 }
@@ -90,6 +92,7 @@ func (o *opsCheck) listOps() error {
 		predA  = rowsOf(o.col(cPredActor))
 		predC  = rowsOf(o.col(cPredCtr))
 		mark   = rowsOf(o.col(cMarkName))
+		expand = rowsOf(o.col(cExpand))
 		keyAbs int64
 		prdAbs int64
 	)
@@ -147,6 +150,11 @@ func (o *opsCheck) listOps() error {
 			return err
 		}
 		op.MarkStart = !mk.null
+		ex, err := expand.row()
+		if err != nil {
+			return err
+		}
+		op.Expand = ex.u == 1
 		pn, err := pnum.row()
 		if err != nil {
 			return err

@@ -40,6 +40,13 @@ type Change struct {
 	LoneRuns bool
 	// KeepActors lists Actors as given, used or not.
 	KeepActors bool
+	// Quirks automerge's decoder reads but its encoder never writes:
+	// ListEmptyColumns lists the expand column when it is all false and
+	// the value column when it is empty; KeepDepOrder keeps Deps in the
+	// order given; Extra is appended after the columns.
+	ListEmptyColumns bool
+	KeepDepOrder     bool
+	Extra            []byte
 }
 
 // compactActors keeps the actors the ops name, the author first and the
@@ -282,7 +289,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 			predC.add(int64(p.Counter) - predAbs)
 			predAbs = int64(p.Counter)
 		}
-		if op.Action == amcheck.Mark && op.MarkName != "" {
+		if op.MarkName != "" {
 			mark.add(op.MarkName)
 		} else {
 			mark.add(nil)
@@ -298,7 +305,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 		specPredNum: pnum.rle(c.LoneRuns), specPredActor: predA.rle(c.LoneRuns), specPredCtr: predC.rle(c.LoneRuns),
 		specMarkName: mark.rle(c.LoneRuns),
 	}
-	if hasExpand {
+	if hasExpand || c.ListEmptyColumns {
 		cols[specExpand] = bools(exp)
 	}
 	// Columns that are all null are left out, as automerge does.
@@ -317,7 +324,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 	}
 	specs := make([]uint32, 0, len(cols))
 	for s, d := range cols {
-		if len(d) > 0 {
+		if len(d) > 0 || (c.ListEmptyColumns && s == specValRaw) {
 			specs = append(specs, s)
 		}
 	}
@@ -326,7 +333,9 @@ func Encode(c Change) ([]byte, [32]byte) {
 	var b []byte
 	b = binary.AppendUvarint(b, uint64(len(c.Deps)))
 	deps := append([][32]byte(nil), c.Deps...)
-	sort.Slice(deps, func(i, j int) bool { return string(deps[i][:]) < string(deps[j][:]) })
+	if !c.KeepDepOrder {
+		sort.Slice(deps, func(i, j int) bool { return string(deps[i][:]) < string(deps[j][:]) })
+	}
 	for _, d := range deps {
 		b = append(b, d[:]...)
 	}
@@ -350,6 +359,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 	for _, s := range specs {
 		b = append(b, cols[s]...)
 	}
+	b = append(b, c.Extra...)
 
 	h := sha256.New()
 	h.Write([]byte{1})
