@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,4 +115,40 @@ func TestDocumentsAreBoundedInBytesAndChanges(t *testing.T) {
 			t.Fatalf("a sixth change: err = %v, want ErrLimit", err)
 		}
 	})
+}
+
+// A change that waits for one the peer left out (a bloom filter's false
+// positive) is answered with a need for the one left out, not for the
+// change the peer already sent: a stock client sends nothing twice on one
+// sync state, so asking for the waiting change would stall the document.
+func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	p := &fakePeer{id: "p"}
+	cs := chain(2, 1, 0)
+	c1, err := amcheck.ParseSyncChange(cs[0], amcheck.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := amcheck.ParseSyncChange(cs[1], amcheck.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// heads [c2], no need, no have, the change c2.
+	msg := append([]byte{syncMessageV1, 1}, c2.Hash[:]...)
+	msg = append(msg, 0, 0, 1)
+	msg = appendBytes(msg, cs[1])
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
+		t.Fatal(err)
+	}
+	replies := p.takeSyncs()
+	if len(replies) == 0 {
+		t.Fatal("no reply")
+	}
+	sm, err := parseSyncMessage(replies[len(replies)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sm.need) != 1 || !bytes.Equal(sm.need[0], c1.Hash[:]) {
+		t.Fatalf("the reply needs %x, want only the change left out (%x)", sm.need, c1.Hash[:4])
+	}
 }

@@ -384,3 +384,20 @@ func (l *ledger) unqueue(h [32]byte) {
 		}
 	}
 }
+
+// missing returns the dependencies of the queued changes that neither the
+// document nor the queue holds: what the document waits for.
+func (l *ledger) missing(known func(hash []byte) bool) [][]byte {
+	var out [][]byte
+	seen := make(map[[32]byte]bool)
+	for _, c := range l.queued {
+		for _, d := range c.Deps {
+			if _, queued := l.queued[d]; queued || seen[d] || known(d[:]) {
+				continue
+			}
+			seen[d] = true
+			out = append(out, append([]byte(nil), d[:]...))
+		}
+	}
+	return out
+}

@@ -455,6 +455,9 @@ func (r *room) known(hash []byte) bool {
 func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 	if msg, ok := r.syncState(m).GenerateMessage(); ok {
 		data := msg.Bytes()
+		if len(r.ledger.queued) > 0 {
+			data = r.askForMissing(data)
+		}
 		r.send(heldSend{peer: m.peer, data: data})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
@@ -462,6 +465,29 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 			m.whole = true
 		}
 	}
+}
+
+// askForMissing rewrites a sync message automerge made so that it asks
+// for what the guard's queued changes wait for. automerge never sees those
+// changes, so it asks for them, by the heads the peer named, instead of
+// for their missing dependencies; a stock client does not send a change
+// twice on one sync state, and would never send the dependency a bloom
+// filter's false positive made it leave out. The caller holds r.mu.
+func (r *room) askForMissing(data []byte) []byte {
+	sm, err := parseSyncMessage(data)
+	if err != nil {
+		return data
+	}
+	var need [][]byte
+	for _, h := range sm.need {
+		var k [32]byte
+		copy(k[:], h)
+		if _, queued := r.ledger.queued[k]; !queued {
+			need = append(need, h)
+		}
+	}
+	need = sortedUnion(need, r.ledger.missing(r.known))
+	return sm.withNeed(need)
 }
 
 // repeats reports whether sm, from m, asks for the whole document again

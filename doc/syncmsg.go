@@ -229,6 +229,23 @@ func (m *syncMessage) stripForReadOnly(known func(hash []byte) bool, ours [][]by
 		afterHeads: afterHeads, beforeChanges: beforeChanges, end: end}, len(m.changes) > 0
 }
 
+// withNeed returns the message asking for need instead of what it asked.
+func (m *syncMessage) withNeed(need [][]byte) []byte {
+	afterNeed := m.afterHeads + uvarintLen(uint64(len(m.need))) + 32*len(m.need)
+	out := make([]byte, 0, len(m.raw)+32*len(need))
+	out = append(out, m.raw[:m.afterHeads]...)
+	out = binary.AppendUvarint(out, uint64(len(need)))
+	for _, h := range need {
+		out = append(out, h...)
+	}
+	return append(out, m.raw[afterNeed:]...)
+}
+
+func uvarintLen(v uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], v)
+}
+
 // withChanges returns the message with these changes in place of its own.
 func (m *syncMessage) withChanges(changes [][]byte) *syncMessage {
 	n := len(m.raw) - (m.end - m.beforeChanges) + binary.MaxVarintLen64
