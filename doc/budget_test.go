@@ -152,3 +152,22 @@ func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
 		t.Fatalf("the reply needs %x, want only the change left out (%x)", sm.need, c1.Hash[:4])
 	}
 }
+
+// What a peer keeps waiting lasts no longer than its membership: leaving
+// the document gives its share of the node's waiting budget back.
+func TestAPeersWaitingChangesLeaveWithIt(t *testing.T) {
+	cs := chain(3, 10, 2000)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
+	p, q := &fakePeer{id: "p"}, &fakePeer{id: "q"}
+	if err := sendChanges(h, testDoc, p, cs[1]); err != nil {
+		t.Fatal(err)
+	}
+	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
+	if err := sendChanges(h, other, q, cs[2]); !errors.Is(err, ErrBusy) {
+		t.Fatalf("while p's change waits: err = %v, want ErrBusy", err)
+	}
+	h.Leave(p, testDoc)
+	if err := sendChanges(h, other, q, cs[2]); err != nil {
+		t.Fatalf("after p left: %v", err)
+	}
+}

@@ -109,6 +109,17 @@ type ledger struct {
 	refs    *refIndex
 }
 
+// dropFrom drops the queued changes a peer sent, as it leaves: what a
+// peer keeps waiting lasts no longer than its connection (a stock client
+// sends them again when it comes back).
+func (l *ledger) dropFrom(peer string) {
+	for h, c := range l.queued {
+		if c.from == peer {
+			l.unqueue(h)
+		}
+	}
+}
+
 // forget gives back what the ledger's queue holds, as its room leaves
 // memory.
 func (l *ledger) forget() {
@@ -129,7 +140,8 @@ func (l *ledger) index() *refIndex {
 // bytes.
 type queuedChange struct {
 	amcheck.Change
-	raw []byte
+	raw  []byte
+	from string // the peer that sent it: its leaving drops it
 }
 
 // maxQueued bounds the changes a document keeps back for missing
@@ -230,7 +242,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			return nil, fmt.Errorf("%w: the message adds over %d operations", ErrLimit, lim.MessageOps)
 		}
 		bytes += c.Expanded
-		parsed = append(parsed, queuedChange{c, b})
+		parsed = append(parsed, queuedChange{Change: c, raw: b})
 	}
 	// Changes already queued were counted when they came.
 	switch {
@@ -352,10 +364,11 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	return ad, nil
 }
 
-// hold queues the changes an admitted message left waiting, and forgets
-// the queued ones the guard refused once they were ready.
-func (l *ledger) hold(ad *admission) {
+// hold queues the changes an admitted message from peer left waiting,
+// and forgets the queued ones the guard refused once they were ready.
+func (l *ledger) hold(ad *admission, peer string) {
 	for _, c := range ad.held {
+		c.from = peer
 		if l.queued == nil {
 			l.queued = make(map[[32]byte]queuedChange)
 		}

@@ -273,7 +273,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.accepted(h, p, before)
 	}
 	r.noteAhead(m, sm.heads)
-	r.ledger.hold(guarded)
+	r.ledger.hold(guarded, p.ID())
 	r.noteDropped(h, guarded)
 	switch {
 	case empty:
@@ -572,6 +572,7 @@ func (r *room) leave(h *Hub, p Peer) {
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		delete(r.members, p.ID())
+		r.ledger.dropFrom(p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 			if r.publish != nil { // in a cluster: the bus stops carrying it
