@@ -73,12 +73,7 @@ func BenchmarkAdmitTypedChange(b *testing.B) {
 			next := all[n+1]
 			var lim Limits
 			lim.setDefaults()
-			known := func(h []byte) bool {
-				var k [32]byte
-				copy(k[:], h)
-				_, ok := l.index().change(k)
-				return ok
-			}
+			known := ledgerKnows(&l)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

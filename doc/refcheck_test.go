@@ -12,19 +12,24 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
+// ledgerKnows reports the changes the ledger's index holds, standing in
+// for a room's automerge document.
+func ledgerKnows(l *ledger) func(hash []byte) bool {
+	return func(h []byte) bool {
+		var k [32]byte
+		copy(k[:], h)
+		_, ok := l.index().change(k)
+		return ok
+	}
+}
+
 // admitOne runs one change through the guard as a client's message would,
 // and records it if admitted.
 func admitOne(t testing.TB, l *ledger, change []byte) error {
 	t.Helper()
 	var lim Limits
 	lim.setDefaults()
-	known := func(h []byte) bool {
-		var k [32]byte
-		copy(k[:], h)
-		_, ok := l.index().change(k)
-		return ok
-	}
-	ad, err := l.admit(lim, [][]byte{change}, known)
+	ad, err := l.admit(lim, [][]byte{change}, ledgerKnows(l))
 	if err != nil {
 		return err
 	}

@@ -131,17 +131,6 @@ func canonicalBools(it colIter) []byte {
 	return out
 }
 
-func appendSleb(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 // checkCanonical refuses a change whose columns automerge would write
 // otherwise, or whose other actors are not those its ops name, in byte
 // order.

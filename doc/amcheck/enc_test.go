@@ -9,16 +9,7 @@ import (
 
 func uleb(b []byte, v uint64) []byte { return appendUleb(b, v) }
 
-func sleb(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
+func sleb(b []byte, v int64) []byte { return appendSleb(b, v) }
 
 // rle builds RLE column data from runs.
 type rle []byte

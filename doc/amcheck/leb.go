@@ -166,3 +166,15 @@ var (
 	errNotUTF8    = errors.New("string is not UTF-8")
 	errExtraBytes = errors.New("extra bytes after an integer value")
 )
+
+// appendSleb appends v in signed LEB128.
+func appendSleb(b []byte, v int64) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}

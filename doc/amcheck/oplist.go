@@ -76,53 +76,34 @@ type Op struct {
 
 // listOps decodes every op of a change whose columns checkOps accepted.
 func (o *opsCheck) listOps() error {
-	n := o.rows
-	ops := make([]Op, n)
+	ops := make([]Op, o.rows)
 	preds := make([]OpID, 0, min(o.preds, 1<<16))
 	var (
-		objA   = rowsOf(o.col(cObjActor))
-		objC   = rowsOf(o.col(cObjCtr))
-		keyA   = rowsOf(o.col(cKeyActor))
-		keyC   = rowsOf(o.col(cKeyCtr))
-		keyS   = rowsOf(o.col(cKeyStr))
-		ins    = rowsOf(o.col(cInsert))
-		act    = rowsOf(o.col(cAction))
-		meta   = rowsOf(o.col(cValMeta))
-		pnum   = rowsOf(o.col(cPredNum))
-		predA  = rowsOf(o.col(cPredActor))
-		predC  = rowsOf(o.col(cPredCtr))
-		mark   = rowsOf(o.col(cMarkName))
-		expand = rowsOf(o.col(cExpand))
+		err    error // the first a column met; the columns were checked, so none is expected
+		objA   = rowsOf(o.col(cObjActor), &err)
+		objC   = rowsOf(o.col(cObjCtr), &err)
+		keyA   = rowsOf(o.col(cKeyActor), &err)
+		keyC   = rowsOf(o.col(cKeyCtr), &err)
+		keyS   = rowsOf(o.col(cKeyStr), &err)
+		ins    = rowsOf(o.col(cInsert), &err)
+		act    = rowsOf(o.col(cAction), &err)
+		meta   = rowsOf(o.col(cValMeta), &err)
+		pnum   = rowsOf(o.col(cPredNum), &err)
+		predA  = rowsOf(o.col(cPredActor), &err)
+		predC  = rowsOf(o.col(cPredCtr), &err)
+		mark   = rowsOf(o.col(cMarkName), &err)
+		expand = rowsOf(o.col(cExpand), &err)
 		keyAbs int64
 		prdAbs int64
 	)
 	for i := range ops {
 		op := &ops[i]
-		oa, err := objA.row()
-		if err != nil {
-			return err
-		}
-		oc, err := objC.row()
-		if err != nil {
-			return err
-		}
-		if !oa.null {
+		if oa, oc := objA.row(), objC.row(); !oa.null {
 			op.Obj = OpID{Counter: uint32(oc.u), Actor: uint32(oa.u)}
 		}
-		ka, err := keyA.row()
-		if err != nil {
-			return err
-		}
-		kc, err := keyC.row()
-		if err != nil {
-			return err
-		}
+		ka, kc, ks := keyA.row(), keyC.row(), keyS.row()
 		if !kc.null {
 			keyAbs += kc.d
-		}
-		ks, err := keyS.row()
-		if err != nil {
-			return err
 		}
 		switch {
 		case !ks.null:
@@ -130,50 +111,23 @@ func (o *opsCheck) listOps() error {
 		case !ka.null:
 			op.Elem = OpID{Counter: uint32(keyAbs), Actor: uint32(ka.u)}
 		}
-		in, err := ins.row()
-		if err != nil {
-			return err
-		}
-		op.Insert = in.u == 1
-		a, err := act.row()
-		if err != nil {
-			return err
-		}
-		op.Action = Action(a.u)
-		m, err := meta.row()
-		if err != nil {
-			return err
-		}
-		op.Value = ValueType(m.u & 0xf)
-		mk, err := mark.row()
-		if err != nil {
-			return err
-		}
-		op.MarkStart = !mk.null
-		ex, err := expand.row()
-		if err != nil {
-			return err
-		}
-		op.Expand = ex.u == 1
-		pn, err := pnum.row()
-		if err != nil {
-			return err
-		}
-		if pn.u > math.MaxUint32 {
-			return malformed("op %d: %d predecessors", i, pn.u)
+		op.Insert = ins.row().u == 1
+		op.Action = Action(act.row().u)
+		op.Value = ValueType(meta.row().u & 0xf)
+		op.MarkStart = !mark.row().null
+		op.Expand = expand.row().u == 1
+		n := pnum.row().u
+		if n > math.MaxUint32 {
+			return malformed("op %d: %d predecessors", i, n)
 		}
 		start := len(preds)
-		for range pn.u {
-			pa, err := predA.row()
-			if err != nil {
-				return err
-			}
-			pc, err := predC.row()
-			if err != nil {
-				return err
-			}
+		for range n {
+			pa, pc := predA.row(), predC.row()
 			prdAbs += pc.d
 			preds = append(preds, OpID{Counter: uint32(prdAbs), Actor: uint32(pa.u)})
+		}
+		if err != nil {
+			return err
 		}
 		if len(preds) > start {
 			op.Preds = preds[start:len(preds):len(preds)]
@@ -183,27 +137,34 @@ func (o *opsCheck) listOps() error {
 	return nil
 }
 
-// colRows hands out a column's values row by row.
+// colRows hands out a column's values row by row; the first error it
+// meets is kept in *err, and a zero value handed out from then on.
 type colRows struct {
 	it   colIter
 	cur  seg
 	left uint64
+	err  *error
 }
 
-func rowsOf(it colIter) colRows { return colRows{it: it} }
+func rowsOf(it colIter, err *error) colRows { return colRows{it: it, err: err} }
 
-func (r *colRows) row() (seg, error) {
+func (r *colRows) row() seg {
 	if r.left == 0 {
 		s, ok, err := r.it.next()
-		if err != nil {
-			return seg{}, err
-		}
-		if !ok {
-			// Row counts were checked before; this cannot happen.
-			return seg{}, malformed("column %s ends early", r.it.name)
+		switch {
+		case err != nil:
+			if *r.err == nil {
+				*r.err = err
+			}
+			return seg{}
+		case !ok:
+			if *r.err == nil {
+				*r.err = malformed("column %s ends early", r.it.name)
+			}
+			return seg{}
 		}
 		r.cur, r.left = s, s.n
 	}
 	r.left--
-	return r.cur, nil
+	return r.cur
 }
