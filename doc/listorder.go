@@ -11,29 +11,46 @@ package doc
 // each run of elements typed one after another.
 const maxOrderSteps = 1 << 20
 
-// ancestors returns the path from element e up to the head of its list, as
-// segments: runs of elements each inserted after the one before (lo is
-// the highest on the path, hi the lowest), innermost first.
+// pathSeg is a stretch of an element's path up to the head of its list: a
+// run of elements each inserted after the one before, of one actor, from
+// counter hi (the lowest on the path) up to lo.
 type pathSeg struct {
 	actor  uint32
 	lo, hi uint32
 }
 
-func (x *refIndex) ancestors(e uint64, steps *int) ([]pathSeg, bool) {
-	var path []pathSeg
-	for e != 0 {
-		*steps++
-		if *steps > maxOrderSteps {
-			return nil, false
-		}
-		r, ok := x.op(e)
-		if !ok || roleOf(r.kind) == rolePut {
-			return nil, false
-		}
-		path = append(path, pathSeg{actor: uint32(e >> 32), lo: r.start, hi: uint32(e)})
-		e = r.parent
+// climb walks an element's path to the head one segment at a time.
+type climb struct {
+	e       uint64 // the element the next segment starts at; 0: the head is reached
+	path    []pathSeg
+	byActor map[uint32][]int // indices into path
+}
+
+// step adds the next segment; false if the element is not indexed.
+func (c *climb) step(x *refIndex) bool {
+	r, ok := x.op(c.e)
+	if !ok || roleOf(r.kind) == rolePut {
+		return false
 	}
-	return path, true
+	s := pathSeg{actor: uint32(c.e >> 32), lo: r.start, hi: uint32(c.e)}
+	if c.byActor == nil {
+		c.byActor = make(map[uint32][]int)
+	}
+	c.byActor[s.actor] = append(c.byActor[s.actor], len(c.path))
+	c.path = append(c.path, s)
+	c.e = r.parent
+	return true
+}
+
+// meets returns the lowest segment of c's path that shares elements with
+// s, or -1.
+func (c *climb) meets(s pathSeg) int {
+	for _, i := range c.byActor[s.actor] {
+		if o := c.path[i]; max(o.lo, s.lo) <= min(o.hi, s.hi) {
+			return i
+		}
+	}
+	return -1
 }
 
 // sibling reports whether element a comes before its sibling b: automerge
@@ -48,61 +65,68 @@ func (x *refIndex) sibling(a, b uint64) bool {
 
 // before reports whether element a comes before element b in their list
 // (both of one object, a != b); ok is false if the work passed the budget
-// or an element is not indexed.
+// or an element is not indexed. The two paths are walked up in turn, so
+// that elements close in the list's tree (a mark around a word just
+// pasted) cost the steps to where their paths meet, not to the head.
 func (x *refIndex) before(a, b uint64, steps *int) (isBefore, ok bool) {
-	pa, ok := x.ancestors(a, steps)
-	if !ok {
-		return false, false
-	}
-	pb, ok := x.ancestors(b, steps)
-	if !ok {
-		return false, false
-	}
-	// Find where the paths meet: the segment of b's path, lowest first,
-	// that shares elements with one of a's.
-	byActor := make(map[uint32][]int)
-	for i, s := range pa {
-		byActor[s.actor] = append(byActor[s.actor], i)
-	}
-	for j, sb := range pb {
-		for _, i := range byActor[sb.actor] {
-			sa := pa[i]
-			lo, hi := max(sa.lo, sb.lo), min(sa.hi, sb.hi)
-			if lo > hi {
+	ca, cb := &climb{e: a}, &climb{e: b}
+	for ca.e != 0 || cb.e != 0 {
+		for _, c := range [2]*climb{ca, cb} {
+			if c.e == 0 {
 				continue
 			}
-			// The paths meet at the chain element hi (the lowest common
-			// ancestor); below it each goes its own way.
-			switch {
-			case sa.hi == sb.hi:
-				// Same element on both paths: below it, a's path came
-				// from pa[i-1] and b's from pb[j-1].
-				if i == 0 {
-					return true, true // a is b's ancestor
+			if *steps++; *steps > maxOrderSteps || !c.step(x) {
+				return false, false
+			}
+			other := cb
+			if c == cb {
+				other = ca
+			}
+			if j := other.meets(c.path[len(c.path)-1]); j >= 0 {
+				i := len(c.path) - 1
+				if c == cb {
+					i, j = j, i
 				}
-				if j == 0 {
-					return false, true // b is a's ancestor
-				}
-				ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
-				cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
-				return x.sibling(ca, cb), true
-			case sa.hi < sb.hi:
-				// b's path goes on down the chain past hi, to hi+1.
-				if i == 0 {
-					return true, true
-				}
-				ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
-				return x.sibling(ca, uint64(sb.actor)<<32|uint64(hi+1)), true
-			default:
-				if j == 0 {
-					return false, true
-				}
-				cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
-				return x.sibling(uint64(sa.actor)<<32|uint64(hi+1), cb), true
+				return x.meet(ca.path, cb.path, i, j), true
 			}
 		}
 	}
 	// The paths meet only at the head: compare the topmost elements.
-	ta, tb := pa[len(pa)-1], pb[len(pb)-1]
+	ta, tb := ca.path[len(ca.path)-1], cb.path[len(cb.path)-1]
 	return x.sibling(uint64(ta.actor)<<32|uint64(ta.lo), uint64(tb.actor)<<32|uint64(tb.lo)), true
+}
+
+// meet orders the elements whose paths pa and pb first share elements in
+// their segments i and j: within that run the paths meet at the lower of
+// the two entry points, and part below it.
+func (x *refIndex) meet(pa, pb []pathSeg, i, j int) bool {
+	sa, sb := pa[i], pb[j]
+	hi := min(sa.hi, sb.hi)
+	switch {
+	case sa.hi == sb.hi:
+		// The same element on both paths: below it, a's path came from
+		// pa[i-1] and b's from pb[j-1].
+		if i == 0 {
+			return true // a is b's ancestor
+		}
+		if j == 0 {
+			return false // b is a's ancestor
+		}
+		ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
+		cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
+		return x.sibling(ca, cb)
+	case sa.hi < sb.hi:
+		// b's path goes on down the run past hi, to hi+1.
+		if i == 0 {
+			return true
+		}
+		ca := uint64(pa[i-1].actor)<<32 | uint64(pa[i-1].lo)
+		return x.sibling(ca, uint64(sb.actor)<<32|uint64(hi+1))
+	default:
+		if j == 0 {
+			return false
+		}
+		cb := uint64(pb[j-1].actor)<<32 | uint64(pb[j-1].lo)
+		return x.sibling(uint64(sa.actor)<<32|uint64(hi+1), cb)
+	}
 }

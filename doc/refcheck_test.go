@@ -3,6 +3,10 @@ package doc
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -306,5 +310,59 @@ func TestTheGuardAdmitsOnlyWhatStockAutomergeTakes(t *testing.T) {
 	}
 	for name, c := range maybe {
 		check(name, c, false)
+	}
+}
+
+// The guard orders a text's elements as automerge does: for sessions of
+// several actors typing, deleting and marking concurrently, every pair of
+// characters compares as stock automerge lays them out.
+func TestElementsAreOrderedAsAutomergeOrdersThem(t *testing.T) {
+	o := stockAutomerge(t)
+	for seed := 1; seed <= 6; seed++ {
+		var res struct {
+			Changes []string
+			Cursors []string
+		}
+		o.call(t, map[string]any{"op": "order", "seed": seed, "steps": 300}, &res)
+		var l ledger
+		for _, s := range res.Changes {
+			raw, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := amcheck.ParseSyncChange(raw, amcheck.Limits{ListOps: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.record([]amcheck.Change{p})
+		}
+		x := l.index()
+		ids := make([]uint64, len(res.Cursors))
+		for i, c := range res.Cursors {
+			ctr, actor, ok := strings.Cut(c, "@")
+			a, err := hex.DecodeString(actor)
+			n, known := x.actorNumber(a)
+			counter, perr := strconv.ParseUint(ctr, 10, 32)
+			if !ok || err != nil || perr != nil || !known {
+				t.Fatalf("cursor %q", c)
+			}
+			ids[i] = uint64(n)<<32 | counter
+		}
+		if len(ids) < 50 {
+			t.Fatalf("seed %d: a text of %d characters is too short to tell", seed, len(ids))
+		}
+		for i := range ids {
+			for _, j := range []int{i + 1, i + 7, i + 31, len(ids) - 1 - i} {
+				if j <= i || j >= len(ids) {
+					continue
+				}
+				steps := 0
+				ab, ok1 := x.before(ids[i], ids[j], &steps)
+				ba, ok2 := x.before(ids[j], ids[i], &steps)
+				if !ok1 || !ok2 || !ab || ba {
+					t.Fatalf("seed %d: characters %d and %d: before = %v/%v, after = %v/%v", seed, i, j, ab, ok1, ba, ok2)
+				}
+			}
+		}
 	}
 }

@@ -291,9 +291,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 		}
 		if x.isHead(d) {
 			heads++
-			if _, ok := x.heads[d]; ok {
-				delete(x.heads, d)
-			}
+			delete(x.heads, d)
 			if x.unheaded != nil {
 				x.unheaded[d] = struct{}{}
 			}

@@ -5,6 +5,9 @@
 //        editing session by several actors (text, marks, maps, lists,
 //        counters, nested objects, deletions), every change in the order
 //        it was made; each actor merges the others now and then.
+//   {"op":"order","seed":n,"steps":n} → {"changes":[b64...],"cursors":[...]}:
+//        the session of "trace", and the text's characters in order, each
+//        as the op that inserted it ("<counter>@<actor hex>").
 //   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
 //        automerge applies the changes on top of the base, materializes
 //        the result, saves and loads it with the same heads, and a fresh
@@ -130,6 +133,13 @@ rl.on('line', (line) => {
   const req = JSON.parse(line)
   let res
   if (req.op === 'trace') res = { changes: trace(req.seed, req.steps).map(b64) }
+  else if (req.op === 'order') {
+    const changes = trace(req.seed, req.steps)
+    const [d] = A.applyChanges(A.init(), changes)
+    const cursors = []
+    for (let i = 0; i < d.text.length; i++) cursors.push(A.getCursor(d, ['text'], i))
+    res = { changes: changes.map(b64), cursors }
+  }
   else res = apply(req.base.map(unb64), req.changes.map(unb64))
   process.stdout.write(JSON.stringify(res) + '\n')
 })
