@@ -64,11 +64,17 @@ func (x *refIndex) sibling(a, b uint64) bool {
 }
 
 // before reports whether element a comes before element b in their list
-// (both of one object, a != b); ok is false if the work passed the budget
+// (both of one object, a != b; 0 is the head); ok is false if the work passed the budget
 // or an element is not indexed. The two paths are walked up in turn, so
 // that elements close in the list's tree (a mark around a word just
 // pasted) cost the steps to where their paths meet, not to the head.
 func (x *refIndex) before(a, b uint64, steps *int) (isBefore, ok bool) {
+	switch {
+	case b == 0: // the head comes before everything
+		return false, true
+	case a == 0:
+		return true, true
+	}
 	ca, cb := &climb{e: a}, &climb{e: b}
 	for ca.e != 0 || cb.e != 0 {
 		for _, c := range [2]*climb{ca, cb} {

@@ -159,6 +159,7 @@ func TestForgedReferencesAreRefused(t *testing.T) {
 		"a deletion of nothing":              byB(baseHash, amtest.Op{Obj: text, Elem: id(2, 1), Action: amcheck.Delete}),
 		"an increment of a number":           byB(baseHash, amtest.Op{Obj: m, MapKey: true, Key: "a", Action: amcheck.Increment, Value: amcheck.ValueInt, Raw: []byte{1}, Preds: []amcheck.OpID{id(5, 1)}}),
 		"a lone mark end":                    byB(baseHash, markEnd),
+		"a mark's end at the head":           byB(baseHash, markStart, amtest.Op{Obj: text, Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull}),
 		"a mark in a list":                   byB(baseHash, amtest.Op{Obj: list, Elem: id(8, 1), Insert: true, Action: amcheck.Mark, MarkName: "bold", Value: amcheck.ValueTrue}, amtest.Op{Obj: list, Elem: id(8, 1), Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull}),
 		"an insertion with a predecessor":    byB(baseHash, amtest.Op{Obj: text, Elem: id(3, 1), Insert: true, Action: amcheck.Put, Value: amcheck.ValueTrue, Preds: []amcheck.OpID{id(3, 1)}}),
 		"a column encoded as automerge never encodes it": func() []byte {
