@@ -17,13 +17,16 @@ import (
 // So before a message reaches automerge the guard
 //   - reads it in Go (parseSyncMessage): structure, and bloom filters that
 //     automerge would divide by zero with or allocate gigabytes for;
-//   - reads every change in it (package amcheck): checksum, columns, and
-//     its size after run-length expansion, against the limits;
+//   - reads every change in it (package amcheck): checksum, columns (as
+//     automerge's encoder writes them, or a saved document would not load
+//     again), and its size after run-length expansion, against the limits;
 //   - checks each change against the document as automerge will apply it:
 //     an actor's changes must come with contiguous sequence numbers and
 //     rising op counters (automerge indexes its per-actor history by
 //     sequence number, and a gap aborts it when it next generates a sync
-//     message);
+//     message), and every op may name only what the document holds in the
+//     change's past (refcheck.go); changes that wait for a dependency wait
+//     here (waiting.go);
 //   - and, when a Sandbox is configured, has a supervised worker process
 //     apply the message to its copy of the document first (sandbox.go), so
 //     that a fault the checks above do not know costs that worker, not
@@ -109,45 +112,12 @@ type ledger struct {
 	refs    *refIndex
 }
 
-// dropFrom drops the queued changes a peer sent, as it leaves: what a
-// peer keeps waiting lasts no longer than its connection (a stock client
-// sends them again when it comes back).
-func (l *ledger) dropFrom(peer string) {
-	for h, c := range l.queued {
-		if c.from == peer {
-			l.unqueue(h)
-		}
-	}
-}
-
-// forget gives back what the ledger's queue holds, as its room leaves
-// memory.
-func (l *ledger) forget() {
-	for h := range l.queued {
-		l.unqueue(h)
-	}
-}
-
 func (l *ledger) index() *refIndex {
 	if l.refs == nil {
 		l.refs = newRefIndex(nil)
 	}
 	return l.refs
 }
-
-// queuedChange is a change that waits for a change it depends on, kept by
-// the guard (automerge never sees it before it can be applied), with its
-// bytes.
-type queuedChange struct {
-	amcheck.Change
-	raw  []byte
-	from string // the peer that sent it: its leaving drops it
-}
-
-// maxQueued bounds the changes a document keeps back for missing
-// dependencies; a stock client never sends one before what it depends on
-// but for bloom filter false positives, which are a handful.
-const maxQueued = 1024
 
 // record adds changes automerge applied (in the order it applied them) to
 // the ledger.
@@ -362,55 +332,4 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		}
 	}
 	return ad, nil
-}
-
-// hold queues the changes an admitted message from peer left waiting,
-// and forgets the queued ones the guard refused once they were ready.
-func (l *ledger) hold(ad *admission, peer string) {
-	for _, c := range ad.held {
-		c.from = peer
-		if l.queued == nil {
-			l.queued = make(map[[32]byte]queuedChange)
-		}
-		if _, ok := l.queued[c.Hash]; ok {
-			continue
-		}
-		l.queued[c.Hash] = c
-		l.queuedOps += int64(c.Ops)
-		l.queuedBytes += c.Expanded
-		if l.waiting != nil {
-			l.waiting.Add(c.Expanded)
-		}
-	}
-	for _, d := range ad.dropped {
-		l.unqueue(d.hash)
-	}
-}
-
-func (l *ledger) unqueue(h [32]byte) {
-	if c, ok := l.queued[h]; ok {
-		delete(l.queued, h)
-		l.queuedOps -= int64(c.Ops)
-		l.queuedBytes -= c.Expanded
-		if l.waiting != nil {
-			l.waiting.Add(-c.Expanded)
-		}
-	}
-}
-
-// missing returns the dependencies of the queued changes that neither the
-// document nor the queue holds: what the document waits for.
-func (l *ledger) missing(known func(hash []byte) bool) [][]byte {
-	var out [][]byte
-	seen := make(map[[32]byte]bool)
-	for _, c := range l.queued {
-		for _, d := range c.Deps {
-			if _, queued := l.queued[d]; queued || seen[d] || known(d[:]) {
-				continue
-			}
-			seen[d] = true
-			out = append(out, append([]byte(nil), d[:]...))
-		}
-	}
-	return out
 }

@@ -1,0 +1,97 @@
+package doc
+
+import "github.com/tandemhq/tandem/doc/amcheck"
+
+// Changes that wait. A change may come before one it depends on (a bloom
+// filter's false positive makes a peer leave a change out but send what
+// depends on it). automerge would keep it back in a queue of its own,
+// where nothing could check it once it became ready or take it out again;
+// so the guard keeps it instead, and automerge sees it only in the message
+// that makes it ready (admit). A waiting change is charged to the
+// document's limits when it comes and to the node's Limits.WaitingBytes,
+// leaves with the peer that sent it, and the room's replies ask that peer
+// for what it lacks (room.askForMissing).
+
+// queuedChange is a change that waits for a change it depends on, kept by
+// the guard (automerge never sees it before it can be applied), with its
+// bytes.
+type queuedChange struct {
+	amcheck.Change
+	raw  []byte
+	from string // the peer that sent it: its leaving drops it
+}
+
+// maxQueued bounds the changes a document keeps back for missing
+// dependencies; a stock client never sends one before what it depends on
+// but for bloom filter false positives, which are a handful.
+const maxQueued = 1024
+
+// dropFrom drops the queued changes a peer sent, as it leaves: what a
+// peer keeps waiting lasts no longer than its connection (a stock client
+// sends them again when it comes back).
+func (l *ledger) dropFrom(peer string) {
+	for h, c := range l.queued {
+		if c.from == peer {
+			l.unqueue(h)
+		}
+	}
+}
+
+// forget gives back what the ledger's queue holds, as its room leaves
+// memory.
+func (l *ledger) forget() {
+	for h := range l.queued {
+		l.unqueue(h)
+	}
+}
+
+// hold queues the changes an admitted message from peer left waiting,
+// and forgets the queued ones the guard refused once they were ready.
+func (l *ledger) hold(ad *admission, peer string) {
+	for _, c := range ad.held {
+		c.from = peer
+		if l.queued == nil {
+			l.queued = make(map[[32]byte]queuedChange)
+		}
+		if _, ok := l.queued[c.Hash]; ok {
+			continue
+		}
+		l.queued[c.Hash] = c
+		l.queuedOps += int64(c.Ops)
+		l.queuedBytes += c.Expanded
+		if l.waiting != nil {
+			l.waiting.Add(c.Expanded)
+		}
+	}
+	for _, d := range ad.dropped {
+		l.unqueue(d.hash)
+	}
+}
+
+func (l *ledger) unqueue(h [32]byte) {
+	if c, ok := l.queued[h]; ok {
+		delete(l.queued, h)
+		l.queuedOps -= int64(c.Ops)
+		l.queuedBytes -= c.Expanded
+		if l.waiting != nil {
+			l.waiting.Add(-c.Expanded)
+		}
+	}
+}
+
+// missing returns the dependencies of the queued changes that neither the
+// document nor the queue holds: what the document waits for.
+func (l *ledger) missing(known func(hash []byte) bool) [][]byte {
+	var out [][]byte
+	seen := make(map[[32]byte]bool)
+	for _, c := range l.queued {
+		for _, d := range c.Deps {
+			if _, queued := l.queued[d]; queued || seen[d] || known(d[:]) {
+				continue
+			}
+			seen[d] = true
+			out = append(out, append([]byte(nil), d[:]...))
+		}
+	}
+	return out
+}
