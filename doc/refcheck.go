@@ -35,7 +35,9 @@ import (
 //     (automerge pairs them by op ID), and marks live in text.
 // An actor's change after its first also has the actor's previous change
 // in its past (automerge's changes always do, and the causal check relies
-// on it).
+// on it), and a change's ops start after every op of its past (one with
+// no ops starts right after). Tables, and deletions that carry a value, a
+// mark name or an expand flag, are refused: automerge 3 cannot hold them.
 
 // check checks every reference of a change's ops against the index (with
 // what the change itself made before each op) and, if all hold, adds the
