@@ -1,9 +1,10 @@
 import { test } from "node:test"
 import assert from "node:assert/strict"
 import * as A from "@automerge/automerge"
-import { NetworkAdapter, Repo } from "@automerge/automerge-repo"
-import type { DocHandle, Message, PeerId, PeerMetadata, StorageId } from "@automerge/automerge-repo"
+import { Repo } from "@automerge/automerge-repo"
+import type { DocHandle } from "@automerge/automerge-repo"
 import { spliceText } from "../src/text.js"
+import { pair } from "./pair.js"
 
 type TextDoc = { text: string }
 
@@ -11,43 +12,6 @@ type TextDoc = { text: string }
 // document had `before` changes.
 function opsOfChangesSince(handle: DocHandle<TextDoc>, before: number): number[] {
   return A.getAllChanges(handle.doc()!).slice(before).map(c => A.decodeChange(c).ops.length)
-}
-
-// ServerSide is a network adapter between a client repo and a "server"
-// repo that announces a storage id, as a Tandem server does, so that the
-// client's handles get its remote heads.
-class Link extends NetworkAdapter {
-  other!: Link
-  storageId: StorageId | undefined
-  isReady() {
-    return true
-  }
-  whenReady() {
-    return Promise.resolve()
-  }
-  connect(peerId: PeerId, peerMetadata?: PeerMetadata) {
-    this.peerId = peerId
-    this.peerMetadata = peerMetadata
-    if (this.other.peerId) {
-      this.emit("peer-candidate", { peerId: this.other.peerId, peerMetadata: { storageId: this.other.storageId, isEphemeral: false } })
-      this.other.emit("peer-candidate", { peerId, peerMetadata: { storageId: this.storageId, isEphemeral: false } })
-    }
-  }
-  send(message: Message) {
-    queueMicrotask(() => this.other.emit("message", message))
-  }
-  disconnect() {
-    this.emit("peer-disconnected", { peerId: this.other.peerId! })
-  }
-}
-
-function clientAndServer(): [Repo, Repo] {
-  const c = new Link()
-  const s = new Link()
-  c.other = s
-  s.other = c
-  s.storageId = "server-storage" as StorageId
-  return [new Repo({ network: [c], peerId: "client" as PeerId }), new Repo({ network: [s], peerId: "server" as PeerId })]
 }
 
 async function until(what: string, cond: () => boolean) {
@@ -59,7 +23,7 @@ async function until(what: string, cond: () => boolean) {
 }
 
 test("a paste larger than the bound goes in as several changes, each in a sync message of its own", async t => {
-  const [client, server] = clientAndServer()
+  const [client, server] = pair("server-storage")
   t.after(() => Promise.all([client.shutdown(), server.shutdown()]))
   const handle = client.create<TextDoc>({ text: "[]" })
   const remote = await server.find<TextDoc>(handle.url)
