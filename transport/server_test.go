@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -703,4 +704,43 @@ func TestStoreFarBehindClosesTryAgainLater(t *testing.T) {
 		}
 	}
 	expectClose(t, w.ws, websocket.CloseTryAgainLater)
+}
+
+// A change that would wait for a dependency while the node holds all the
+// waiting changes it may is not taken now: the client is told so and
+// closed with 1013 (try again later), to send it again when it reconnects.
+func TestAFullWaitingQueueClosesTryAgainLater(t *testing.T) {
+	// A change whose dependency the node never gets: the second of two.
+	d := automerge.New()
+	var second []byte
+	for i := range 2 {
+		if err := d.RootMap().Set("n", int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Commit("edit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second = cs[1].Save()
+	msg := append([]byte{0x42, 0, 0, 0, 1}, binary.AppendUvarint(nil, uint64(len(second)))...)
+	msg = append(msg, second...)
+
+	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: doc.Limits{WaitingBytes: 1}})
+	ws := dial(t, s.url)
+	join(t, ws, "w")
+	send(t, ws, &wire.Message{Type: wire.TypeSync, SenderID: "w", TargetID: serverID, DocumentID: testDoc, Data: msg})
+	for {
+		m := recv(t, ws)
+		if m.Type == wire.TypeError {
+			if !strings.Contains(m.ErrorMessage, testDoc) || !strings.Contains(m.ErrorMessage, "reconnect later") {
+				t.Fatalf("error %q, want one naming the document and saying to come back", m.ErrorMessage)
+			}
+			break
+		}
+	}
+	expectClose(t, ws, websocket.CloseTryAgainLater)
 }
