@@ -12,8 +12,13 @@
 // A Hub speaks automerge-repo's Presence protocol (ephemeral messages whose
 // payload is {"__presence": ...}) on top of that CRDT: it tells newcomers
 // the state of every live peer at once, coalesces each peer's updates per
-// channel to one per tick (newest wins), drives status and typing expiry
-// from one heartbeat/TTL table, and speaks goodbye for peers that vanish.
+// channel to one per period (newest wins; a room's period is one
+// Config.Tick, longer by a tick per Config.RoomTickPeers peers, and each
+// peer's period ends at a tick of its own: forward.go), drives status and
+// typing expiry from one heartbeat/TTL table swept every Config.Sweep, and
+// speaks goodbye for peers that vanish. What is to be sent waits in one
+// outbox (outbox.go), where a newer value of a queued channel replaces the
+// older one.
 //
 // In a cluster the hub publishes its own peers' presence (after
 // coalescing) and merges what other nodes publish into the same CRDT; the

@@ -28,7 +28,8 @@ func (s Status) rank() int {
 }
 
 // LastSeenStore keeps when each user was last seen, written when the user
-// goes offline (never per heartbeat). doc.BoltStore implements it.
+// goes offline (never per heartbeat). lastseen.Bolt and lastseen.Postgres
+// implement it.
 type LastSeenStore interface {
 	SaveLastSeen(ctx context.Context, userID string, at time.Time) error
 	LastSeen(ctx context.Context, userID string) (time.Time, bool, error)

@@ -3,18 +3,22 @@
 // storage that makes accepted changes durable.
 //
 // A Hub owns the rooms. It loads a document from its Store on first use,
-// writes accepted changes back in batches (every change is on disk within
-// Config.FlushInterval plus one write), and evicts a room from memory a
-// while after its last peer leaves.
+// writes accepted changes back as soon as the write before them is done,
+// all the rooms that changed meanwhile in one batch, and names no change to
+// any peer or node before it is stored (durable.go); a failed write is
+// tried again every Config.FlushInterval. A room leaves memory
+// Config.EvictAfter after its last peer.
 //
-// Concurrency: Hub methods are safe for concurrent use. Each room has one
-// mutex that guards its automerge document and its peers' sync states, so a
-// sync exchange (receive, then answer and fan out) is one critical section;
-// the sync message is parsed before it is taken. A lock per room, not one
-// for the hub (as presence has): automerge's work is slow, and one
-// document's must not hold up another's. Peer methods are called
-// with that mutex held and must not block: they queue the message or drop
-// the peer.
+// Concurrency: Hub methods are safe for concurrent use. Locks are per room,
+// not one for the hub (as presence has): automerge's work is slow, and one
+// document's must not hold up another's. A room has four, taken in this
+// order: catchMu (one catch-up from the store at a time), applyMu (whoever
+// changes the document holds it, across the sandbox rehearsal), handMu
+// (one hand-over of mention reports at a time) and mu (the automerge
+// document, the members and their sync states). Acknowledgements and
+// fan-outs take mu alone, briefly; a sync message is parsed before any
+// lock. Peer methods are called with mu held and must not block: they
+// queue the message or drop the peer.
 //
 // Fan-out (fanout.go): peers the room knows to stand at given heads are
 // served without automerge (their acknowledgements need no answer; a
@@ -42,8 +46,13 @@
 //
 // The guard (guard.go) checks a client's changes before automerge sees
 // them: their encoding, the limits, and every reference each op makes
-// against the document (refcheck.go, over the index in refindex.go);
-// changes that wait for a dependency wait in the guard, not in automerge.
+// against the document (refcheck.go, over the index in refindex.go, with
+// the order of list elements in listorder.go). Changes that wait for a
+// dependency wait in the guard (waiting.go), not in automerge. The sandbox
+// (sandbox.go) then rehearses every message carrying changes in a worker
+// process before the room applies it, so a fault costs a worker, not the
+// node. cmd/tandem/ARCHITECTURE.md says why both, and how the check is
+// known to be complete.
 // What it refuses is remembered by hash, node-wide and bounded, so a
 // client sending it again is refused without a second check (refused.go).
 // A compaction's snapshot is loaded back before it replaces the chunks it

@@ -1,14 +1,23 @@
 // Package transport carries the automerge-repo protocol over WebSocket.
 //
-// A Server upgrades HTTP requests to WebSocket connections. Each connection
-// has a reader goroutine for its life, which decodes frames and hands them
-// to the document layer (the Documents interface) and to presence, and a
-// writer goroutine only while frames wait to be written (writer.go): it
-// alone writes to the socket, every waiting frame in one write. Pings run
-// on a timer. Outbound frames wait in a queue bounded in frames and in
-// bytes (Config.SendQueue, Config.SendQueueBytes); a peer too slow to
-// drain it is disconnected with the reason "slow consumer", because
-// document sync must never drop a message.
+// A Server upgrades HTTP requests to WebSocket connections. A connection
+// has a reader goroutine while there is something to read: it decodes
+// frames (frames.go hands gorilla one frame at a time) and hands them to
+// the document layer (the Documents interface) and to presence; with
+// nothing buffered, an idle connection gives its reader up and waits on
+// the node's epoll set (park.go, Linux; elsewhere the reader stays). A
+// writer goroutine runs only while frames wait to be written (writer.go):
+// it alone writes to the socket, every waiting frame in one write. Pings
+// run on a timer.
+//
+// Outbound frames wait in two lanes (preslane.go). Document sync, errors
+// and relayed ephemerals take the lossless lane, in order and bounded in
+// frames and in bytes (Config.SendQueue, Config.SendQueueBytes); a peer
+// too slow to drain it is disconnected as a slow consumer (4001), because
+// document sync must never drop a message. Presence takes a lane of its
+// own that keeps only the newest frame per document, sender and channel,
+// drops the oldest past its bounds and never closes the connection, so a
+// burst of cursors cannot cut a peer's sync.
 //
 // Two subpackages: wire is the wire format (wire/PROTOCOL.md says what
 // Tandem accepts and sends), and redisbus joins nodes into a cluster over

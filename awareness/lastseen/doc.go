@@ -3,7 +3,7 @@
 // the documents' (Bolt), or in PostgreSQL, shared by a cluster (Postgres).
 // Both keep the newest time per user: an older one never overwrites it.
 //
-// Presence owns this data; the document stores hold none of it. A node
-// that kept last-seen times in the documents' bbolt file (before this
-// package) has them copied here the first time it opens the new file.
+// Presence owns this data; the document stores hold none of it. A data
+// directory whose documents' bbolt file still holds last-seen times has
+// them copied here the first time the node opens this file.
 package lastseen

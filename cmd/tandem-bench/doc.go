@@ -9,7 +9,8 @@
 //	          whether every peer's final cursor reached every other peer.
 //	typing    T typists at C characters/s and R readers on one document,
 //	          syncing with automerge; reports how long a keystroke takes
-//	          to reach the readers, and the server's CPU.
+//	          to reach the readers, the server's CPU, and the clients'
+//	          frames, bytes and CPU.
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //
@@ -18,5 +19,8 @@
 // input; it fails unless no ghost outlives the bound and no acknowledged
 // edit or document is lost, damaged or diverged.
 //
-// With --server-pid it reads the server's CPU time and RSS from /proc.
+// With --server-pid it reads the server's CPU time and RSS from /proc;
+// --compare runs the stock server after Tandem with the same clients, and
+// --cluster N starts N nodes on a private redis-server. RESULTS.md, beside
+// this file, holds the latest figures and the command for each.
 package main

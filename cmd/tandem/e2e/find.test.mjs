@@ -12,8 +12,8 @@ import { client, connected } from "./clients.mjs"
 
 const grace = 200 // ms, tandem's default --unavailable-grace
 // The bound a test allows for doc-unavailable: the grace window plus a
-// generous margin for a shared, noisy machine. The README gives the
-// figures measured on a quiet one.
+// generous margin for a shared, noisy machine. cmd/tandem-bench/RESULTS.md
+// gives the figures measured on a quiet one.
 const unavailableBound = grace + 3000
 
 async function cluster(t, n) {
