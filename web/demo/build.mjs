@@ -17,6 +17,9 @@ await build({
   // Automerge's "webpack" build inlines its wasm as base64, so the bundle is
   // one self-contained file and needs no bundler support for wasm.
   conditions: ["webpack"],
+  // The demo is built from the client's sources: the package's exports
+  // point at its compiled dist/, which only its own build makes.
+  alias: { "@tandemhq/client": join(here, "..", "client", "src", "index.ts") },
   minify: true,
   legalComments: "linked",
   outdir: out,
