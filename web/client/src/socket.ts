@@ -68,7 +68,7 @@ const CLOSE_TOKEN_EXPIRED = 4004
 /** How long a connection must last before the backoff starts again from the base. */
 const HEALTHY_MS = 10_000
 
-/** Many ephemeral messages of one document in one frame (PROTOCOL in the README). */
+/** Many ephemeral messages of one document in one frame (transport/wire/PROTOCOL.md). */
 interface PresenceBatch {
   type: "tandem-presence-batch"
   documentId: string
@@ -101,6 +101,8 @@ export class TandemSocket extends NetworkAdapter {
   #remotePeerId: PeerId | undefined
   #state: ConnectionState = "closed"
   #stopped = false
+  /** disconnect() was called: the adapter is done, and a late connect() is ignored. */
+  #done = false
   #retries: RetrySchedule
   #beatTimer: ReturnType<typeof setTimeout> | undefined
   #seq = 0
@@ -179,6 +181,9 @@ export class TandemSocket extends NetworkAdapter {
   }
 
   connect(peerId: PeerId, peerMetadata?: PeerMetadata): void {
+    // The repo connects its adapters asynchronously, so a client closed in
+    // the tick it was made sees connect() after disconnect(): stay closed.
+    if (this.#done) return
     if (this.#socket) this.#detach() // connect() again: start over
     this.#retries.cancel()
     this.peerId = peerId
@@ -210,6 +215,7 @@ export class TandemSocket extends NetworkAdapter {
 
   /** Closes the connection for good; the repo forgets this adapter. */
   disconnect(): void {
+    this.#done = true
     this.#stop()
     this.emit("close")
   }

@@ -207,6 +207,17 @@ test("connect() again replaces the socket; the old one's late events are ignored
   assert.equal(states.at(-1)!.state, "open")
 })
 
+test("connect() after disconnect() opens nothing: a client closed at once stays closed", t => {
+  const { a, sock } = setup(t)
+  const opened = FakeSocket.all.length
+  a.disconnect()
+  assert.equal(sock().closed, true)
+  a.connect("me" as PeerId, {})
+  mock.timers.tick(60_000)
+  assert.equal(FakeSocket.all.length, opened)
+  assert.equal(a.state, "closed")
+})
+
 test("a connection attempt that never answers is dropped", t => {
   t.mock.method(Math, "random", () => 0.5) // no retry drawn at 0 ms, within the tick that drops it
   const { a, states } = setup(t)
