@@ -34,11 +34,11 @@ const maxUnstored = 1024
 // store catches up. The caller holds r.mu.
 func (r *room) storeBehind() bool { return r.applied-r.stored >= maxUnstored }
 
-// heldSend is a message made while the document had changes not yet
-// stored: a sync message or doc-unavailable for a peer, or (peer nil)
-// accepted changes for the other nodes, or (then set) another node's
-// answer that this node holds the document.
-type heldSend struct {
+// outgoing is a message the room sends: a sync message or doc-unavailable
+// for a peer, or (peer nil) accepted changes for the other nodes, or (then
+// set) another node's answer that this node holds the document. One made
+// while the document had changes not yet stored waits in held.
+type outgoing struct {
 	peer        Peer
 	data        []byte
 	unavailable bool
@@ -48,9 +48,9 @@ type heldSend struct {
 	upTo        uint64 // the room's applied count when it was made
 }
 
-// send delivers s now if everything the room applied is stored, or holds
-// it until it is. The caller holds r.mu.
-func (r *room) send(s heldSend) {
+// sendWhenStored delivers s now if everything the room applied is
+// stored, or holds it until it is (sendHeld). The caller holds r.mu.
+func (r *room) sendWhenStored(s outgoing) {
 	if r.applied == r.stored {
 		r.deliver(s)
 		return
@@ -59,7 +59,7 @@ func (r *room) send(s heldSend) {
 	r.held = append(r.held, s)
 }
 
-func (r *room) deliver(s heldSend) {
+func (r *room) deliver(s outgoing) {
 	switch {
 	case s.then != nil:
 		s.then()
@@ -78,14 +78,15 @@ func (r *room) deliver(s heldSend) {
 	}
 }
 
-// release records that the store holds what the room had applied when
-// the write was taken, and sends what waited for it. The caller holds r.mu.
-func (r *room) release(upTo uint64) {
+// sendHeld records that the store holds what the room had applied up to
+// upTo (its count when the write was taken), and sends the held messages
+// that waited for it, in the order they were made. The caller holds r.mu.
+func (r *room) sendHeld(upTo uint64) {
 	r.stored = max(r.stored, upTo)
 	n := 0
 	for n < len(r.held) && r.held[n].upTo <= r.stored {
 		r.deliver(r.held[n])
-		r.held[n] = heldSend{}
+		r.held[n] = outgoing{}
 		n++
 	}
 	r.held = r.held[n:]
@@ -108,12 +109,12 @@ func (h *Hub) markDirty(r *room) {
 // flushLoop writes changed rooms as soon as they change (one batch at a
 // time, so that a batch groups every room that changed while the one
 // before it was written), retries failed writes, evicts idle rooms and
-// rests quiet members (rest.go) until ctx ends.
+// drops idle members' sync states (syncstate.go) until ctx ends.
 func (h *Hub) flushLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
 	failed := false
-	var lastRest time.Time
+	var lastDrop time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,9 +126,9 @@ func (h *Hub) flushLoop(ctx context.Context) {
 		case <-t.C:
 			now := time.Now()
 			h.evictIdle(now)
-			if now.Sub(lastRest) >= restAfter/4 {
-				h.restMembers(now)
-				lastRest = now
+			if now.Sub(lastDrop) >= keepIdleSyncState/4 {
+				h.dropIdleSyncStates(now)
+				lastDrop = now
 			}
 		}
 		err := h.Flush(context.Background())

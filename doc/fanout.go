@@ -76,7 +76,7 @@ func (r *room) fanout(h *Hub) {
 	}
 	if wait := time.Until(r.lastFanout.Add(r.window(h))); wait > 0 {
 		r.fanoutScheduled = true
-		h.after(wait, func() {
+		h.goAfter(wait, func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.fanoutScheduled = false
@@ -120,7 +120,7 @@ func (r *room) broadcast() {
 			}
 			groups[key] = s
 		}
-		r.send(heldSend{peer: m.peer, shared: s})
+		r.sendWhenStored(outgoing{peer: m.peer, shared: s})
 		m.expect = heads
 		m.remember(now, r.lastFanout)
 		m.whole = m.whole || m.bare // to a peer that has nothing, the whole document

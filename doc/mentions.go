@@ -306,7 +306,7 @@ func (h *Hub) handOver(r *room, retry bool) {
 			t.backoff = min(max(2*t.backoff, time.Second), time.Minute)
 			if retry && !t.retrying {
 				t.retrying = true
-				h.after(t.backoff, func() {
+				h.goAfter(t.backoff, func() {
 					r.mu.Lock()
 					r.mentions.retrying = false
 					r.mu.Unlock()

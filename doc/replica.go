@@ -110,7 +110,7 @@ func (h *Hub) Missed() {
 		r.mu.Unlock()
 	}
 	if len(busy) > 0 {
-		h.after(0, func() {
+		h.goAfter(0, func() {
 			for _, r := range busy {
 				r.catchUp(context.Background(), h)
 			}

@@ -69,7 +69,7 @@ type room struct {
 	// the store holds. While stored lags, every message that names the
 	// document's heads waits in held, in the order it was made.
 	applied, stored uint64
-	held            []heldSend
+	held            []outgoing
 	publish         func(documentID string, changes []byte) // nil outside a cluster
 
 	ledger ledger // the guard's account of the document (guard.go)
@@ -94,7 +94,7 @@ type room struct {
 type member struct {
 	peer Peer
 	// state is made when first needed (syncState) and dropped while the
-	// peer is level and quiet (rest.go); used is when it was last needed.
+	// peer is level and quiet (syncstate.go); used is when it was last needed.
 	state *automerge.SyncState
 	used  time.Time
 	// sentAt holds the document's heads when the peer was last sent a
@@ -218,7 +218,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		lock.Observe(time.Since(locked).Seconds())
 		r.mu.Unlock()
 	}()
-	defer r.settle(h) // deferred calls run last first: after the count below
+	defer r.resumeDeferred(h) // deferred calls run last first: after the count below
 	if counted {
 		defer func() { r.arriving-- }()
 	}
@@ -299,8 +299,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 }
 
 // admitted is a message the guard let through: sm without what a
-// read-only peer may not write (refused says some was), and held, the
-// guard's account of the changes automerge will keep back.
+// read-only peer may not write (refused says some was), and guarded, the
+// guard's account of the changes it admitted and those it keeps waiting.
 type admitted struct {
 	sm      *syncMessage
 	refused bool
@@ -381,7 +381,7 @@ func (r *room) accepted(h *Hub, p Peer, before []automerge.ChangeHash) {
 		h.log.Error("read accepted changes", "document", r.id, "err", err)
 	}
 	if r.publish != nil && len(saved) > 0 {
-		r.send(heldSend{changes: saved})
+		r.sendWhenStored(outgoing{changes: saved})
 	}
 	if r.mentions != nil {
 		r.mentions.changed(p, h.cfg.MentionSettle)
@@ -458,7 +458,7 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 		if len(r.ledger.queued) > 0 {
 			data = r.askForMissing(data)
 		}
-		r.send(heldSend{peer: m.peer, data: data})
+		r.sendWhenStored(outgoing{peer: m.peer, data: data})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
 		if m.bare && carriesChanges(data) {
@@ -538,7 +538,7 @@ func (r *room) answerAuthor(m *member, had [][]byte, heads []automerge.ChangeHas
 		r.sendSync(m, heads)
 		return
 	}
-	r.send(heldSend{peer: m.peer, data: syncWithChanges(heads, cs)})
+	r.sendWhenStored(outgoing{peer: m.peer, data: syncWithChanges(heads, cs)})
 	m.sentAt, m.expect = heads, heads
 	if len(cs) > 0 {
 		m.remember(headsKey(heads), time.Now())
@@ -579,7 +579,7 @@ func (r *room) leave(h *Hub, p Peer) {
 				r.gaps.Add(1)
 			}
 		}
-		r.settle(h)
+		r.resumeDeferred(h)
 	}
 }
 
@@ -676,7 +676,7 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 	if !w.fellBack {
 		r.pending = r.pending[len(w.Chunks):]
 	}
-	r.release(w.upTo)
+	r.sendHeld(w.upTo)
 }
 
 // evictable reports whether the room can leave memory; if so it marks it
