@@ -54,19 +54,6 @@ type SharedSender interface {
 	SendSharedSync(documentID string, s *SharedSync)
 }
 
-// namesExactly reports whether the message's heads are these.
-func (sm *syncMessage) namesExactly(heads []automerge.ChangeHash) bool {
-	if len(sm.heads) != len(heads) {
-		return false
-	}
-	for i, h := range sm.heads {
-		if string(h) != string(heads[i][:]) {
-			return false
-		}
-	}
-	return true
-}
-
 // fanout sends the room's new changes to every peer that lacks them, now
 // or, within SyncWindow of the last fan-out, at the window's end. The
 // caller holds r.mu.

@@ -288,6 +288,25 @@ func (h *Hub) Stats() Stats {
 	return s
 }
 
+// loadedRoom returns the room of a document if it is in memory and
+// loaded, nil otherwise.
+func (h *Hub) loadedRoom(documentID string) *room {
+	h.mu.Lock()
+	r := h.rooms[documentID]
+	h.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.loaded:
+		if r.loadErr == nil {
+			return r
+		}
+	default:
+	}
+	return nil
+}
+
 // acquire returns the loaded room of a document, loading it on first use.
 func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	h.mu.Lock()
@@ -337,24 +356,6 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	}
 	r.catchUp(ctx, h)
 	return r, nil
-}
-
-func (h *Hub) newMentionTracker(r *room) *mentionTracker {
-	author := func(p Peer) (string, string) {
-		if h.cfg.MentionAuthor == nil || p == nil {
-			return "", ""
-		}
-		return h.cfg.MentionAuthor(r.id, p)
-	}
-	return &mentionTracker{
-		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
-		// A timer that fires while the hub closes does nothing: Close
-		// reports every burst still open.
-		fire:   func(peerID string, gen uint64) { h.whileOpen(func() { h.reportMentions(r, peerID, gen) }) },
-		author: author,
-		fields: h.cfg.MentionFields,
-		mark:   func() { h.markDirty(r) },
-	}
 }
 
 // evictIdle drops rooms whose last peer left more than EvictAfter ago and

@@ -94,6 +94,25 @@ type mentionBurst struct {
 	since       time.Time // the burst's first change
 }
 
+// newMentionTracker makes the tracker of r, reporting to the hub.
+func (h *Hub) newMentionTracker(r *room) *mentionTracker {
+	author := func(p Peer) (string, string) {
+		if h.cfg.MentionAuthor == nil || p == nil {
+			return "", ""
+		}
+		return h.cfg.MentionAuthor(r.id, p)
+	}
+	return &mentionTracker{
+		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
+		// A timer that fires while the hub closes does nothing: Close
+		// reports every burst still open.
+		fire:   func(peerID string, gen uint64) { h.whileOpen(func() { h.reportMentions(r, peerID, gen) }) },
+		author: author,
+		fields: h.cfg.MentionFields,
+		mark:   func() { h.markDirty(r) },
+	}
+}
+
 // touch records that the journal changed.
 func (t *mentionTracker) touch() {
 	if !t.dirty {

@@ -241,20 +241,3 @@ func (r *room) sinceHeads(theirs [][]byte) (since []automerge.ChangeHash, unknow
 	}
 	return since, unknown
 }
-
-func (h *Hub) loadedRoom(documentID string) *room {
-	h.mu.Lock()
-	r := h.rooms[documentID]
-	h.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	select {
-	case <-r.loaded:
-		if r.loadErr == nil {
-			return r
-		}
-	default:
-	}
-	return nil
-}
