@@ -271,7 +271,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.accepted(h, p, before)
 	}
 	r.noteAhead(m, sm.heads)
-	r.ledger.hold(guarded, p.ID())
+	r.ledger.queueHeld(guarded, p.ID())
 	r.noteDropped(h, guarded)
 	switch {
 	case empty:
@@ -525,7 +525,7 @@ func (r *room) leave(h *Hub, p Peer) {
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		delete(r.members, p.ID())
-		r.ledger.dropFrom(p.ID())
+		r.ledger.unqueueFrom(p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 			if r.publish != nil { // in a cluster: the bus stops carrying it
@@ -547,7 +547,7 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 		return false
 	}
 	r.evicted = true
-	r.ledger.forget()
+	r.ledger.unqueueAll()
 	return true
 }
 
