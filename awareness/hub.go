@@ -50,8 +50,9 @@ type Hub struct {
 	relayCount uint64
 }
 
-// effects are what a locked section decided to do once the lock is
-// released: store last-seen times.
+// effects are what a section under h.mu leaves to do once the lock is
+// released (run): send what it queued in the outbox, and store last-seen
+// times.
 type effects struct {
 	lastSeen []UserStatus
 	// moved holds users whose peer here went on as a connection on
