@@ -1,10 +1,6 @@
 package awareness
 
-import (
-	"time"
-
-	"github.com/fxamacker/cbor/v2"
-)
+import "github.com/fxamacker/cbor/v2"
 
 // How presence reaches the other peers.
 //
@@ -21,86 +17,6 @@ import (
 
 // heartbeatChannel is the pseudo-channel under which heartbeats coalesce.
 const heartbeatChannel = "\x00heartbeat"
-
-// room is the presence of one document.
-type room struct {
-	id      string
-	state   State
-	members map[string]Peer      // by peer id
-	list    []Peer               // members as a list, nil until asked for; never changed, only replaced
-	typing  map[string]time.Time // peer id → when its typing flag expires
-	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
-	// peer's current period; pending those waiting for its trailing edge.
-	// changed is the tick (of ticks) in which each pending peer last
-	// changed; held counts the ticks the pending peers whose period ended
-	// with a stale value have waited for a fresher one (flush).
-	sent    map[string]map[string]struct{}
-	pending map[string]map[string]struct{}
-	changed map[string]uint64
-	held    map[string]int
-	// greeted holds the peers that were sent the room after their first
-	// presence message. A stock client starts its Presence only after it
-	// has the document, so the room sent at its first sync can go unheard.
-	// A peer that never speaks presence has no entry.
-	greeted map[string]bool
-	// present holds the peers that speak presence here and have not said
-	// goodbye: the server keeps their status channel, so a peer with an
-	// empty state is still seen.
-	present map[string]bool
-	// guessed holds the remote peers this node removed on a guess (their
-	// node died, went silent or left them out of a roster): the tombstone
-	// it wrote gives way to the peer's own node, which knows better.
-	guessed map[string]bool
-	// epoch changes whenever the room's members change or a newcomer is
-	// sent the room: a queued update may take a newer value only within
-	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
-	// room dropped and made again never repeats one.
-	epoch uint64
-	// ticks counts the hub's ticks seen by the room (flush).
-	ticks uint64
-}
-
-func newRoom(id string) *room {
-	return &room{
-		id:      id,
-		state:   State{},
-		members: make(map[string]Peer),
-		typing:  make(map[string]time.Time),
-		sent:    make(map[string]map[string]struct{}),
-		pending: make(map[string]map[string]struct{}),
-		changed: make(map[string]uint64),
-		held:    make(map[string]int),
-		greeted: make(map[string]bool),
-		present: make(map[string]bool),
-		guessed: make(map[string]bool),
-	}
-}
-
-// memberList returns the room's members. Deliveries queued until the
-// members change share it.
-func (r *room) memberList() []Peer {
-	if r.list == nil {
-		r.list = make([]Peer, 0, len(r.members))
-		for _, p := range r.members {
-			r.list = append(r.list, p)
-		}
-	}
-	return r.list
-}
-
-func (r *room) drop(peer string) {
-	if _, ok := r.members[peer]; ok {
-		r.list = nil
-	}
-	delete(r.members, peer)
-	delete(r.typing, peer)
-	delete(r.sent, peer)
-	delete(r.pending, peer)
-	delete(r.changed, peer)
-	delete(r.held, peer)
-	delete(r.greeted, peer)
-	delete(r.present, peer)
-}
 
 func mark(set map[string]map[string]struct{}, peer, channel string) {
 	m := set[peer]

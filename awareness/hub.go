@@ -50,6 +50,37 @@ type Hub struct {
 	relayCount uint64
 }
 
+// effects are what a section under h.mu leaves to do once the lock is
+// released (run): send what it queued in the outbox, and store last-seen
+// times.
+type effects struct {
+	lastSeen []UserStatus
+	// moved holds users whose peer here went on as a connection on
+	// another node: if this node loses sight of them, they were not seen
+	// leaving, and no last-seen is stored.
+	moved map[string]bool
+	// now dispatches at once, ending a send window (a tick's flush).
+	now bool
+}
+
+func (fx *effects) move(userID string) {
+	if fx.moved == nil {
+		fx.moved = make(map[string]bool)
+	}
+	fx.moved[userID] = true
+}
+
+func (fx *effects) run(h *Hub) {
+	if fx.now {
+		h.dispatchNow()
+	} else {
+		h.dispatch()
+	}
+	for _, us := range fx.lastSeen {
+		h.seen.add(us) // stored by the last-seen writer (lastseen.go), off this path
+	}
+}
+
 // peerInfo is one connected peer (a tab) across the documents it is in.
 type peerInfo struct {
 	id         string

@@ -7,6 +7,13 @@ import (
 	"time"
 )
 
+// LastSeenStore keeps when each user was last seen, written when the user
+// goes offline (never per heartbeat). The lastseen package has the stores.
+type LastSeenStore interface {
+	SaveLastSeen(ctx context.Context, userID string, at time.Time) error
+	LastSeen(ctx context.Context, userID string) (time.Time, bool, error)
+}
+
 // LastSeenBatcher is a LastSeenStore that can store many users' times in
 // one round trip; the hub uses it when its store has it.
 type LastSeenBatcher interface {

@@ -274,13 +274,6 @@ func (h *Hub) forget(pi *peerInfo, fx *effects) {
 	h.refreshUser(pi.user, fx)
 }
 
-func statusFrom(v []byte) Status {
-	if s, ok := decodeValue(v).(string); ok && Status(s) == StatusAway {
-		return StatusAway
-	}
-	return StatusOnline
-}
-
 // ApplyUserStatus records the status of a user's peers on another node,
 // as that node published it; StatusOffline forgets it.
 func (h *Hub) ApplyUserStatus(node, userID string, s Status) {

@@ -2,7 +2,6 @@ package awareness
 
 import (
 	"bytes"
-	"context"
 	"time"
 
 	"github.com/tandemhq/tandem/internal/smallmap"
@@ -27,12 +26,12 @@ func (s Status) rank() int {
 	return 0
 }
 
-// LastSeenStore keeps when each user was last seen, written when the user
-// goes offline (never per heartbeat). lastseen.Bolt and lastseen.Postgres
-// implement it.
-type LastSeenStore interface {
-	SaveLastSeen(ctx context.Context, userID string, at time.Time) error
-	LastSeen(ctx context.Context, userID string) (time.Time, bool, error)
+// statusFrom reads a status channel value: away, or else online.
+func statusFrom(v []byte) Status {
+	if s, ok := decodeValue(v).(string); ok && Status(s) == StatusAway {
+		return StatusAway
+	}
+	return StatusOnline
 }
 
 // userInfo aggregates the tabs of one user.
@@ -146,36 +145,6 @@ func (h *Hub) refreshUser(id string, fx *effects) {
 	}
 }
 
-// effects are what a locked section decided to do once the lock is
-// released: store last-seen times.
-type effects struct {
-	lastSeen []UserStatus
-	// moved holds users whose peer here went on as a connection on
-	// another node: if this node loses sight of them, they were not seen
-	// leaving, and no last-seen is stored.
-	moved map[string]bool
-	// now dispatches at once, ending a send window (a tick's flush).
-	now bool
-}
-
-func (fx *effects) move(userID string) {
-	if fx.moved == nil {
-		fx.moved = make(map[string]bool)
-	}
-	fx.moved[userID] = true
-}
-
-func (fx *effects) run(h *Hub) {
-	if fx.now {
-		h.dispatchNow()
-	} else {
-		h.dispatch()
-	}
-	for _, us := range fx.lastSeen {
-		h.seen.add(us) // stored by the last-seen writer (lastseen.go), off this path
-	}
-}
-
 // userIDFrom reads the id of a user channel value ({id: "..."} or a plain
 // string); a peer without one is its own user.
 func userIDFrom(v []byte, fallback string) string {
@@ -190,70 +159,4 @@ func userIDFrom(v []byte, fallback string) string {
 		}
 	}
 	return fallback
-}
-
-// Tick forwards the trailing edge of coalesced updates and clears expired
-// typing flags; once per Config.Sweep it also applies the peers' TTLs and
-// the status changes time makes (away after AwayAfter). What a peer says
-// changes its status at once (receive).
-func (h *Hub) Tick() {
-	var fx effects
-	h.mu.Lock()
-	now := h.cfg.Now()
-	if now.Sub(h.swept) >= h.cfg.Sweep {
-		h.swept = now
-		h.sweep(now, &fx)
-	}
-	for _, r := range h.rooms {
-		for peer, until := range r.typing {
-			if now.Before(until) {
-				continue
-			}
-			delete(r.typing, peer)
-			if pi := h.peers[peer]; pi != nil {
-				r.state.Set(peer, ChannelTyping, Register{Clock: h.serverClock(pi), Value: cborFalse})
-				h.schedule(r, peer, ChannelTyping)
-			}
-		}
-		if h.flush(r, h.roomTicks(r)) {
-			fx.now = true // trailing edges, which waited their period
-		}
-	}
-	h.mu.Unlock()
-	fx.run(h)
-}
-
-// sweep removes the peers silent past their TTL and makes the others'
-// status what time made it.
-func (h *Hub) sweep(now time.Time, fx *effects) {
-	for _, pi := range h.peers {
-		if pi.conn == nil {
-			// A remote peer: its node's rosters keep it (ApplyRoster),
-			// its node's death ends it (NodeGone).
-			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
-				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
-				h.metrics.expired.Inc()
-				h.remove(pi, fx)
-			}
-			continue
-		}
-		if now.Sub(pi.lastHeard) > h.cfg.TTL {
-			h.log.Info("presence: peer silent past its TTL", "peer", pi.id)
-			h.metrics.expired.Inc()
-			h.remove(pi, fx)
-			continue
-		}
-		h.refreshPeer(pi, fx)
-	}
-}
-
-// roomTicks is how many ticks a room's coalescing period lasts: one more
-// for every Config.RoomTickPeers peers in it, up to Config.MaxRoomTick.
-// A peer's channel goes out at most twice a period (its leading and
-// trailing edge), once when it changes all the time, so what a big room
-// sends grows with its size, not with its square; the newest value still
-// wins, so what is sent stays fresh.
-func (h *Hub) roomTicks(r *room) int {
-	n := 1 + len(r.state)/h.cfg.RoomTickPeers
-	return max(1, min(n, int(h.cfg.MaxRoomTick/h.cfg.Tick)))
 }

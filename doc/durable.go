@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
 // Durable before acknowledged. A sync message that names a head tells its
@@ -23,6 +27,11 @@ import (
 // waited for the shared store before publishing them), so they hold
 // nothing back by themselves; messages made while a local change waits
 // still wait behind it.
+//
+// A room's write (takeWrite) is its changes not yet stored, as an
+// incremental chunk, or now and then the whole document as a snapshot
+// that replaces the chunks it covers (a compaction). A snapshot is loaded
+// back before it is written (checkSnapshot); wrote records the outcome.
 
 // maxUnstored bounds the messages with changes a room applies before the
 // store has them: past it, changes are refused (ErrStoreBehind) until a
@@ -34,11 +43,11 @@ const maxUnstored = 1024
 // store catches up. The caller holds r.mu.
 func (r *room) storeBehind() bool { return r.applied-r.stored >= maxUnstored }
 
-// heldSend is a message made while the document had changes not yet
-// stored: a sync message or doc-unavailable for a peer, or (peer nil)
-// accepted changes for the other nodes, or (then set) another node's
-// answer that this node holds the document.
-type heldSend struct {
+// outgoing is a message the room sends: a sync message or doc-unavailable
+// for a peer, or (peer nil) accepted changes for the other nodes, or (then
+// set) another node's answer that this node holds the document. One made
+// while the document had changes not yet stored waits in held.
+type outgoing struct {
 	peer        Peer
 	data        []byte
 	unavailable bool
@@ -48,9 +57,9 @@ type heldSend struct {
 	upTo        uint64 // the room's applied count when it was made
 }
 
-// send delivers s now if everything the room applied is stored, or holds
-// it until it is. The caller holds r.mu.
-func (r *room) send(s heldSend) {
+// sendWhenStored delivers s now if everything the room applied is
+// stored, or holds it until it is (sendHeld). The caller holds r.mu.
+func (r *room) sendWhenStored(s outgoing) {
 	if r.applied == r.stored {
 		r.deliver(s)
 		return
@@ -59,7 +68,7 @@ func (r *room) send(s heldSend) {
 	r.held = append(r.held, s)
 }
 
-func (r *room) deliver(s heldSend) {
+func (r *room) deliver(s outgoing) {
 	switch {
 	case s.then != nil:
 		s.then()
@@ -78,14 +87,15 @@ func (r *room) deliver(s heldSend) {
 	}
 }
 
-// release records that the store holds what the room had applied when
-// the write was taken, and sends what waited for it. The caller holds r.mu.
-func (r *room) release(upTo uint64) {
+// sendHeld records that the store holds what the room had applied up to
+// upTo (its count when the write was taken), and sends the held messages
+// that waited for it, in the order they were made. The caller holds r.mu.
+func (r *room) sendHeld(upTo uint64) {
 	r.stored = max(r.stored, upTo)
 	n := 0
 	for n < len(r.held) && r.held[n].upTo <= r.stored {
 		r.deliver(r.held[n])
-		r.held[n] = heldSend{}
+		r.held[n] = outgoing{}
 		n++
 	}
 	r.held = r.held[n:]
@@ -108,12 +118,12 @@ func (h *Hub) markDirty(r *room) {
 // flushLoop writes changed rooms as soon as they change (one batch at a
 // time, so that a batch groups every room that changed while the one
 // before it was written), retries failed writes, evicts idle rooms and
-// rests quiet members (rest.go) until ctx ends.
+// drops idle members' sync states (syncstate.go) until ctx ends.
 func (h *Hub) flushLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
 	failed := false
-	var lastRest time.Time
+	var lastDrop time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,9 +135,9 @@ func (h *Hub) flushLoop(ctx context.Context) {
 		case <-t.C:
 			now := time.Now()
 			h.evictIdle(now)
-			if now.Sub(lastRest) >= restAfter/4 {
-				h.restMembers(now)
-				lastRest = now
+			if now.Sub(lastDrop) >= keepIdleSyncState/4 {
+				h.dropIdleSyncStates(now)
+				lastDrop = now
 			}
 		}
 		err := h.Flush(context.Background())
@@ -175,4 +185,145 @@ func (h *Hub) Flush(ctx context.Context) error {
 	}
 	h.log.Debug("flushed documents", "count", len(batch), "took", time.Since(start))
 	return nil
+}
+
+// opsPerCompactChunk makes a large document collect more incremental
+// chunks before it is rewritten as one snapshot: one more per this many
+// operations it holds. A snapshot costs time in proportion to the
+// document's operations, so spreading it over proportionally more writes
+// keeps the cost per write the same for a document of any size, while a
+// load still reads a bounded number of chunks per operation.
+const opsPerCompactChunk = 1000
+
+// takeWrite takes the changes not yet stored out of the document.
+func (r *room) takeWrite(compactAfter int, nodeID string) Write {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := Write{DocumentID: r.id, upTo: r.applied}
+	if !r.noCompact && (r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk)) {
+		// The chunks the snapshot would replace are kept aside, with the
+		// changes since the last of them: if the snapshot does not load
+		// back (checkSnapshot), they are written instead.
+		if c := r.doc.SaveIncremental(); len(c) > 0 {
+			r.pending = append(r.pending, c)
+		}
+		// Save resets the incremental baseline: the snapshot holds all.
+		w.Snapshot = r.doc.Save()
+		w.heads = r.doc.Heads()
+		w.Covers = r.coverage()
+		w.instead = r.pending
+		r.pending = nil
+		r.forceCompact = false
+	} else if r.dirty {
+		if c := r.doc.SaveIncremental(); len(c) > 0 {
+			r.pending = append(r.pending, c)
+		}
+	}
+	r.dirty = false
+	if w.Snapshot == nil {
+		w.Chunks = r.pending
+	}
+	if r.mentions != nil {
+		w.Journals = r.mentions.takeWrite(nodeID)
+	}
+	return w
+}
+
+// checkSnapshot loads a compaction's snapshot back before it replaces
+// anything: one that does not load, or loads to other heads, is not
+// written (the chunks it would have replaced stay, and the changes since
+// go as a chunk), and the document is compacted no more. It runs outside
+// the room's lock.
+func (h *Hub) checkSnapshot(w *Write) {
+	if w.Snapshot == nil {
+		return
+	}
+	d, err := automerge.Load(w.Snapshot)
+	if err == nil && !sameHeads(d.Heads(), w.heads) {
+		err = fmt.Errorf("it loads with other heads")
+	}
+	if err == nil {
+		return
+	}
+	h.snapshotUnloadable.Inc()
+	h.log.Error("a snapshot of the document does not load back: its chunks are kept, and it is compacted no more",
+		"document", w.DocumentID, "err", err)
+	w.Snapshot, w.Covers, w.Chunks, w.fellBack = nil, nil, w.instead, true
+}
+
+// wrote records the outcome of storing w.
+func (r *room) wrote(w Write, nodeID string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.fellBack {
+		r.noCompact = true
+	}
+	if !ok {
+		if r.mentions != nil {
+			r.mentions.unwritten(nodeID, w.Journals)
+		}
+		switch {
+		case w.Snapshot != nil:
+			// Written again as a whole at the next write; its chunks are
+			// kept too, in case that snapshot does not load back.
+			r.forceCompact = true
+			r.pending = append(append([][]byte(nil), w.instead...), r.pending...)
+		case w.fellBack:
+			r.pending = append(append([][]byte(nil), w.Chunks...), r.pending...)
+		}
+		return
+	}
+	if w.Snapshot != nil {
+		r.chunks = 0
+	}
+	r.chunks += len(w.Chunks)
+	if !w.fellBack {
+		r.pending = r.pending[len(w.Chunks):]
+	}
+	r.sendHeld(w.upTo)
+}
+
+// coverage returns what a compaction writing the document as it is now
+// (a snapshot) may delete: the stored chunks whose every change the
+// snapshot holds. The store calls it during the write, without the room's
+// lock held, one chunk after another; by then the document may hold more
+// than the snapshot, and those changes do not count.
+//
+// A chunk is read as change chunks (what SaveIncremental writes: changes
+// whose dependencies are in other chunks, which automerge.LoadChanges
+// refuses), or else as a whole document. A chunk readable neither way is
+// kept: nothing is deleted that is not known to be in the snapshot.
+func (r *room) coverage() func(chunk []byte) bool {
+	snapshot := r.doc.Heads()
+	var after map[automerge.ChangeHash]bool // changes added since the snapshot, read at the first call
+	return func(chunk []byte) bool {
+		var hashes []automerge.ChangeHash
+		if changes, err := amcheck.ParseChanges(chunk, amcheck.Limits{}); err == nil {
+			for _, c := range changes {
+				hashes = append(hashes, c.Hash)
+			}
+		} else if d, err := automerge.Load(chunk); err == nil {
+			hashes = d.Heads() // a change is there only with all it depends on
+		} else {
+			return false
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if after == nil {
+			after = map[automerge.ChangeHash]bool{}
+			cs, err := r.doc.Changes(snapshot...)
+			if err != nil {
+				return false
+			}
+			for _, c := range cs {
+				after[c.Hash()] = true
+			}
+		}
+		for _, h := range hashes {
+			if !r.known(h[:]) || after[h] {
+				return false
+			}
+		}
+		return true
+	}
 }

@@ -54,19 +54,6 @@ type SharedSender interface {
 	SendSharedSync(documentID string, s *SharedSync)
 }
 
-// namesExactly reports whether the message's heads are these.
-func (sm *syncMessage) namesExactly(heads []automerge.ChangeHash) bool {
-	if len(sm.heads) != len(heads) {
-		return false
-	}
-	for i, h := range sm.heads {
-		if string(h) != string(heads[i][:]) {
-			return false
-		}
-	}
-	return true
-}
-
 // fanout sends the room's new changes to every peer that lacks them, now
 // or, within SyncWindow of the last fan-out, at the window's end. The
 // caller holds r.mu.
@@ -76,7 +63,7 @@ func (r *room) fanout(h *Hub) {
 	}
 	if wait := time.Until(r.lastFanout.Add(r.window(h))); wait > 0 {
 		r.fanoutScheduled = true
-		h.after(wait, func() {
+		h.goAfter(wait, func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.fanoutScheduled = false
@@ -120,7 +107,7 @@ func (r *room) broadcast() {
 			}
 			groups[key] = s
 		}
-		r.send(heldSend{peer: m.peer, shared: s})
+		r.sendWhenStored(outgoing{peer: m.peer, shared: s})
 		m.expect = heads
 		m.remember(now, r.lastFanout)
 		m.whole = m.whole || m.bare // to a peer that has nothing, the whole document

@@ -39,8 +39,8 @@ type Hub struct {
 	lookups                              prometheus.Counter
 	// catchUps counts rooms that found changes in the store after a gap
 	// in what the bus carried (replica.go).
-	catchUps prometheus.Counter
-	rested   prometheus.Counter // members whose sync state was dropped (rest.go)
+	catchUps          prometheus.Counter
+	syncStatesDropped prometheus.Counter // members whose sync state was dropped (syncstate.go)
 	// Integrity events: a queued change refused once it was ready, a
 	// snapshot that did not load (compaction skipped), a stored chunk
 	// that did not load.
@@ -54,7 +54,7 @@ type Hub struct {
 
 	refusals *refusals // refused changes, remembered by hash (refused.go)
 
-	background sync.WaitGroup // lookups running (after); added to under mu while not closed
+	background sync.WaitGroup // work running under whileOpen; added to under mu while not closed
 
 	// Mention reports (mention_journal.go): taken over from gone nodes'
 	// journals, handed over, failed to hand over.
@@ -115,7 +115,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_store_catchups_total",
 		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (the last local peer left, or Redis was unreachable).",
 	})
-	h.rested = prometheus.NewCounter(prometheus.CounterOpts{
+	h.syncStatesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_document_members_rested_total",
 		Help: "Sync states dropped from members level with their document and quiet (made again from the level heads when needed).",
 	})
@@ -137,7 +137,7 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.rested, h.repeats, mentions, integrity,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.syncStatesDropped, h.repeats, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -288,6 +288,25 @@ func (h *Hub) Stats() Stats {
 	return s
 }
 
+// loadedRoom returns the room of a document if it is in memory and
+// loaded, nil otherwise.
+func (h *Hub) loadedRoom(documentID string) *room {
+	h.mu.Lock()
+	r := h.rooms[documentID]
+	h.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	select {
+	case <-r.loaded:
+		if r.loadErr == nil {
+			return r
+		}
+	default:
+	}
+	return nil
+}
+
 // acquire returns the loaded room of a document, loading it on first use.
 func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	h.mu.Lock()
@@ -318,7 +337,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 				h.markDirty(r) // gone nodes' journals taken over: to delete
 			}
 			if owed {
-				h.after(0, func() { h.handOver(r, true) })
+				h.goAfter(0, func() { h.handOver(r, true) })
 			}
 		}
 	}
@@ -337,24 +356,6 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	}
 	r.catchUp(ctx, h)
 	return r, nil
-}
-
-func (h *Hub) newMentionTracker(r *room) *mentionTracker {
-	author := func(p Peer) (string, string) {
-		if h.cfg.MentionAuthor == nil || p == nil {
-			return "", ""
-		}
-		return h.cfg.MentionAuthor(r.id, p)
-	}
-	return &mentionTracker{
-		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
-		// A timer that fires while the hub closes does nothing: Close
-		// reports every burst still open.
-		fire:   func(peerID string, gen uint64) { h.owned(func() { h.reportMentions(r, peerID, gen) }) },
-		author: author,
-		fields: h.cfg.MentionFields,
-		mark:   func() { h.markDirty(r) },
-	}
 }
 
 // evictIdle drops rooms whose last peer left more than EvictAfter ago and
@@ -386,4 +387,25 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.closeErr = errors.Join(err, h.Flush(ctx))
 	})
 	return h.closeErr
+}
+
+// goAfter runs f on a goroutine of its own once d has passed, as the
+// hub's background work (whileOpen): not once the hub is closing, and
+// Close waits for it.
+func (h *Hub) goAfter(d time.Duration, f func()) {
+	time.AfterFunc(d, func() { h.whileOpen(f) })
+}
+
+// whileOpen runs f as the hub's background work, which Close waits for;
+// once the hub is closing, f does not run (Close does what is left).
+func (h *Hub) whileOpen(f func()) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.background.Add(1)
+	h.mu.Unlock()
+	defer h.background.Done()
+	f()
 }

@@ -87,7 +87,7 @@ func (r *room) ask(h *Hub, p Peer) {
 func (r *room) scheduleLookup(h *Hub, at time.Time) {
 	r.lookupGen++
 	gen := r.lookupGen
-	h.after(time.Until(at), func() { h.lookup(r, gen) })
+	h.goAfter(time.Until(at), func() { h.lookup(r, gen) })
 }
 
 // endLookup records that no request waits any more; those still waiting
@@ -101,12 +101,12 @@ func (r *room) endLookup(h *Hub) {
 
 // waitLonger reports whether the verdict must wait because the document
 // may be on its way, and arranges for the lookup to run again: when the
-// messages being applied are done (settle), or, for a member that named
-// heads the room lacks, once it had aheadWait past the first window to
-// send them. The caller holds r.mu.
+// messages being applied are done (resumeDeferred), or, for a member that
+// named heads the room lacks, once it had aheadWait past the first window
+// to send them. The caller holds r.mu.
 func (r *room) waitLonger(h *Hub, now time.Time) bool {
 	if r.arriving > 0 {
-		r.deferred = true // settle schedules the lookup
+		r.deferred = true // resumeDeferred schedules the lookup
 		return true
 	}
 	if r.onItsWay() {
@@ -135,10 +135,10 @@ func (r *room) onItsWay() bool {
 	return false
 }
 
-// settle runs what waited for the document to stop being on its way, if
-// it has: a deferred lookup, and other nodes' questions. It is called
-// after every sync message and leave. The caller holds r.mu.
-func (r *room) settle(h *Hub) {
+// resumeDeferred runs, once the document is no longer on its way, what
+// waited for that: a deferred lookup, and other nodes' questions (Holds).
+// It is called after every sync message and leave. The caller holds r.mu.
+func (r *room) resumeDeferred(h *Hub) {
 	if r.deferred && r.arriving == 0 {
 		r.deferred = false
 		r.scheduleLookup(h, time.Now()) // it waits on for a member ahead, if any
@@ -208,7 +208,7 @@ func (h *Hub) lookup(r *room, gen uint64) {
 		return
 	}
 	h.cfg.Finder.FindDocument(r.id, func(found bool) {
-		h.after(0, func() {
+		h.goAfter(0, func() {
 			if found {
 				h.reload(r)
 			}
@@ -253,7 +253,7 @@ func (h *Hub) verdict(r *room, gen uint64, cutoff time.Time, found bool) {
 	r.foundRetries = 0
 	n := 0
 	for n < len(r.asked) && !r.asked[n].due.After(cutoff) {
-		r.send(heldSend{peer: r.asked[n].peer, unavailable: true})
+		r.sendWhenStored(outgoing{peer: r.asked[n].peer, unavailable: true})
 		n++
 	}
 	h.requestsUnavailable.Add(float64(n))
@@ -323,7 +323,7 @@ func (h *Hub) Holds(documentID string, answer func(held bool)) {
 	select {
 	case <-r.loaded:
 	default:
-		h.after(0, func() {
+		h.goAfter(0, func() {
 			<-r.loaded
 			h.Holds(documentID, answer)
 		})
@@ -349,25 +349,5 @@ func (r *room) answerHolds(answer func(bool)) {
 		answer(false)
 		return
 	}
-	r.send(heldSend{then: func() { answer(true) }})
-}
-
-// after runs f on its own goroutine once d has passed, unless the hub is
-// closed by then; Close waits for the ones running.
-func (h *Hub) after(d time.Duration, f func()) {
-	time.AfterFunc(d, func() { h.owned(f) })
-}
-
-// owned runs f as the hub's background work, which Close waits for; once
-// the hub is closing, f does not run (Close does what is left).
-func (h *Hub) owned(f func()) {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.background.Add(1)
-	h.mu.Unlock()
-	defer h.background.Done()
-	f()
+	r.sendWhenStored(outgoing{then: func() { answer(true) }})
 }

@@ -420,7 +420,7 @@ func TestAQuietMemberAheadHoldsRequestsForAheadWaitOnly(t *testing.T) {
 	lookupNow(h, r)
 	r.mu.Lock()
 	r.arriving-- // applied (a read-only peer's, stripped: nothing changed)
-	r.settle(h)
+	r.resumeDeferred(h)
 	r.mu.Unlock()
 	c.peer.waitUnavailable(t)
 	// lookupNow moved the window's end 1 ms before it ran.

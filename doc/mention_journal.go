@@ -96,7 +96,7 @@ func (t *mentionTracker) unwritten(node string, w map[string][]byte) {
 			t.drop = append(t.drop, n)
 		}
 	}
-	t.touch()
+	t.journalChanged()
 }
 
 // takeOver makes a dead node's journal of the document this room's: every
@@ -114,7 +114,7 @@ func (t *mentionTracker) takeOver(now map[string]int, title, docID, node string,
 	}
 	t.takenBy[node] = true
 	t.drop = append(t.drop, node)
-	t.touch()
+	t.journalChanged()
 	n := 0
 	add := func(e journalEntry, users []string) {
 		if len(users) == 0 {

@@ -94,8 +94,28 @@ type mentionBurst struct {
 	since       time.Time // the burst's first change
 }
 
-// touch records that the journal changed.
-func (t *mentionTracker) touch() {
+// newMentionTracker makes the tracker of r, reporting to the hub.
+func (h *Hub) newMentionTracker(r *room) *mentionTracker {
+	author := func(p Peer) (string, string) {
+		if h.cfg.MentionAuthor == nil || p == nil {
+			return "", ""
+		}
+		return h.cfg.MentionAuthor(r.id, p)
+	}
+	return &mentionTracker{
+		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
+		// A timer that fires while the hub closes does nothing: Close
+		// reports every burst still open.
+		fire:   func(peerID string, gen uint64) { h.whileOpen(func() { h.reportMentions(r, peerID, gen) }) },
+		author: author,
+		fields: h.cfg.MentionFields,
+		mark:   func() { h.markDirty(r) },
+	}
+}
+
+// journalChanged records that the journal changed: the room is queued
+// for a write, once until the journal is written.
+func (t *mentionTracker) journalChanged() {
 	if !t.dirty {
 		t.dirty = true
 		t.mark()
@@ -159,10 +179,10 @@ func (t *mentionTracker) changed(p Peer, settle time.Duration) {
 		}
 		b.peer = p // a peer id that reconnected goes on with its burst
 		b.actor, b.name = t.author(p)
-		t.touch()
+		t.journalChanged()
 	}
 	if t.pending != p {
-		t.touch() // the journal keeps the baseline of the pending changes
+		t.journalChanged() // the journal keeps the baseline of the pending changes
 	}
 	if left := time.Until(b.since.Add(maxMentionWait)); left < settle {
 		settle = max(left, 0) // typing on and on: report what is there by now
@@ -180,7 +200,7 @@ func (t *mentionTracker) count(after map[string]int) {
 	}
 	p := t.pending
 	t.pending = nil
-	t.touch()
+	t.journalChanged()
 	b := t.bursts[p.ID()]
 	if b != nil && b.peer == p {
 		for u, n := range after {
@@ -207,7 +227,7 @@ func (t *mentionTracker) take(title, docID, peerID string, gen uint64) *Mention 
 	}
 	delete(t.bursts, peerID)
 	b.timer.Stop()
-	t.touch()
+	t.journalChanged()
 	var users []string
 	for u, n := range b.net {
 		for ; n > 0; n-- {
@@ -306,7 +326,7 @@ func (h *Hub) handOver(r *room, retry bool) {
 			t.backoff = min(max(2*t.backoff, time.Second), time.Minute)
 			if retry && !t.retrying {
 				t.retrying = true
-				h.after(t.backoff, func() {
+				h.goAfter(t.backoff, func() {
 					r.mu.Lock()
 					r.mentions.retrying = false
 					r.mu.Unlock()
@@ -323,7 +343,7 @@ func (h *Hub) handOver(r *room, retry bool) {
 		r.mu.Lock()
 		if len(r.mentions.ready) > 0 && r.mentions.ready[0] == m {
 			r.mentions.ready = r.mentions.ready[1:]
-			r.mentions.touch()
+			r.mentions.journalChanged()
 		}
 		r.mu.Unlock()
 	}

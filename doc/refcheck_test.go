@@ -37,7 +37,7 @@ func admitOne(t testing.TB, l *ledger, change []byte) error {
 	if err != nil {
 		return err
 	}
-	l.hold(ad, "p")
+	l.queueHeld(ad, "p")
 	for _, b := range ad.apply {
 		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{ListOps: true})
 		if err != nil {

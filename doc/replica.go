@@ -110,7 +110,7 @@ func (h *Hub) Missed() {
 		r.mu.Unlock()
 	}
 	if len(busy) > 0 {
-		h.after(0, func() {
+		h.goAfter(0, func() {
 			for _, r := range busy {
 				r.catchUp(context.Background(), h)
 			}
@@ -240,21 +240,4 @@ func (r *room) sinceHeads(theirs [][]byte) (since []automerge.ChangeHash, unknow
 		since = append(since, ch)
 	}
 	return since, unknown
-}
-
-func (h *Hub) loadedRoom(documentID string) *room {
-	h.mu.Lock()
-	r := h.rooms[documentID]
-	h.mu.Unlock()
-	if r == nil {
-		return nil
-	}
-	select {
-	case <-r.loaded:
-		if r.loadErr == nil {
-			return r
-		}
-	default:
-	}
-	return nil
 }

@@ -38,15 +38,15 @@ func TestQuietLevelMembersRest(t *testing.T) {
 	if got := states(h); !got["a"] || got["b"] {
 		t.Fatalf("sync states %v before resting, want a's only", got)
 	}
-	h.restMembers(time.Now()) // not quiet for long enough yet
+	h.dropIdleSyncStates(time.Now()) // not quiet for long enough yet
 	if got := states(h); !got["a"] {
 		t.Fatalf("sync states %v right after use, want a's kept", got)
 	}
-	h.restMembers(time.Now().Add(restAfter + time.Second))
+	h.dropIdleSyncStates(time.Now().Add(keepIdleSyncState + time.Second))
 	if got := states(h); got["a"] || got["b"] {
 		t.Fatalf("sync states %v after resting, want none", got)
 	}
-	if n := testutil.ToFloat64(h.rested); n != 1 {
+	if n := testutil.ToFloat64(h.syncStatesDropped); n != 1 {
 		t.Errorf("rested = %v, want 1", n)
 	}
 

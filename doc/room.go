@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
-
-	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
 // errEvicted tells a caller that raced with eviction to look the room up
@@ -69,7 +67,7 @@ type room struct {
 	// the store holds. While stored lags, every message that names the
 	// document's heads waits in held, in the order it was made.
 	applied, stored uint64
-	held            []heldSend
+	held            []outgoing
 	publish         func(documentID string, changes []byte) // nil outside a cluster
 
 	ledger ledger // the guard's account of the document (guard.go)
@@ -94,7 +92,7 @@ type room struct {
 type member struct {
 	peer Peer
 	// state is made when first needed (syncState) and dropped while the
-	// peer is level and quiet (rest.go); used is when it was last needed.
+	// peer is level and quiet (syncstate.go); used is when it was last needed.
 	state *automerge.SyncState
 	used  time.Time
 	// sentAt holds the document's heads when the peer was last sent a
@@ -218,7 +216,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		lock.Observe(time.Since(locked).Seconds())
 		r.mu.Unlock()
 	}()
-	defer r.settle(h) // deferred calls run last first: after the count below
+	defer r.resumeDeferred(h) // deferred calls run last first: after the count below
 	if counted {
 		defer func() { r.arriving-- }()
 	}
@@ -273,7 +271,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.accepted(h, p, before)
 	}
 	r.noteAhead(m, sm.heads)
-	r.ledger.hold(guarded, p.ID())
+	r.ledger.queueHeld(guarded, p.ID())
 	r.noteDropped(h, guarded)
 	switch {
 	case empty:
@@ -299,8 +297,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 }
 
 // admitted is a message the guard let through: sm without what a
-// read-only peer may not write (refused says some was), and held, the
-// guard's account of the changes automerge will keep back.
+// read-only peer may not write (refused says some was), and guarded, the
+// guard's account of the changes it admitted and those it keeps waiting.
 type admitted struct {
 	sm      *syncMessage
 	refused bool
@@ -381,7 +379,7 @@ func (r *room) accepted(h *Hub, p Peer, before []automerge.ChangeHash) {
 		h.log.Error("read accepted changes", "document", r.id, "err", err)
 	}
 	if r.publish != nil && len(saved) > 0 {
-		r.send(heldSend{changes: saved})
+		r.sendWhenStored(outgoing{changes: saved})
 	}
 	if r.mentions != nil {
 		r.mentions.changed(p, h.cfg.MentionSettle)
@@ -395,51 +393,6 @@ func (r *room) heads() [][]byte {
 		out[i] = hs[i][:]
 	}
 	return out
-}
-
-// coverage returns what a compaction writing the document as it is now
-// (a snapshot) may delete: the stored chunks whose every change the
-// snapshot holds. The store calls it during the write, without the room's
-// lock held, one chunk after another; by then the document may hold more
-// than the snapshot, and those changes do not count.
-//
-// A chunk is read as change chunks (what SaveIncremental writes: changes
-// whose dependencies are in other chunks, which automerge.LoadChanges
-// refuses), or else as a whole document. A chunk readable neither way is
-// kept: nothing is deleted that is not known to be in the snapshot.
-func (r *room) coverage() func(chunk []byte) bool {
-	snapshot := r.doc.Heads()
-	var after map[automerge.ChangeHash]bool // changes added since the snapshot, read at the first call
-	return func(chunk []byte) bool {
-		var hashes []automerge.ChangeHash
-		if changes, err := amcheck.ParseChanges(chunk, amcheck.Limits{}); err == nil {
-			for _, c := range changes {
-				hashes = append(hashes, c.Hash)
-			}
-		} else if d, err := automerge.Load(chunk); err == nil {
-			hashes = d.Heads() // a change is there only with all it depends on
-		} else {
-			return false
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if after == nil {
-			after = map[automerge.ChangeHash]bool{}
-			cs, err := r.doc.Changes(snapshot...)
-			if err != nil {
-				return false
-			}
-			for _, c := range cs {
-				after[c.Hash()] = true
-			}
-		}
-		for _, h := range hashes {
-			if !r.known(h[:]) || after[h] {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // known reports whether the document has the change with this hash.
@@ -458,7 +411,7 @@ func (r *room) sendSync(m *member, heads []automerge.ChangeHash) {
 		if len(r.ledger.queued) > 0 {
 			data = r.askForMissing(data)
 		}
-		r.send(heldSend{peer: m.peer, data: data})
+		r.sendWhenStored(outgoing{peer: m.peer, data: data})
 		m.sentAt = heads
 		m.expect, m.unacked = nil, nil // what it will have is automerge's to know
 		if m.bare && carriesChanges(data) {
@@ -538,7 +491,7 @@ func (r *room) answerAuthor(m *member, had [][]byte, heads []automerge.ChangeHas
 		r.sendSync(m, heads)
 		return
 	}
-	r.send(heldSend{peer: m.peer, data: syncWithChanges(heads, cs)})
+	r.sendWhenStored(outgoing{peer: m.peer, data: syncWithChanges(heads, cs)})
 	m.sentAt, m.expect = heads, heads
 	if len(cs) > 0 {
 		m.remember(headsKey(heads), time.Now())
@@ -572,111 +525,15 @@ func (r *room) leave(h *Hub, p Peer) {
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		delete(r.members, p.ID())
-		r.ledger.dropFrom(p.ID())
+		r.ledger.unqueueFrom(p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 			if r.publish != nil { // in a cluster: the bus stops carrying it
 				r.gaps.Add(1)
 			}
 		}
-		r.settle(h)
+		r.resumeDeferred(h)
 	}
-}
-
-// opsPerCompactChunk makes a large document collect more incremental
-// chunks before it is rewritten as one snapshot: one more per this many
-// operations it holds. A snapshot costs time in proportion to the
-// document's operations, so spreading it over proportionally more writes
-// keeps the cost per write the same for a document of any size, while a
-// load still reads a bounded number of chunks per operation.
-const opsPerCompactChunk = 1000
-
-// takeWrite takes the changes not yet stored out of the document.
-func (r *room) takeWrite(compactAfter int, nodeID string) Write {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := Write{DocumentID: r.id, upTo: r.applied}
-	if !r.noCompact && (r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk)) {
-		// The chunks the snapshot would replace are kept aside, with the
-		// changes since the last of them: if the snapshot does not load
-		// back (checkSnapshot), they are written instead.
-		if c := r.doc.SaveIncremental(); len(c) > 0 {
-			r.pending = append(r.pending, c)
-		}
-		// Save resets the incremental baseline: the snapshot holds all.
-		w.Snapshot = r.doc.Save()
-		w.heads = r.doc.Heads()
-		w.Covers = r.coverage()
-		w.instead = r.pending
-		r.pending = nil
-		r.forceCompact = false
-	} else if r.dirty {
-		if c := r.doc.SaveIncremental(); len(c) > 0 {
-			r.pending = append(r.pending, c)
-		}
-	}
-	r.dirty = false
-	if w.Snapshot == nil {
-		w.Chunks = r.pending
-	}
-	if r.mentions != nil {
-		w.Journals = r.mentions.takeWrite(nodeID)
-	}
-	return w
-}
-
-// checkSnapshot loads a compaction's snapshot back before it replaces
-// anything: one that does not load, or loads to other heads, is not
-// written (the chunks it would have replaced stay, and the changes since
-// go as a chunk), and the document is compacted no more. It runs outside
-// the room's lock.
-func (h *Hub) checkSnapshot(w *Write) {
-	if w.Snapshot == nil {
-		return
-	}
-	d, err := automerge.Load(w.Snapshot)
-	if err == nil && !sameHeads(d.Heads(), w.heads) {
-		err = fmt.Errorf("it loads with other heads")
-	}
-	if err == nil {
-		return
-	}
-	h.snapshotUnloadable.Inc()
-	h.log.Error("a snapshot of the document does not load back: its chunks are kept, and it is compacted no more",
-		"document", w.DocumentID, "err", err)
-	w.Snapshot, w.Covers, w.Chunks, w.fellBack = nil, nil, w.instead, true
-}
-
-// wrote records the outcome of storing w.
-func (r *room) wrote(w Write, nodeID string, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if w.fellBack {
-		r.noCompact = true
-	}
-	if !ok {
-		if r.mentions != nil {
-			r.mentions.unwritten(nodeID, w.Journals)
-		}
-		switch {
-		case w.Snapshot != nil:
-			// Written again as a whole at the next write; its chunks are
-			// kept too, in case that snapshot does not load back.
-			r.forceCompact = true
-			r.pending = append(append([][]byte(nil), w.instead...), r.pending...)
-		case w.fellBack:
-			r.pending = append(append([][]byte(nil), w.Chunks...), r.pending...)
-		}
-		return
-	}
-	if w.Snapshot != nil {
-		r.chunks = 0
-	}
-	r.chunks += len(w.Chunks)
-	if !w.fellBack {
-		r.pending = r.pending[len(w.Chunks):]
-	}
-	r.release(w.upTo)
 }
 
 // evictable reports whether the room can leave memory; if so it marks it
@@ -690,7 +547,7 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 		return false
 	}
 	r.evicted = true
-	r.ledger.forget()
+	r.ledger.unqueueAll()
 	return true
 }
 

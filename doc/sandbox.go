@@ -322,18 +322,6 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 	return b, nil
 }
 
-func appendBytes(b, v []byte) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
-}
-
-func appendHeads(b []byte, hs []automerge.ChangeHash) []byte {
-	b = binary.AppendUvarint(b, uint64(len(hs)))
-	for _, h := range hs {
-		b = append(b, h[:]...)
-	}
-	return b
-}
-
 // frameReader reads the fields of a request or reply.
 type frameReader struct {
 	b   []byte

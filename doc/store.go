@@ -2,6 +2,8 @@ package doc
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 
 	"github.com/automerge/automerge-go"
 )
@@ -63,4 +65,13 @@ type Write struct {
 	heads    []automerge.ChangeHash
 	instead  [][]byte
 	fellBack bool
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }

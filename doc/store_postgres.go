@@ -2,7 +2,6 @@ package doc
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 
@@ -234,13 +233,4 @@ func (s *PostgresStore) StorageID(ctx context.Context) (string, error) {
 func (s *PostgresStore) Close() error {
 	s.pool.Close()
 	return nil
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var u [16]byte
-	rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }

@@ -246,6 +246,23 @@ func uvarintLen(v uint64) int {
 	return binary.PutUvarint(b[:], v)
 }
 
+// appendBytes appends v as a sync message holds a change: its length
+// (unsigned LEB128), then its bytes. The sandbox's frames use it too.
+func appendBytes(b, v []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(v))), v...)
+}
+
+// appendHeads appends heads as a sync message holds them: their count
+// (unsigned LEB128), then the 32-byte hashes. A saved sync state and the
+// sandbox's frames hold them the same way.
+func appendHeads(b []byte, hs []automerge.ChangeHash) []byte {
+	b = binary.AppendUvarint(b, uint64(len(hs)))
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	return b
+}
+
 // withChanges returns the message with these changes in place of its own.
 func (m *syncMessage) withChanges(changes [][]byte) *syncMessage {
 	n := len(m.raw) - (m.end - m.beforeChanges) + binary.MaxVarintLen64
@@ -288,6 +305,19 @@ func (m *syncMessage) settled(ours, sentAt []automerge.ChangeHash, known func([]
 	}
 	for _, h := range m.heads {
 		if !known(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// namesExactly reports whether the message's heads are these.
+func (sm *syncMessage) namesExactly(heads []automerge.ChangeHash) bool {
+	if len(sm.heads) != len(heads) {
+		return false
+	}
+	for i, h := range sm.heads {
+		if string(h) != string(heads[i][:]) {
 			return false
 		}
 	}

@@ -26,10 +26,10 @@ type queuedChange struct {
 // but for bloom filter false positives, which are a handful.
 const maxQueued = 1024
 
-// dropFrom drops the queued changes a peer sent, as it leaves: what a
+// unqueueFrom drops the queued changes a peer sent, as it leaves: what a
 // peer keeps waiting lasts no longer than its connection (a stock client
 // sends them again when it comes back).
-func (l *ledger) dropFrom(peer string) {
+func (l *ledger) unqueueFrom(peer string) {
 	for h, c := range l.queued {
 		if c.from == peer {
 			l.unqueue(h)
@@ -37,17 +37,18 @@ func (l *ledger) dropFrom(peer string) {
 	}
 }
 
-// forget gives back what the ledger's queue holds, as its room leaves
-// memory.
-func (l *ledger) forget() {
+// unqueueAll empties the queue, giving its bytes back to the node's
+// count, as its room leaves memory.
+func (l *ledger) unqueueAll() {
 	for h := range l.queued {
 		l.unqueue(h)
 	}
 }
 
-// hold queues the changes an admitted message from peer left waiting,
-// and forgets the queued ones the guard refused once they were ready.
-func (l *ledger) hold(ad *admission, peer string) {
+// queueHeld queues the changes an admitted message from peer left waiting
+// (admission.held), and unqueues the queued ones the guard refused once
+// they were ready.
+func (l *ledger) queueHeld(ad *admission, peer string) {
 	for _, c := range ad.held {
 		c.from = peer
 		if l.queued == nil {

@@ -65,9 +65,9 @@ type Claims interface {
 	// another user holds it on some node; a claim of the same user
 	// elsewhere is taken over, and moved is later called on the
 	// connection that held it, with the node it went to. An error means
-	// the cluster could not be asked. release, never nil, gives the claim
+	// the cluster could not be asked. unclaim, never nil, gives the claim
 	// up; call it once the connection ends.
-	ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), taken bool, err error)
+	ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (unclaim func(), taken bool, err error)
 }
 
 // Config configures a Server. Zero fields take the documented defaults.

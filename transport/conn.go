@@ -64,7 +64,7 @@ type conn struct {
 	peerID      string
 	joinedAs    atomic.Pointer[string]         // peerID, for goroutines other than the reader (logs)
 	batches     bool                           // the client takes presence in batches
-	release     func()                         // gives up the peer id's cluster claim; nil without one
+	unclaim     func()                         // gives up the peer id's cluster claim; nil without one
 	docs        smallmap.Map[string, struct{}] // the documents it opened
 	refused     refusedDocs                    // the documents refused to it (refused.go)
 	clocks      map[string]uint64              // last ephemeral count per sessionId; nil before the first
@@ -88,7 +88,7 @@ func newConn(s *Server, ws *websocket.Conn, fr *frameConn, ip string, grant *aut
 // serve runs the connection: the reader in this goroutine, or in one
 // the poller starts whenever a parked connection has something to read
 // (park.go); a writer whenever there is something to write. Once the
-// connection is finished, the server lets it go (Server.release).
+// connection is finished, the server lets it go (Server.connDone).
 func (c *conn) serve() {
 	c.startTimers()
 	c.run(false)
@@ -131,19 +131,19 @@ func (c *conn) run(woken bool) {
 // holds bytes it will never read (a frame cut short, or frames sent after
 // what closed it).
 func (c *conn) finish() {
-	c.fr.release()
+	c.fr.putBuffer()
 	c.wmu.Lock()
 	movedTo := c.movedTo
 	c.wmu.Unlock()
 	c.srv.members.leave(c, &c.docs, movedTo)
-	if c.release != nil {
-		c.release()
+	if c.unclaim != nil {
+		c.unclaim()
 	}
 	c.srv.forget(c)
 	c.awaitShut()
 	c.srv.metrics.disconnects.WithLabelValues(c.reason).Inc()
 	c.srv.log.Info("connection closed", "peer", c.peerID, "remote", c.remote(), "reason", c.reason)
-	c.srv.release(c)
+	c.srv.connDone(c)
 }
 
 // readLoop reads and handles messages until the connection ends, or

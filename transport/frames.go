@@ -84,7 +84,7 @@ func (f *frameConn) Read(p []byte) (int, error) {
 		n = copy(p, (*f.buf)[f.off:f.end])
 		f.off += n
 		if f.off == f.end {
-			f.release()
+			f.putBuffer()
 		}
 	} else {
 		n, err = f.Conn.Read(p) // a large payload goes straight to gorilla
@@ -185,7 +185,7 @@ func (f *frameConn) frame() bool {
 	}
 	f.off += size + int(n)
 	if f.off == f.end {
-		f.release()
+		f.putBuffer()
 	}
 	return true
 }
@@ -214,12 +214,12 @@ func (f *frameConn) buffered() []byte {
 }
 
 // fill reads what the socket has into the buffer, after what waits there.
-// With nothing buffered it waits holding no buffer (fresh).
+// With nothing buffered it waits holding no buffer (readWhenReady).
 func (f *frameConn) fill() error {
 	var n int
 	var err error
 	if f.buf == nil {
-		n, err = f.fresh()
+		n, err = f.readWhenReady()
 	} else {
 		if f.off > 0 {
 			f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
@@ -233,7 +233,7 @@ func (f *frameConn) fill() error {
 		f.lastRead.Store(monotonic())
 	}
 	if f.off == f.end {
-		f.release()
+		f.putBuffer()
 	}
 	if n > 0 {
 		return nil
@@ -241,14 +241,15 @@ func (f *frameConn) fill() error {
 	return err
 }
 
-// freshRead takes a buffer and reads the socket into it, waiting with it.
-func (f *frameConn) freshRead() (int, error) {
-	f.take()
+// getBufferAndRead takes a buffer and reads the socket into it, holding
+// it while it waits.
+func (f *frameConn) getBufferAndRead() (int, error) {
+	f.getBuffer()
 	return f.Conn.Read(*f.buf)
 }
 
-// take gets an empty buffer from the pool.
-func (f *frameConn) take() {
+// getBuffer gets an empty buffer from the pool.
+func (f *frameConn) getBuffer() {
 	f.buf = chunkPool.Get().(*[]byte)
 	f.off, f.end = 0, 0
 	if f.held != nil {
@@ -256,8 +257,8 @@ func (f *frameConn) take() {
 	}
 }
 
-// release gives the empty buffer back to the pool.
-func (f *frameConn) release() {
+// putBuffer gives the empty buffer back to the pool.
+func (f *frameConn) putBuffer() {
 	if f.buf != nil {
 		chunkPool.Put(f.buf)
 		f.buf, f.off, f.end = nil, 0, 0

@@ -183,9 +183,9 @@ func (c *conn) join(ctx context.Context, m *wire.Message) {
 		return
 	}
 	if !c.claim(ctx) || !c.srv.bind(c) {
-		if c.release != nil {
-			c.release()
-			c.release = nil
+		if c.unclaim != nil {
+			c.unclaim()
+			c.unclaim = nil
 		}
 		c.violation(ReasonPeerTaken, fmt.Sprintf("peer id %q is in use by another user", c.peerID))
 		c.peerID = ""
@@ -210,8 +210,8 @@ func (c *conn) claim(ctx context.Context) bool {
 		return true
 	}
 	user := c.grant.UserID
-	release, taken, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
-	c.release = release
+	unclaim, taken, err := claims.ClaimPeer(ctx, c.peerID, user, c.moved)
+	c.unclaim = unclaim
 	switch {
 	case taken:
 		return false

@@ -95,8 +95,9 @@ func (l *presLane) take() []outFrame {
 	return out
 }
 
-// kill marks frame i superseded.
-func (l *presLane) kill(i int) {
+// discard takes frame i out of the lane, superseded or dropped: its slot
+// stays, with op 0, until take or a compaction passes it by.
+func (l *presLane) discard(i int) {
 	l.bytes -= len(l.frames[i].payload)
 	l.frames[i].op, l.frames[i].payload, l.frames[i].batch = 0, nil, nil
 	l.live--
@@ -122,7 +123,7 @@ func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awa
 				if l.at[f.key] == i {
 					delete(l.at, f.key)
 				}
-				l.kill(i)
+				l.discard(i)
 				superseded++
 			}
 		}
@@ -131,14 +132,14 @@ func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awa
 			ck := presKey{k.doc, k.sender, ch}
 			if i, ok := l.at[ck]; ok {
 				delete(l.at, ck)
-				l.kill(i)
+				l.discard(i)
 				superseded++
 			}
 		}
 		fallthrough // and an older snapshot of the same channels (its key)
 	case k.channel != "":
 		if i, ok := l.at[k]; ok {
-			l.kill(i)
+			l.discard(i)
 			superseded++
 		}
 	}
@@ -152,7 +153,7 @@ func (c *conn) pushPresence(k presKey, meta presMeta, payload []byte, batch *awa
 				if l.at[f.key] == i {
 					delete(l.at, f.key)
 				}
-				l.kill(i)
+				l.discard(i)
 				dropped++
 			}
 		}

@@ -147,7 +147,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
 		s.log.Debug("websocket upgrade failed", "remote", r.RemoteAddr, "err", err)
-		s.releaseIP(ip)
+		s.uncountIP(ip)
 		return
 	}
 	c := newConn(s, ws, hj.fc, ip, grant)
@@ -156,7 +156,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		c.close(ReasonShutdown, false)
 		c.awaitShut()
-		s.releaseIP(ip)
+		s.uncountIP(ip)
 		return
 	}
 	s.conns[c] = struct{}{}
@@ -169,16 +169,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.serve()
 }
 
-// release lets go of a finished connection: its count, its IP's and its
-// place in the wait group ServeHTTP added it to.
-func (s *Server) release(c *conn) {
+// connDone is a finished connection's last step: it is counted no more,
+// in all and for its IP, and leaves the wait group that ServeHTTP added it
+// to and Close waits on.
+func (s *Server) connDone(c *conn) {
 	s.metrics.connections.Dec()
-	s.releaseIP(c.ip)
+	s.uncountIP(c.ip)
 	s.wg.Done()
 }
 
-// releaseIP counts one connection from ip less.
-func (s *Server) releaseIP(ip string) {
+// uncountIP counts one connection from ip less.
+func (s *Server) uncountIP(ip string) {
 	s.mu.Lock()
 	if s.perIP[ip]--; s.perIP[ip] <= 0 {
 		delete(s.perIP, ip)

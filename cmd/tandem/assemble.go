@@ -62,12 +62,12 @@ type tandemNode struct {
 	endMentions context.CancelFunc
 }
 
-// assemble builds a node. On an error it releases what it built.
+// assemble builds a node. On an error it dismantles what it built.
 func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.Verifier) (n *tandemNode, err error) {
 	n = &tandemNode{log: log}
 	defer func() {
 		if err != nil {
-			n.release()
+			n.dismantle()
 			n = nil
 		}
 	}()
@@ -290,9 +290,10 @@ func (n *tandemNode) stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// release frees what the node holds once its components have stopped (or
-// were never started): worker processes, the Redis client, the stores.
-func (n *tandemNode) release() {
+// dismantle undoes assemble: it frees what the node holds once its
+// components have stopped (or were never started): worker processes, the
+// Redis client, the stores.
+func (n *tandemNode) dismantle() {
 	// Each Close is a no-op after stop; here they stop what assemble
 	// built before it failed.
 	ctx := context.Background()

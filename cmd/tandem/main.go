@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	defer n.release()
+	defer n.dismantle()
 	if cfg.DebugAddr != "" {
 		stopDebug, err := serveDebug(cfg.DebugAddr, log)
 		if err != nil {

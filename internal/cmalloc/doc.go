@@ -9,7 +9,7 @@
 //     serves only that arena, so a burst of joins spread over many
 //     threads leaves free space in each.
 //   - It gives memory back only from the top of an arena. A burst of
-//     sync states, dropped when their members rest (doc/rest.go), leaves
+//     sync states, dropped when their members rest (doc/syncstate.go), leaves
 //     free pages between the documents that stay.
 //
 // LimitArenas caps the arenas; Trim returns free pages inside them to the

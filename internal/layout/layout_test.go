@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,18 +46,6 @@ var rank = map[string]int{
 	"cmd/tandem":         4,
 	"cmd/tandem-bench":   4,
 }
-
-// longFiles may pass the size limit, each for the reason given.
-var longFiles = map[string]string{
-	"doc/amcheck/ops.go":       "one table: a reader per automerge operation column",
-	"doc/room.go":              "one type's state machine: a room's sync, fan-out and durability under one lock",
-	"cmd/tandem-bench/soak.go": "one scenario's faults and checks, read top to bottom",
-	"web/notify/store.go":      "the notification store's SQL, for SQLite and PostgreSQL side by side",
-	"web/notify/service.go":    "the queue's one worker pipeline: post, fold, store, push",
-	"doc/amcheck/amcheck.go":   "the chunk parser's entry points and header checks",
-}
-
-const maxLines = 400
 
 type pkg struct {
 	dir     string // relative to the module root
@@ -146,34 +133,6 @@ func TestImportsGoOneWay(t *testing.T) {
 				t.Errorf("%s/%s imports %s: level %d imports level %d", dir, file, imp, r, ir)
 			}
 		}
-	}
-}
-
-// No file grows past maxLines without a reason written in longFiles, and
-// no reason outlives its file's length.
-func TestFilesStaySmall(t *testing.T) {
-	base := root(t)
-	var long []string
-	for dir, p := range packages(t) {
-		for _, f := range p.files {
-			rel := dir + "/" + f
-			data, err := os.ReadFile(filepath.Join(base, rel))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := bytes.Count(data, []byte("\n"))
-			_, excused := longFiles[rel]
-			switch {
-			case n > maxLines && !excused:
-				long = append(long, rel+": "+strconv.Itoa(n)+" lines")
-			case n <= maxLines && excused:
-				t.Errorf("%s is %d lines: drop it from longFiles", rel, n)
-			}
-		}
-	}
-	sort.Strings(long)
-	for _, l := range long {
-		t.Errorf("%s, over %d: split it by job, or give the reason in longFiles", l, maxLines)
 	}
 }
 

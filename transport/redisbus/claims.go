@@ -56,8 +56,8 @@ end
 return {cur[1], cur[2] or ''}
 `)
 
-// releaseScript deletes a claim if it is still the one with token ARGV[1].
-var releaseScript = redis.NewScript(`
+// deleteClaimScript deletes a claim if it is still the one with token ARGV[1].
+var deleteClaimScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 't') == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
@@ -75,7 +75,7 @@ type peerClaim struct {
 // answer, the claim is kept here and taken by the next beat that reaches
 // Redis, and the error says so; deciding whether to accept the join is the
 // caller's.
-func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (release func(), taken bool, err error) {
+func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(node string)) (unclaim func(), taken bool, err error) {
 	pc := &peerClaim{peer: peerID, user: userID, token: claimToken(), moved: moved}
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
@@ -86,7 +86,7 @@ func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(n
 	}
 	if err != nil {
 		b.addClaim(pc, false)
-		return func() { b.release(pc) }, false, fmt.Errorf("redisbus: claim peer id %q: %w", peerID, err)
+		return func() { b.giveUpClaim(pc) }, false, fmt.Errorf("redisbus: claim peer id %q: %w", peerID, err)
 	}
 	if ok, _ := res[0].(int64); ok != 1 {
 		return func() {}, true, nil
@@ -100,7 +100,7 @@ func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(n
 			b.enqueue(busOut{channel: nodesChannel, payload: payload})
 		}
 	}
-	return func() { b.release(pc) }, false, nil
+	return func() { b.giveUpClaim(pc) }, false, nil
 }
 
 func claimToken() string {
@@ -136,17 +136,17 @@ func (b *Bus) dropClaim(pc *peerClaim) (here, held bool) {
 	return false, false
 }
 
-// release gives up a claim when its connection ends: one round trip, and
+// giveUpClaim gives up a claim when its connection ends: one round trip, and
 // nothing if another connection's claim replaced it. A claim Redis never
 // confirmed (it was away) is only forgotten here: if it was taken after
 // all, it expires within a node TTL. So is one Redis does not answer for.
-func (b *Bus) release(pc *peerClaim) {
+func (b *Bus) giveUpClaim(pc *peerClaim) {
 	if here, held := b.dropClaim(pc); !here || !held {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), claimTimeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, b.cfg.Client, []string{claimKey(pc.peer)}, pc.token).Err(); err != nil {
+	if err := deleteClaimScript.Run(ctx, b.cfg.Client, []string{claimKey(pc.peer)}, pc.token).Err(); err != nil {
 		b.log.Debug("bus: release peer id claim", "peer", pc.peer, "err", err)
 	}
 }
@@ -179,8 +179,8 @@ func (b *Bus) recheckClaims(peerID string) {
 	}
 }
 
-// queueRenewals adds the renewal of each claim to a pipeline; settle reads
-// the answers once it has run.
+// queueRenewals adds the renewal of each claim to a pipeline;
+// actOnRenewals reads the answers once it has run.
 func (b *Bus) queueRenewals(ctx context.Context, pipe redis.Pipeliner, claims []*peerClaim) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(claims))
 	ttl := b.cfg.NodeTTL.Milliseconds()
@@ -198,13 +198,14 @@ func (b *Bus) renewClaims(ctx context.Context, claims []*peerClaim) {
 	pipe := b.cfg.Client.Pipeline()
 	cmds := b.queueRenewals(ctx, pipe, claims)
 	pipe.Exec(ctx)
-	b.settle(ctx, claims, cmds, true)
+	b.actOnRenewals(ctx, claims, cmds, true)
 }
 
-// settle acts on renewals: a claim the same user took on another node
-// means this node's connection was replaced. After a Redis restart the
-// script must be loaded again; retry then renews at once.
-func (b *Bus) settle(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd, retry bool) {
+// actOnRenewals reads the answers to renewals: a claim still ours is
+// marked held; one the same user took on another node means this node's
+// connection was replaced. After a Redis restart the script must be
+// loaded again; retry then renews at once.
+func (b *Bus) actOnRenewals(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd, retry bool) {
 	for i, cmd := range cmds {
 		res, err := cmd.Result()
 		if redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -212,7 +213,7 @@ func (b *Bus) settle(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd
 				pipe := b.cfg.Client.Pipeline()
 				again := b.queueRenewals(ctx, pipe, claims[i:])
 				pipe.Exec(ctx)
-				b.settle(ctx, claims[i:], again, false)
+				b.actOnRenewals(ctx, claims[i:], again, false)
 			}
 			return
 		}
@@ -230,7 +231,7 @@ func (b *Bus) settle(ctx context.Context, claims []*peerClaim, cmds []*redis.Cmd
 		user, _ := holder[0].(string)
 		node, _ := holder[1].(string)
 		if here, _ := b.dropClaim(pc); !here {
-			continue // released meanwhile
+			continue // given up meanwhile
 		}
 		switch {
 		case user == pc.user && node == b.cfg.NodeID:

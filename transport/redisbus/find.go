@@ -38,11 +38,11 @@ func (b *Bus) FindDocument(documentID string, done func(found bool)) {
 	id := b.askSeq
 	p := &pendingAsk{doc: documentID, waiting: waiting, done: done}
 	b.asks[id] = p
-	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.finish(id, false) })
+	p.timer = time.AfterFunc(b.cfg.AskTimeout, func() { b.endAsk(id, false) })
 	b.amu.Unlock()
 	payload, err := b.encode(busMsg{Kind: kindAsk, Doc: documentID, Ask: id})
 	if err != nil {
-		b.finish(id, false)
+		b.endAsk(id, false)
 		return
 	}
 	b.enqueue(busOut{channel: nodesChannel, payload: payload})
@@ -75,12 +75,12 @@ func (b *Bus) answered(node string, id uint64, doc string, found bool) {
 	last := len(p.waiting) == 0
 	b.amu.Unlock()
 	if found || last {
-		b.finish(id, found)
+		b.endAsk(id, found)
 	}
 }
 
-// finish ends question id, once.
-func (b *Bus) finish(id uint64, found bool) {
+// endAsk ends question id, once, telling its asker found.
+func (b *Bus) endAsk(id uint64, found bool) {
 	b.amu.Lock()
 	p := b.asks[id]
 	delete(b.asks, id)
@@ -109,6 +109,6 @@ func (b *Bus) nodeGone(node string) {
 	}
 	b.amu.Unlock()
 	for _, id := range ended {
-		b.finish(id, false)
+		b.endAsk(id, false)
 	}
 }

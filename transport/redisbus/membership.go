@@ -60,7 +60,7 @@ func (b *Bus) beat(ctx context.Context, alive []byte) {
 	claims := b.claimsOf("")
 	renewals := b.queueRenewals(ctx, pipe, claims)
 	pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
-	b.settle(ctx, claims, renewals, true)
+	b.actOnRenewals(ctx, claims, renewals, true)
 	b.expireNodes()
 }
 

@@ -11,26 +11,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// fresh reads into a buffer taken from the pool only once the socket has
-// bytes: a reader waiting on a quiet socket (for parkGrace, or for ever
-// with parking off) holds none, where a Read into a buffer would hold one
-// for the whole wait. It tries the socket first, and only if it has
+// readWhenReady reads into a buffer taken from the pool only once the
+// socket has bytes: a reader waiting on a quiet socket (for parkGrace, or
+// for ever with parking off) holds none, where a Read into a buffer would
+// hold one for the whole wait. It tries the socket first, and only if it has
 // nothing waits for it through the runtime's poller, which keeps the read
 // deadline, as net.Conn's Read does. A socket that is not a plain one
 // (TLS) is read as before.
-func (f *frameConn) fresh() (int, error) {
+func (f *frameConn) readWhenReady() (int, error) {
 	sc, ok := f.Conn.(syscall.Conn)
 	if !ok {
-		return f.freshRead()
+		return f.getBufferAndRead()
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return f.freshRead()
+		return f.getBufferAndRead()
 	}
 	var n int
 	var rerr error
 	err = rc.Read(func(fd uintptr) bool {
-		f.take()
+		f.getBuffer()
 		for {
 			n, rerr = unix.Read(int(fd), *f.buf)
 			if rerr != unix.EINTR {
@@ -38,7 +38,7 @@ func (f *frameConn) fresh() (int, error) {
 			}
 		}
 		if rerr == unix.EAGAIN {
-			f.release() // nothing yet: wait with no buffer
+			f.putBuffer() // nothing yet: wait with no buffer
 			return false
 		}
 		return true
