@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +60,7 @@ func TestTypingScenario(t *testing.T) {
 // startTestNode serves an in-process node and returns its WebSocket URL.
 func startTestNode(t *testing.T) string {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	store, err := doc.OpenBoltStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
