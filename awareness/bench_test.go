@@ -2,12 +2,12 @@ package awareness
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // nopPeer drops what it is sent: the benchmarks measure the hub alone.
@@ -50,7 +50,7 @@ func BenchmarkBroadcast(b *testing.B) {
 			b.ReportAllocs()
 			clock := &fakeClock{now: time.Unix(0, 0)}
 			// A TTL longer than the run: members stay while the clock ticks.
-			h := newHub(b, Config{Now: clock.Now, TTL: 1000 * time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := newHub(b, Config{Now: clock.Now, TTL: 1000 * time.Hour, Logger: testenv.QuietLogger()})
 			for i := 0; i < members; i++ {
 				h.Join(nopPeer{fmt.Sprint("m", i)}, doc1)
 			}

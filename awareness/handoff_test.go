@@ -73,10 +73,10 @@ func TestLocalPeerNeverTakesAnotherUsersRemoteRecord(t *testing.T) {
 		}
 	}
 	f.hub.Leave(mallory)
-	if _, ok := f.seen.m["victim"]; ok {
+	if f.seen.Has("victim") {
 		t.Fatal("a last-seen was stored for the victim, who never left")
 	}
-	if _, ok := f.seen.m["mallory"]; !ok {
+	if !f.seen.Has("mallory") {
 		t.Fatal("mallory's own leaving stored no last-seen")
 	}
 }
@@ -125,7 +125,7 @@ func TestPeerMovesToAnotherNode(t *testing.T) {
 	if len(r1.deltas) != published {
 		t.Fatalf("node 1 published %+v for a tab now on node 2", r1.deltas[published:])
 	}
-	if _, ok := f1.seen.m["ana"]; ok {
+	if f1.seen.Has("ana") {
 		t.Fatal("node 1 stored a last-seen for ana, who is on node 2")
 	}
 	if v := f1.hub.UserPresence(t.Context(), "ana"); v.Status != StatusOnline {
@@ -168,7 +168,7 @@ func TestHandoffOfLastMember(t *testing.T) {
 	if len(f.hub.peers) != 0 || len(f.hub.rooms) != 0 {
 		t.Fatalf("left behind %d peers and %d rooms", len(f.hub.peers), len(f.hub.rooms))
 	}
-	if _, ok := f.seen.m["ana"]; ok {
+	if f.seen.Has("ana") {
 		t.Fatal("a last-seen was stored for a user who moved to another node")
 	}
 }

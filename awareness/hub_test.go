@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +13,8 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 const doc1 = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
@@ -64,30 +64,13 @@ func (p *fakePeer) take() []received {
 	return g
 }
 
-// memLastSeen is an in-memory LastSeenStore.
-type memLastSeen struct {
-	mu sync.Mutex
-	m  map[string]time.Time
-}
-
-func (s *memLastSeen) SaveLastSeen(_ context.Context, u string, at time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[u] = at
-	return nil
-}
-func (s *memLastSeen) LastSeen(_ context.Context, u string) (time.Time, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.m[u]
-	return at, ok, nil
-}
+var _ LastSeenStore = (*testenv.MemoryLastSeen)(nil)
 
 type fixture struct {
 	t     *testing.T
 	hub   *Hub
 	clock *fakeClock
-	seen  *memLastSeen
+	seen  *testenv.MemoryLastSeen
 	count map[string]uint64
 }
 
@@ -103,10 +86,10 @@ func newHub(t testing.TB, cfg Config) *Hub {
 
 func newFixture(t *testing.T) *fixture {
 	clock := &fakeClock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
-	seen := &memLastSeen{m: map[string]time.Time{}}
+	seen := &testenv.MemoryLastSeen{}
 	h := newHub(t, Config{
 		Now: clock.Now, LastSeen: seen, RelaySession: "relay",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: testenv.QuietLogger(),
 	})
 	return &fixture{t: t, hub: h, clock: clock, seen: seen, count: map[string]uint64{}}
 }
@@ -580,7 +563,7 @@ func nestedPresence(channel string, levels int) []byte {
 // wrote it, as an application's own ephemeral would be.
 func TestPresenceDepthIsOneDecoder(t *testing.T) {
 	for depth := MinNesting; depth <= MaxNesting; depth++ {
-		h := newHub(t, Config{MaxNesting: depth, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		h := newHub(t, Config{MaxNesting: depth, Logger: testenv.QuietLogger()})
 		p := &identifiedPeer{fakePeer: &fakePeer{id: "p"}, identity: Identity{UserID: "ana", Name: "Ana"}}
 		handled, err := h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: 1, Data: nestedPresence(ChannelUser, depth-2)})
 		if err != nil || !handled {
@@ -604,7 +587,7 @@ func TestPresenceDepthIsOneDecoder(t *testing.T) {
 // One peer's presence is bounded in channels and bytes: what would pass a
 // limit is refused (and so never relayed); what stays within it goes on.
 func TestPresenceStatePerPeerIsBounded(t *testing.T) {
-	h := newHub(t, Config{MaxChannels: 4, MaxStateBytes: 100, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := newHub(t, Config{MaxChannels: 4, MaxStateBytes: 100, Logger: testenv.QuietLogger()})
 	p := &fakePeer{id: "p"}
 	count := uint64(0)
 	send := func(m presenceMessage) error {
@@ -646,7 +629,7 @@ func TestPresenceStatePerPeerIsBounded(t *testing.T) {
 // and one name is bounded: thirty channels of long names cannot make the
 // hub hold, and send every newcomer, far more than MaxStateBytes.
 func TestPresenceChannelNamesAreBounded(t *testing.T) {
-	h := newHub(t, Config{MaxChannels: 32, MaxStateBytes: 1024, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h := newHub(t, Config{MaxChannels: 32, MaxStateBytes: 1024, Logger: testenv.QuietLogger()})
 	p := &fakePeer{id: "p"}
 	count := uint64(0)
 	send := func(m presenceMessage) error {

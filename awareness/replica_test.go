@@ -3,14 +3,14 @@ package awareness
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // fakeReplicator records what a hub publishes for other nodes.
@@ -232,21 +232,21 @@ func TestPeersOfANodeWithoutRostersLiveByItsHeartbeat(t *testing.T) {
 // gatedLastSeen is a LastSeenBatcher whose writes wait for release, as a
 // slow database would.
 type gatedLastSeen struct {
-	memLastSeen
+	testenv.MemoryLastSeen
 	release chan struct{}
 	batches atomic.Int32
 }
 
 func (s *gatedLastSeen) SaveLastSeen(ctx context.Context, u string, at time.Time) error {
 	<-s.release
-	return s.memLastSeen.SaveLastSeen(ctx, u, at)
+	return s.MemoryLastSeen.SaveLastSeen(ctx, u, at)
 }
 
 func (s *gatedLastSeen) SaveLastSeenBatch(ctx context.Context, at map[string]time.Time) error {
 	<-s.release
 	s.batches.Add(1)
 	for u, t := range at {
-		s.memLastSeen.SaveLastSeen(ctx, u, t)
+		s.MemoryLastSeen.SaveLastSeen(ctx, u, t)
 	}
 	return nil
 }
@@ -255,8 +255,8 @@ func (s *gatedLastSeen) SaveLastSeenBatch(ctx context.Context, at map[string]tim
 // without waiting for the store, and stores their last-seen times in a few
 // batches once the store answers.
 func TestLastSeenIsWrittenOffThePresencePath(t *testing.T) {
-	store := &gatedLastSeen{memLastSeen: memLastSeen{m: map[string]time.Time{}}, release: make(chan struct{})}
-	h := newHub(t, Config{LastSeen: store, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	store := &gatedLastSeen{release: make(chan struct{})}
+	h := newHub(t, Config{LastSeen: store, Logger: testenv.QuietLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan struct{})
 	go func() { h.Run(ctx); close(ran) }()
@@ -281,19 +281,7 @@ func TestLastSeenIsWrittenOffThePresencePath(t *testing.T) {
 		t.Fatalf("u7 is %s", v.Status)
 	}
 	close(store.release)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		store.mu.Lock()
-		n := len(store.m)
-		store.mu.Unlock()
-		if n == users {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d last-seen times stored", n, users)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, fmt.Sprint(users, " last-seen times stored"), func() bool { return store.Len() == users })
 	if n := store.batches.Load(); n > 10 {
 		t.Fatalf("%d batches for %d users", n, users)
 	}

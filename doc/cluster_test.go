@@ -7,6 +7,8 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // link is a bus between two hubs in one process: what one publishes, the
@@ -94,7 +96,7 @@ func TestHeadsExchangeRepairsLostChanges(t *testing.T) {
 	b.sync(t, h2, true) // node 2 holds the room, waiting for the document
 	a.setText(t, "title", "start")
 	a.sync(t, h1, false)
-	waitFor(t, "the first change on node 2", 10*time.Second, func() bool { return sameHubHeads(h1, h2) })
+	testenv.WaitFor(t, "the first change on node 2", func() bool { return sameHubHeads(h1, h2) })
 	b.sync(t, h2, false)
 
 	for round := range 50 {
@@ -111,7 +113,7 @@ func TestHeadsExchangeRepairsLostChanges(t *testing.T) {
 		} else {
 			h1.AnnounceHeads(testDoc) // node 2 lacks a head: it answers want
 		}
-		waitFor(t, "the lost change repaired", 10*time.Second, func() bool { return sameHubHeads(h1, h2) })
+		testenv.WaitFor(t, "the lost change repaired", func() bool { return sameHubHeads(h1, h2) })
 		b.sync(t, h2, false)
 		if got := b.get(t, "title"); got != want {
 			t.Fatalf("round %d: a peer of node 2 reads %q, node 1 accepted %q", round, got, want)
@@ -183,7 +185,7 @@ func TestReceiveDoesNotWaitForApplying(t *testing.T) {
 
 	released = true
 	close(release)
-	waitFor(t, "the changes applied in order", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "the changes applied in order", func() bool {
 		heads, ok := h.Heads(testDoc)
 		return ok && len(heads) == 1 && string(heads[0]) == string(other.Heads()[0][:])
 	})
@@ -217,7 +219,7 @@ func TestReceiveRefusesGarbage(t *testing.T) {
 	if err := h.Receive(testDoc, want); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lane past the bad changes", 10*time.Second, func() bool {
+	testenv.WaitFor(t, "the lane past the bad changes", func() bool {
 		return h.cfg.Cluster.(*fakeCluster).count() > 0
 	})
 	after, _ := h.Heads(testDoc)

@@ -141,39 +141,16 @@ func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
 	}
 }
 
-// downStore fails every write while failing is set.
-type downStore struct {
-	Store
-	mu      sync.Mutex
-	failing bool
-}
-
-func (f *downStore) Write(ctx context.Context, b []Write) error {
-	f.mu.Lock()
-	failing := f.failing
-	f.mu.Unlock()
-	if failing {
-		return errors.New("store down")
-	}
-	return f.Store.Write(ctx, b)
-}
-
-func (f *downStore) set(failing bool) {
-	f.mu.Lock()
-	f.failing = failing
-	f.mu.Unlock()
-}
-
 // While the store fails, a room takes at most maxUnstored messages with
 // changes; the next is refused whole (ErrStoreBehind), so what waits for
 // the store stops growing. Once a write succeeds, changes are taken again.
 func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
-	fs := &downStore{Store: openStore(t, t.TempDir())}
+	fs := &DownStore{Store: openStore(t, t.TempDir())}
 	h := newTestHub(t, fs, Config{})
 	a := newClient("a")
 	a.setText(t, "n", "0")
 	a.level(t, h, false)
-	fs.set(true)
+	fs.SetDown(true)
 	send := func() error {
 		m, ok := a.state.GenerateMessage()
 		if !ok {
@@ -201,7 +178,7 @@ func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
 	if !same || heldNow != held {
 		t.Fatalf("the refused message changed the room: heads kept %v, held %d -> %d", same, held, heldNow)
 	}
-	fs.set(false)
+	fs.SetDown(false)
 	if err := h.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

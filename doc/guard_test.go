@@ -294,7 +294,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 // (proof that they would have ended the node), the room refuses the
 // message, and the next worker serves as before.
 func TestSandboxTakesTheFault(t *testing.T) {
-	sb, err := NewSandbox(SandboxConfig{Command: quietSandboxCommand, Workers: 1, Logger: quietLogger()})
+	sb, err := NewSandbox(SandboxConfig{Command: quietSandboxCommand, Workers: 1, Logger: testenv.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func quietSandboxCommand() *exec.Cmd {
 // did not check (from another node, say), so what it rehearses is what the
 // room will do.
 func TestSandboxFollowsTheRoom(t *testing.T) {
-	sb, err := NewSandbox(SandboxConfig{Command: SandboxCommand, Workers: 1, Logger: quietLogger()})
+	sb, err := NewSandbox(SandboxConfig{Command: SandboxCommand, Workers: 1, Logger: testenv.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

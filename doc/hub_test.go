@@ -3,8 +3,6 @@ package doc
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/internal/lifecycle"
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 const testDoc = "2gzyVEWRbEhwBcRvStKvD3gBE5pp"
@@ -173,12 +172,10 @@ func (c *client) syncWith(t testing.TB, h *Hub, opts SyncMessage) (refused bool)
 	return refused
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func newTestHub(t testing.TB, s Store, cfg Config) *Hub {
 	t.Helper()
 	cfg.Store = s
-	cfg.Logger = quietLogger()
+	cfg.Logger = testenv.QuietLogger()
 	h, err := NewHub(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // crashCopy returns a new store holding what from holds for the test
@@ -36,7 +38,7 @@ func storedJournals(t *testing.T, s Store) int {
 
 func waitNoJournals(t *testing.T, s Store) {
 	t.Helper()
-	waitFor(t, "the journals to be deleted", 10*time.Second, func() bool { return storedJournals(t, s) == 0 })
+	testenv.WaitFor(t, "the journals to be deleted", func() bool { return storedJournals(t, s) == 0 })
 }
 
 // testJournals checks a store's journals: written, replaced and deleted
@@ -244,7 +246,7 @@ func TestAFailedReportIsOfferedAgainWithItsKey(t *testing.T) {
 	ana.sync(t, h, false)
 	first := <-offered
 	// While the queue is away, the report is in the stored journal.
-	waitFor(t, "the failed report in the stored journal", 10*time.Second, func() bool { return storedJournals(t, s) == 1 })
+	testenv.WaitFor(t, "the failed report in the stored journal", func() bool { return storedJournals(t, s) == 1 })
 	for range 2 {
 		select {
 		case m := <-offered:

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 func TestCountMentions(t *testing.T) {
@@ -124,22 +126,14 @@ func settleBursts(t *testing.T, h *Hub) {
 // (or found to mention nobody).
 func waitNoBursts(t *testing.T, h *Hub) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, "every burst reported", func() bool {
 		h.mu.Lock()
 		r := h.rooms[testDoc]
 		h.mu.Unlock()
 		r.mu.Lock()
-		n := len(r.mentions.bursts)
-		r.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("bursts still pending")
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not ordering goroutines
-	}
+		defer r.mu.Unlock()
+		return len(r.mentions.bursts) == 0
+	})
 }
 
 func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {

@@ -53,7 +53,11 @@ func admitOne(t testing.TB, l *ledger, change []byte) error {
 // several actors merging) passes the reference check.
 func TestStockEditsPassTheReferenceCheck(t *testing.T) {
 	o := stockAutomerge(t)
-	for seed := 1; seed <= 8; seed++ {
+	seeds := 8
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := 1; seed <= seeds; seed++ {
 		var l ledger
 		for i, c := range o.trace(t, seed, 400) {
 			if err := admitOne(t, &l, c); err != nil {

@@ -14,6 +14,8 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // A message rehearsed in the sandbox does not hold its room: while the
@@ -30,7 +32,7 @@ func TestRehearsalLeavesTheRoomFree(t *testing.T) {
 		}
 		return cmd
 	}
-	sb, err := NewSandbox(SandboxConfig{Command: command, Workers: 1, Logger: quietLogger()})
+	sb, err := NewSandbox(SandboxConfig{Command: command, Workers: 1, Logger: testenv.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +104,7 @@ func TestRehearsalLeavesTheRoomFree(t *testing.T) {
 // sandbox's copy never has to be rebuilt from the whole document (once,
 // at its first check, it has no copy), and everyone converges.
 func TestRehearsalsStayInStepWithTheRoom(t *testing.T) {
-	sb, err := NewSandbox(SandboxConfig{Command: quietSandboxCommand, Workers: 1, Logger: quietLogger()})
+	sb, err := NewSandbox(SandboxConfig{Command: quietSandboxCommand, Workers: 1, Logger: testenv.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

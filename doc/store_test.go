@@ -9,19 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+	"github.com/tandemhq/tandem/internal/testenv"
+)
 
 func storedHas(t testing.TB, s Store, key, want string) bool {
 	t.Helper()
@@ -54,7 +44,7 @@ func TestChangesReachDiskWithinFlushInterval(t *testing.T) {
 	a.sync(t, h, false)
 	// The bound is generous for a shared machine; the design target is
 	// FlushInterval plus one fsync.
-	waitFor(t, "the change on disk", 2*time.Second, func() bool { return storedHas(t, s, "title", "durable") })
+	testenv.WaitWithin(t, "the change on disk", 2*time.Second, func() bool { return storedHas(t, s, "title", "durable") })
 }
 
 func TestDocumentSurvivesRestart(t *testing.T) {
@@ -111,7 +101,7 @@ func TestEvictionAndReload(t *testing.T) {
 	a.setText(t, "title", "kept")
 	a.sync(t, h, false)
 	h.Leave(a.peer, testDoc)
-	waitFor(t, "eviction", 5*time.Second, func() bool { return h.Stats().Rooms == 0 })
+	testenv.WaitFor(t, "eviction", func() bool { return h.Stats().Rooms == 0 })
 	b := newClient("b")
 	b.sync(t, h, true)
 	if got := b.get(t, "title"); got != "kept" {

@@ -3,8 +3,6 @@ package transport
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -25,32 +23,7 @@ import (
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
-// memSeen is a LastSeenStore that remembers who was saved.
-type memSeen struct {
-	mu    sync.Mutex
-	saved map[string]time.Time
-}
-
-func (s *memSeen) SaveLastSeen(_ context.Context, u string, at time.Time) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.saved[u] = at
-	return nil
-}
-
-func (s *memSeen) LastSeen(_ context.Context, u string) (time.Time, bool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.saved[u]
-	return at, ok, nil
-}
-
-func (s *memSeen) has(u string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.saved[u]
-	return ok
-}
+var _ awareness.LastSeenStore = (*testenv.MemoryLastSeen)(nil)
 
 // clusterNode is one node with tokens on: WebSocket server, documents,
 // presence and the Redis bus.
@@ -58,12 +31,12 @@ type clusterNode struct {
 	srv      *Server
 	url      string
 	presence *awareness.Hub
-	seen     *memSeen
+	seen     *testenv.MemoryLastSeen
 }
 
 func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	// A long node TTL: nothing here waits for a beat, and no node is
 	// expired while Redis is stopped.
@@ -81,7 +54,7 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 		t.Fatal(err)
 	}
 	go hub.Run(context.Background()) // until hub.Close
-	seen := &memSeen{saved: map[string]time.Time{}}
+	seen := &testenv.MemoryLastSeen{}
 	presence, err := awareness.New(awareness.Config{Logger: logger, Replicator: bus, Directory: bus, LastSeen: seen})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +256,7 @@ func TestPeerIDTakeoverAcrossNodesIsRefused(t *testing.T) {
 		if st := n.presence.UserPresence(t.Context(), "victim").Status; st != awareness.StatusOnline {
 			t.Errorf("node %s sees the victim %s", name, st)
 		}
-		if n.seen.has("victim") {
+		if n.seen.Has("victim") {
 			t.Errorf("node %s stored a last-seen for the victim", name)
 		}
 		for _, v := range n.presence.DocumentPresence(testDoc) {
@@ -325,7 +298,7 @@ func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
 		if st := n.presence.UserPresence(t.Context(), "ana").Status; st != awareness.StatusOnline {
 			t.Errorf("node %s sees ana %s", name, st)
 		}
-		if n.seen.has("ana") {
+		if n.seen.Has("ana") {
 			t.Errorf("node %s stored a last-seen for ana, who only moved", name)
 		}
 	}
@@ -335,7 +308,7 @@ func TestPeerIDMovesAcrossNodesForSameUser(t *testing.T) {
 	for who, ws := range map[string]*websocket.Conn{"obs-a": obsA, "obs-b": obsB} {
 		listen(t, ws, who+" hearing P's goodbye", func(h heard) bool { return h.sender == "P" && h.typ == "goodbye" })
 	}
-	testenv.WaitFor(t, "node B storing ana's last-seen", func() bool { return b.seen.has("ana") })
+	testenv.WaitFor(t, "node B storing ana's last-seen", func() bool { return b.seen.Has("ana") })
 }
 
 // TestPeerIDWhileRedisIsDown: with Redis away a node still refuses a peer

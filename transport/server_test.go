@@ -8,8 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"net/http/httptest"
 	"strings"
@@ -64,7 +62,7 @@ func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
 // newTestServerHub is newTestServerOn with a hub configured by the test.
 func newTestServerHub(t *testing.T, cfg Config, hubCfg doc.Config) *testServer {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	hubCfg.Logger = logger
 	hub, err := doc.NewHub(hubCfg)
 	if err != nil {
@@ -654,19 +652,6 @@ func TestPresenceCannotCutSync(t *testing.T) {
 	t.Logf("%d presence frames arrived for %d updates", frames, 2*rounds)
 }
 
-// downStore fails every write while down is set: the database is away.
-type downStore struct {
-	doc.Store
-	down atomic.Bool
-}
-
-func (s *downStore) Write(ctx context.Context, b []doc.Write) error {
-	if s.down.Load() {
-		return errors.New("database away")
-	}
-	return s.Store.Write(ctx, b)
-}
-
 // While the store is down a peer may keep typing only so far: past the
 // room's bound of unstored changes, its next change gets an error and the
 // connection closes with 1013 (try again later), so that its client comes
@@ -677,12 +662,12 @@ func TestStoreFarBehindClosesTryAgainLater(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	ds := &downStore{Store: store}
+	ds := &doc.DownStore{Store: store}
 	s := newTestServerOn(t, Config{MessageRate: 1e6, MessageBurst: 1e6}, ds)
 	w := newSyncer(t, s, dial(t, s.url), "w")
 	w.set("n", "0")
 	w.sync(wire.TypeSync) // level, with the store up
-	ds.down.Store(true)
+	ds.SetDown(true)
 	for i := 1; i <= 1100; i++ {
 		w.set("n", fmt.Sprint(i)) // each change goes at once: its answer is held
 		m, ok := w.state.GenerateMessage()

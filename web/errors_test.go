@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/web/notify"
 )
 
@@ -40,7 +40,7 @@ func TestServerFailuresDoNotLeakInternals(t *testing.T) {
 	srv := httptest.NewServer(NewRouter(Config{
 		Notifications: failingNotifications{},
 		Ready:         []Check{{Name: "postgres", Ping: func(context.Context) error { return errInternalCause }}},
-		Logger:        quietLogger(),
+		Logger:        testenv.QuietLogger(),
 	}))
 	t.Cleanup(srv.Close)
 	for _, c := range []struct{ method, path, body string }{
@@ -68,8 +68,6 @@ func TestServerFailuresDoNotLeakInternals(t *testing.T) {
 	}
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // oneNotification lists one mention in a document whose title is secret.
 type oneNotification struct{ failingNotifications }
 
@@ -86,7 +84,7 @@ func TestNotificationsHideDocumentsTheReaderCannotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(NewRouter(Config{Notifications: oneNotification{}, Auth: v, Logger: quietLogger()}))
+	srv := httptest.NewServer(NewRouter(Config{Notifications: oneNotification{}, Auth: v, Logger: testenv.QuietLogger()}))
 	t.Cleanup(srv.Close)
 	list := func(docs map[string]string) string {
 		tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "bo", "docs": docs, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)

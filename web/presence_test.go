@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/internal/auth"
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // fakePresence answers with fixed data and lets the test push changes.
@@ -267,20 +268,12 @@ func TestStreamsAreBounded(t *testing.T) {
 	}
 	end1() // its place is freed once the handler sees the end
 	first.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.WaitFor(t, "a new stream taken after one ended", func() bool {
 		resp, end := open("x,y,z")
-		code := resp.StatusCode
+		defer end()
 		resp.Body.Close()
-		end()
-		if code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after a stream ended, a new one still gets %d", code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return resp.StatusCode == 200
+	})
 	tooMany, end4 := open("p,q,r,s,t")
 	end4()
 	if tooMany.StatusCode != http.StatusTooManyRequests {

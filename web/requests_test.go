@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // refusedCount reads tandem_http_refused_total for one reason.
@@ -92,7 +93,7 @@ func TestSlowRequestBodyIsTimedOut(t *testing.T) {
 	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp,
-		Notifications: failingNotifications{}, Logger: quietLogger(), Registerer: reg,
+		Notifications: failingNotifications{}, Logger: testenv.QuietLogger(), Registerer: reg,
 		Requests: RequestLimits{BodyTimeout: 300 * time.Millisecond}}))
 	t.Cleanup(srv.Close)
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +60,7 @@ func TestTypingScenario(t *testing.T) {
 // startTestNode serves an in-process node and returns its WebSocket URL.
 func startTestNode(t *testing.T) string {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	store, err := doc.OpenBoltStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +99,9 @@ func startTestNode(t *testing.T) string {
 // peers of one document sit on both nodes, so their cursors cross Redis,
 // and every final cursor must arrive.
 func TestClusterScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the server and runs two nodes with a Redis of their own; the full suite runs it")
+	}
 	r, err := measureCluster(context.Background(), options{
 		scenario: "presence", docs: 2, peers: 4, rate: 10,
 		duration: time.Second, drain: time.Second,
@@ -133,6 +134,9 @@ func buildTandem(t *testing.T) string {
 // damaged or left different between the nodes, no ghost outlive the
 // bound, and every kind of bad input must have met its answer.
 func TestSoakScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a 12 s fault soak on two server nodes; the full suite runs it")
+	}
 	r, err := measureSoak(context.Background(), options{docs: 2, peers: 3, rate: 2, duration: 12 * time.Second},
 		buildTandem(t), 2, testenv.PostgresURL(), 15*time.Second)
 	if err != nil {

@@ -2,4 +2,12 @@
 // when they need one to stop: PostgreSQL at $TANDEM_TEST_POSTGRES and
 // Redis at $TANDEM_TEST_REDIS, by default the machine's own, and
 // redis-server on a free port (StartRedis) for tests that kill it.
+//
+// It also holds the helpers that tests of more than one package share:
+// polling a condition with a deadline (WaitFor, WaitWithin), a logger
+// that discards (QuietLogger), an in-memory last-seen store
+// (MemoryLastSeen) and a reader of fuzz corpus files (ReadFuzzSeed). It
+// imports nothing of the module, so any package's tests can use it; a
+// shared fake that needs a module's types lives beside the interface it
+// implements instead (doc.DownStore).
 package testenv

@@ -10,10 +10,17 @@ import (
 // The bound is generous for a shared machine; it is not a figure.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	WaitWithin(t, what, 10*time.Second, cond)
+}
+
+// WaitWithin is WaitFor with a bound of the test's own: for a test whose
+// figure is how soon cond holds.
+func WaitWithin(t testing.TB, what string, bound time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", bound, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

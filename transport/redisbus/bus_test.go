@@ -3,8 +3,6 @@ package redisbus
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -69,7 +67,7 @@ type node struct {
 // startNode starts a node; opts adjust its bus and presence settings.
 func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)) *node {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("Redis at %s: %v", testenv.RedisAddr(), err)
@@ -274,7 +272,7 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 func TestLeavesOutliveAFullQueue(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	t.Cleanup(func() { client.Close() })
-	b, err := New(Config{Client: client, NodeID: "full-queue", Queue: 1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	b, err := New(Config{Client: client, NodeID: "full-queue", Queue: 1, Logger: testenv.QuietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

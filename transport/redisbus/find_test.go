@@ -2,8 +2,6 @@ package redisbus
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -39,7 +37,7 @@ func (h *holdings) NodeGone(string)      {}
 // document layer.
 func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeout time.Duration) (*Bus, func()) {
 	t.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := testenv.QuietLogger()
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	bus, err := New(Config{Client: client, NodeID: id, NodeTTL: time.Second, AskTimeout: askTimeout, Logger: logger})
 	if err != nil {

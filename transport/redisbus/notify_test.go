@@ -2,8 +2,6 @@ package redisbus
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,7 @@ func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
 	r := testenv.StartRedis(t, 0)
 	client := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	defer client.Close()
-	p, err := NewNotifyPusher(client, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p, err := NewNotifyPusher(client, testenv.QuietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,10 @@ package notify
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // What mentions may cost is bounded: one report notifies each user once
@@ -21,7 +21,7 @@ func TestMentionsAreBounded(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	p := NewMentions(post, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := NewMentions(post, testenv.QuietLogger())
 	ctx := context.Background()
 	users := []string{"ana", "ana", "me"}
 	for i := range 5000 {

@@ -143,6 +143,9 @@ func mention(recipient, actor, name string, at int64) Event {
 }
 
 func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: waits out a 12 s window on each backend; the full suite runs it")
+	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			open, pg := b.open(t)
@@ -219,6 +222,9 @@ func TestThousandEventsBecomeOneNotificationAndOnePush(t *testing.T) {
 }
 
 func TestAWindowOutlivesItsWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: waits out a 10 s window on each backend; the full suite runs it")
+	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			open, pg := b.open(t)
