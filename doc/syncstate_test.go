@@ -36,7 +36,7 @@ func TestQuietLevelMembersRest(t *testing.T) {
 	b.level(t, h, false)
 	// b came with nothing: it was sent everything without a sync state.
 	if got := states(h); !got["a"] || got["b"] {
-		t.Fatalf("sync states %v before resting, want a's only", got)
+		t.Fatalf("sync states %v before they were dropped, want a's only", got)
 	}
 	h.dropIdleSyncStates(time.Now()) // not quiet for long enough yet
 	if got := states(h); !got["a"] {
@@ -44,10 +44,10 @@ func TestQuietLevelMembersRest(t *testing.T) {
 	}
 	h.dropIdleSyncStates(time.Now().Add(keepIdleSyncState + time.Second))
 	if got := states(h); got["a"] || got["b"] {
-		t.Fatalf("sync states %v after resting, want none", got)
+		t.Fatalf("sync states %v after they were dropped, want none", got)
 	}
 	if n := testutil.ToFloat64(h.syncStatesDropped); n != 1 {
-		t.Errorf("rested = %v, want 1", n)
+		t.Errorf("sync states dropped = %v, want 1", n)
 	}
 
 	// The state made again names the heads a was level at: its first
@@ -60,13 +60,13 @@ func TestQuietLevelMembersRest(t *testing.T) {
 	msg, ok := r.syncState(r.members["a"]).GenerateMessage()
 	r.mu.Unlock()
 	if ok && len(msg.Bytes()) > 1000 {
-		t.Errorf("a rested state made again says %d bytes: not the heads a was level at", len(msg.Bytes()))
+		t.Errorf("a dropped state made again says %d bytes: not the heads a was level at", len(msg.Bytes()))
 	}
 	b.level(t, h, false)
 	b.setText(t, "n", "from b")
 	b.level(t, h, false)
 	a.receiveUntil(t, h, testDoc, "b's change", func() bool { return a.get(t, "n") == "from b" })
 	if !sameHeads(a.doc.Heads(), b.doc.Heads()) {
-		t.Fatal("a and b differ after b wrote from rest")
+		t.Fatal("a and b differ after b wrote with no sync state")
 	}
 }
