@@ -105,7 +105,7 @@ func TestClusterScenario(t *testing.T) {
 	r, err := measureCluster(context.Background(), options{
 		scenario: "presence", docs: 2, peers: 4, rate: 10,
 		duration: time.Second, drain: time.Second,
-	}, buildTandem(t), 2, testenv.PostgresURL())
+	}, buildTandem(t), 2, testenv.PostgresSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestSoakScenario(t *testing.T) {
 		t.Skip("-short: a 12 s fault soak on two server nodes; the full suite runs it")
 	}
 	r, err := measureSoak(context.Background(), options{docs: 2, peers: 3, rate: 2, duration: 12 * time.Second},
-		buildTandem(t), 2, testenv.PostgresURL(), 15*time.Second)
+		buildTandem(t), 2, testenv.PostgresSchema(t), 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,9 @@ package notify
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"reflect"
 	"sync"
 	"testing"
@@ -41,26 +38,9 @@ var backends = []backend{
 		}, false
 	}},
 	{"postgres", func(t *testing.T) (func() *sql.DB, bool) {
-		b := make([]byte, 6)
-		rand.Read(b)
-		schema := "tandem_notify_test_" + hex.EncodeToString(b)
-		admin, err := OpenPostgres(testenv.PostgresURL())
-		if err != nil {
-			t.Fatalf("PostgreSQL is required for these tests: %v", err)
-		}
-		if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-			admin.Close()
-		})
-		u, _ := url.Parse(testenv.PostgresURL())
-		q := u.Query()
-		q.Set("search_path", schema)
-		u.RawQuery = q.Encode()
+		u := testenv.PostgresSchema(t)
 		return func() *sql.DB {
-			db, err := OpenPostgres(u.String())
+			db, err := OpenPostgres(u)
 			if err != nil {
 				t.Fatal(err)
 			}

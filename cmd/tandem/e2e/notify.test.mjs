@@ -5,10 +5,9 @@
 import { test } from "node:test"
 import assert from "node:assert/strict"
 import { createHmac, randomUUID } from "node:crypto"
-import { execFileSync } from "node:child_process"
 import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
-import { start, startRedis, postgresURL, until } from "./server.mjs"
+import { start, startRedis, postgresURL, psql, until } from "./server.mjs"
 import { client, connected, streamEvents } from "./clients.mjs"
 
 // Users are unique per run: the test database outlives runs.
@@ -28,14 +27,6 @@ async function post(node, event, headers = {}) {
 async function list(node, query, headers = {}) {
   const res = await fetch(`${node.http}/api/notifications?${query}`, { headers })
   return { status: res.status, body: await res.json() }
-}
-
-// psql runs one query against the test database (the nodes' PostgreSQL).
-function psql(sql) {
-  const u = new URL(postgresURL)
-  return execFileSync("psql", ["-h", u.hostname, "-p", u.port || "5432", "-U", u.username || "postgres", "-d", u.pathname.slice(1), "-tAc", sql], {
-    encoding: "utf8",
-  }).trim()
 }
 
 test("a mention typed by a stock client reaches the mentioned user's stream once, stored first", async t => {

@@ -127,4 +127,33 @@ export async function startRedis(t, port) {
   return redis
 }
 
-export const postgresURL = process.env.TANDEM_TEST_POSTGRES ?? "postgres://postgres@127.0.0.1:5432/test"
+const postgresBase = process.env.TANDEM_TEST_POSTGRES ?? "postgres://postgres@127.0.0.1:5432/test"
+// Each test process keeps its tables in a schema of its own, dropped when
+// it exits: nodes of tests running at the same time (another suite, a
+// benchmark, a second checkout) never share tables or a notification
+// queue, whose workers would otherwise take each other's jobs.
+const schema = `tandem_e2e_${process.pid}_${Date.now().toString(36)}`
+
+// psql runs one statement in this process's schema and returns its output.
+export function psql(sql) {
+  return execFileSync("psql", [postgresBase, "-v", "ON_ERROR_STOP=1", "-tAc", sql], {
+    encoding: "utf8",
+    env: { ...process.env, PGOPTIONS: `-c search_path=${schema}` },
+  }).trim()
+}
+
+psql(`CREATE SCHEMA ${schema}`)
+process.on("exit", () => {
+  try {
+    psql(`DROP SCHEMA ${schema} CASCADE`)
+  } catch (err) {
+    console.error(`dropping schema ${schema}: ${err.message}`)
+  }
+})
+
+/** The nodes' --postgres-url: the test PostgreSQL, in this process's schema. */
+export const postgresURL = (() => {
+  const u = new URL(postgresBase)
+  u.searchParams.set("search_path", schema)
+  return u.toString()
+})()
