@@ -1,7 +1,9 @@
 // Package testenv names the services the tests use and starts their own
-// when they need one to stop: PostgreSQL at $TANDEM_TEST_POSTGRES and
-// Redis at $TANDEM_TEST_REDIS, by default the machine's own, and
-// redis-server on a free port (StartRedis) for tests that kill it.
+// when they need one to stop: PostgreSQL at $TANDEM_TEST_POSTGRES, with a
+// schema of a test's own (PostgresSchema) for tests whose nodes must not
+// share tables or a queue with another test's, Redis at $TANDEM_TEST_REDIS,
+// by default the machine's own, and redis-server on a free port
+// (StartRedis) for tests that kill it.
 //
 // It also holds the helpers that tests of more than one package share:
 // polling a condition with a deadline (WaitFor, WaitWithin), a logger
