@@ -297,7 +297,10 @@ func TestOversizedFrameCloses(t *testing.T) {
 }
 
 func TestSilentPeerIsClosedAfterMissedPongs(t *testing.T) {
-	s := newTestServer(t, Config{PingInterval: 50 * time.Millisecond})
+	// A silent peer goes after 3.5 intervals (700 ms here); a live one
+	// whose pong is held up that long by a busy machine would be cut too,
+	// so the interval leaves the live client a generous margin.
+	s := newTestServer(t, Config{PingInterval: 200 * time.Millisecond})
 	ws := dial(t, s.url)
 	ws.SetPingHandler(func(string) error { return nil }) // a frozen client: no pongs
 	join(t, ws, "frozen")
@@ -309,7 +312,7 @@ func TestSilentPeerIsClosedAfterMissedPongs(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		// Reading makes gorilla answer pings.
-		live.SetReadDeadline(time.Now().Add(time.Second))
+		live.SetReadDeadline(time.Now().Add(3 * time.Second))
 		_, _, err := live.ReadMessage()
 		done <- err
 	}()
