@@ -19,7 +19,7 @@ var (
 	ReasonReplaced    = CloseReason{4000, "replaced", "replaced by a newer connection of the same peer"}
 	ReasonSlow        = CloseReason{4001, "slow_consumer", "slow consumer: send queue full"}
 	ReasonUnsupported = CloseReason{4002, "unsupported_version", "unsupported protocol version"}
-	ReasonPingTimeout = CloseReason{4003, "ping_timeout", "no pong within three ping intervals"}
+	ReasonPingTimeout = CloseReason{4003, "ping_timeout", "nothing read for three and a half ping intervals"}
 	ReasonClientGone  = CloseReason{websocket.CloseNormalClosure, "client_closed", "client closed"}
 	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
