@@ -113,7 +113,7 @@ func NewHub(cfg Config) (*Hub, error) {
 	})
 	h.catchUps = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_document_store_catchups_total",
-		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (the last local peer left, or Redis was unreachable).",
+		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (a peer came to a room without peers, or Redis was unreachable).",
 	})
 	h.syncStatesDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_document_members_rested_total",
@@ -353,6 +353,9 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 		}
 		h.mu.Unlock()
 		return nil, fmt.Errorf("load document %s: %w", documentID, r.loadErr)
+	}
+	if ok {
+		r.arrive() // the load, if this call made it, was the read
 	}
 	r.catchUp(ctx, h)
 	return r, nil

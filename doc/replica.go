@@ -94,6 +94,27 @@ func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, erro
 // holds every acknowledged change, before it serves a peer again; what
 // was stored after that read reaches it over the bus, whose new
 // subscription greets the nodes that hold the document.
+//
+// A room without peers is such a gap, however it came to have none: its
+// last peer left, or none ever joined (a message the guard refused loaded
+// it, or a mention journal's takeover did). So whoever finds the room
+// without peers, other than the caller whose arrival just loaded it,
+// has it read the store first (arrive).
+
+// arrive opens a gap, unless one is open already, for a caller that finds
+// the room (in a cluster) without peers: the bus has not been carrying
+// its document. A caller that loaded the room itself has just read the
+// store, and does not call it.
+func (r *room) arrive() {
+	if r.publish == nil || !r.vacant.Load() {
+		return
+	}
+	// A gap open already is read past once for all who found it: callers
+	// arriving together share one read, as they did when the last peer's
+	// leaving opened the gap.
+	caught := r.caughtUp.Load()
+	r.gaps.CompareAndSwap(caught, caught+1)
+}
 
 // Missed tells the hub that the bus may have lost messages (Redis was
 // unreachable): every room in memory catches up from the store, at once

@@ -3,6 +3,8 @@ package doc
 import (
 	"bytes"
 	"container/list"
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -41,6 +43,45 @@ func TestARoomWithoutPeersCatchesUpFromTheStore(t *testing.T) {
 		h1.Leave(reader.peer, testDoc)
 		writer.setText(t, "title", fmt.Sprint("v", round+1))
 		writer.sync(t, h2, false)
+	}
+}
+
+// A room can come into memory without a peer ever joining it: a message
+// the guard refuses loads it, and its sender leaves the document at once.
+// The bus never carried the document for it, so a peer arriving later
+// must still get what another node stored since the load (the soak found
+// an acknowledged edit missing on a node where bad input had loaded the
+// room: nothing had counted a gap, and the room served its copy from the
+// load). Each round, on a document of its own: node 2's peer writes, bad
+// input loads node 1's room, node 2's peer writes again, and a new peer on
+// node 1 reads.
+func TestARoomLoadedWithoutAPeerCatchesUpFromTheStore(t *testing.T) {
+	h1, h2 := twoNodes(t)
+	ctx := context.Background()
+	for round := range 200 {
+		id := fmt.Sprintf("2room%dLoadedByBadInput", round)
+		writer := newClient("writer")
+		writer.setText(t, "title", "before")
+		if err := writer.syncLoop(h2, id, false); err != nil {
+			t.Fatal(err)
+		}
+		mallory := newClient("mallory")
+		err := h1.Sync(ctx, mallory.peer, SyncMessage{DocumentID: id, Data: reproMessage(t)})
+		if !errors.Is(err, ErrRefused) {
+			t.Fatalf("round %d: bad input: err = %v, want ErrRefused", round, err)
+		}
+		h1.Leave(mallory.peer, id) // as the transport does after a refusal
+		writer.setText(t, "title", "after")
+		if err := writer.syncLoop(h2, id, false); err != nil {
+			t.Fatal(err)
+		}
+		reader := newClient("reader")
+		if err := reader.syncLoop(h1, id, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := reader.get(t, "title"); got != "after" {
+			t.Fatalf("round %d: a peer joining node 1 read %q, node 2 stored %q", round, got, "after")
+		}
 	}
 }
 

@@ -36,14 +36,17 @@ type room struct {
 	// handMu makes one caller at a time hand the room's mention reports
 	// over (mentions.go); taken before mu.
 	handMu sync.Mutex
-	// Gaps in what the bus carried of the document, counted: its last
-	// local peer left (the bus stopped carrying it) or the bus lost
-	// messages. caughtUp is the count the room last read the store past;
-	// while they differ the room reads the store before it serves
-	// (replica.go). catchMu makes one caller at a time read it; taken
-	// before applyMu.
+	// Gaps in what the bus carried of the document, counted: a caller
+	// found the room without peers (the bus carries the document only
+	// while the room has some) or the bus lost messages. caughtUp is the
+	// count the room last read the store past; while they differ the room
+	// reads the store before it serves (replica.go). catchMu makes one
+	// caller at a time read it; taken before applyMu.
 	gaps, caughtUp atomic.Uint64
 	catchMu        sync.Mutex
+	// vacant is set while members is empty, as it is from the load until
+	// a peer joins: written under mu, read without it (arrive).
+	vacant atomic.Bool
 
 	mu         sync.Mutex // guards everything below
 	doc        *automerge.Doc
@@ -120,12 +123,14 @@ type member struct {
 }
 
 func newRoom(id string) *room {
-	return &room{
+	r := &room{
 		id:         id,
 		loaded:     make(chan struct{}),
 		members:    make(map[string]*member),
 		emptySince: time.Now(),
 	}
+	r.vacant.Store(true)
+	return r
 }
 
 // load reads the document from the store. A chunk that does not load is
@@ -184,6 +189,7 @@ func (r *room) join(p Peer) *member {
 	if m == nil || m.peer != p {
 		m = &member{peer: p}
 		r.members[p.ID()] = m
+		r.vacant.Store(false)
 	}
 	return m
 }
@@ -528,9 +534,7 @@ func (r *room) leave(h *Hub, p Peer) {
 		r.ledger.unqueueFrom(p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
-			if r.publish != nil { // in a cluster: the bus stops carrying it
-				r.gaps.Add(1)
-			}
+			r.vacant.Store(true) // in a cluster, the bus stops carrying it
 		}
 		r.resumeDeferred(h)
 	}

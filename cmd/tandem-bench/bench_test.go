@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -136,6 +137,14 @@ func buildTandem(t *testing.T) string {
 func TestSoakScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a 12 s fault soak on two server nodes; the full suite runs it")
+	}
+	if dir := os.Getenv("TANDEM_SOAK_LOGS"); dir != "" {
+		// Keeps the servers' output, to see what a failing run did.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		serverLogDir = dir
+		t.Cleanup(func() { serverLogDir = "" })
 	}
 	r, err := measureSoak(context.Background(), options{docs: 2, peers: 3, rate: 2, duration: 12 * time.Second},
 		buildTandem(t), 2, testenv.PostgresSchema(t), 15*time.Second)

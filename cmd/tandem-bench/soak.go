@@ -726,18 +726,27 @@ func presenceOf(base, doc string) ([]string, error) {
 	return ids, nil
 }
 
-// missingAcked counts the edits the peers saw acknowledged that d lacks
-// or holds with another value.
-func missingAcked(d *automerge.Doc, peers []*soakPeer) int {
-	missing := 0
+// missingAcked returns the keys of the edits the peers saw acknowledged
+// that d lacks or holds with another value, sorted.
+func missingAcked(d *automerge.Doc, peers []*soakPeer) []string {
+	var missing []string
 	for _, p := range peers {
 		for key, want := range p.acked {
 			if v, err := d.RootMap().Get(key); err != nil || v.Kind() != automerge.KindInt64 || v.Int64() != want {
-				missing++
+				missing = append(missing, key)
 			}
 		}
 	}
+	slices.Sort(missing)
 	return missing
+}
+
+// someKeys names a few of keys, for a report.
+func someKeys(keys []string) string {
+	if len(keys) > 5 {
+		return strings.Join(keys[:5], " ") + " …"
+	}
+	return strings.Join(keys, " ")
 }
 
 // verifyStore reads every document from PostgreSQL, as a node starting
@@ -767,10 +776,10 @@ func (s *soak) verifyStore(ctx context.Context, postgresURL string) (lost int, e
 			}
 		}
 		missing := missingAcked(d, peers)
-		if missing > 0 {
-			fmt.Printf("  %s in PostgreSQL: %d acknowledged edits missing\n", id, missing)
+		if len(missing) > 0 {
+			fmt.Printf("  %s in PostgreSQL: %d acknowledged edits missing: %s\n", id, len(missing), someKeys(missing))
 		}
-		lost += missing
+		lost += len(missing)
 	}
 	return lost, nil
 }
@@ -807,10 +816,10 @@ func (s *soak) verify() (lost, damaged, diverged int, err error) {
 						damaged++
 					}
 					missing := missingAcked(d, peers)
-					if missing > 0 {
-						fmt.Printf("  %s on %s: %d acknowledged edits missing\n", doc, node.name, missing)
+					if len(missing) > 0 {
+						fmt.Printf("  %s on %s: %d acknowledged edits missing: %s\n", doc, node.name, len(missing), someKeys(missing))
 					}
-					lost += missing
+					lost += len(missing)
 				}
 				hs := d.Heads()
 				ss := make([]string, len(hs))
