@@ -173,11 +173,15 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 	return r, nil
 }
 
-// writeTyped has a writer make n one-character changes to a new text as
-// fast as it can, at most batch ahead of what it has sent, while it syncs
-// them as automerge-repo does: one message in flight, the next carrying
-// whatever accumulated meanwhile (with batch 1, one change a message, as
-// from a typist slower than the server's round trip). It returns once the
+// typedText is what the writer types, one character a change, over again.
+const typedText = "The quick brown fox jumps over the lazy dog, then types on. "
+
+// writeTyped has a writer type n characters of typedText into a new
+// text, one change each, as fast as it can but at most batch ahead of
+// what it has sent, while it syncs them as automerge-repo does: one
+// message in flight, the next carrying whatever accumulated meanwhile
+// (with batch 1, one change a message, as from a typist slower than the
+// server's round trip). It returns once the
 // server acknowledged every change, with the messages it sent.
 func writeTyped(ctx context.Context, w *peer, doc string, d *automerge.Doc, n, batch int) (int, error) {
 	var mu sync.Mutex         // guards d, state, made and sent between the typist and the sync loop
@@ -206,7 +210,7 @@ func writeTyped(ctx context.Context, w *peer, doc string, d *automerge.Doc, n, b
 			for made-sent >= batch && typing.Err() == nil {
 				room.Wait()
 			}
-			d.Path("text").Text().Append("x")
+			d.Path("text").Text().Append(typedText[i%len(typedText) : i%len(typedText)+1])
 			d.Commit("type")
 			made = i + 1
 			mu.Unlock()
