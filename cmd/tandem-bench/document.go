@@ -96,7 +96,7 @@ func printDocument(r documentResult) {
 	fmt.Println()
 }
 
-// measureDocument runs the four parts against o.urls[0]. With restart nil
+// measureDocument runs the scenario against o.urls[0]. With restart nil
 // the cold find is skipped and coldNote says why.
 func measureDocument(ctx context.Context, o options, restart restarter, coldNote string) (documentResult, error) {
 	fmt.Printf("document: %d typed changes, then a paste of %d bytes\n", o.changes, o.pasteBytes)
