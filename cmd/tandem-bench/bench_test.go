@@ -171,3 +171,48 @@ func TestSoakScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentScenario builds the server and runs the document scenario
+// small against it, restart included: every reader must reach the
+// writer's heads (measureDocument fails otherwise), a 64 KiB paste must
+// be accepted, and every figure must be there.
+func TestDocumentScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds the server and writes 500 changes one message each; the full suite runs it")
+	}
+	srv, err := startServer("tandem", "tandem serving", "/ws", buildTandem(t), "--addr", "127.0.0.1:{port}",
+		"--data-dir", t.TempDir(), "--log-level", "info", "--message-rate", "1000", "--message-burst", "2000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	restart := func() (int, error) {
+		srv.stop()
+		if err := srv.restart(); err != nil {
+			return 0, err
+		}
+		return srv.cmd.Process.Pid, nil
+	}
+	r, err := measureDocument(context.Background(), options{
+		urls: []string{srv.url}, serverPIDs: []int{srv.cmd.Process.Pid}, changes: 500, batch: 1, pasteBytes: 64 << 10,
+	}, restart, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	printDocument(r)
+	if r.messages < r.changes {
+		t.Errorf("%d changes in %d messages: batch 1 sends one change a message", r.changes, r.messages)
+	}
+	if r.savedBytes <= 0 || r.write <= 0 || r.firstSync <= 0 || r.cold <= 0 || r.coldNote != "" {
+		t.Errorf("saved %d B, write %v, first sync %v, cold find %v (%q)", r.savedBytes, r.write, r.firstSync, r.cold, r.coldNote)
+	}
+	if r.rssBefore <= 0 || r.rssAfter <= 0 || r.rssCold1 <= 0 || r.rssPaste1 <= 0 {
+		t.Errorf("RSS %d → %d, cold %d, paste %d: the /proc figures are missing", r.rssBefore, r.rssAfter, r.rssCold1, r.rssPaste1)
+	}
+	if r.workersAfter <= 0 {
+		t.Errorf("no sandbox worker's RSS counted")
+	}
+	if r.pasteRefusal != "" || r.paste <= 0 {
+		t.Errorf("64 KiB paste: %v, refused %q", r.paste, r.pasteRefusal)
+	}
+}

@@ -129,7 +129,7 @@ func (s *server) restart() error {
 	return nil
 }
 
-// runCompare runs one scenario (presence, typing or idle) against Tandem
+// runCompare runs one scenario (presence, typing, idle or document) against Tandem
 // and against the stock server, one after the other on the same machine,
 // and prints the figures side by side with the ratios Tandem/stock.
 func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []string, stockDir string) error {
@@ -150,6 +150,7 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		presence [2]presenceResult
 		typing   [2]typingResult
 		idle     [2]idleResult
+		document [2]documentResult
 	)
 	for i, tg := range targets {
 		srv, err := startServer(tg.name, tg.ready, tg.path, tg.argv...)
@@ -172,6 +173,20 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		case "idle":
 			if idle[i], err = measureIdle(ctx, run); err == nil {
 				printIdle(idle[i])
+			}
+		case "document":
+			restart, note := restarter(nil), "the stock server keeps documents in memory only (stock/ has no storage adapter)"
+			if tg.name == "tandem" {
+				restart, note = func() (int, error) { // same argv, so the same data dir
+					srv.stop()
+					if err := srv.restart(); err != nil {
+						return 0, err
+					}
+					return srv.cmd.Process.Pid, nil
+				}, ""
+			}
+			if document[i], err = measureDocument(ctx, run, restart, note); err == nil {
+				printDocument(document[i])
 			}
 		default:
 			err = fmt.Errorf("unknown scenario %q", o.scenario)
@@ -203,6 +218,15 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
 	case "idle":
 		fmt.Printf("RSS per connection   %.2f× (lower is better)\n", ratio(idle[0].perConn(), idle[1].perConn()))
+	case "document":
+		t, s := document[0], document[1]
+		fmt.Printf("bytes per change     %.2f× (lower is better)\n", ratio(t.perChange(), s.perChange()))
+		fmt.Printf("write                %.2f× (lower is better)\n", ratio(t.write.Seconds(), s.write.Seconds()))
+		fmt.Printf("first sync           %.2f× (lower is better)\n", ratio(t.firstSync.Seconds(), s.firstSync.Seconds()))
+		if t.pasteRefusal == "" && s.pasteRefusal == "" {
+			fmt.Printf("paste                %.2f× (lower is better)\n", ratio(t.paste.Seconds(), s.paste.Seconds()))
+			fmt.Printf("bytes per pasted char %.2f× (lower is better)\n", ratio(t.perPastedChar(), s.perPastedChar()))
+		}
 	}
 	return nil
 }

@@ -25,6 +25,9 @@ type options struct {
 	drain      time.Duration
 	serverPIDs []int
 	batches    bool
+	changes    int
+	pasteBytes int
+	batch      int
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -34,7 +37,7 @@ func main() {
 	var o options
 	var urls string
 	flag.StringVar(&urls, "url", "ws://127.0.0.1:8080/ws", "server WebSocket URL; several, comma-separated, spread peers over a cluster")
-	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing or idle")
+	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing, idle or document")
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
@@ -42,6 +45,9 @@ func main() {
 	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
 	flag.IntVar(&o.typists, "typists", 8, "typing: peers typing (at --rate chars/s each)")
 	flag.IntVar(&o.readers, "readers", 40, "typing: peers reading")
+	flag.IntVar(&o.changes, "changes", 20000, "document: one-character changes the writer makes")
+	flag.IntVar(&o.batch, "batch", 1, "document: changes the writer may make ahead of what it sent (1: one change a message, a typist slower than a round trip)")
+	flag.IntVar(&o.pasteBytes, "paste-bytes", 1<<20, "document: bytes of text pasted in one change")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
 	var pids string
@@ -104,6 +110,8 @@ func main() {
 		err = runTyping(ctx, o)
 	case o.scenario == "idle":
 		err = runIdle(ctx, o)
+	case o.scenario == "document":
+		err = runDocument(ctx, o)
 	default:
 		err = fmt.Errorf("unknown scenario %q", o.scenario)
 	}

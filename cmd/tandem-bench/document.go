@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/automerge/automerge-go"
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// The document scenario measures what one document costs a server: the
+// memory it holds per typed change, a fresh reader's first sync, a find
+// after the server restarted (cold), and one large paste.
+
+// restarter stops a server and starts it again on the same address and
+// data; it returns the new process's pid.
+type restarter func() (pid int, err error)
+
+// documentResult is what one document run measured.
+type documentResult struct {
+	changes    int
+	messages   int           // sync messages the writer sent
+	write      time.Duration // from the first change to the server's acknowledgement of the last
+	savedBytes int           // the writer's automerge Save of the document
+	rssBefore  int64         // the server and its children, before the document
+	rssAfter   int64         // the same, once a reader held the whole document
+	// The children's (a node's sandbox workers') share of rssBefore and
+	// rssAfter.
+	workersBefore, workersAfter int64
+	firstSync                   time.Duration // a fresh reader's find until it holds the document
+
+	cold     time.Duration // a fresh reader's find after a restart; 0 if not measured
+	coldNote string        // why cold is not measured
+	rssCold0 int64         // after the restart, before the find
+	rssCold1 int64         // after the find
+
+	pasteBytes   int
+	paste        time.Duration // the writer's first message until a reader holds the text
+	pasteRefusal string        // what the server did instead, if it refused
+	rssPaste0    int64
+	rssPaste1    int64
+}
+
+func (r documentResult) perChange() float64 {
+	return float64(r.rssAfter-r.rssBefore) / float64(max(r.changes, 1))
+}
+
+func (r documentResult) perPastedChar() float64 {
+	return float64(r.rssPaste1-r.rssPaste0) / float64(max(r.pasteBytes, 1))
+}
+
+func runDocument(ctx context.Context, o options) error {
+	r, err := measureDocument(ctx, o, nil, "needs --compare, which starts the server and can restart it")
+	if err != nil {
+		return err
+	}
+	printDocument(r)
+	return nil
+}
+
+func printDocument(r documentResult) {
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	fmt.Printf("writer               %d changes in %d sync messages (%.1f per message), %v\n",
+		r.changes, r.messages, float64(r.changes)/float64(max(r.messages, 1)), r.write.Round(time.Millisecond))
+	fmt.Printf("saved document       %d bytes (%.1f per change)\n", r.savedBytes, float64(r.savedBytes)/float64(max(r.changes, 1)))
+	if r.rssBefore > 0 {
+		fmt.Printf("server RSS           %.1f → %.1f MiB: %.0f bytes per change", mib(r.rssBefore), mib(r.rssAfter), r.perChange())
+		if r.workersAfter > 0 {
+			fmt.Printf(" (its workers %.1f → %.1f MiB)", mib(r.workersBefore), mib(r.workersAfter))
+		}
+		fmt.Println()
+	}
+	fmt.Printf("first sync           %v\n", r.firstSync.Round(time.Millisecond))
+	if r.coldNote != "" {
+		fmt.Printf("cold find            not measured: %s\n", r.coldNote)
+	} else {
+		fmt.Printf("cold find            %v (RSS %.1f → %.1f MiB)\n", r.cold.Round(time.Millisecond), mib(r.rssCold0), mib(r.rssCold1))
+	}
+	if r.pasteRefusal != "" {
+		fmt.Printf("paste %d bytes   refused: %s\n", r.pasteBytes, r.pasteRefusal)
+		return
+	}
+	fmt.Printf("paste %d bytes   %v", r.pasteBytes, r.paste.Round(time.Millisecond))
+	if r.rssPaste0 > 0 {
+		fmt.Printf(", RSS %.1f → %.1f MiB: %.1f bytes per character", mib(r.rssPaste0), mib(r.rssPaste1), r.perPastedChar())
+	}
+	fmt.Println()
+}
+
+// measureDocument runs the scenario against o.urls[0]. With restart nil
+// the cold find is skipped and coldNote says why.
+func measureDocument(ctx context.Context, o options, restart restarter, coldNote string) (documentResult, error) {
+	fmt.Printf("document: %d typed changes, then a paste of %d bytes\n", o.changes, o.pasteBytes)
+	url := o.urls[0]
+	r := documentResult{changes: o.changes, pasteBytes: o.pasteBytes}
+	var workers int64 // the children's share of the last rss()
+	rss := func() int64 {
+		var total int64
+		workers = 0
+		for _, pid := range withChildren(o.serverPIDs) {
+			b, _ := rssBytesOf(pid) // a worker may exit between the listing and the read
+			total += b
+			if !slices.Contains(o.serverPIDs, pid) {
+				workers += b
+			}
+		}
+		return total
+	}
+
+	// 0. A small document first, so that what every document needs (a
+	// node's sandbox workers, say) is there before the measurement.
+	if _, err := typedDocument(ctx, url, 1, 1); err != nil {
+		return r, fmt.Errorf("warm-up: %w", err)
+	}
+
+	// 1. Typed changes, then a fresh reader.
+	r.rssBefore = rss()
+	r.workersBefore = workers
+	doc := newDocID()
+	w, err := dialPeer(url)
+	if err != nil {
+		return r, err
+	}
+	defer w.ws.Close()
+	d := automerge.New()
+	start := time.Now()
+	r.messages, err = writeTyped(ctx, w, doc, d, o.changes, max(o.batch, 1))
+	if err != nil {
+		return r, fmt.Errorf("writer: %w", err)
+	}
+	r.write = time.Since(start)
+	w.ws.Close()
+	r.savedBytes = len(d.Save())
+	heads := d.Heads()
+	if r.firstSync, err = readWhole(ctx, url, doc, heads); err != nil {
+		return r, fmt.Errorf("first sync: %w", err)
+	}
+	r.rssAfter = rss()
+	r.workersAfter = workers
+
+	// 2. The same find after a restart.
+	if restart == nil {
+		r.coldNote = coldNote
+	} else {
+		pid, err := restart()
+		if err != nil {
+			return r, fmt.Errorf("restart: %w", err)
+		}
+		o.serverPIDs = []int{pid}
+		r.rssCold0 = rss()
+		if r.cold, err = readWhole(ctx, url, doc, heads); err != nil {
+			return r, fmt.Errorf("cold find: %w", err)
+		}
+		r.rssCold1 = rss()
+	}
+
+	// 3. One large paste.
+	r.rssPaste0 = rss()
+	r.paste, r.pasteRefusal, err = pasteOnce(ctx, url, o.pasteBytes)
+	if err != nil {
+		return r, fmt.Errorf("paste: %w", err)
+	}
+	r.rssPaste1 = rss()
+	return r, nil
+}
+
+// typedText is what the writer types, one character a change, over again.
+const typedText = "The quick brown fox jumps over the lazy dog, then types on. "
+
+// writeTyped has a writer type n characters of typedText into a new
+// text, one change each, as fast as it can but at most batch ahead of
+// what it has sent, while it syncs them as automerge-repo does: one
+// message in flight, the next carrying whatever accumulated meanwhile
+// (with batch 1, one change a message, as from a typist slower than the
+// server's round trip). It returns once the
+// server acknowledged every change, with the messages it sent.
+func writeTyped(ctx context.Context, w *peer, doc string, d *automerge.Doc, n, batch int) (int, error) {
+	var mu sync.Mutex         // guards d, state, made and sent between the typist and the sync loop
+	room := sync.NewCond(&mu) // signalled when sent moves
+	state := automerge.NewSyncState(d)
+	d.RootMap().Set("text", automerge.NewText(""))
+	if _, err := d.Commit("create"); err != nil {
+		return 0, err
+	}
+	typed := make(chan struct{}, 1) // a change was made since the sync loop last looked
+	typing, stopTyping := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		stopTyping()
+		mu.Lock()
+		room.Broadcast()
+		mu.Unlock()
+		wg.Wait()
+	}()
+	var made, sent int // changes made, and made before the last message
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n && typing.Err() == nil; i++ {
+			mu.Lock()
+			for made-sent >= batch && typing.Err() == nil {
+				room.Wait()
+			}
+			d.Path("text").Text().Append(typedText[i%len(typedText) : i%len(typedText)+1])
+			d.Commit("type")
+			made = i + 1
+			mu.Unlock()
+			select {
+			case typed <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	messages := 0
+	for {
+		mu.Lock()
+		m, ok := state.GenerateMessage()
+		done := made == n
+		if ok {
+			sent = made
+			room.Broadcast()
+		}
+		mu.Unlock()
+		if !ok {
+			if done {
+				return messages, nil
+			}
+			select {
+			case <-typed:
+				continue
+			case <-ctx.Done():
+				return messages, ctx.Err()
+			}
+		}
+		if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+			return messages, err
+		}
+		messages++
+		reply, err := awaitSync(w, doc, time.Minute)
+		if err != nil {
+			return messages, err
+		}
+		mu.Lock()
+		_, err = state.ReceiveMessage(reply)
+		mu.Unlock()
+		if err != nil {
+			return messages, err
+		}
+	}
+}
+
+// typedDocument writes a document of n typed changes and has a reader
+// find it; it returns the time the reader took.
+func typedDocument(ctx context.Context, url string, n, batch int) (time.Duration, error) {
+	w, err := dialPeer(url)
+	if err != nil {
+		return 0, err
+	}
+	defer w.ws.Close()
+	doc, d := newDocID(), automerge.New()
+	if _, err := writeTyped(ctx, w, doc, d, n, batch); err != nil {
+		return 0, err
+	}
+	return readWhole(ctx, url, doc, d.Heads())
+}
+
+var (
+	// errRefused is a server's refusal: an error message or a close.
+	errRefused = errors.New("refused")
+	// errUnavailable is a server's doc-unavailable.
+	errUnavailable = errors.New("document unavailable")
+)
+
+// awaitSync reads until a sync message of doc arrives and returns its
+// data. An error message or a close is errRefused, wrapped with what the
+// server said.
+func awaitSync(p *peer, doc string, timeout time.Duration) ([]byte, error) {
+	p.ws.SetReadDeadline(time.Now().Add(timeout))
+	defer p.ws.SetReadDeadline(time.Time{})
+	for {
+		m, err := p.recv()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			return nil, fmt.Errorf("%w: close %d %q", errRefused, ce.Code, ce.Text)
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case m.Type == wire.TypeDocUnavailable && m.DocumentID == doc:
+			return nil, errUnavailable
+		case m.Type == wire.TypeError:
+			return nil, fmt.Errorf("%w: error message %q", errRefused, m.ErrorMessage)
+		case m.Type == wire.TypeSync && m.DocumentID == doc:
+			return m.Data, nil
+		}
+	}
+}
+
+// readWhole has a fresh reader find doc and answer the server's sync
+// messages until its heads are heads; it returns how long that took.
+func readWhole(ctx context.Context, url, doc string, heads []automerge.ChangeHash) (time.Duration, error) {
+	want := hashSet(heads)
+	p, err := dialPeer(url)
+	if err != nil {
+		return 0, err
+	}
+	defer p.ws.Close()
+	d := automerge.New()
+	state := automerge.NewSyncState(d)
+	start := time.Now()
+	if err := p.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: mustFirst(state)}); err != nil {
+		return 0, err
+	}
+	for {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		data, err := awaitSync(p, doc, time.Minute)
+		if errors.Is(err, errUnavailable) {
+			continue // the server sends the document if it appears
+		}
+		if err != nil {
+			return 0, err
+		}
+		if _, err := state.ReceiveMessage(data); err != nil {
+			return 0, err
+		}
+		if slices.Equal(hashSet(d.Heads()), want) {
+			return time.Since(start), nil
+		}
+		if m, ok := state.GenerateMessage(); ok {
+			if err := p.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+				return 0, err
+			}
+		}
+	}
+}
+
+// pasteOnce creates a document whose text is size bytes, made in one
+// change as repo.create({text}) makes it, syncs it, and times from the
+// writer's first message until a fresh reader holds it. A server that
+// refuses it yields the refusal and no error.
+func pasteOnce(ctx context.Context, url string, size int) (time.Duration, string, error) {
+	doc := newDocID()
+	w, err := dialPeer(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer w.ws.Close()
+	d := automerge.New()
+	d.RootMap().Set("text", automerge.NewText(strings.Repeat("lorem ipsum ", size/12+1)[:size]))
+	if _, err := d.Commit("paste"); err != nil {
+		return 0, "", err
+	}
+	state := automerge.NewSyncState(d)
+	start := time.Now()
+	for round := 0; ; round++ {
+		m, ok := state.GenerateMessage()
+		if !ok {
+			break
+		}
+		if round == 20 {
+			return 0, fmt.Sprintf("not acknowledged after %d sync messages", round), nil
+		}
+		if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+			return 0, "", err
+		}
+		reply, err := awaitSync(w, doc, time.Minute)
+		if errors.Is(err, errRefused) {
+			return 0, strings.TrimPrefix(err.Error(), errRefused.Error()+": "), nil
+		}
+		if err != nil {
+			return 0, "", err
+		}
+		if _, err := state.ReceiveMessage(reply); err != nil {
+			return 0, "", err
+		}
+	}
+	if _, err := readWhole(ctx, url, doc, d.Heads()); err != nil {
+		return 0, "", fmt.Errorf("reader: %w", err)
+	}
+	return time.Since(start), "", nil
+}
+
+func hashSet(hs []automerge.ChangeHash) []string {
+	s := make([]string, len(hs))
+	for i, h := range hs {
+		s[i] = h.String()
+	}
+	slices.Sort(s)
+	return s
+}
+
+// withChildren returns pids and every descendant of theirs (a Tandem
+// node's sandbox workers), found through /proc's parent pids.
+func withChildren(pids []int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return pids
+	}
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := ppidOf(pid); ok {
+			parent[pid] = pp
+		}
+	}
+	all := slices.Clone(pids)
+	for i := 0; i < len(all); i++ { // all grows as children are found
+		for pid, pp := range parent {
+			if pp == all[i] && pid > 0 && !slices.Contains(all, pid) {
+				all = append(all, pid)
+			}
+		}
+	}
+	return all
+}
+
+// ppidOf reads a process's parent pid from /proc.
+func ppidOf(pid int) (int, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
