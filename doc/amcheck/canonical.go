@@ -76,7 +76,7 @@ func canonicalRuns(it colIter) ([]byte, error) {
 		case kindUint:
 			out = binary.AppendUvarint(out, r.u)
 		case kindDelta:
-			out = appendSleb(out, r.d)
+			out = AppendSleb(out, r.d)
 		case kindStr:
 			out = binary.AppendUvarint(out, uint64(len(r.s)))
 			out = append(out, r.s...)
@@ -86,11 +86,11 @@ func canonicalRuns(it colIter) ([]byte, error) {
 		r := runs[i]
 		switch {
 		case r.null:
-			out = appendSleb(out, 0)
+			out = AppendSleb(out, 0)
 			out = binary.AppendUvarint(out, r.n)
 			i++
 		case r.n > 1:
-			out = appendSleb(out, int64(r.n))
+			out = AppendSleb(out, int64(r.n))
 			value(r)
 			i++
 		default:
@@ -98,7 +98,7 @@ func canonicalRuns(it colIter) ([]byte, error) {
 			for j < len(runs) && !runs[j].null && runs[j].n == 1 {
 				j++
 			}
-			out = appendSleb(out, -int64(j-i))
+			out = AppendSleb(out, -int64(j-i))
 			for _, l := range runs[i:j] {
 				value(l)
 			}

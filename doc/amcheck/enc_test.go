@@ -9,7 +9,7 @@ import (
 
 func uleb(b []byte, v uint64) []byte { return appendUleb(b, v) }
 
-func sleb(b []byte, v int64) []byte { return appendSleb(b, v) }
+func sleb(b []byte, v int64) []byte { return AppendSleb(b, v) }
 
 // rle builds RLE column data from runs.
 type rle []byte

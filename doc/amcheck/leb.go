@@ -167,8 +167,9 @@ var (
 	errExtraBytes = errors.New("extra bytes after an integer value")
 )
 
-// appendSleb appends v in signed LEB128.
-func appendSleb(b []byte, v int64) []byte {
+// AppendSleb appends v in signed LEB128, automerge's encoding of signed
+// integers; amtest builds changes with it.
+func AppendSleb(b []byte, v int64) []byte {
 	for {
 		c := byte(v & 0x7f)
 		v >>= 7

@@ -107,25 +107,12 @@ func String(s string) (amcheck.ValueType, []byte) { return amcheck.ValueString, 
 
 // Int is a signed integer value.
 func Int(v int64) (amcheck.ValueType, []byte) {
-	return amcheck.ValueInt, appendSleb(nil, v)
+	return amcheck.ValueInt, amcheck.AppendSleb(nil, v)
 }
 
 // Counter is a counter value.
 func Counter(v int64) (amcheck.ValueType, []byte) {
-	return amcheck.ValueCounter, appendSleb(nil, v)
-}
-
-// appendSleb appends v in signed LEB128, automerge's encoding of signed
-// integers.
-func appendSleb(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
+	return amcheck.ValueCounter, amcheck.AppendSleb(nil, v)
 }
 
 // Column specs: column id << 4 | type.
@@ -195,7 +182,7 @@ func (c *col) rle(loneRuns bool) []byte {
 		case uint64:
 			out = binary.AppendUvarint(out, v)
 		case int64:
-			out = appendSleb(out, v)
+			out = amcheck.AppendSleb(out, v)
 		case string:
 			out = binary.AppendUvarint(out, uint64(len(v)))
 			out = append(out, v...)
@@ -205,11 +192,11 @@ func (c *col) rle(loneRuns bool) []byte {
 		r := runs[i]
 		switch {
 		case r.v == nil:
-			out = appendSleb(out, 0)
+			out = amcheck.AppendSleb(out, 0)
 			out = binary.AppendUvarint(out, uint64(r.n))
 			i++
 		case r.n > 1 || loneRuns:
-			out = appendSleb(out, int64(r.n))
+			out = amcheck.AppendSleb(out, int64(r.n))
 			value(r.v)
 			i++
 		default:
@@ -217,7 +204,7 @@ func (c *col) rle(loneRuns bool) []byte {
 			for j < len(runs) && runs[j].v != nil && runs[j].n == 1 {
 				j++
 			}
-			out = appendSleb(out, -int64(j-i))
+			out = amcheck.AppendSleb(out, -int64(j-i))
 			for _, l := range runs[i:j] {
 				value(l.v)
 			}
@@ -343,7 +330,7 @@ func Encode(c Change) ([]byte, [32]byte) {
 	b = append(b, c.Actors[0]...)
 	b = binary.AppendUvarint(b, c.Seq)
 	b = binary.AppendUvarint(b, c.StartOp)
-	b = appendSleb(b, c.Time)
+	b = amcheck.AppendSleb(b, c.Time)
 	b = binary.AppendUvarint(b, uint64(len(c.Message)))
 	b = append(b, c.Message...)
 	b = binary.AppendUvarint(b, uint64(len(c.Actors)-1))
