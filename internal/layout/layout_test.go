@@ -35,6 +35,7 @@ var rank = map[string]int{
 	"internal/cmalloc":   0,
 	"transport/wire":     0,
 	"doc/amcheck":        0,
+	"doc/amsync":         0,
 	"doc/amcheck/amtest": 1, // test changes, for doc's tests and the bench
 	"doc":                1,
 	"awareness":          1,

@@ -1,0 +1,122 @@
+package amsync
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+)
+
+// A bloom filter as automerge makes and reads them: how many hashes it
+// holds, bits per hash and probes (unsigned LEB128), then the bits. An
+// empty filter is no bytes at all.
+const (
+	bloomBitsPerEntry = 10
+	bloomProbes       = 7
+)
+
+var errBloom = errors.New("unreadable bloom filter")
+
+// Bloom is a bloom filter over change hashes.
+type Bloom struct {
+	entries, bitsPerEntry, probes uint32
+	bits                          []byte
+}
+
+// NewBloom returns automerge's filter for these hashes.
+func NewBloom(n int, hash func(i int) Hash) Bloom {
+	b := Bloom{entries: uint32(n), bitsPerEntry: bloomBitsPerEntry, probes: bloomProbes}
+	b.bits = make([]byte, (n*bloomBitsPerEntry+7)/8)
+	for i := range n {
+		h := hash(i)
+		b.probe(&h, func(bit uint32) bool {
+			b.bits[bit>>3] |= 1 << (bit & 7)
+			return true
+		})
+	}
+	return b
+}
+
+// ParseBloom reads an encoded filter. The bounds keep a hostile filter
+// from costing more than its bytes: probes and bits per entry as stock
+// clients never exceed by much, at least as many bits as declared.
+func ParseBloom(b []byte) (Bloom, error) {
+	if len(b) == 0 {
+		return Bloom{}, nil
+	}
+	var v [3]uint64
+	off := 0
+	for i := range v {
+		x, n := binary.Uvarint(b[off:])
+		if n <= 0 || x > math.MaxUint32 {
+			return Bloom{}, errBloom
+		}
+		v[i], off = x, off+n
+	}
+	f := Bloom{entries: uint32(v[0]), bitsPerEntry: uint32(v[1]), probes: uint32(v[2])}
+	if f.entries == 0 {
+		return Bloom{}, nil
+	}
+	if f.bitsPerEntry == 0 || f.bitsPerEntry > MaxBloomBitsPerEntry || f.probes == 0 || f.probes > MaxBloomProbes {
+		return Bloom{}, errBloom
+	}
+	want := (v[0]*v[1] + 7) / 8
+	if want > uint64(len(b)-off) {
+		return Bloom{}, errBloom
+	}
+	f.bits = b[off : off+int(want)] // automerge ignores what follows
+	return f, nil
+}
+
+// Bounds of a filter a peer may send.
+const (
+	MaxBloomProbes       = 64
+	MaxBloomBitsPerEntry = 64
+)
+
+// Encode returns the filter as automerge encodes it.
+func (b Bloom) Encode() []byte {
+	if b.entries == 0 {
+		return nil
+	}
+	out := binary.AppendUvarint(nil, uint64(b.entries))
+	out = binary.AppendUvarint(out, uint64(b.bitsPerEntry))
+	out = binary.AppendUvarint(out, uint64(b.probes))
+	return append(out, b.bits...)
+}
+
+// Contains reports whether the filter may hold the hash (never false for
+// one it holds).
+func (b Bloom) Contains(h *Hash) bool {
+	if b.entries == 0 || len(b.bits) == 0 {
+		return false
+	}
+	in := true
+	b.probe(h, func(bit uint32) bool {
+		if b.bits[bit>>3]&(1<<(bit&7)) == 0 {
+			in = false
+		}
+		return in
+	})
+	return in
+}
+
+// probe calls f with each bit the hash sets, while f returns true.
+func (b Bloom) probe(h *Hash, f func(bit uint32) bool) {
+	m := uint64(len(b.bits)) * 8
+	if m == 0 {
+		return
+	}
+	x := uint64(binary.LittleEndian.Uint32(h[0:])) % m
+	y := uint64(binary.LittleEndian.Uint32(h[4:])) % m
+	z := uint64(binary.LittleEndian.Uint32(h[8:])) % m
+	if !f(uint32(x)) {
+		return
+	}
+	for i := uint32(1); i < b.probes; i++ {
+		x = (x + y) % m
+		y = (y + z) % m
+		if !f(uint32(x)) {
+			return
+		}
+	}
+}

@@ -1,0 +1,28 @@
+// Package amsync speaks automerge's sync protocol (message version 1) in
+// Go, over a document's change log rather than its content.
+//
+// A sync server needs no document to sync one: the protocol works on
+// change hashes, their dependencies and bloom filters, and changes travel
+// as the bytes they were made as. A Log holds a document as its changes:
+// per change its hash, its dependencies and its bytes, in an order in
+// which each change comes after its dependencies, and the heads. A Peer is
+// the sync state kept with one remote peer; Receive reads its message
+// (after the caller has added whatever changes it admits from it to the
+// Log) and Generate makes the next message for it, as automerge's
+// generate_sync_message would, with one difference: a peer that has not
+// answered a message bringing it changes is sent nothing new until it
+// answers (or the answer is overdue), so each peer is paced by its own
+// reading, and its next message carries everything new since.
+//
+// What amsync does not do is read a change's operations or decide whether
+// a change may be admitted: callers parse and check changes and hand the
+// Log their hash, dependencies and bytes.
+//
+// Bloom filters are bit for bit automerge's (10 bits per entry, 7
+// probes). Hashes in heads, need and lastSync are sorted by their bytes,
+// as automerge sorts them. Messages carry no flags section: a peer that
+// sees none keeps sending version 1 messages, one change per entry.
+//
+// A Log and the Peers made for it are not safe for concurrent use: one
+// owner (a document's room, under its lock) calls them.
+package amsync

@@ -1,0 +1,349 @@
+package amsync
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Hash is a change hash: SHA-256 over the change chunk's type, length and
+// body.
+type Hash [32]byte
+
+// ErrMissingDeps is returned by Add for a change whose dependencies the
+// log does not hold.
+var ErrMissingDeps = errors.New("a dependency of the change is missing")
+
+// blockSize is the size of the log's arena blocks: changes are copied
+// into blocks of this size (a larger change gets a block of its own), so
+// the log grows without copying what it holds.
+const blockSize = 256 << 10
+
+// minBlock is the size of a log's first block.
+const minBlock = 1 << 10
+
+// entry is one change of the log: 48 bytes besides its hash.
+type entry struct {
+	hash   Hash
+	block  uint32 // which arena block holds its bytes
+	off    uint32 // where in the block
+	size   uint32
+	depOff uint32 // its dependencies: deps[depOff : depOff+nDeps], as log indices
+	nDeps  uint32
+}
+
+// Log is a document as its changes, in the order they were added (which
+// is causal: a change comes after its dependencies).
+type Log struct {
+	entries []entry
+	deps    []int32
+	index   map[Hash]int32
+	blocks  [][]byte
+	tail    int     // the block small changes go into; -1 before the first
+	heads   []int32 // sorted by hash
+	bytes   int64
+}
+
+// NewLog returns an empty log.
+func NewLog() *Log {
+	return &Log{index: make(map[Hash]int32), tail: -1}
+}
+
+// Len returns the number of changes.
+func (l *Log) Len() int { return len(l.entries) }
+
+// Bytes returns the changes' bytes summed.
+func (l *Log) Bytes() int64 { return l.bytes }
+
+// Has reports whether the log holds the change.
+func (l *Log) Has(h Hash) bool {
+	_, ok := l.index[h]
+	return ok
+}
+
+// HasBytes reports whether the log holds the change with this 32-byte
+// hash.
+func (l *Log) HasBytes(h []byte) bool {
+	if len(h) != len(Hash{}) {
+		return false
+	}
+	_, ok := l.index[Hash(h)]
+	return ok
+}
+
+// Add appends a change: its hash, its dependencies (all of which the log
+// must hold) and its bytes, which the log copies. A change the log holds
+// already is not added again; Add reports whether it was new.
+func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
+	if l.Has(h) {
+		return false, nil
+	}
+	depOff := len(l.deps)
+	for _, d := range deps {
+		i, ok := l.index[d]
+		if !ok {
+			l.deps = l.deps[:depOff]
+			return false, fmt.Errorf("%w: %x", ErrMissingDeps, d[:8])
+		}
+		l.deps = append(l.deps, i)
+	}
+	blk, off := l.store(raw)
+	n := int32(len(l.entries))
+	l.entries = append(l.entries, entry{hash: h, block: blk, off: off, size: uint32(len(raw)),
+		depOff: uint32(depOff), nDeps: uint32(len(deps))})
+	l.index[h] = n
+	l.bytes += int64(len(raw))
+	// The new change replaces the heads it depends on.
+	ds := l.deps[depOff:]
+	heads := l.heads[:0]
+	for _, x := range l.heads {
+		if !slices.Contains(ds, x) {
+			heads = append(heads, x)
+		}
+	}
+	at, _ := slices.BinarySearchFunc(heads, h, func(x int32, h Hash) int { return bytes.Compare(l.entries[x].hash[:], h[:]) })
+	l.heads = slices.Insert(heads, at, n)
+	return true, nil
+}
+
+func (l *Log) store(raw []byte) (block, off uint32) {
+	if len(raw) > blockSize/4 {
+		// A block of its own; small changes go on filling the one before.
+		l.blocks = append(l.blocks, bytes.Clone(raw))
+		return uint32(len(l.blocks) - 1), 0
+	}
+	if l.tail < 0 || cap(l.blocks[l.tail])-len(l.blocks[l.tail]) < len(raw) {
+		// Blocks start small, for the many small documents, and double up
+		// to blockSize; a full block is never copied.
+		size := minBlock
+		if l.tail >= 0 {
+			size = min(blockSize, 2*cap(l.blocks[l.tail]))
+		}
+		l.blocks = append(l.blocks, make([]byte, 0, max(size, len(raw))))
+		l.tail = len(l.blocks) - 1
+	}
+	off = uint32(len(l.blocks[l.tail]))
+	l.blocks[l.tail] = append(l.blocks[l.tail], raw...)
+	return uint32(l.tail), off
+}
+
+// Change returns the bytes of the change at log index i. The slice
+// aliases the log's memory: callers must not change it.
+func (l *Log) Change(i int32) []byte {
+	e := &l.entries[i]
+	return l.blocks[e.block][e.off : e.off+e.size : e.off+e.size]
+}
+
+// HashAt returns the hash of the change at log index i.
+func (l *Log) HashAt(i int32) Hash { return l.entries[i].hash }
+
+// IndexOf returns the log index of a change.
+func (l *Log) IndexOf(h Hash) (int32, bool) {
+	i, ok := l.index[h]
+	return i, ok
+}
+
+// DepsAt returns the log indices of the dependencies of change i.
+func (l *Log) DepsAt(i int32) []int32 {
+	e := &l.entries[i]
+	return l.deps[e.depOff : e.depOff+e.nDeps]
+}
+
+// Heads returns the document's heads, sorted.
+func (l *Log) Heads() []Hash {
+	out := make([]Hash, len(l.heads))
+	for i, x := range l.heads {
+		out[i] = l.entries[x].hash
+	}
+	return out
+}
+
+// IsHeads reports whether hs are exactly the log's heads (sorted).
+func (l *Log) IsHeads(hs []Hash) bool {
+	if len(hs) != len(l.heads) {
+		return false
+	}
+	for i, x := range l.heads {
+		if l.entries[x].hash != hs[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Since returns, in log order, the indices of the changes that are not
+// ancestors of (or among) heads; heads the log does not hold are
+// ignored. Its cost grows with the changes between heads and the log's
+// own heads, not with the log: it walks back from the log's heads and
+// from the given ones at once, in descending log order, and stops once
+// nothing left to visit can be a change the given heads lack.
+func (l *Log) Since(heads []Hash) []int32 {
+	var from []int32
+	for _, h := range heads {
+		if i, ok := l.index[h]; ok {
+			from = append(from, i)
+		}
+	}
+	if len(from) == 0 {
+		out := make([]int32, len(l.entries))
+		for i := range out {
+			out[i] = int32(i)
+		}
+		return out
+	}
+	return l.walk(l.heads, from, -1)
+}
+
+// walk returns, in log order, the changes reachable from ours (among
+// them) that are not reachable from theirs, looking no lower than index
+// floor.
+func (l *Log) walk(ours, theirs []int32, floor int32) []int32 {
+	// mark: 1 reachable from ours only, 2 from theirs (which wins).
+	mark := make(map[int32]uint8, 2*(len(ours)+len(theirs)))
+	var q idxHeap
+	open := 0 // queued changes marked 1
+	for _, x := range theirs {
+		if mark[x] == 0 {
+			q.push(x)
+		}
+		mark[x] = 2
+	}
+	for _, x := range ours {
+		if mark[x] == 0 {
+			mark[x] = 1
+			q.push(x)
+			open++
+		}
+	}
+	var out []int32
+	for open > 0 && q.len() > 0 {
+		x := q.pop()
+		if x <= floor {
+			break
+		}
+		m := mark[x]
+		if m == 1 {
+			open--
+			out = append(out, x)
+		}
+		for _, d := range l.DepsAt(x) {
+			switch dm := mark[d]; {
+			case dm == 0:
+				mark[d] = m
+				q.push(d)
+				if m == 1 {
+					open++
+				}
+			case dm == 1 && m == 2:
+				mark[d] = 2
+				open--
+			}
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// Missing returns, sorted, the hashes among hs the log lacks.
+func (l *Log) Missing(hs []Hash) []Hash {
+	var out []Hash
+	for _, h := range hs {
+		if !l.Has(h) {
+			out = append(out, h)
+		}
+	}
+	sortHashes(out)
+	return out
+}
+
+// withoutAncestors removes from s the changes that are ancestors of (or
+// among) heads; heads the log lacks are ignored.
+func (l *Log) withoutAncestors(s *spanSet, heads []Hash) {
+	if s.empty() {
+		return
+	}
+	if l.IsHeads(heads) {
+		s.clear() // everything is an ancestor of the log's heads
+		return
+	}
+	var from []int32
+	for _, h := range heads {
+		if i, ok := l.index[h]; ok {
+			from = append(from, i)
+		}
+	}
+	if len(from) == 0 {
+		return
+	}
+	// Walk back from heads no lower than s's lowest index, removing
+	// every change met.
+	floor := s.min() - 1
+	seen := make(map[int32]bool)
+	var q idxHeap
+	for _, x := range from {
+		if !seen[x] {
+			seen[x] = true
+			q.push(x)
+		}
+	}
+	for q.len() > 0 {
+		x := q.pop()
+		if x <= floor {
+			break
+		}
+		s.remove(x)
+		for _, d := range l.DepsAt(x) {
+			if !seen[d] {
+				seen[d] = true
+				q.push(d)
+			}
+		}
+	}
+}
+
+func sortHashes(hs []Hash) {
+	slices.SortFunc(hs, func(a, b Hash) int { return bytes.Compare(a[:], b[:]) })
+}
+
+// idxHeap is a max-heap of log indices.
+type idxHeap []int32
+
+func (h idxHeap) len() int { return len(h) }
+
+func (h *idxHeap) push(x int32) {
+	*h = append(*h, x)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] >= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *idxHeap) pop() int32 {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s = s[:n]
+	for i := 0; ; {
+		l, r, big := 2*i+1, 2*i+2, i
+		if l < n && s[l] > s[big] {
+			big = l
+		}
+		if r < n && s[r] > s[big] {
+			big = r
+		}
+		if big == i {
+			break
+		}
+		s[i], s[big] = s[big], s[i]
+		i = big
+	}
+	*h = s
+	return top
+}

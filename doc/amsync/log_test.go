@@ -1,0 +1,206 @@
+package amsync
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+)
+
+// randomLog builds a log of n changes with random dependencies on recent
+// changes (branches and merges), with made-up hashes and bytes.
+func randomLog(t testing.TB, rng *rand.Rand, n int) (*Log, [][]int32) {
+	l := NewLog()
+	deps := make([][]int32, n)
+	for i := range n {
+		var ds []Hash
+		if i > 0 {
+			for range 1 + rng.IntN(2) {
+				d := int32(max(0, i-1-rng.IntN(min(i, 6))))
+				if !slices.Contains(deps[i], d) {
+					deps[i] = append(deps[i], d)
+					ds = append(ds, l.HashAt(d))
+				}
+			}
+		}
+		h := sha256.Sum256(binary.AppendUvarint(nil, uint64(i)))
+		if _, err := l.Add(h, ds, []byte{byte(i), byte(i >> 8)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l, deps
+}
+
+func ancestors(deps [][]int32, from []int32) map[int32]bool {
+	seen := map[int32]bool{}
+	stack := slices.Clone(from)
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[x] {
+			continue
+		}
+		seen[x] = true
+		stack = append(stack, deps[x]...)
+	}
+	return seen
+}
+
+func TestSinceIsWhatTheHeadsLack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 200 {
+		n := 1 + rng.IntN(200)
+		l, deps := randomLog(t, rng, n)
+		var from []int32
+		var hs []Hash
+		for range rng.IntN(4) {
+			x := int32(rng.IntN(n))
+			from = append(from, x)
+			hs = append(hs, l.HashAt(x))
+		}
+		anc := ancestors(deps, from)
+		var want []int32
+		for i := range int32(n) {
+			if !anc[i] {
+				want = append(want, i)
+			}
+		}
+		if got := l.Since(hs); !slices.Equal(got, want) && (len(got) > 0 || len(want) > 0) {
+			t.Fatalf("round %d: Since = %v, want %v", round, got, want)
+		}
+		// The heads are the changes nothing depends on.
+		var heads []Hash
+		for i := range int32(n) {
+			depended := false
+			for _, ds := range deps {
+				if slices.Contains(ds, i) {
+					depended = true
+				}
+			}
+			if !depended {
+				heads = append(heads, l.HashAt(i))
+			}
+		}
+		sortHashes(heads)
+		if !slices.Equal(l.Heads(), heads) {
+			t.Fatalf("round %d: heads differ", round)
+		}
+		// Removing ancestors from a set of sent changes.
+		var s spanSet
+		sent := map[int32]bool{}
+		for range rng.IntN(50) {
+			x := int32(rng.IntN(n))
+			s.add(x)
+			sent[x] = true
+		}
+		l.withoutAncestors(&s, hs)
+		for i := range int32(n) {
+			if want := sent[i] && !anc[i]; s.has(i) != want {
+				t.Fatalf("round %d: after removing ancestors, has(%d) = %v", round, i, !want)
+			}
+		}
+	}
+}
+
+func TestAChangeWithAMissingDependencyIsNotAdded(t *testing.T) {
+	l := NewLog()
+	if _, err := l.Add(Hash{1}, []Hash{{2}}, []byte{1}); err == nil {
+		t.Fatal("added")
+	}
+	if l.Len() != 0 || len(l.deps) != 0 {
+		t.Fatal("the log changed")
+	}
+}
+
+func TestSpanSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var s spanSet
+	ref := map[int32]bool{}
+	for range 20000 {
+		x := int32(rng.IntN(300))
+		if rng.IntN(2) == 0 {
+			s.add(x)
+			ref[x] = true
+		} else {
+			s.remove(x)
+			delete(ref, x)
+		}
+	}
+	for i := range int32(300) {
+		if s.has(i) != ref[i] {
+			t.Fatalf("has(%d) = %v", i, s.has(i))
+		}
+	}
+	for i := 1; i < len(s.s); i++ {
+		if s.s[i-1].hi >= s.s[i].lo {
+			t.Fatalf("spans %v and %v touch", s.s[i-1], s.s[i])
+		}
+	}
+}
+
+// typedLog is a log of n changes as a typist makes them: each depends on
+// the one before and holds 112 bytes (a one-character insert).
+func typedLog(n int) *Log {
+	l := NewLog()
+	raw := make([]byte, 112)
+	var prev []Hash
+	for i := range n {
+		h := sha256.Sum256(binary.AppendUvarint(nil, uint64(i)))
+		if _, err := l.Add(h, prev, raw); err != nil {
+			panic(err)
+		}
+		prev = []Hash{h}
+	}
+	return l
+}
+
+// BenchmarkLogMemoryPerTypedChange reports the heap a log holds per
+// typed change (112 bytes of change each) at 100,000 changes.
+func BenchmarkLogMemoryPerTypedChange(b *testing.B) {
+	const n = 100_000
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l := typedLog(n)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/change")
+		runtime.KeepAlive(l)
+	}
+}
+
+// BenchmarkTypingIntoALongHistory is the engine's work for one keystroke
+// into a document of 100,000 changes: the change is added, the typist's
+// message received and answered, and a reader level with the document
+// sent it and its acknowledgement received.
+func BenchmarkTypingIntoALongHistory(b *testing.B) {
+	for _, n := range []int{0, 100_000} {
+		b.Run(map[int]string{0: "empty", 100_000: "100k"}[n], func(b *testing.B) {
+			l := typedLog(n)
+			typist, reader := NewPeerAt(l.Heads()), NewPeerAt(l.Heads())
+			level := &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}
+			typist.Receive(l, level, l.Heads())
+			reader.Receive(l, level, l.Heads())
+			raw := make([]byte, 112)
+			var now = typist.awaitUntil
+			b.ResetTimer()
+			for i := range b.N {
+				before := l.Heads()
+				h := sha256.Sum256(binary.AppendUvarint([]byte{1}, uint64(i)))
+				if _, err := l.Add(h, before, raw); err != nil {
+					b.Fatal(err)
+				}
+				typist.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: before}}, Changes: [][]byte{raw}}, before)
+				typist.Generate(l, nil, now)
+				out := reader.Generate(l, nil, now)
+				if out == nil || len(out.Changes) != 1 {
+					b.Fatalf("the reader was sent %v", out)
+				}
+				reader.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+			}
+		})
+	}
+}

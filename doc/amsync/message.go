@@ -1,0 +1,174 @@
+package amsync
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// MessageV1 is the first byte of a version 1 sync message.
+const MessageV1 = 0x42
+
+// ErrFormat is returned for a message that does not read as a sync
+// message.
+var ErrFormat = errors.New("unreadable sync message")
+
+// Have is one entry of a message's have list: the sender had every change
+// up to LastSync, and those since that its bloom filter holds.
+type Have struct {
+	LastSync []Hash
+	Bloom    []byte // as encoded; empty for an empty filter
+}
+
+// Message is a sync message. Its hash lists are sorted.
+type Message struct {
+	Heads   []Hash
+	Need    []Hash
+	Have    []Have
+	Changes [][]byte
+	// Flags are the bits of the flags section automerge 0.6 and later
+	// append (flagSyncReset and so on); HasFlags says it was there.
+	Flags    byte
+	HasFlags bool
+}
+
+// Flag bits of automerge's flags section.
+const (
+	flagSyncReset = 1 << 0
+	flagMarker    = 0x80
+)
+
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrFormat, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad LEB128 at byte %d", r.off)
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) bytes(n uint64) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)-r.off) {
+		r.fail("%d bytes wanted at byte %d, %d left", n, r.off, len(r.b)-r.off)
+		return nil
+	}
+	out := r.b[r.off : r.off+int(n) : r.off+int(n)]
+	r.off += int(n)
+	return out
+}
+
+func (r *reader) hashes() []Hash {
+	n := r.uvarint()
+	if n > uint64(len(r.b)-r.off)/32 {
+		r.fail("%d hashes do not fit in the message", n)
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Hash, n)
+	for i := range out {
+		copy(out[i][:], r.bytes(32))
+	}
+	return out
+}
+
+// Decode reads a version 1 sync message. Changes and blooms alias b.
+// A bloom filter automerge would refuse, or one past the bounds, fails
+// the message.
+func Decode(b []byte) (*Message, error) {
+	if len(b) == 0 || b[0] != MessageV1 {
+		return nil, fmt.Errorf("%w: not a version 1 sync message", ErrFormat)
+	}
+	r := &reader{b: b, off: 1}
+	m := &Message{}
+	m.Heads = r.hashes()
+	m.Need = r.hashes()
+	n := r.uvarint()
+	if n > uint64(len(b)-r.off) {
+		r.fail("%d have entries do not fit in the message", n)
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		h := Have{LastSync: r.hashes(), Bloom: r.bytes(r.uvarint())}
+		if r.err == nil {
+			if _, err := ParseBloom(h.Bloom); err != nil {
+				r.fail("have %d: %v", i, err)
+			}
+		}
+		m.Have = append(m.Have, h)
+	}
+	n = r.uvarint()
+	if n > uint64(len(b)-r.off) {
+		r.fail("%d changes do not fit in the message", n)
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		m.Changes = append(m.Changes, r.bytes(r.uvarint()))
+	}
+	if r.err == nil && r.off < len(b) {
+		m.HasFlags = true
+		for _, c := range r.bytes(r.uvarint()) {
+			if c&flagMarker != 0 {
+				m.Flags |= c &^ flagMarker
+			}
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return m, nil
+}
+
+// Encode returns the message's bytes. A message never carries a flags
+// section (see the package comment).
+func (m *Message) Encode() []byte {
+	n := 1 + 3*binary.MaxVarintLen64 + 32*(len(m.Heads)+len(m.Need))
+	for _, h := range m.Have {
+		n += 2*binary.MaxVarintLen64 + 32*len(h.LastSync) + len(h.Bloom)
+	}
+	for _, c := range m.Changes {
+		n += binary.MaxVarintLen64 + len(c)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, MessageV1)
+	b = appendHashes(b, m.Heads)
+	b = appendHashes(b, m.Need)
+	b = binary.AppendUvarint(b, uint64(len(m.Have)))
+	for _, h := range m.Have {
+		b = appendHashes(b, h.LastSync)
+		b = binary.AppendUvarint(b, uint64(len(h.Bloom)))
+		b = append(b, h.Bloom...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Changes)))
+	for _, c := range m.Changes {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		b = append(b, c...)
+	}
+	return b
+}
+
+func appendHashes(b []byte, hs []Hash) []byte {
+	b = binary.AppendUvarint(b, uint64(len(hs)))
+	for i := range hs {
+		b = append(b, hs[i][:]...)
+	}
+	return b
+}

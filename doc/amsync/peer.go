@@ -1,0 +1,286 @@
+package amsync
+
+import (
+	"slices"
+	"time"
+)
+
+// AnswerWait is how long a peer may leave a message that brought it
+// changes unanswered before it is sent the next one anyway. A stock
+// client answers such a message as soon as it has applied it; one that
+// had the changes already (from another tab, say) may not answer at all.
+const AnswerWait = time.Second
+
+// Peer is the sync state kept with one remote peer of a Log: automerge's
+// sync state (shared heads, last sent heads, the peer's last heads, need
+// and have, the changes sent it), and whether a message bringing it
+// changes awaits its answer.
+type Peer struct {
+	shared   []Hash
+	lastSent []Hash
+	// From the peer's last message; heard says there was one.
+	theirHeads, theirNeed []Hash
+	theirHave             []Have
+	heard                 bool
+	sent                  spanSet
+	inFlight, responded   bool
+	// awaitUntil is set while a message that brought the peer changes
+	// awaits its answer: until then, or the answer, it is sent nothing.
+	awaitUntil time.Time
+}
+
+// NewPeer returns the state for a peer the log knows nothing about.
+func NewPeer() *Peer { return &Peer{} }
+
+// NewPeerAt returns the state for a peer known to have every change up to
+// heads (automerge's saved sync state: shared heads only).
+func NewPeerAt(heads []Hash) *Peer {
+	return &Peer{shared: slices.Clone(heads)}
+}
+
+// Shared returns the heads the peer is known to share with the log.
+func (p *Peer) Shared() []Hash { return p.shared }
+
+// TheirHeads returns the heads the peer's last message named, and whether
+// there was one.
+func (p *Peer) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
+
+// Awaiting reports until when a message that brought the peer changes
+// awaits its answer; zero if none does.
+func (p *Peer) Awaiting() time.Time { return p.awaitUntil }
+
+// Receive reads a message from the peer. The caller has already added to
+// l the changes of m it admits; before are l's heads from before it did.
+// The message's blooms are copied: m may be let go.
+func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
+	p.inFlight = false
+	p.awaitUntil = time.Time{}
+	if m.Flags&flagSyncReset != 0 {
+		p.sent.clear()
+	}
+	if len(m.Changes) > 0 {
+		p.shared = advanceHeads(before, l.Heads(), p.shared)
+	}
+	l.withoutAncestors(&p.sent, m.Heads)
+	if len(m.Changes) == 0 && slices.Equal(m.Heads, before) {
+		p.lastSent = slices.Clone(m.Heads)
+	}
+	known := 0
+	for _, h := range m.Heads {
+		if l.Has(h) {
+			known++
+		}
+	}
+	if known == len(m.Heads) {
+		p.shared = slices.Clone(m.Heads)
+		if len(m.Heads) == 0 {
+			p.lastSent = nil
+			p.sent.clear()
+		}
+	} else {
+		s := slices.Clone(p.shared)
+		for _, h := range m.Heads {
+			if l.Has(h) {
+				s = append(s, h)
+			}
+		}
+		sortHashes(s)
+		p.shared = slices.Compact(s)
+	}
+	p.theirHeads = slices.Clone(m.Heads)
+	p.theirNeed = slices.Clone(m.Need)
+	p.theirHave = make([]Have, len(m.Have))
+	for i, h := range m.Have {
+		p.theirHave[i] = Have{LastSync: slices.Clone(h.LastSync), Bloom: slices.Clone(h.Bloom)}
+	}
+	p.heard = true
+}
+
+// advanceHeads is automerge's: the heads that are new since before,
+// together with the old shared heads that are still heads.
+func advanceHeads(before, after, shared []Hash) []Hash {
+	var out []Hash
+	for _, h := range after {
+		if !slices.Contains(before, h) {
+			out = append(out, h)
+		}
+	}
+	for _, h := range shared {
+		if slices.Contains(after, h) && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	sortHashes(out)
+	return out
+}
+
+// Outgoing is a message Generate made: Message, with the log indices of
+// the changes it carries.
+type Outgoing struct {
+	Message
+	Indices []int32
+}
+
+// Generate returns the next message for the peer, or nil if it needs
+// none now. need are hashes the caller waits for besides the heads the
+// peer named that l lacks (dependencies of changes it holds back), sorted
+// or not. now is the time, for the answer the message may await.
+//
+// It is automerge's generate_sync_message, but for two things. What the
+// peer lacks is worked out from the heads it named when l holds them
+// all (exact, and cheap: the changes since them), from its have and bloom
+// filter otherwise. And a peer that has not answered a message that
+// brought it changes is sent nothing until it answers or AnswerWait has
+// passed: it then gets everything new since in one message.
+func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
+	ours := l.Heads()
+	ourNeed := l.Missing(p.theirHeads)
+	if len(need) > 0 {
+		ourNeed = append(ourNeed, need...)
+		sortHashes(ourNeed)
+		ourNeed = slices.Compact(ourNeed)
+	}
+	var have []Have
+	allTheirs := true
+	for _, h := range ourNeed {
+		if !slices.Contains(p.theirHeads, h) {
+			allTheirs = false
+			break
+		}
+	}
+
+	if len(p.theirHave) > 0 {
+		for _, h := range p.theirHave[0].LastSync {
+			if !l.Has(h) {
+				// The peer's last sync point is nothing we know: a
+				// reset (an empty have asks it for everything).
+				return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}}
+			}
+		}
+	}
+
+	var send []int32
+	exact := false
+	if p.heard {
+		send, exact = p.toSend(l)
+		send = slices.DeleteFunc(send, p.sent.has)
+	}
+	if allTheirs {
+		if exact {
+			// What the message carries brings the peer to our heads.
+			have = []Have{{LastSync: ours}}
+		} else {
+			have = []Have{p.haveSince(l)}
+		}
+	}
+
+	headsUnchanged := p.responded && slices.Equal(p.lastSent, ours)
+	headsEqual := p.heard && slices.Equal(p.theirHeads, ours)
+	if headsUnchanged && ((headsEqual && len(send) == 0) || p.inFlight) {
+		return nil
+	}
+	if p.inFlight && !p.awaitUntil.IsZero() && now.Before(p.awaitUntil) {
+		return nil // paced: the next message goes when it answers
+	}
+
+	p.responded = true
+	p.lastSent = ours
+	for _, x := range send {
+		p.sent.add(x)
+	}
+	p.inFlight = true
+	p.awaitUntil = time.Time{}
+	if len(send) > 0 {
+		p.awaitUntil = now.Add(AnswerWait)
+	}
+	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send}
+	if len(send) > 0 {
+		out.Changes = make([][]byte, len(send))
+		for i, x := range send {
+			out.Changes[i] = l.Change(x)
+		}
+	}
+	return out
+}
+
+// toSend returns the changes the peer lacks, in log order, the ones it
+// asked for by hash first; exact says they were worked out from its heads
+// and are all it lacks.
+func (p *Peer) toSend(l *Log) (send []int32, exact bool) {
+	var need []int32
+	for _, h := range p.theirNeed {
+		if i, ok := l.IndexOf(h); ok {
+			need = append(need, i)
+		}
+	}
+	if len(p.theirHave) == 0 {
+		return need, false
+	}
+	if len(l.Missing(p.theirHeads)) == 0 {
+		since := l.Since(p.theirHeads)
+		if len(since) == 0 || len(p.theirHeads) > 0 || len(p.theirHave[0].LastSync) == 0 {
+			return withFirst(need, since), true
+		}
+	}
+	// From its have: every change since its last sync points that no
+	// bloom holds, and every change depending on one of those.
+	var last []Hash
+	blooms := make([]Bloom, 0, len(p.theirHave))
+	for _, h := range p.theirHave {
+		last = append(last, h.LastSync...)
+		b, _ := ParseBloom(h.Bloom) // checked when the message was read
+		blooms = append(blooms, b)
+	}
+	since := l.Since(last)
+	in := make(map[int32]bool)
+	for _, x := range since {
+		h := l.HashAt(x)
+		missing := true
+		for _, b := range blooms {
+			if b.Contains(&h) {
+				missing = false
+				break
+			}
+		}
+		if !missing {
+			for _, d := range l.DepsAt(x) {
+				if in[d] {
+					missing = true // depends on one it lacks
+					break
+				}
+			}
+		}
+		if missing {
+			in[x] = true
+		}
+	}
+	var out []int32
+	for _, x := range since {
+		if in[x] {
+			out = append(out, x)
+		}
+	}
+	return withFirst(need, out), false
+}
+
+// withFirst returns first, then the rest not in first.
+func withFirst(first, rest []int32) []int32 {
+	if len(first) == 0 {
+		return rest
+	}
+	out := slices.Clone(first)
+	for _, x := range rest {
+		if !slices.Contains(first, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// haveSince is automerge's have entry: the shared heads, and a bloom
+// filter of the changes since them.
+func (p *Peer) haveSince(l *Log) Have {
+	since := l.Since(p.shared)
+	b := NewBloom(len(since), func(i int) Hash { return l.HashAt(since[i]) })
+	return Have{LastSync: slices.Clone(p.shared), Bloom: b.Encode()}
+}
