@@ -1,6 +1,7 @@
 package amsync
 
 import (
+	"hash/maphash"
 	"slices"
 	"time"
 )
@@ -24,6 +25,13 @@ type Peer struct {
 	heard                 bool
 	sent                  spanSet
 	inFlight, responded   bool
+	// A message that carries no changes is not sent again as it was
+	// last sent (lastOut, a digest) to a peer whose last message repeated
+	// the one before it (theirLast; repeated): neither side would learn
+	// anything, and two peers that answer every message would go on
+	// forever.
+	lastOut, theirLast uint64
+	repeated           bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
 	awaitUntil time.Time
@@ -87,6 +95,9 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 		sortHashes(s)
 		p.shared = slices.Compact(s)
 	}
+	d := digest(m)
+	p.repeated = len(m.Changes) == 0 && d == p.theirLast
+	p.theirLast = d
 	p.theirHeads = slices.Clone(m.Heads)
 	p.theirNeed = slices.Clone(m.Need)
 	p.theirHave = make([]Have, len(m.Have))
@@ -183,6 +194,16 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 		return nil // paced: the next message goes when it answers
 	}
 
+	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send}
+	if len(send) == 0 {
+		d := digest(&out.Message)
+		if p.repeated && d == p.lastOut {
+			return nil
+		}
+		p.lastOut = d
+	} else {
+		p.lastOut = 0
+	}
 	p.responded = true
 	p.lastSent = ours
 	for _, x := range send {
@@ -193,7 +214,6 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(AnswerWait)
 	}
-	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send}
 	if len(send) > 0 {
 		out.Changes = make([][]byte, len(send))
 		for i, x := range send {
@@ -283,4 +303,26 @@ func (p *Peer) haveSince(l *Log) Have {
 	since := l.Since(p.shared)
 	b := NewBloom(len(since), func(i int) Hash { return l.HashAt(since[i]) })
 	return Have{LastSync: slices.Clone(p.shared), Bloom: b.Encode()}
+}
+
+var digestSeed = maphash.MakeSeed()
+
+// digest sums a message's heads, need and have (not its changes).
+func digest(m *Message) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	for _, l := range [][]Hash{m.Heads, {{}}, m.Need} {
+		for i := range l {
+			h.Write(l[i][:])
+		}
+	}
+	for _, hv := range m.Have {
+		h.WriteByte(1)
+		for i := range hv.LastSync {
+			h.Write(hv.LastSync[i][:])
+		}
+		h.WriteByte(2)
+		h.Write(hv.Bloom)
+	}
+	return h.Sum64()
 }

@@ -1,0 +1,140 @@
+package amsync
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"os/exec"
+	"testing"
+)
+
+// jsAutomerge is a node process holding stock automerge peers
+// (testdata/js-peers.mjs), one per test that asks.
+type jsAutomerge struct {
+	t   testing.TB
+	in  *json.Encoder
+	out *bufio.Scanner
+}
+
+func startJS(t testing.TB) *jsAutomerge {
+	cmd := exec.Command("node", "testdata/js-peers.mjs")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("stock automerge (node testdata/js-peers.mjs; run npm ci first): %v", err)
+	}
+	t.Cleanup(func() {
+		in.Close()
+		cmd.Wait()
+	})
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 256<<20)
+	return &jsAutomerge{t: t, in: json.NewEncoder(in), out: sc}
+}
+
+type jsAnswer struct {
+	Msg   *string  `json:"msg"`
+	Heads []string `json:"heads"`
+	Err   string   `json:"err"`
+}
+
+func (j *jsAutomerge) call(req map[string]any) jsAnswer {
+	j.t.Helper()
+	if err := j.in.Encode(req); err != nil {
+		j.t.Fatalf("stock automerge: %v", err)
+	}
+	if !j.out.Scan() {
+		j.t.Fatalf("stock automerge exited: %v", j.out.Err())
+	}
+	var a jsAnswer
+	if err := json.Unmarshal(j.out.Bytes(), &a); err != nil {
+		j.t.Fatal(err)
+	}
+	if a.Err != "" {
+		j.t.Fatalf("stock automerge: %s", a.Err)
+	}
+	return a
+}
+
+// jsPeers makes the scenario's peers in stock automerge.
+func (j *jsAutomerge) peers() peerMaker {
+	next := 0
+	return func(_ int, base [][]byte, edits int) peerDoc {
+		next++
+		id := next
+		b := make([]string, len(base))
+		for i, c := range base {
+			b[i] = base64.StdEncoding.EncodeToString(c)
+		}
+		j.call(map[string]any{"op": "peer", "id": id, "base": b, "edits": edits})
+		return &jsPeer{j: j, id: id}
+	}
+}
+
+type jsPeer struct {
+	j  *jsAutomerge
+	id int
+}
+
+func (p *jsPeer) edit() { p.j.call(map[string]any{"op": "edit", "id": p.id}) }
+
+func (p *jsPeer) generate() []byte {
+	a := p.j.call(map[string]any{"op": "gen", "id": p.id})
+	if a.Msg == nil {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(*a.Msg)
+	if err != nil {
+		p.j.t.Fatal(err)
+	}
+	return b
+}
+
+func (p *jsPeer) receive(msg []byte) {
+	p.j.call(map[string]any{"op": "recv", "id": p.id, "msg": base64.StdEncoding.EncodeToString(msg)})
+}
+
+func (p *jsPeer) heads() []Hash {
+	a := p.j.call(map[string]any{"op": "heads", "id": p.id})
+	out := make([]Hash, len(a.Heads))
+	for i, h := range a.Heads {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != 32 {
+			p.j.t.Fatalf("a head %q", h)
+		}
+		out[i] = Hash(b)
+	}
+	sortHashes(out)
+	return out
+}
+
+// With stock automerge 3.5 peers (what automerge-repo clients run) the Go
+// server converges as automerge-go's own sync does, in no more messages.
+func TestTheGoSyncConvergesWithStockAutomergePeers(t *testing.T) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	js := startJS(t)
+	var ours, theirs int
+	for seed := range uint64(rounds) {
+		sc := scenario{seed: 1000 + seed, peers: 2 + int(seed%4), base: int(seed*7) % 60, edits: 10 + int(seed*13)%90}
+		gs, as := newGoServer(t), newAMServer(t)
+		n := sc.run(t, gs, js.peers())
+		m := sc.run(t, as, js.peers())
+		ours += n
+		theirs += m
+		t.Logf("seed %d: %d messages, automerge-go %d", sc.seed, n, m)
+	}
+	t.Logf("all: %d messages, automerge-go %d", ours, theirs)
+	if ours > theirs {
+		t.Fatalf("the Go server took %d messages, automerge-go's %d", ours, theirs)
+	}
+}
