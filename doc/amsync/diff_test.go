@@ -253,7 +253,6 @@ func (p *goPeer) receive(msg []byte) {
 
 func (p *goPeer) heads() []Hash { return hashesOf(p.doc.Heads()) }
 
-
 // run plays the scenario against s with peers made by mk and returns
 // the messages it took. Every peer must end with every change made
 // anywhere, and at the server's heads.
