@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // Benchmarks of the typing path: one keystroke from a typist reaching
@@ -116,6 +118,16 @@ func benchKeystroke(b *testing.B, size int, mentions bool) {
 }
 
 func nanotime() int64 { return time.Now().UnixNano() }
+
+// levelAt is the message of a peer level with the document at heads.
+func levelAt(heads []automerge.ChangeHash) []byte {
+	hs := make([]amsync.Hash, len(heads))
+	for i := range heads {
+		hs[i] = amsync.Hash(heads[i])
+	}
+	m := amsync.Message{Heads: hs, Have: []amsync.Have{{LastSync: hs}}}
+	return m.Encode()
+}
 
 // BenchmarkMentionCount is what reading a document's mentions costs under
 // its room's lock: the text read out of automerge and scanned, by text

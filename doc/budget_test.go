@@ -1,7 +1,6 @@
 package doc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // chain returns n changes by one actor, each depending on the one before:
@@ -134,9 +134,8 @@ func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// heads [c2], no need, no have, the change c2.
-	msg := append([]byte{syncMessageV1, 1}, c2.Hash[:]...)
-	msg = append(msg, 0, 0, 1)
-	msg = appendBytes(msg, cs[1])
+	m := amsync.Message{Heads: []amsync.Hash{c2.Hash}, Changes: [][]byte{cs[1]}}
+	msg := m.Encode()
 	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +147,8 @@ func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sm.need) != 1 || !bytes.Equal(sm.need[0], c1.Hash[:]) {
-		t.Fatalf("the reply needs %x, want only the change left out (%x)", sm.need, c1.Hash[:4])
+	if len(sm.msg.Need) != 1 || sm.msg.Need[0] != c1.Hash {
+		t.Fatalf("the reply needs %x, want only the change left out (%x)", sm.msg.Need, c1.Hash[:4])
 	}
 }
 

@@ -40,10 +40,6 @@ type Config struct {
 	// entry's document id, reason and a fixed 160 bytes.
 	RefusedChanges     int
 	RefusedChangeBytes int64
-	// Sandbox, when set, applies every client message that carries
-	// changes to a copy of the document in another process first, so that
-	// a fault in automerge costs that process, not this one.
-	Sandbox *Sandbox
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Mentions, when set, receives the mentions (`@<userId>` in a
@@ -79,10 +75,6 @@ type Config struct {
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
 	Finder Finder
-	// SyncWindow batches fan-outs under sustained change: a change within
-	// this long of the room's last fan-out waits for the window's end and
-	// goes out with the others (fanout.go). Zero sends each at once.
-	SyncWindow time.Duration
 }
 
 func (c *Config) setDefaults() error {

@@ -1,6 +1,16 @@
 // Package doc holds Tandem's documents: one room per automerge document with
-// the peers that sync it, the automerge sync loop between them, and the
+// the peers that sync it, automerge's sync protocol between them, and the
 // storage that makes accepted changes durable.
+//
+// A room holds its document as a change log (package amsync): every
+// change's hash, dependencies and bytes, not its content. It speaks
+// automerge's sync protocol in Go against that log, with one sync state
+// per member (amsync.Peer), and relays changes as the bytes they came in.
+// No call into automerge lies on the path of a sync message. The content
+// is read with automerge only where it is needed: the mention tracker's
+// copy of a document whose mentions are reported (mention_text.go), and a
+// document an earlier version of Tandem stored as automerge saved it,
+// read once (changes.go).
 //
 // A Hub owns the rooms. It loads a document from its Store on first use,
 // writes accepted changes back as soon as the write before them is done,
@@ -10,21 +20,20 @@
 // Config.EvictAfter after its last peer.
 //
 // Concurrency: Hub methods are safe for concurrent use. Locks are per room,
-// not one for the hub (as presence has): automerge's work is slow, and one
-// document's must not hold up another's. A room has four, taken in this
-// order: catchMu (one catch-up from the store at a time), applyMu (whoever
-// changes the document holds it, across the sandbox rehearsal), handMu
-// (one hand-over of mention reports at a time) and mu (the automerge
-// document, the members and their sync states). Acknowledgements and
-// fan-outs take mu alone, briefly; a sync message is parsed before any
-// lock. Peer methods are called with mu held and must not block: they
-// queue the message or drop the peer.
+// not one for the hub (as presence has): one document's work must not hold
+// up another's. A room has four, taken in this order: catchMu (one
+// catch-up from the store at a time), applyMu (whoever changes the
+// document holds it; the mention tracker reads the text under it), handMu
+// (one hand-over of mention reports at a time) and mu (the log, the
+// members and their sync states). Acknowledgements and fan-outs take mu
+// alone, briefly; a sync message is parsed before any lock. Peer methods
+// are called with mu held and must not block: they queue the message or
+// drop the peer.
 //
-// Fan-out (fanout.go): peers the room knows to stand at given heads are
-// served without automerge (their acknowledgements need no answer; a
-// change reaches them as one message built once per group at the same
-// heads), and under sustained change fan-outs are batched per
-// Config.SyncWindow.
+// Fan-out (fanout.go): every member is sent what its sync state says it
+// lacks, one message made and encoded once for the members that get the
+// same; a member that has not answered the message that last brought it
+// changes is sent nothing until it answers, then everything new at once.
 //
 // A peer that says it has nothing (a request, or a sync reset) is sent the
 // whole document once; until it answers that copy, asking again gets no
@@ -44,19 +53,15 @@
 // what the bus carried catches up from the store (replica.go). Stores: the
 // embedded BoltStore and the shared PostgresStore.
 //
-// The guard (guard.go) checks a client's changes before automerge sees
-// them: their encoding, the limits, and every reference each op makes
-// against the document (refcheck.go, over the index in refindex.go, with
-// the order of list elements in listorder.go). Changes that wait for a
-// dependency wait in the guard (waiting.go), not in automerge. The sandbox
-// (sandbox.go) then rehearses every message carrying changes in a worker
-// process before the room applies it, so a fault costs a worker, not the
-// node. cmd/tandem/ARCHITECTURE.md says why both, and how the check is
-// known to be complete.
-// What it refuses is remembered by hash, node-wide and bounded, so a
-// client sending it again is refused without a second check (refused.go).
-// A compaction's snapshot is loaded back before it replaces the chunks it
-// covers (durable.go).
+// The guard (guard.go) admits a client's changes into the log: their
+// encoding, the limits, and every reference each op makes against the
+// document (refcheck.go, over the index in refindex.go, with the order of
+// list elements in listorder.go), so that nothing is stored or relayed
+// that a stock client cannot apply. Changes that wait for a dependency
+// wait in the guard (waiting.go). cmd/tandem/ARCHITECTURE.md says how the
+// check is known to be complete. What it refuses is remembered by hash,
+// node-wide and bounded, so a client sending it again is refused without
+// a second check (refused.go).
 //
 // This package knows nothing of WebSocket or HTTP; package transport
 // adapts sockets to the Peer interface.

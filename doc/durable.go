@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/automerge/automerge-go"
-
-	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
 // Durable before acknowledged. A sync message that names a head tells its
@@ -28,10 +24,12 @@ import (
 // nothing back by themselves; messages made while a local change waits
 // still wait behind it.
 //
-// A room's write (takeWrite) is its changes not yet stored, as an
-// incremental chunk, or now and then the whole document as a snapshot
-// that replaces the chunks it covers (a compaction). A snapshot is loaded
-// back before it is written (checkSnapshot); wrote records the outcome.
+// A room's write (takeWrite) is its changes not yet stored, as one chunk
+// (change chunks one after another, as they came), or now and then the
+// whole log as a snapshot that replaces the chunks it covers (a
+// compaction). Both are the changes' own bytes: nothing is saved by
+// automerge, and a stored document loads as a change log, in Go, with no
+// automerge in the node. wrote records the outcome.
 
 // maxUnstored bounds the messages with changes a room applies before the
 // store has them: past it, changes are refused (ErrStoreBehind) until a
@@ -117,13 +115,12 @@ func (h *Hub) markDirty(r *room) {
 
 // flushLoop writes changed rooms as soon as they change (one batch at a
 // time, so that a batch groups every room that changed while the one
-// before it was written), retries failed writes, evicts idle rooms and
-// drops idle members' sync states (syncstate.go) until ctx ends.
+// before it was written), retries failed writes and evicts idle rooms
+// until ctx ends.
 func (h *Hub) flushLoop(ctx context.Context) {
 	t := time.NewTicker(h.cfg.FlushInterval)
 	defer t.Stop()
 	failed := false
-	var lastDrop time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -133,12 +130,7 @@ func (h *Hub) flushLoop(ctx context.Context) {
 				continue // wait for the retry tick rather than spin on a failing store
 			}
 		case <-t.C:
-			now := time.Now()
-			h.evictIdle(now)
-			if now.Sub(lastDrop) >= keepIdleSyncState/4 {
-				h.dropIdleSyncStates(now)
-				lastDrop = now
-			}
+			h.evictIdle(time.Now())
 		}
 		err := h.Flush(context.Background())
 		failed = err != nil
@@ -168,9 +160,6 @@ func (h *Hub) Flush(ctx context.Context) error {
 	for _, r := range rooms {
 		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
 	}
-	for i := range batch {
-		h.checkSnapshot(&batch[i])
-	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())
@@ -190,86 +179,47 @@ func (h *Hub) Flush(ctx context.Context) error {
 // opsPerCompactChunk makes a large document collect more incremental
 // chunks before it is rewritten as one snapshot: one more per this many
 // operations it holds. A snapshot costs time in proportion to the
-// document's operations, so spreading it over proportionally more writes
-// keeps the cost per write the same for a document of any size, while a
-// load still reads a bounded number of chunks per operation.
+// document, so spreading it over proportionally more writes keeps the
+// cost per write the same for a document of any size, while a load still
+// reads a bounded number of chunks per operation.
 const opsPerCompactChunk = 1000
 
-// takeWrite takes the changes not yet stored out of the document.
+// takeWrite takes the changes not yet stored out of the log.
 func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := Write{DocumentID: r.id, upTo: r.applied}
-	if !r.noCompact && (r.forceCompact || r.chunks+len(r.pending)+1 > compactAfter+int(r.ledger.ops/opsPerCompactChunk)) {
-		// The chunks the snapshot would replace are kept aside, with the
-		// changes since the last of them: if the snapshot does not load
-		// back (checkSnapshot), they are written instead.
-		if c := r.doc.SaveIncremental(); len(c) > 0 {
-			r.pending = append(r.pending, c)
-		}
-		// Save resets the incremental baseline: the snapshot holds all.
-		w.Snapshot = r.doc.Save()
-		w.heads = r.doc.Heads()
-		w.Covers = r.coverage()
-		w.instead = r.pending
-		r.pending = nil
+	n := r.log.Len()
+	if r.taken < n {
+		r.pending = append(r.pending, joinChanges(r.log, span(r.taken, n)))
+		r.taken = n
+	}
+	if r.forceCompact || r.chunks+len(r.pending) > compactAfter+int(r.ledger.ops/opsPerCompactChunk) {
+		w.Snapshot = joinChanges(r.log, span(0, n))
+		w.Covers = r.coverage(n)
+		w.pending = len(r.pending)
 		r.forceCompact = false
-	} else if r.dirty {
-		if c := r.doc.SaveIncremental(); len(c) > 0 {
-			r.pending = append(r.pending, c)
-		}
+	} else {
+		w.Chunks = r.pending
+		w.pending = len(r.pending)
 	}
 	r.dirty = false
-	if w.Snapshot == nil {
-		w.Chunks = r.pending
-	}
 	if r.mentions != nil {
 		w.Journals = r.mentions.takeWrite(nodeID)
 	}
 	return w
 }
 
-// checkSnapshot loads a compaction's snapshot back before it replaces
-// anything: one that does not load, or loads to other heads, is not
-// written (the chunks it would have replaced stay, and the changes since
-// go as a chunk), and the document is compacted no more. It runs outside
-// the room's lock.
-func (h *Hub) checkSnapshot(w *Write) {
-	if w.Snapshot == nil {
-		return
-	}
-	d, err := automerge.Load(w.Snapshot)
-	if err == nil && !sameHeads(d.Heads(), w.heads) {
-		err = fmt.Errorf("it loads with other heads")
-	}
-	if err == nil {
-		return
-	}
-	h.snapshotUnloadable.Inc()
-	h.log.Error("a snapshot of the document does not load back: its chunks are kept, and it is compacted no more",
-		"document", w.DocumentID, "err", err)
-	w.Snapshot, w.Covers, w.Chunks, w.fellBack = nil, nil, w.instead, true
-}
-
 // wrote records the outcome of storing w.
 func (r *room) wrote(w Write, nodeID string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if w.fellBack {
-		r.noCompact = true
-	}
 	if !ok {
 		if r.mentions != nil {
 			r.mentions.unwritten(nodeID, w.Journals)
 		}
-		switch {
-		case w.Snapshot != nil:
-			// Written again as a whole at the next write; its chunks are
-			// kept too, in case that snapshot does not load back.
-			r.forceCompact = true
-			r.pending = append(append([][]byte(nil), w.instead...), r.pending...)
-		case w.fellBack:
-			r.pending = append(append([][]byte(nil), w.Chunks...), r.pending...)
+		if w.Snapshot != nil {
+			r.forceCompact = true // written again as a whole at the next write
 		}
 		return
 	}
@@ -277,50 +227,32 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 		r.chunks = 0
 	}
 	r.chunks += len(w.Chunks)
-	if !w.fellBack {
-		r.pending = r.pending[len(w.Chunks):]
+	r.pending = r.pending[w.pending:]
+	if len(r.pending) == 0 {
+		r.pending = nil
 	}
 	r.sendHeld(w.upTo)
 }
 
-// coverage returns what a compaction writing the document as it is now
-// (a snapshot) may delete: the stored chunks whose every change the
-// snapshot holds. The store calls it during the write, without the room's
-// lock held, one chunk after another; by then the document may hold more
-// than the snapshot, and those changes do not count.
-//
-// A chunk is read as change chunks (what SaveIncremental writes: changes
-// whose dependencies are in other chunks, which automerge.LoadChanges
-// refuses), or else as a whole document. A chunk readable neither way is
+// snapshotIsOld reports whether a stored snapshot is a document automerge
+// saved (a document chunk), as an earlier version of Tandem stored them.
+func (r *room) snapshotIsOld(b []byte) bool { return len(b) > 8 && b[8] == 0 }
+
+// coverage returns what a compaction writing the log's first n changes
+// (a snapshot) may delete: the stored chunks whose every change is among
+// them. The store calls it during the write, without the room's lock
+// held, one chunk after another. A chunk that does not read as changes is
 // kept: nothing is deleted that is not known to be in the snapshot.
-func (r *room) coverage() func(chunk []byte) bool {
-	snapshot := r.doc.Heads()
-	var after map[automerge.ChangeHash]bool // changes added since the snapshot, read at the first call
+func (r *room) coverage(n int) func(chunk []byte) bool {
 	return func(chunk []byte) bool {
-		var hashes []automerge.ChangeHash
-		if changes, err := amcheck.ParseChanges(chunk, amcheck.Limits{}); err == nil {
-			for _, c := range changes {
-				hashes = append(hashes, c.Hash)
-			}
-		} else if d, err := automerge.Load(chunk); err == nil {
-			hashes = d.Heads() // a change is there only with all it depends on
-		} else {
+		cs, err := readChanges(chunk)
+		if err != nil {
 			return false
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if after == nil {
-			after = map[automerge.ChangeHash]bool{}
-			cs, err := r.doc.Changes(snapshot...)
-			if err != nil {
-				return false
-			}
-			for _, c := range cs {
-				after[c.Hash()] = true
-			}
-		}
-		for _, h := range hashes {
-			if !r.known(h[:]) || after[h] {
+		for _, c := range cs {
+			if i, ok := r.log.IndexOf(c.Hash); !ok || int(i) >= n {
 				return false
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/automerge/automerge-go"
 	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
@@ -119,9 +118,9 @@ func (l *ledger) index() *refIndex {
 	return l.refs
 }
 
-// record adds changes automerge applied (in the order it applied them) to
-// the ledger.
-func (l *ledger) record(changes []amcheck.Change) {
+// record adds changes the log took (in the order it took them) to the
+// ledger.
+func (l *ledger) record(changes []change) {
 	if l.actors == nil {
 		l.actors = make(map[string]actorClock)
 	}
@@ -136,37 +135,16 @@ func (l *ledger) record(changes []amcheck.Change) {
 		l.ops += int64(c.Ops)
 		l.changes++
 		l.bytes += c.Expanded
-		l.index().add(&c)
+		l.index().add(&c.Change)
 		l.unqueue(c.Hash)
 	}
 }
 
-// recordSince reads what automerge applied to doc after the heads before
-// and adds it to the ledger; it returns those changes, saved.
-func (l *ledger) recordSince(doc *automerge.Doc, before []automerge.ChangeHash) ([]byte, error) {
-	cs, err := doc.Changes(before...)
-	if err != nil {
-		return nil, err
-	}
-	if len(cs) == 0 {
-		return nil, nil
-	}
-	saved := automerge.SaveChanges(cs)
-	parsed, err := amcheck.ParseChanges(saved, amcheck.Limits{ListOps: true})
-	if err != nil {
-		return saved, err
-	}
-	l.record(parsed)
-	return saved, nil
-}
-
 // admission is what the guard makes of a sync message's changes.
 type admission struct {
-	// apply are the changes automerge is to apply, in an order it can
-	// apply them in: the message's, and the queued ones they make ready.
-	apply [][]byte
-	// rewrite says apply differs from the message's changes.
-	rewrite bool
+	// apply are the changes the log is to take, in an order it can take
+	// them in: the message's, and the queued ones they make ready.
+	apply []change
 	// held are the message's changes that wait for a dependency.
 	held []queuedChange
 	// dropped are queued changes that became ready and were refused:
@@ -212,7 +190,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			return nil, fmt.Errorf("%w: the message adds over %d operations", ErrLimit, lim.MessageOps)
 		}
 		bytes += c.Expanded
-		parsed = append(parsed, queuedChange{Change: c, raw: b})
+		parsed = append(parsed, queuedChange{change: change{Change: c, raw: b}})
 	}
 	// Changes already queued were counted when they came.
 	switch {
@@ -267,7 +245,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		}
 		clocks[a] = ac
 		have[c.Hash] = true
-		ad.apply = append(ad.apply, c.raw)
+		ad.apply = append(ad.apply, c.change)
 		return nil
 	}
 	var waiting []*queuedChange
@@ -321,15 +299,6 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	if heldBytes > 0 && l.waiting != nil && l.waiting.Load()+heldBytes > lim.WaitingBytes {
 		return nil, fmt.Errorf("%w: it holds %d bytes of them; %d more would pass its limit of %d",
 			ErrBusy, l.waiting.Load(), heldBytes, lim.WaitingBytes)
-	}
-	ad.rewrite = len(ad.apply) != len(changes)
-	if !ad.rewrite {
-		for i := range changes {
-			if &ad.apply[i][0] != &changes[i][0] {
-				ad.rewrite = true
-				break
-			}
-		}
 	}
 	return ad, nil
 }

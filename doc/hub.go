@@ -39,12 +39,10 @@ type Hub struct {
 	lookups                              prometheus.Counter
 	// catchUps counts rooms that found changes in the store after a gap
 	// in what the bus carried (replica.go).
-	catchUps          prometheus.Counter
-	syncStatesDropped prometheus.Counter // members whose sync state was dropped (syncstate.go)
+	catchUps prometheus.Counter
 	// Integrity events: a queued change refused once it was ready, a
-	// snapshot that did not load (compaction skipped), a stored chunk
-	// that did not load.
-	queuedRefused, snapshotUnloadable, chunkUnloadable, documentUnloadable prometheus.Counter
+	// stored chunk or snapshot that did not load.
+	queuedRefused, chunkUnloadable, documentUnloadable prometheus.Counter
 	// waiting sums the bytes of changes every room's guard keeps waiting
 	// for a dependency (Limits.WaitingBytes).
 	waiting atomic.Int64
@@ -115,10 +113,6 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_store_catchups_total",
 		Help: "Documents in memory that found other nodes' changes in the store after a gap in what the bus carried (a peer came to a room without peers, or Redis was unreachable).",
 	})
-	h.syncStatesDropped = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tandem_document_members_rested_total",
-		Help: "Sync states dropped from members level with their document and quiet (made again from the level heads when needed).",
-	})
 	h.repeats = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tandem_document_requests_repeated_total",
 		Help: "Requests (or sync resets) left unanswered because the whole document sent to the same peer was not yet answered: the copy asked for is on its way.",
@@ -130,14 +124,13 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
-		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), snapshot_unloadable (a compaction's snapshot did not load back: the chunks were kept), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted).",
+		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted).",
 	}, []string{"event"})
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
-	h.snapshotUnloadable = integrity.WithLabelValues("snapshot_unloadable")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.syncStatesDropped, h.repeats, mentions, integrity,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -429,3 +429,28 @@ func TestReadOnlyPeerReadsButCannotWrite(t *testing.T) {
 		t.Fatalf("b sees %q, want v2", got)
 	}
 }
+
+// sameHeads reports whether two lists of heads are the same.
+func sameHeads(a, b []automerge.ChangeHash) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// docHeads returns the heads of the room's log as automerge-go's.
+func (r *room) docHeads() []automerge.ChangeHash {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hs := r.log.Heads()
+	out := make([]automerge.ChangeHash, len(hs))
+	for i := range hs {
+		out[i] = automerge.ChangeHash(hs[i])
+	}
+	return out
+}

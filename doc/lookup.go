@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // Requests for a document the room does not have.
@@ -155,13 +157,13 @@ func (r *room) resumeDeferred(h *Hub) {
 // noteAhead records whether m, whose message named these heads, has
 // changes the room lacks. Only a room without the document asks. The
 // caller holds r.mu.
-func (r *room) noteAhead(m *member, heads [][]byte) {
+func (r *room) noteAhead(m *member, heads []amsync.Hash) {
 	m.ahead = false
 	if r.exists {
 		return
 	}
 	for _, h := range heads {
-		if !r.known(h) {
+		if !r.log.Has(h) {
 			m.ahead = true
 			return
 		}

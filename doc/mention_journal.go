@@ -176,7 +176,8 @@ func (h *Hub) takeOverAtLoad(ctx context.Context, r *room, journals map[string][
 			continue // its node reports it
 		}
 		if now == nil {
-			now, title = countMentions(r.mentions.fields.text(r.doc)), r.mentions.fields.title(r.doc)
+			d := r.contentNow(h)
+			now, title = countMentions(r.mentions.fields.text(d)), r.mentions.fields.title(d)
 		}
 		n, err := r.mentions.takeOver(now, title, r.id, node, data)
 		if err != nil {
@@ -224,7 +225,7 @@ func (h *Hub) SweepJournals(ctx context.Context) error {
 			return err
 		}
 		r.applyMu.Lock()
-		now, title := r.readMentions(func(*mentionTracker) bool { return true }, true)
+		now, title := r.readMentions(h, func(*mentionTracker) bool { return true }, true)
 		r.mu.Lock()
 		n, err := 0, errEvicted
 		if !r.evicted {

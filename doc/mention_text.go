@@ -99,3 +99,46 @@ func countMentions(text string) map[string]int {
 func mentionChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 }
+
+// textCopy is the document's content for the mention tracker: an
+// automerge document brought up to the room's log when the tracker reads
+// the text, the one copy of a document's content the node keeps, and only
+// for documents whose mentions it reports. Every change in the log passed
+// the guard (or came from the store or another node, where it had).
+type textCopy struct {
+	doc *automerge.Doc
+	at  int // the log's first at changes are in doc
+}
+
+// catchUp brings the copy up to the log's first n changes, whose bytes
+// since the copy's are data.
+func (t *textCopy) catchUp(data []byte, n int) error {
+	if t.doc == nil {
+		t.doc = automerge.New()
+	}
+	if len(data) > 0 {
+		if err := t.doc.LoadIncremental(data); err != nil {
+			return err
+		}
+	}
+	t.at = n
+	return nil
+}
+
+// contentNow returns the room's content brought up to its log. The caller
+// holds r.mu (and r.applyMu, or the log may move on at once).
+func (r *room) contentNow(h *Hub) *automerge.Doc {
+	if r.text == nil {
+		r.text = &textCopy{}
+	}
+	n := r.log.Len()
+	if err := r.text.catchUp(joinChanges(r.log, span(r.text.at, n)), n); err != nil {
+		h.log.Error("the mention tracker's copy of the document does not take its changes", "document", r.id, "err", err)
+	}
+	return r.text.doc
+}
+
+// mentionsNow counts the mentions in the text now. The caller holds r.mu.
+func (r *room) mentionsNow(h *Hub) map[string]int {
+	return countMentions(r.mentions.fields.text(r.contentNow(h)))
+}

@@ -2,6 +2,8 @@ package doc
 
 import (
 	"time"
+
+	"github.com/automerge/automerge-go"
 )
 
 // Mention reports that a local peer inserted mentions of users into a
@@ -256,7 +258,7 @@ func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
 		return
 	}
 	r.applyMu.Lock()
-	m := r.takeMentions(peerID, gen)
+	m := r.takeMentions(h, peerID, gen)
 	r.applyMu.Unlock()
 	if m != nil {
 		h.handOver(r, true)
@@ -265,11 +267,11 @@ func (h *Hub) reportMentions(r *room, peerID string, gen uint64) {
 
 // takeMentions makes a peer's burst a ready report. The caller holds
 // r.applyMu, not r.mu.
-func (r *room) takeMentions(peerID string, gen uint64) *Mention {
-	now, title := r.readMentions(func(t *mentionTracker) bool { return t.needsCount() }, true)
+func (r *room) takeMentions(h *Hub, peerID string, gen uint64) *Mention {
+	now, title := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, true)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.doc == nil || r.evicted {
+	if r.evicted {
 		return nil
 	}
 	r.mentions.count(now) // the burst's last changes
@@ -283,12 +285,16 @@ func (r *room) takeMentions(peerID string, gen uint64) *Mention {
 // acknowledgements and fan-outs, which take only r.mu, go on. Reading a
 // text of 100 KB out of automerge takes milliseconds
 // (BenchmarkMentionCount).
-func (r *room) readMentions(need func(*mentionTracker) bool, withTitle bool) (counts map[string]int, title string) {
+func (r *room) readMentions(h *Hub, need func(*mentionTracker) bool, withTitle bool) (counts map[string]int, title string) {
 	r.mu.Lock()
-	t, d := r.mentions, r.doc
-	read := t != nil && d != nil && !r.evicted && need(t)
+	t := r.mentions
+	read := t != nil && !r.evicted && need(t)
+	var d *automerge.Doc
+	if t != nil && !r.evicted && (read || withTitle) {
+		d = r.contentNow(h) // its new changes only: the copy is kept
+	}
 	r.mu.Unlock()
-	if t == nil || d == nil {
+	if d == nil {
 		return nil, ""
 	}
 	if r.beforeMentionRead != nil {
@@ -367,7 +373,7 @@ func (h *Hub) reportAllMentions() {
 		r.mu.Unlock()
 		r.applyMu.Lock()
 		for _, id := range ids {
-			r.takeMentions(id, 0)
+			r.takeMentions(h, id, 0)
 		}
 		r.applyMu.Unlock()
 		h.handOver(r, false)

@@ -65,7 +65,7 @@ func BenchmarkAdmitTypedChange(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				l.record([]amcheck.Change{p})
+				l.record([]change{{Change: p}})
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&ms1)

@@ -241,23 +241,23 @@ func FuzzReferenceCheck(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		change := base.fuzzChange(in)
+		forged := base.fuzzChange(in)
 		var l ledger
 		for _, c := range base.changes {
 			p, err := amcheck.ParseSyncChange(c, amcheck.Limits{ListOps: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l.record([]amcheck.Change{p})
+			l.record([]change{{Change: p}})
 		}
-		if err := admitOne(t, &l, change); err != nil {
+		if err := admitOne(t, &l, forged); err != nil {
 			return // refused: nothing to check
 		}
 		d, err := automerge.Load(base.saved)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.LoadIncremental(change); err != nil {
+		if err := d.LoadIncremental(forged); err != nil {
 			t.Fatalf("admitted, but automerge-go refuses it: %v", err)
 		}
 		again, err := automerge.Load(d.Save())
@@ -267,7 +267,7 @@ func FuzzReferenceCheck(f *testing.F) {
 		if !sameHeads(again.Heads(), d.Heads()) {
 			t.Fatal("admitted, but automerge-go's save loads with other heads")
 		}
-		if ok, msg := o.applies(t, base.changes, [][]byte{change}); !ok {
+		if ok, msg := o.applies(t, base.changes, [][]byte{forged}); !ok {
 			t.Fatalf("admitted, but stock automerge fails: %s", msg)
 		}
 	})

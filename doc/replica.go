@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/automerge/automerge-go"
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // Applying what other nodes accepted (cluster.go speaks the protocol), and
@@ -13,8 +13,8 @@ import (
 
 // applyRemoteChanges applies changes that another node accepted, if this
 // node has the document in memory, and syncs them to the local peers.
-// Changes arrive possibly twice or out of order: automerge ignores what it
-// has and holds what misses a dependency until the dependency comes.
+// Changes arrive possibly twice or out of order: the log ignores what it
+// has, and what misses a dependency waits in the room until it comes.
 func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 	h.mu.Lock()
 	r := h.rooms[documentID]
@@ -38,51 +38,70 @@ func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 }
 
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
-	return r.applyOthers(h, func(d *automerge.Doc) error {
-		// Changes or a whole document, both read by LoadIncremental; never
-		// Doc.Apply of what LoadChanges read (see loadChanges).
-		if err := loadChanges(d, data); err != nil {
-			return fmt.Errorf("apply remote changes to %s: %w", r.id, err)
-		}
-		return nil
-	})
+	cs, err := readChanges(data)
+	if err != nil {
+		return false, fmt.Errorf("read remote changes to %s: %w", r.id, err)
+	}
+	return r.applyOthers(h, cs), nil
 }
 
-// applyOthers applies, with apply, changes that other nodes' peers made,
-// and syncs what is new to the local peers. It reports whether the
-// document changed.
-func (r *room) applyOthers(h *Hub, apply func(*automerge.Doc) error) (bool, error) {
+// maxRemoteWaiting bounds the other nodes' changes a room keeps while
+// they wait for a dependency; past it the oldest are dropped (the heads
+// exchange and the store bring them again).
+const maxRemoteWaiting = 4096
+
+// holdRemote keeps changes from the store or another node that wait for
+// a dependency, until it comes. The caller holds r.mu (or the room is not
+// shared yet).
+func (r *room) holdRemote(h *Hub, cs []change) {
+	for _, c := range cs {
+		if len(r.remote) >= maxRemoteWaiting {
+			h.log.Warn("dropping another node's change that waits for a dependency: too many wait",
+				"document", r.id, "change", fmt.Sprintf("%x", c.Hash[:8]))
+			continue
+		}
+		if r.remote == nil {
+			r.remote = make(map[amsync.Hash]change)
+		}
+		r.remote[c.Hash] = c
+	}
+}
+
+// applyOthers adds changes that other nodes' peers made (or the store
+// holds) to the log, with those of them that waited for these, and syncs
+// what is new to the local peers. It reports whether the document
+// changed.
+func (r *room) applyOthers(h *Hub, cs []change) bool {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	mentioned, _ := r.readMentions(func(t *mentionTracker) bool { return t.needsCount() }, false)
+	mentioned, _ := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, false)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
-		return false, nil
+		return false
 	}
-	before := r.doc.Heads()
 	if r.mentions != nil {
 		r.mentions.count(mentioned) // local peers' pending changes are theirs
 	}
-	if err := apply(r.doc); err != nil {
-		return false, err
+	for _, c := range r.remote {
+		cs = append(cs, c)
 	}
-	if sameHeads(before, r.doc.Heads()) {
-		return false, nil
+	clear(r.remote)
+	added, waiting := addChanges(r.log, cs)
+	r.holdRemote(h, waiting)
+	if len(added) == 0 {
+		return false
 	}
 	// The guard's ledger follows what other nodes' peers wrote, so that
 	// their next change here continues their sequence.
-	_, err := r.ledger.recordSince(r.doc, before)
+	r.ledger.record(added)
 	r.exists = true
 	if r.mentions != nil {
 		r.mentions.refresh() // mentions from other nodes are theirs to report
 	}
 	r.dirty = true
-	r.fanout(h)
-	if err != nil {
-		return true, fmt.Errorf("read remote changes to %s: %w", r.id, err)
-	}
-	return true, nil
+	r.fanout(h, nil)
+	return true
 }
 
 // A room in memory hears other nodes' changes only while the bus carries
@@ -161,24 +180,23 @@ func (r *room) catchUp(ctx context.Context, h *Hub) {
 		h.log.Warn("catch up from the store: serving what is in memory", "document", r.id, "err", err)
 		return
 	}
-	changed, err := r.applyOthers(h, func(d *automerge.Doc) error {
-		for _, data := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
-			if data == nil {
-				continue
-			}
-			if err := d.LoadIncremental(data); err != nil {
-				h.log.Error("catch up: skipping a stored chunk that does not load", "document", r.id, "err", err)
-			}
+	var cs []change
+	for _, data := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
+		if data == nil {
+			continue
 		}
-		return nil
-	})
+		read, err := readChanges(data)
+		if err != nil {
+			h.log.Error("catch up: skipping a stored chunk that does not load", "document", r.id, "err", err)
+			continue
+		}
+		cs = append(cs, read...)
+	}
+	changed := r.applyOthers(h, cs)
 	r.caughtUp.Store(gaps)
 	if changed {
 		h.catchUps.Inc()
 		h.markDirty(r)
-	}
-	if err != nil {
-		h.log.Warn("catch up from the store", "document", r.id, "err", err)
 	}
 }
 
@@ -210,22 +228,22 @@ func (h *Hub) compare(documentID string, theirs [][]byte) (missing bool, behind 
 	if !r.exists {
 		return len(theirs) > 0, nil
 	}
-	since, missing := r.sinceHeads(theirs)
-	if missing {
-		return true, nil
+	hs := make([]amsync.Hash, 0, len(theirs))
+	for _, b := range theirs {
+		if !r.known(b) {
+			return true, nil
+		}
+		hs = append(hs, hashOf(b))
 	}
-	if sameHeads(since, r.doc.Heads()) {
+	since := r.log.Since(hs)
+	if len(since) == 0 {
 		return false, nil
 	}
-	changes, err := r.doc.Changes(since...)
-	if err != nil || len(changes) == 0 {
-		return false, nil
-	}
-	return false, automerge.SaveChanges(changes)
+	return false, joinChanges(r.log, since)
 }
 
 // changesSince returns what a node with these heads lacks: the changes
-// after them, or the whole document if some heads are unknown here.
+// after them (heads unknown here are passed over).
 func (h *Hub) changesSince(documentID string, theirs [][]byte) []byte {
 	r := h.loadedRoom(documentID)
 	if r == nil {
@@ -236,29 +254,15 @@ func (h *Hub) changesSince(documentID string, theirs [][]byte) []byte {
 	if !r.exists {
 		return nil
 	}
-	since, unknown := r.sinceHeads(theirs)
-	if unknown {
-		return r.doc.Save()
+	hs := make([]amsync.Hash, 0, len(theirs))
+	for _, b := range theirs {
+		if len(b) == len(amsync.Hash{}) {
+			hs = append(hs, hashOf(b))
+		}
 	}
-	changes, err := r.doc.Changes(since...)
-	if err != nil || len(changes) == 0 {
+	since := r.log.Since(hs)
+	if len(since) == 0 {
 		return nil
 	}
-	return automerge.SaveChanges(changes)
-}
-
-// sinceHeads converts another node's heads to change hashes, and reports
-// whether some of them are unknown here. The caller holds r.mu.
-func (r *room) sinceHeads(theirs [][]byte) (since []automerge.ChangeHash, unknown bool) {
-	since = make([]automerge.ChangeHash, 0, len(theirs))
-	for _, b := range theirs {
-		if !r.known(b) {
-			unknown = true
-			continue
-		}
-		var ch automerge.ChangeHash
-		copy(ch[:], b)
-		since = append(since, ch)
-	}
-	return since, unknown
+	return joinChanges(r.log, since)
 }

@@ -2,7 +2,6 @@ package doc
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -198,25 +197,4 @@ func TestManyRemoteChangesAtOnce(t *testing.T) {
 		v, err := a.doc.RootMap().Get("n")
 		return err == nil && v.Kind() == automerge.KindInt64 && v.Int64() == 599
 	})
-}
-
-// The sandbox worker's copy catches up with many changes at once (the
-// same fault, in the worker).
-func TestSandboxCopyTakesManyChangesAtOnce(t *testing.T) {
-	gcPressure(t)
-	src, data := manyChanges(t, 600)
-	c := &sandboxCopyCache{byID: map[string]*list.Element{}, lru: list.New()}
-	for range 5 {
-		d, err := c.catchUp(testDoc, true, automerge.New().Save())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.put(testDoc, d)
-		if d, err = c.catchUp(testDoc, false, data); err != nil {
-			t.Fatal(err)
-		}
-		if !sameHeads(d.Heads(), src.Heads()) {
-			t.Fatal("the copy's heads are not the changes'")
-		}
-	}
 }

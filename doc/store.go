@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"fmt"
 
-	"github.com/automerge/automerge-go"
 )
 
 // Store keeps documents durable. A document is stored as an optional
-// snapshot (automerge Save) plus the incremental chunks
-// (automerge SaveIncremental) appended after it; loading the snapshot and
-// applying the chunks in order gives the document back.
+// snapshot plus the chunks appended after it, each the bytes of changes
+// one after another (an earlier version of Tandem stored snapshots as
+// documents automerge saved: they load too); loading the snapshot and
+// the chunks in order gives the document back.
 //
 // Implementations must be safe for concurrent use.
 type Store interface {
@@ -59,12 +59,8 @@ type Write struct {
 	// names; an empty one is deleted.
 	Journals map[string][]byte
 
-	upTo uint64 // the room's applied count this write makes durable
-	// A compaction: the heads its Snapshot holds, and the chunks to write
-	// instead if it does not load back (fellBack, then).
-	heads    []automerge.ChangeHash
-	instead  [][]byte
-	fellBack bool
+	upTo    uint64 // the room's applied count this write makes durable
+	pending int    // the room's pending chunks this write stores
 }
 
 // newUUID returns a random (version 4) UUID.

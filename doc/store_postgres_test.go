@@ -122,8 +122,9 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	}
 	a.RootMap().Set("from-a", "z")
 	a.Commit("a")
-	r := &room{doc: a}
-	w := Write{DocumentID: id, Snapshot: a.Save(), Covers: r.coverage()}
+	r := roomWith(t, a)
+	n := r.log.Len()
+	w := Write{DocumentID: id, Snapshot: joinChanges(r.log, span(0, n)), Covers: r.coverage(n)}
 	// Between A's snapshot and its write, another node's change reaches
 	// A's document: it is not in the snapshot, so its chunk must stay.
 	late, _ := automerge.Load(b.Save())
@@ -132,9 +133,11 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	late.Commit("late")
 	lateChunk := late.SaveIncremental()
 	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{lateChunk}}})
-	if err := a.LoadIncremental(late.Save()); err != nil {
+	lateChanges, err := readChanges(late.Save())
+	if err != nil {
 		t.Fatal(err)
 	}
+	addChanges(r.log, lateChanges)
 	if err := s.Write(ctx, []Write{w}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +153,27 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	}
 
 	// A compaction by a node that has everything removes every chunk.
-	all := got
-	all.SaveIncremental()
-	if err := s.Write(ctx, []Write{{DocumentID: id, Snapshot: all.Save(), Covers: (&room{doc: all}).coverage()}}); err != nil {
+	all := roomWith(t, got)
+	n = all.log.Len()
+	if err := s.Write(ctx, []Write{{DocumentID: id, Snapshot: joinChanges(all.log, span(0, n)), Covers: all.coverage(n)}}); err != nil {
 		t.Fatal(err)
 	}
 	if stored, _ := s.Load(ctx, id); stored.Snapshot == nil || len(stored.Chunks) != 0 {
 		t.Errorf("a snapshot holding everything left %d chunks", len(stored.Chunks))
 	}
+}
+
+// roomWith returns a room whose log holds d's changes.
+func roomWith(t testing.TB, d *automerge.Doc) *room {
+	t.Helper()
+	r := newRoom(testDoc)
+	cs, err := readChanges(d.Save())
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, _ := addChanges(r.log, cs)
+	r.ledger.record(added)
+	return r
 }
 
 func loadDoc(t testing.TB, s Store, id string) *automerge.Doc {

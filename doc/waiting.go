@@ -1,6 +1,6 @@
 package doc
 
-import "github.com/tandemhq/tandem/doc/amcheck"
+import "github.com/tandemhq/tandem/doc/amsync"
 
 // Changes that wait. A change may come before one it depends on (a bloom
 // filter's false positive makes a peer leave a change out but send what
@@ -10,14 +10,13 @@ import "github.com/tandemhq/tandem/doc/amcheck"
 // that makes it ready (admit). A waiting change is charged to the
 // document's limits when it comes and to the node's Limits.WaitingBytes,
 // leaves with the peer that sent it, and the room's replies ask that peer
-// for what it lacks (room.askForMissing).
+// for what it lacks (ledger.missingFrom).
 
 // queuedChange is a change that waits for a change it depends on, kept by
 // the guard (automerge never sees it before it can be applied), with its
 // bytes.
 type queuedChange struct {
-	amcheck.Change
-	raw  []byte
+	change
 	from string // the peer that sent it: its leaving drops it
 }
 
@@ -80,19 +79,28 @@ func (l *ledger) unqueue(h [32]byte) {
 	}
 }
 
-// missing returns the dependencies of the queued changes that neither the
-// document nor the queue holds: what the document waits for.
-func (l *ledger) missing(known func(hash []byte) bool) [][]byte {
-	var out [][]byte
-	seen := make(map[[32]byte]bool)
+// missingFrom returns the dependencies of the changes peer sent that
+// wait in the queue which neither the document nor the queue holds: what
+// the room asks that peer for. Only that peer is asked: the others may
+// not have them, and each would answer every such question.
+func (l *ledger) missingFrom(peer string, known func(hash []byte) bool) []amsync.Hash {
+	var out []amsync.Hash
 	for _, c := range l.queued {
+		if c.from != peer {
+			continue
+		}
 		for _, d := range c.Deps {
-			if _, queued := l.queued[d]; queued || seen[d] || known(d[:]) {
+			if _, queued := l.queued[d]; queued || known(d[:]) {
 				continue
 			}
-			seen[d] = true
-			out = append(out, append([]byte(nil), d[:]...))
+			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// holds reports whether the change waits in the queue.
+func (l *ledger) holds(h amsync.Hash) bool {
+	_, ok := l.queued[h]
+	return ok
 }

@@ -45,7 +45,6 @@ type tandemNode struct {
 	redis    *redis.Client // nil alone
 	bus      *redisbus.Bus // nil alone
 	notes    *notifications
-	sandbox  *doc.Sandbox // nil without workers
 	docs     *doc.Hub
 	presence *awareness.Hub
 	ws       *transport.Server
@@ -123,7 +122,6 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	docCfg := doc.Config{
 		Store: n.stores.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
-		SyncWindow:       cfg.SyncWindow,
 		// Reports are offered until the hub closes, and posting them needs
 		// no running worker: only the stop's deadline ends them.
 		Mentions: mentionSink(mentionsCtx, n.notes.mentions),
@@ -138,15 +136,6 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			WaitingBytes: cfg.MaxWaitingBytes,
 		},
 		RefusedChanges: cfg.MaxRefusedChanges, RefusedChangeBytes: cfg.MaxRefusedChangeBytes,
-	}
-	if cfg.SandboxWorkers > 0 {
-		n.sandbox, err = doc.NewSandbox(doc.SandboxConfig{
-			Command: doc.SandboxCommand, Workers: cfg.SandboxWorkers, Logger: log, Registerer: reg,
-		})
-		if err != nil {
-			return nil, err
-		}
-		docCfg.Sandbox = n.sandbox
 	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,
@@ -308,9 +297,6 @@ func (n *tandemNode) dismantle() {
 	}
 	if n.notes != nil {
 		n.notes.Close(ctx)
-	}
-	if n.sandbox != nil {
-		n.sandbox.Close()
 	}
 	if n.redis != nil {
 		n.redis.Close()

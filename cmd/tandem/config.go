@@ -33,7 +33,6 @@ type config struct {
 	NodeTTL     time.Duration
 
 	UnavailableGrace time.Duration
-	SyncWindow       time.Duration
 	HTTPIdleTimeout  time.Duration
 
 	NotifyWindow      time.Duration
@@ -74,7 +73,6 @@ type config struct {
 	MaxDocumentBytes   int64
 	MaxDocumentChanges int64
 	MaxWaitingBytes    int64
-	SandboxWorkers     int
 	// Refused changes remembered by hash, node-wide (doc/refused.go).
 	MaxRefusedChanges     int
 	MaxRefusedChangeBytes int64
@@ -108,8 +106,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
 	fs.DurationVar(&c.UnavailableGrace, "unavailable-grace", 200*time.Millisecond,
 		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
-	fs.DurationVar(&c.SyncWindow, "sync-window", 15*time.Millisecond,
-		"under sustained change, each peer gets at most one sync message per document per window; 0 sends every change at once")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
 		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
@@ -144,7 +140,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.MaxWaitingBytes, "max-waiting-bytes", 64<<20, "bytes of changes waiting for a dependency, summed over the node's documents")
 	fs.IntVar(&c.MaxRefusedChanges, "max-refused-changes", 10_000, "refused changes the node remembers by hash, so that a client sending one again is refused without it being checked again")
 	fs.Int64Var(&c.MaxRefusedChangeBytes, "max-refused-change-bytes", 4<<20, "memory those remembered refused changes may take")
-	fs.IntVar(&c.SandboxWorkers, "sandbox-workers", 2, "worker processes that apply clients' changes before the node does; 0 turns the sandbox off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: tandem [flags]\n\nEvery flag can also be set as TANDEM_<NAME>, e.g. TANDEM_DATA_DIR.\n\n")
 		fs.PrintDefaults()
@@ -223,9 +218,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.HTTPIdleTimeout <= 0 {
 		return c, fmt.Errorf("--http-idle-timeout must be positive")
 	}
-	if c.SyncWindow < 0 || c.SyncWindow > time.Second {
-		return c, fmt.Errorf("--sync-window %v is out of range (0 to 1s)", c.SyncWindow)
-	}
 	if c.NodeTTL < 500*time.Millisecond {
 		return c, fmt.Errorf("--node-ttl %v is too short (minimum 500ms)", c.NodeTTL)
 	}
@@ -246,9 +238,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
 		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")
-	}
-	if c.SandboxWorkers < 0 || c.SandboxWorkers > 64 {
-		return c, fmt.Errorf("--sandbox-workers must be between 0 and 64")
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)

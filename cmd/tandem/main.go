@@ -16,13 +16,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 func main() {
-	doc.RunSandboxWorkerIfAsked() // a sandbox worker process ends here
 	if os.Getenv("MALLOC_ARENA_MAX") == "" && !strings.Contains(os.Getenv("GLIBC_TUNABLES"), "arena_max") {
 		// One malloc arena per core, not eight: automerge's C heap
 		// otherwise scatters its free space over many (internal/cmalloc).

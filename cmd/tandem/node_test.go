@@ -226,7 +226,7 @@ func TestAcknowledgedChangeSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
 	writer := automerge.New()
 	for round := range rounds {
-		n := startNode(t, dir, "--sandbox-workers", "1")
+		n := startNode(t, dir)
 		if round > 0 {
 			checkStored(t, n, round)
 		}

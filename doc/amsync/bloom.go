@@ -14,7 +14,9 @@ const (
 	bloomProbes       = 7
 )
 
-var errBloom = errors.New("unreadable bloom filter")
+// ErrBloom is returned for a bloom filter that does not read, or that
+// passes the bounds (MaxBloomProbes, MaxBloomBitsPerEntry).
+var ErrBloom = errors.New("unreadable bloom filter")
 
 // Bloom is a bloom filter over change hashes.
 type Bloom struct {
@@ -48,7 +50,7 @@ func ParseBloom(b []byte) (Bloom, error) {
 	for i := range v {
 		x, n := binary.Uvarint(b[off:])
 		if n <= 0 || x > math.MaxUint32 {
-			return Bloom{}, errBloom
+			return Bloom{}, ErrBloom
 		}
 		v[i], off = x, off+n
 	}
@@ -57,11 +59,11 @@ func ParseBloom(b []byte) (Bloom, error) {
 		return Bloom{}, nil
 	}
 	if f.bitsPerEntry == 0 || f.bitsPerEntry > MaxBloomBitsPerEntry || f.probes == 0 || f.probes > MaxBloomProbes {
-		return Bloom{}, errBloom
+		return Bloom{}, ErrBloom
 	}
 	want := (v[0]*v[1] + 7) / 8
 	if want > uint64(len(b)-off) {
-		return Bloom{}, errBloom
+		return Bloom{}, ErrBloom
 	}
 	f.bits = b[off : off+int(want)] // automerge ignores what follows
 	return f, nil

@@ -117,7 +117,7 @@ func (s *goServer) receive(i int, msg []byte) {
 }
 
 func (s *goServer) generate(i int, now time.Time) []byte {
-	out := s.peer(i).Generate(s.log, s.waitingFor(i), now)
+	out := s.peer(i).Generate(s.log, s.waitingFor(i), func(h Hash) bool { _, ok := s.queued[h]; return ok }, now)
 	if out == nil {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // randomLog builds a log of n changes with random dependencies on recent
@@ -194,13 +195,31 @@ func BenchmarkTypingIntoALongHistory(b *testing.B) {
 					b.Fatal(err)
 				}
 				typist.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: before}}, Changes: [][]byte{raw}}, before)
-				typist.Generate(l, nil, now)
-				out := reader.Generate(l, nil, now)
+				typist.Generate(l, nil, nil, now)
+				out := reader.Generate(l, nil, nil, now)
 				if out == nil || len(out.Changes) != 1 {
 					b.Fatalf("the reader was sent %v", out)
 				}
 				reader.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
 			}
 		})
+	}
+}
+
+// A peer that asks by hash for a change it was sent (it could not apply
+// it) is sent it again.
+func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
+	l := typedLog(3)
+	p := NewPeer()
+	at := []Hash{l.HashAt(0)}
+	p.Receive(l, &Message{Heads: at, Have: []Have{{LastSync: at}}}, l.Heads())
+	out := p.Generate(l, nil, nil, time.Unix(0, 0))
+	if out == nil || len(out.Changes) != 2 {
+		t.Fatalf("a peer at the first change was sent %v", out)
+	}
+	p.Receive(l, &Message{Heads: at, Need: []Hash{l.HashAt(1)}, Have: []Have{{LastSync: at}}}, l.Heads())
+	out = p.Generate(l, nil, nil, time.Unix(0, 0))
+	if out == nil || len(out.Indices) != 1 || out.Indices[0] != 1 {
+		t.Fatalf("asked for the second change again, the peer was sent %v", out)
 	}
 }

@@ -110,8 +110,8 @@ func Decode(b []byte) (*Message, error) {
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		h := Have{LastSync: r.hashes(), Bloom: r.bytes(r.uvarint())}
 		if r.err == nil {
-			if _, err := ParseBloom(h.Bloom); err != nil {
-				r.fail("have %d: %v", i, err)
+			if _, err := ParseBloom(h.Bloom); err != nil && r.err == nil {
+				r.err = fmt.Errorf("%w: have %d: %w", ErrFormat, i, err)
 			}
 		}
 		m.Have = append(m.Have, h)

@@ -1,6 +1,7 @@
 package amsync
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"slices"
 	"time"
@@ -17,6 +18,10 @@ const AnswerWait = time.Second
 // and have, the changes sent it), and whether a message bringing it
 // changes awaits its answer.
 type Peer struct {
+	// ReadOnly is set for a peer whose changes are not taken: it is never
+	// asked for them (automerge's read-only sync state).
+	ReadOnly bool
+
 	shared   []Hash
 	lastSent []Hash
 	// From the peer's last message; heard says there was one.
@@ -34,7 +39,9 @@ type Peer struct {
 	repeated           bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
+	// held is set when Generate held a message back for it.
 	awaitUntil time.Time
+	held       bool
 }
 
 // NewPeer returns the state for a peer the log knows nothing about.
@@ -53,16 +60,21 @@ func (p *Peer) Shared() []Hash { return p.shared }
 // there was one.
 func (p *Peer) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
 
-// Awaiting reports until when a message that brought the peer changes
-// awaits its answer; zero if none does.
-func (p *Peer) Awaiting() time.Time { return p.awaitUntil }
+// HeldUntil returns, when Generate last held a message back from the
+// peer to wait for its answer, when the wait ends; zero otherwise.
+func (p *Peer) HeldUntil() time.Time {
+	if !p.held {
+		return time.Time{}
+	}
+	return p.awaitUntil
+}
 
 // Receive reads a message from the peer. The caller has already added to
 // l the changes of m it admits; before are l's heads from before it did.
 // The message's blooms are copied: m may be let go.
 func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 	p.inFlight = false
-	p.awaitUntil = time.Time{}
+	p.awaitUntil, p.held = time.Time{}, false
 	if m.Flags&flagSyncReset != 0 {
 		p.sent.clear()
 	}
@@ -135,7 +147,8 @@ type Outgoing struct {
 // Generate returns the next message for the peer, or nil if it needs
 // none now. need are hashes the caller waits for besides the heads the
 // peer named that l lacks (dependencies of changes it holds back), sorted
-// or not. now is the time, for the answer the message may await.
+// or not; held, if set, reports the changes the caller holds back (never
+// asked for). now is the time, for the answer the message may await.
 //
 // It is automerge's generate_sync_message, but for two things. What the
 // peer lacks is worked out from the heads it named when l holds them
@@ -143,9 +156,16 @@ type Outgoing struct {
 // filter otherwise. And a peer that has not answered a message that
 // brought it changes is sent nothing until it answers or AnswerWait has
 // passed: it then gets everything new since in one message.
-func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
+func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	ours := l.Heads()
-	ourNeed := l.Missing(p.theirHeads)
+	var ourNeed []Hash
+	if !p.ReadOnly {
+		for _, h := range l.Missing(p.theirHeads) {
+			if held == nil || !held(h) {
+				ourNeed = append(ourNeed, h)
+			}
+		}
+	}
 	if len(need) > 0 {
 		ourNeed = append(ourNeed, need...)
 		sortHashes(ourNeed)
@@ -173,8 +193,10 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 	var send []int32
 	exact := false
 	if p.heard {
-		send, exact = p.toSend(l)
-		send = slices.DeleteFunc(send, p.sent.has)
+		var asked int
+		send, asked, exact = p.toSend(l)
+		// What it asked for by hash goes again: it lacks it, sent or not.
+		send = append(send[:asked], slices.DeleteFunc(send[asked:], p.sent.has)...)
 	}
 	if allTheirs {
 		if exact {
@@ -191,6 +213,7 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 		return nil
 	}
 	if p.inFlight && !p.awaitUntil.IsZero() && now.Before(p.awaitUntil) {
+		p.held = true
 		return nil // paced: the next message goes when it answers
 	}
 
@@ -210,7 +233,7 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 		p.sent.add(x)
 	}
 	p.inFlight = true
-	p.awaitUntil = time.Time{}
+	p.awaitUntil, p.held = time.Time{}, false
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(AnswerWait)
 	}
@@ -223,10 +246,27 @@ func (p *Peer) Generate(l *Log, need []Hash, now time.Time) *Outgoing {
 	return out
 }
 
-// toSend returns the changes the peer lacks, in log order, the ones it
-// asked for by hash first; exact says they were worked out from its heads
-// and are all it lacks.
-func (p *Peer) toSend(l *Log) (send []int32, exact bool) {
+// Key identifies the message among those made for peers of one log at
+// its current heads: two with one key are the same bytes.
+func (o *Outgoing) Key() string {
+	b := make([]byte, 0, 32*len(o.Need)+8*len(o.Indices)+64)
+	b = appendHashes(b, o.Need)
+	b = binary.AppendUvarint(b, uint64(len(o.Have)))
+	for _, h := range o.Have {
+		b = appendHashes(b, h.LastSync)
+		b = binary.AppendUvarint(b, uint64(len(h.Bloom)))
+		b = append(b, h.Bloom...)
+	}
+	for _, x := range o.Indices {
+		b = binary.AppendUvarint(b, uint64(x))
+	}
+	return string(b)
+}
+
+// toSend returns the changes the peer lacks, in log order, the asked
+// ones it asked for by hash first; exact says they were worked out from
+// its heads and are all it lacks.
+func (p *Peer) toSend(l *Log) (send []int32, asked int, exact bool) {
 	var need []int32
 	for _, h := range p.theirNeed {
 		if i, ok := l.IndexOf(h); ok {
@@ -234,13 +274,10 @@ func (p *Peer) toSend(l *Log) (send []int32, exact bool) {
 		}
 	}
 	if len(p.theirHave) == 0 {
-		return need, false
+		return need, len(need), false
 	}
 	if len(l.Missing(p.theirHeads)) == 0 {
-		since := l.Since(p.theirHeads)
-		if len(since) == 0 || len(p.theirHeads) > 0 || len(p.theirHave[0].LastSync) == 0 {
-			return withFirst(need, since), true
-		}
+		return withFirst(need, l.Since(p.theirHeads)), len(need), true
 	}
 	// From its have: every change since its last sync points that no
 	// bloom holds, and every change depending on one of those.
@@ -280,7 +317,7 @@ func (p *Peer) toSend(l *Log) (send []int32, exact bool) {
 			out = append(out, x)
 		}
 	}
-	return withFirst(need, out), false
+	return withFirst(need, out), len(need), false
 }
 
 // withFirst returns first, then the rest not in first.

@@ -1,16 +1,16 @@
 // Package cmalloc tunes the C allocator beneath automerge.
 //
-// Every document and every sync state lives in automerge's C heap, which
-// glibc's malloc serves. Two of its defaults cost a node that holds many
-// documents more memory than their contents:
+// What automerge holds in a node (the copies of documents whose mentions
+// are reported, and documents loaded from an earlier version's format)
+// lives in its C heap, which glibc's malloc serves. Two of its defaults
+// cost a node more memory than that content:
 //
 //   - It keeps up to eight arenas per core, one for each thread that
 //     allocated while the others were busy. Memory freed in one arena
 //     serves only that arena, so a burst of joins spread over many
 //     threads leaves free space in each.
-//   - It gives memory back only from the top of an arena. A burst of
-//     sync states, dropped when their members rest (doc/syncstate.go), leaves
-//     free pages between the documents that stay.
+//   - It gives memory back only from the top of an arena. Documents
+//     that leave memory leave free pages between those that stay.
 //
 // LimitArenas caps the arenas; Trim returns free pages inside them to the
 // system, as the collector's tuner does for Go's heap (internal/gctune)

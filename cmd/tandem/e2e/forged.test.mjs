@@ -61,7 +61,7 @@ async function rawWriter(t, url) {
 }
 
 test("a forged change is refused, and stock clients keep the document", async t => {
-  const node = await start(t, { args: ["--sandbox-workers", "0"] })
+  const node = await start(t)
   const a = await connected(client(t, node.url))
   const handle = a.create({ text: "hello" })
   const b = await connected(client(t, node.url))
@@ -88,7 +88,7 @@ test("a forged change is refused, and stock clients keep the document", async t 
   await b.close()
   await c.close()
   await node.kill("SIGTERM")
-  const again = await start(t, { dataDir: node.dataDir, args: ["--sandbox-workers", "0"] })
+  const again = await start(t, { dataDir: node.dataDir })
   const d = await connected(client(t, again.url))
   const seenD = await d.find(handle.url)
   assert.equal(seenD.doc().text, "hello, world")

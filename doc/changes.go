@@ -1,0 +1,131 @@
+package doc
+
+import (
+	"fmt"
+
+	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amsync"
+)
+
+// A room holds its document as a change log (amsync.Log): every change's
+// hash, dependencies and bytes, in an order in which each follows what it
+// depends on. Changes come into it from a peer's sync message (through the
+// guard), from the store and from other nodes; this file reads them from
+// bytes and adds them in order.
+
+// change is a change read from bytes: what amcheck read, and the bytes.
+type change struct {
+	amcheck.Change
+	raw []byte
+}
+
+// readChanges reads stored or relayed bytes as changes: change chunks one
+// after another, as Tandem stores and relays them. Anything else (a whole
+// document saved by automerge, as an earlier version of Tandem stored
+// its snapshots, or compressed change chunks) is loaded with automerge and
+// its changes taken out of it: the only place automerge reads a document
+// in the node, once per such document, until its next compaction writes
+// it as change chunks.
+func readChanges(data []byte) ([]change, error) {
+	var out []change
+	for off := 0; off < len(data); {
+		c, n, err := amcheck.ParseChange(data[off:], amcheck.Limits{ListOps: true})
+		if err != nil || c.Compressed {
+			return readSaved(data)
+		}
+		out = append(out, change{Change: c, raw: data[off : off+n : off+n]})
+		off += n
+	}
+	return out, nil
+}
+
+// readSaved reads a document automerge saved, by loading it.
+func readSaved(data []byte) ([]change, error) {
+	d, err := automerge.Load(data)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := d.Changes()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]change, 0, len(cs))
+	for _, ac := range cs {
+		raw := ac.Save()
+		c, _, err := amcheck.ParseChange(raw, amcheck.Limits{ListOps: true})
+		if err != nil {
+			return nil, fmt.Errorf("a change of a saved document: %w", err)
+		}
+		out = append(out, change{Change: c, raw: raw})
+	}
+	return out, nil
+}
+
+// addChanges adds to the log, each after what it depends on, the changes
+// it lacks; it returns those it added, in the order it added them, and
+// those whose dependencies it still lacks.
+func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
+	deps := func(c *change) []amsync.Hash {
+		out := make([]amsync.Hash, len(c.Deps))
+		for i, d := range c.Deps {
+			out[i] = d
+		}
+		return out
+	}
+	for progress := true; progress && len(cs) > 0; {
+		progress = false
+		rest := cs[:0:0]
+		for i := range cs {
+			c := &cs[i]
+			if log.Has(c.Hash) {
+				continue
+			}
+			if ok, err := log.Add(c.Hash, deps(c), c.raw); err != nil {
+				rest = append(rest, *c)
+				continue
+			} else if ok {
+				added = append(added, *c)
+				progress = true
+			}
+		}
+		cs = rest
+	}
+	return added, cs
+}
+
+// joinChanges returns the bytes of the log's changes idx, one chunk
+// after another: what the store keeps and other nodes are sent.
+func joinChanges(log *amsync.Log, idx []int32) []byte {
+	n := 0
+	for _, i := range idx {
+		n += len(log.Change(i))
+	}
+	out := make([]byte, 0, n)
+	for _, i := range idx {
+		out = append(out, log.Change(i)...)
+	}
+	return out
+}
+
+// span returns the log indices from..to-1.
+func span(from, to int) []int32 {
+	out := make([]int32, 0, max(0, to-from))
+	for i := from; i < to; i++ {
+		out = append(out, int32(i))
+	}
+	return out
+}
+
+// hashOf converts a 32-byte hash read from a message.
+func hashOf(b []byte) amsync.Hash { return amsync.Hash(b) }
+
+// headsBytes returns heads as a message holds them.
+func headsBytes(hs []amsync.Hash) [][]byte {
+	out := make([][]byte, len(hs))
+	for i := range hs {
+		out[i] = hs[i][:]
+	}
+	return out
+}
