@@ -3,6 +3,7 @@ package doc
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 // Benchmarks of the typing path: one keystroke from a typist reaching
@@ -34,7 +36,7 @@ func BenchmarkKeystroke(b *testing.B) {
 }
 
 func benchKeystroke(b *testing.B, size int, mentions bool) {
-	cfg := Config{Limits: Limits{DocumentOps: 10_000_000, ChangeOps: 2_000_000, MessageOps: 2_000_000}}
+	cfg := Config{}
 	if mentions {
 		cfg.Mentions = func(Mention) error { return nil }
 	}
@@ -157,6 +159,60 @@ func BenchmarkMentionCount(b *testing.B) {
 				if len(countMentions(f.text(d))) != 1 {
 					b.Fatal("no mention counted")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkDocumentMemory is what a room holds per typed change once a
+// document of 20,000 changes has been typed into it through the hub: the
+// Go heap (the log, the guard's ledger, the members' sync states) and
+// automerge's C heap (the mention tracker's copy, with mentions on), after
+// a collection, per change.
+func BenchmarkDocumentMemory(b *testing.B) {
+	const n = 20_000
+	all := typing(n)
+	for _, mentions := range []bool{false, true} {
+		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
+			for range b.N {
+				cfg := Config{}
+				if mentions {
+					cfg.Mentions = func(Mention) error { return nil }
+					cfg.MentionSettle = time.Hour
+				}
+				var ms0, ms1 runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&ms0)
+				c0, _, _ := cmalloc.Stats()
+				h := newTestHub(b, openStore(b, b.TempDir()), cfg)
+				p, q := &fakePeer{id: "typist"}, &fakePeer{id: "reader"}
+				for i, c := range all {
+					if err := sendChanges(h, testDoc, p, c); err != nil {
+						b.Fatal(err)
+					}
+					if i%1000 == 0 {
+						h.Flush(context.Background())
+						p.takeSyncs()
+					}
+				}
+				if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
+					b.Fatal(err)
+				}
+				h.Flush(context.Background())
+				p.takeSyncs()
+				q.takeSyncs()
+				if mentions { // the tracker reads the text: its copy is made
+					r := roomOf(b, h, testDoc)
+					r.applyMu.Lock()
+					r.readMentions(h, func(*mentionTracker) bool { return true }, false)
+					r.applyMu.Unlock()
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&ms1)
+				c1, _, _ := cmalloc.Stats()
+				b.ReportMetric(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/n, "go-B/change")
+				b.ReportMetric(float64(int64(c1)-int64(c0))/n, "c-B/change")
+				h.Close(context.Background())
 			}
 		})
 	}

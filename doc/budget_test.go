@@ -42,22 +42,27 @@ func sendChanges(h *Hub, doc string, p Peer, chunks ...[]byte) error {
 }
 
 // Changes sent before the one they depend on wait in the guard's queue,
-// and count against the document's operations as they come: one small
-// message can no longer release more than the limit at once.
+// and count against the document's limit as they come: one small message
+// can no longer release more than the limit at once.
 func TestWaitingChangesCountAgainstTheLimits(t *testing.T) {
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentOps: 1000, MessageOps: 400, ChangeOps: 400}})
-	p := &fakePeer{id: "p"}
 	cs := chain(5, 300, 0)
-	for i := 1; i <= 3; i++ { // 900 operations waiting for the first change
+	c, err := amcheck.ParseSyncChange(cs[1], amcheck.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	each := cost(&c)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentBytes: 3*each + each/2}})
+	p := &fakePeer{id: "p"}
+	for i := 1; i <= 3; i++ { // three changes waiting for the first
 		if err := sendChanges(h, testDoc, p, cs[i]); err != nil {
 			t.Fatalf("change %d, waiting: %v", i+1, err)
 		}
 	}
 	if err := sendChanges(h, testDoc, p, cs[4]); !errors.Is(err, ErrLimit) {
-		t.Fatalf("a fifth change would make 1,200 operations waiting: err = %v, want ErrLimit", err)
+		t.Fatalf("a fifth change would make four waiting, past the limit: err = %v, want ErrLimit", err)
 	}
 	if err := sendChanges(h, testDoc, p, cs[0]); !errors.Is(err, ErrLimit) {
-		t.Fatalf("the first change would release 1,200 operations: err = %v, want ErrLimit", err)
+		t.Fatalf("the first change would take the document past its limit: err = %v, want ErrLimit", err)
 	}
 	if heads, _ := h.Heads(testDoc); len(heads) != 0 {
 		t.Fatal("the document took changes over its limit")

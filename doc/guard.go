@@ -9,69 +9,73 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
-// The guard stands between a client's sync message and automerge. The
-// automerge core Tandem links (automerge-go, automerge-rs 0.5 built with
-// panic=abort) trusts its input in places: a Rust panic inside the cgo call
-// aborts the whole process, and a few bytes can expand into gigabytes.
-// So before a message reaches automerge the guard
-//   - reads it in Go (parseSyncMessage): structure, and bloom filters that
-//     automerge would divide by zero with or allocate gigabytes for;
+// The guard admits a client's changes into a room's log. Every byte it
+// admits is relayed to stock clients, which apply it with automerge's
+// core: a change that core cannot apply (an op naming what does not
+// exist, a map key put into a list) would break the document for every
+// client that loads it, and a few bytes can expand into gigabytes. So
+// before a change enters the log the guard
+//   - reads the message in Go (amsync.Decode): structure, and bloom
+//     filters past the bounds;
 //   - reads every change in it (package amcheck): checksum, columns (as
 //     automerge's encoder writes them, or a saved document would not load
 //     again), and its size after run-length expansion, against the limits;
 //   - checks each change against the document as automerge will apply it:
 //     an actor's changes must come with contiguous sequence numbers and
-//     rising op counters (automerge indexes its per-actor history by
-//     sequence number, and a gap aborts it when it next generates a sync
-//     message), and every op may name only what the document holds in the
-//     change's past (refcheck.go); changes that wait for a dependency wait
-//     here (waiting.go);
-//   - and, when a Sandbox is configured, has a supervised worker process
-//     apply the message to its copy of the document first (sandbox.go), so
-//     that a fault the checks above do not know costs that worker, not
-//     the node.
+//     rising op counters, and every op may name only what the document
+//     holds in the change's past (refcheck.go); changes that wait for a
+//     dependency wait here (waiting.go).
 // What the guard refuses leaves the document untouched.
 
-// Limits bound what clients may add to a document, checked before a change
-// is applied. Zero fields take the defaults.
+// Limits bound what clients may add to a document, in bytes: what a
+// change costs is what it expands to (amcheck.Change.Expanded: its
+// columns inflated, its keys and values as a client materializes them)
+// plus opBytes for each of its operations, what the guard's index may
+// hold for it. A paste of a megabyte of text is one change of about 20
+// MB by that count. Zero fields take the defaults.
 type Limits struct {
-	// ChangeOps is the most operations one change may hold, counted after
-	// run-length expansion; default 100,000 (a 100 KB paste).
-	ChangeOps int
-	// MessageOps is the most operations one sync message may add; default
-	// 200,000.
-	MessageOps int
-	// DocumentOps is the most operations a document may hold; default
-	// 1,000,000. automerge keeps some hundreds of bytes in memory per
-	// operation.
-	DocumentOps int64
-	// ChangeBytes is the most bytes one change may expand to (inflated
-	// columns, and its strings and values as automerge holds them);
-	// default 64 MiB.
+	// ChangeBytes is the most one change may cost; default 64 MiB.
 	ChangeBytes int64
-	// DocumentBytes is the most bytes a document's changes may expand to
-	// together (counted as for ChangeBytes); default 256 MiB.
+	// DocumentBytes is the most a document's changes may cost together;
+	// default 256 MiB.
 	DocumentBytes int64
 	// DocumentChanges is the most changes a document may hold; default
-	// 1,000,000. Each costs automerge some hundreds of bytes, whatever it
+	// 1,000,000. Each costs the log and the index some bytes whatever it
 	// holds: a change with no operations is not free.
 	DocumentChanges int64
-	// WaitingBytes bounds the changes that wait for a dependency, summed
-	// over the hub's documents (counted as for ChangeBytes); default
-	// 64 MiB.
+	// WaitingBytes bounds the cost of the changes that wait for a
+	// dependency, summed over the hub's documents; default 64 MiB.
 	WaitingBytes int64
 }
 
+// opBytes is what each operation of a change counts against the limits
+// besides its bytes: an operation the index cannot fold into a run of
+// its neighbours costs it about this much (BenchmarkAdmitTypedChange).
+// So the byte limits bound operations too, however few bytes a
+// run-length encoding packs them into.
+const opBytes = 16
+
+// cost is what a change counts against the limits.
+func cost(c *amcheck.Change) int64 { return c.Expanded + opBytes*int64(c.Ops) }
+
+// readChange reads a change from a sync message against ChangeBytes
+// (amcheck.ErrTooLarge past it). The reader is told the byte limit and as
+// many operations as the limit pays for, so that no change is expanded
+// past what it may cost before it is refused.
+func (l Limits) readChange(b []byte, listOps bool) (amcheck.Change, error) {
+	c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: int(l.ChangeBytes / opBytes),
+		MaxExpandedBytes: l.ChangeBytes, Canonical: true, ListOps: listOps})
+	switch {
+	case errors.Is(err, amcheck.ErrTooLarge):
+		err = fmt.Errorf("%w: the change costs over %d bytes, the limit (%v)", amcheck.ErrTooLarge, l.ChangeBytes, err)
+	case err == nil && cost(&c) > l.ChangeBytes:
+		err = fmt.Errorf("%w: the change costs %d bytes (%d expanded, %d operations), over %d bytes, the limit",
+			amcheck.ErrTooLarge, cost(&c), c.Expanded, c.Ops, l.ChangeBytes)
+	}
+	return c, err
+}
+
 func (l *Limits) setDefaults() {
-	if l.ChangeOps <= 0 {
-		l.ChangeOps = 100_000
-	}
-	if l.MessageOps <= 0 {
-		l.MessageOps = 200_000
-	}
-	if l.DocumentOps <= 0 {
-		l.DocumentOps = 1_000_000
-	}
 	if l.ChangeBytes <= 0 {
 		l.ChangeBytes = 64 << 20
 	}
@@ -98,13 +102,13 @@ type actorClock struct {
 // mutex guards it.
 type ledger struct {
 	actors  map[string]actorClock
-	ops     int64 // operations applied
-	changes int64 // changes applied
-	bytes   int64 // what the applied changes expand to (amcheck.Change.Expanded)
+	ops     int64 // operations taken
+	changes int64 // changes taken
+	bytes   int64 // what the changes taken cost (cost)
 	queued  map[[32]byte]queuedChange
-	// queuedOps and queuedBytes count the queued changes' operations and
-	// bytes: they are charged to the document when they arrive.
-	queuedOps, queuedBytes int64
+	// queuedBytes counts what the queued changes cost: they are charged
+	// to the document when they arrive.
+	queuedBytes int64
 	// waiting, when set, sums the queued bytes of every document of the
 	// hub (Limits.WaitingBytes).
 	waiting *atomic.Int64
@@ -134,7 +138,7 @@ func (l *ledger) record(changes []change) {
 		l.actors[a] = ac
 		l.ops += int64(c.Ops)
 		l.changes++
-		l.bytes += c.Expanded
+		l.bytes += cost(&c.Change)
 		l.index().add(&c.Change)
 		l.unqueue(c.Hash)
 	}
@@ -170,9 +174,9 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		return &admission{}, nil
 	}
 	parsed := make([]queuedChange, 0, len(changes))
-	ops, bytes := 0, int64(0)
+	bytes := int64(0)
 	for i, b := range changes {
-		c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, ListOps: true, Canonical: true})
+		c, err := lim.readChange(b, true)
 		switch {
 		case errors.Is(err, amcheck.ErrTooLarge):
 			return nil, fmt.Errorf("%w: change %d: %v", ErrLimit, i, err)
@@ -185,18 +189,11 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		if _, ok := l.queued[c.Hash]; ok {
 			continue
 		}
-		ops += c.Ops
-		if ops > lim.MessageOps {
-			return nil, fmt.Errorf("%w: the message adds over %d operations", ErrLimit, lim.MessageOps)
-		}
-		bytes += c.Expanded
+		bytes += cost(&c)
 		parsed = append(parsed, queuedChange{change: change{Change: c, raw: b}})
 	}
 	// Changes already queued were counted when they came.
 	switch {
-	case l.ops+l.queuedOps+int64(ops) > lim.DocumentOps:
-		return nil, fmt.Errorf("%w: the document holds %d operations (%d of them waiting); %d more would pass its limit of %d",
-			ErrLimit, l.ops+l.queuedOps, l.queuedOps, ops, lim.DocumentOps)
 	case l.bytes+l.queuedBytes+bytes > lim.DocumentBytes:
 		return nil, fmt.Errorf("%w: the document holds %d bytes of changes; %d more would pass its limit of %d",
 			ErrLimit, l.bytes+l.queuedBytes, bytes, lim.DocumentBytes)
@@ -290,7 +287,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	for _, c := range waiting[:fromQueue] {
 		if c != nil {
 			ad.held = append(ad.held, *c)
-			heldBytes += c.Expanded
+			heldBytes += cost(&c.Change)
 		}
 	}
 	if len(l.queued)+len(ad.held) > maxQueued {

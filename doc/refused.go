@@ -13,22 +13,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tandemhq/tandem/doc/amcheck"
 )
 
 // Refused changes are remembered, so that a client sending one again (a
 // stock client does, on every reconnection, and in later sync messages) is
-// refused by the change's hash alone: its message is not admitted, checked
-// or rehearsed in the sandbox a second time.
+// refused by the change's hash alone: its message is not admitted or
+// checked a second time.
 //
 // What is remembered, per document, is a change hash the guard's verdict
 // is sure to repeat for:
-//   - a change refused on its own bytes (over ChangeOps or ChangeBytes, or
+//   - a change refused on its own bytes (over ChangeBytes, or
 //     malformed), whose checksum is its hash, so that the hash names these
 //     bytes and no others: no sender can make the hub remember a change it
 //     would take;
-//   - otherwise (the message was refused as a whole: over MessageOps or the
-//     document's limit, an actor's sequence broken, a sandbox fault) the
+//   - otherwise (the message was refused as a whole: over the
+//     document's limit, an actor's sequence broken) the
 //     set of its changes, as one hash over their sorted hashes: only a
 //     message with exactly these changes is refused by it.
 // Entries are bounded node-wide in count and bytes; past either bound the
@@ -202,7 +201,7 @@ func (rf *refusals) refused(documentID string, changes [][]byte, cause error, li
 			continue
 		}
 		all = append(all, h)
-		if _, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: lim.ChangeOps, MaxExpandedBytes: lim.ChangeBytes, Canonical: true}); err != nil {
+		if _, err := lim.readChange(b, false); err != nil {
 			own = append(own, h)
 		}
 	}

@@ -15,7 +15,16 @@ import (
 // change whose checksum is not its hash is never remembered, so that no
 // one can make the hub remember another's change.
 func TestRefusedChangeIsKnownByItsHash(t *testing.T) {
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{ChangeOps: 100, MessageOps: 150}})
+	probe := newClient("probe")
+	listChange(t, probe, "x", 80)
+	pcs, err := probe.doc.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eighty := costOf(t, pcs) // a change of 81 ops
+	// A change of 101 ops is over ChangeBytes; the small change and two
+	// of 81 ops are over DocumentBytes, each of them alone is not.
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{ChangeBytes: eighty + 15*opBytes, DocumentBytes: 2*eighty + 5*opBytes}})
 	send := func(c *client, cs []*automerge.Change) error {
 		return h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: messageWithChanges(c.doc.Heads(), cs)})
 	}
@@ -53,7 +62,7 @@ func TestRefusedChangeIsKnownByItsHash(t *testing.T) {
 	first := changes(two)
 	listChange(t, two, "y", 80)
 	if err := send(two, changes(two)); !errors.Is(err, ErrLimit) {
-		t.Fatalf("a message of 162 ops: err = %v, want ErrLimit", err)
+		t.Fatalf("a message past the document's limit: err = %v, want ErrLimit", err)
 	}
 	if err := send(two, changes(two)); !errors.Is(err, ErrLimit) || h.RefusalStats().ByMemory != 2 {
 		t.Fatalf("the same message again: err = %v, stats %+v, want it refused by memory", err, h.RefusalStats())
@@ -94,7 +103,7 @@ func TestRefusalMemoryIsBounded(t *testing.T) {
 	}
 	cause := ErrRefused
 	for _, ch := range chunks {
-		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeOps: 100, ChangeBytes: 1 << 20})
+		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeBytes: 1 << 20})
 	}
 	if s := rf.stats(); s.Remembered != 3 {
 		t.Fatalf("%d remembered, want 3", s.Remembered)
@@ -112,7 +121,7 @@ func TestRefusalMemoryIsBounded(t *testing.T) {
 	per := int64(len(testDoc)+len(cause.Error())) + refusalOverhead
 	rf = newRefusals(&Config{RefusedChanges: 100, RefusedChangeBytes: 2 * per})
 	for _, ch := range chunks {
-		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeOps: 100, ChangeBytes: 1 << 20})
+		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeBytes: 1 << 20})
 	}
 	if s := rf.stats(); s.Remembered != 2 || s.Bytes != 2*per {
 		t.Fatalf("%+v, want 2 entries of %d bytes", s, per)

@@ -57,10 +57,9 @@ func (l *ledger) queueHeld(ad *admission, peer string) {
 			continue
 		}
 		l.queued[c.Hash] = c
-		l.queuedOps += int64(c.Ops)
-		l.queuedBytes += c.Expanded
+		l.queuedBytes += cost(&c.Change)
 		if l.waiting != nil {
-			l.waiting.Add(c.Expanded)
+			l.waiting.Add(cost(&c.Change))
 		}
 	}
 	for _, d := range ad.dropped {
@@ -71,10 +70,9 @@ func (l *ledger) queueHeld(ad *admission, peer string) {
 func (l *ledger) unqueue(h [32]byte) {
 	if c, ok := l.queued[h]; ok {
 		delete(l.queued, h)
-		l.queuedOps -= int64(c.Ops)
-		l.queuedBytes -= c.Expanded
+		l.queuedBytes -= cost(&c.Change)
 		if l.waiting != nil {
-			l.waiting.Add(-c.Expanded)
+			l.waiting.Add(-cost(&c.Change))
 		}
 	}
 }

@@ -136,14 +136,14 @@ func (p *multiPeer) errorsNaming(id string) []string {
 }
 
 // TestRefusedChangeCostsTheDocumentNotTheConnection: a peer syncing two
-// documents sends a change over the operation limit to one of them. It is
+// documents sends a change over the byte limit to one of them. It is
 // told so, in an error naming that document, and its connection stays
 // open: the other document goes on syncing both ways, and what it sends
 // for the refused one is dropped. The same change on a new connection (a
 // stock client's retry) is refused by its hash: the guard does not run
 // again.
 func TestRefusedChangeCostsTheDocumentNotTheConnection(t *testing.T) {
-	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: doc.Limits{ChangeOps: 100}})
+	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: doc.Limits{ChangeBytes: 2000}})
 	a, b := newMultiPeer(t, s, "a"), newMultiPeer(t, s, "b")
 	a.set(otherDoc, "title", "b1")
 	a.sync(otherDoc, wire.TypeSync)
@@ -168,7 +168,7 @@ func TestRefusedChangeCostsTheDocumentNotTheConnection(t *testing.T) {
 	over := changesFor(t, big, automerge.New())
 	send(t, a.ws, &wire.Message{Type: wire.TypeSync, SenderID: "a", TargetID: serverID, DocumentID: testDoc, Data: over})
 	a.fence()
-	if errs := a.errorsNaming(testDoc); len(errs) != 1 || !strings.Contains(errs[0], "refused") || !strings.Contains(errs[0], "100") {
+	if errs := a.errorsNaming(testDoc); len(errs) != 1 || !strings.Contains(errs[0], "refused") || !strings.Contains(errs[0], "2000") {
 		t.Fatalf("errors naming the document: %q, want one naming the refusal and the limit", errs)
 	}
 	if n := testutil.ToFloat64(s.metrics.docsRefused.WithLabelValues(errOverLimit)); n != 1 {

@@ -130,8 +130,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
 		NodeID:        cfg.NodeID,
 		Limits: doc.Limits{
-			ChangeOps: cfg.MaxChangeOps, MessageOps: cfg.MaxMessageOps,
-			DocumentOps: cfg.MaxDocumentOps, ChangeBytes: cfg.MaxChangeBytes,
+			ChangeBytes:   cfg.MaxChangeBytes,
 			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
 			WaitingBytes: cfg.MaxWaitingBytes,
 		},

@@ -66,9 +66,6 @@ type config struct {
 	MessageRate       float64
 	MessageBurst      int
 
-	MaxChangeOps       int
-	MaxMessageOps      int
-	MaxDocumentOps     int64
 	MaxChangeBytes     int64
 	MaxDocumentBytes   int64
 	MaxDocumentChanges int64
@@ -131,13 +128,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
-	fs.IntVar(&c.MaxChangeOps, "max-change-ops", 100_000, "operations one change may hold, after run-length expansion")
-	fs.IntVar(&c.MaxMessageOps, "max-message-ops", 200_000, "operations one sync message may add")
-	fs.Int64Var(&c.MaxDocumentOps, "max-document-ops", 1_000_000, "operations one document may hold")
-	fs.Int64Var(&c.MaxChangeBytes, "max-change-bytes", 64<<20, "bytes one change may expand to")
-	fs.Int64Var(&c.MaxDocumentBytes, "max-document-bytes", 256<<20, "bytes one document's changes may expand to together")
+	fs.Int64Var(&c.MaxChangeBytes, "max-change-bytes", 64<<20, "bytes one change may cost: what it expands to, plus 16 per operation (a 1 MiB paste costs about 20 MiB)")
+	fs.Int64Var(&c.MaxDocumentBytes, "max-document-bytes", 256<<20, "bytes one document's changes may cost together, counted as for --max-change-bytes")
 	fs.Int64Var(&c.MaxDocumentChanges, "max-document-changes", 1_000_000, "changes one document may hold")
-	fs.Int64Var(&c.MaxWaitingBytes, "max-waiting-bytes", 64<<20, "bytes of changes waiting for a dependency, summed over the node's documents")
+	fs.Int64Var(&c.MaxWaitingBytes, "max-waiting-bytes", 64<<20, "bytes of changes waiting for a dependency, counted as for --max-change-bytes and summed over the node's documents")
 	fs.IntVar(&c.MaxRefusedChanges, "max-refused-changes", 10_000, "refused changes the node remembers by hash, so that a client sending one again is refused without it being checked again")
 	fs.Int64Var(&c.MaxRefusedChangeBytes, "max-refused-change-bytes", 4<<20, "memory those remembered refused changes may take")
 	fs.Usage = func() {
@@ -194,7 +188,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	for name, v := range map[string]int{
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
 		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-watched-per-ip": c.MaxWatchedPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
-		"--message-burst": c.MessageBurst, "--max-change-ops": c.MaxChangeOps, "--max-message-ops": c.MaxMessageOps,
+		"--message-burst":       c.MessageBurst,
 		"--max-refused-changes": c.MaxRefusedChanges, "--max-refused-change-bytes": int(min(c.MaxRefusedChangeBytes, 1<<30)),
 	} {
 		if v < 1 {
@@ -233,8 +227,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.APIRatePerIP <= 0 {
 		return c, fmt.Errorf("--api-rate-per-ip must be positive")
 	}
-	if c.MaxDocumentOps < 1 || c.MaxChangeBytes < 1024 {
-		return c, fmt.Errorf("--max-document-ops must be at least 1 and --max-change-bytes at least 1024")
+	if c.MaxChangeBytes < 1024 {
+		return c, fmt.Errorf("--max-change-bytes must be at least 1024")
 	}
 	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
 		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")

@@ -284,7 +284,7 @@ func expectRefusal(t *testing.T, p *rawPeer) string {
 }
 
 // TestHostileChangesAreRefusedWhileOthersSync: the sync message that
-// aborted automerge, and a change over the operation limit, each get a
+// aborted automerge, and a change over the byte limit, each get a
 // clear error naming the document (the connection stays open); the node lives on, and its other peers keep
 // editing the document together.
 func TestHostileChangesAreRefusedWhileOthersSync(t *testing.T) {
@@ -292,7 +292,7 @@ func TestHostileChangesAreRefusedWhileOthersSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, t.TempDir(), "--max-change-ops", "1000")
+	n := startNode(t, t.TempDir(), "--max-change-bytes", "16000")
 	a := dialPeer(t, n, "ana", automerge.New())
 	b := dialPeer(t, n, "bo", automerge.New())
 	edit := func(value string) {
@@ -342,7 +342,7 @@ func TestHostileChangesAreRefusedWhileOthersSync(t *testing.T) {
 			break
 		}
 	}
-	if text := expectRefusal(t, m2); !strings.Contains(text, "1000") || !strings.Contains(text, nodeTestDoc) {
+	if text := expectRefusal(t, m2); !strings.Contains(text, "16000") || !strings.Contains(text, nodeTestDoc) {
 		t.Fatalf("the bomb got %q, want the limit and the document named", text)
 	}
 	edit("after the bomb")

@@ -1,5 +1,5 @@
 // End-to-end: a stock client whose change the node refuses (a paste over
-// --max-change-ops) loses that document on its connection, not the
+// --max-change-bytes) loses that document on its connection, not the
 // connection: it is told why, its other documents go on syncing both
 // ways, and it does not reconnect (a closed stock client reconnects every
 // 5 s and sends the change again).
@@ -35,7 +35,7 @@ async function metric(node, name, labels) {
 }
 
 test("a change over the limit costs the stock client that document, not its connection", async t => {
-  const node = await start(t, { args: ["--max-change-ops", "1000"] })
+  const node = await start(t, { args: ["--max-change-bytes", "16000"] })
   const { repo: a, seen } = watchedClient(t, node.url)
   await connected(a)
   const docA = a.create({ text: "" })
@@ -43,12 +43,12 @@ test("a change over the limit costs the stock client that document, not its conn
   const b = await connected(client(t, node.url))
   const [seenA, seenB] = await Promise.all([b.find(docA.url), b.find(docB.url)])
 
-  docA.change(d => { d.text = "x".repeat(5000) }) // a paste of 5,000 operations
+  docA.change(d => { d.text = "x".repeat(5000) }) // a paste of 5,000 operations: over 80,000 bytes
   docB.change(d => { d.text = "typed after the paste" })
   await until("b gets a's edit of B", () => seenB.doc().text === "typed after the paste")
   seenB.change(d => { d.reply = "from b" })
   await until("a gets b's edit of B", () => docB.doc().reply === "from b")
-  await until("a is told its change to A was refused", () => seen.errors.some(e => e.includes(docA.documentId) && e.includes("1000")))
+  await until("a is told its change to A was refused", () => seen.errors.some(e => e.includes(docA.documentId) && e.includes("16000")))
 
   assert.equal(seen.peers, 1, "the client reconnected: its connection was closed")
   assert.equal(await metric(node, "tandem_disconnects_total", 'reason="document_limit"'), 0)

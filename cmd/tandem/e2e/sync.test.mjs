@@ -30,6 +30,24 @@ test("concurrent edits from both clients converge", async t => {
   await until("both converge", () => ha.doc().text === want && hb.doc().text === want)
 })
 
+test("a paste of 1 MiB in one change is taken, stored and found, after a restart too", async t => {
+  const node = await start(t)
+  const a = await connected(client(t, node.url))
+  const text = "lorem ipsum dolor sit amet, ".repeat(40000).slice(0, 1 << 20)
+  const handle = a.create({ text })
+  const b = client(t, node.url)
+  const found = await b.find(handle.url)
+  await until("b holds the whole paste", () => found.doc().text?.length === text.length)
+  assert.equal(found.doc().text, text)
+  a.close()
+  b.close()
+  await node.kill("SIGTERM")
+  const again = await start(t, { dataDir: node.dataDir })
+  const c = client(t, again.url)
+  const cold = await c.find(handle.url)
+  assert.equal(cold.doc().text, text)
+})
+
 test("an edit survives SIGKILL 1.5 s after it was made", async t => {
   const first = await start(t)
   const a = await connected(client(t, first.url))

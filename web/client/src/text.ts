@@ -3,13 +3,13 @@ import { getCursor, getCursorPosition, splice, type Cursor, type Doc, type Prop 
 
 /**
  * The most characters {@link spliceText} puts in one change, inserted and
- * deleted together. A Tandem server refuses a change of more than
- * `--max-change-ops` operations (default 100,000: one per character
- * inserted or deleted) and a sync message adding more than
- * `--max-message-ops` (200,000); half the first keeps a change clear of
- * it with room for edits made meanwhile.
+ * deleted together. A Tandem server refuses a change that costs more than
+ * `--max-change-bytes` (default 64 MiB), counting 16 bytes per operation
+ * (one per character inserted or deleted) besides what the change
+ * expands to: a million characters cost about 20 MiB, clear of it with
+ * room to spare.
  */
-export const MAX_CHANGE_CHARS = 50_000
+export const MAX_CHANGE_CHARS = 1_000_000
 
 /** Options of {@link spliceText}. */
 export interface SpliceOptions {

@@ -84,7 +84,7 @@ for (const name of ["connect", "TandemClient", "TandemSocket", "TandemPresence",
   "NotificationsError", "httpOrigin", "spliceText", "ActivityMonitor", "Throttle", "backoffDelay", "jittered"]) {
   assert.equal(typeof tandem[name], "function", name)
 }
-assert.equal(tandem.MAX_CHANGE_CHARS, 50000)
+assert.equal(tandem.MAX_CHANGE_CHARS, 1000000)
 assert.equal(tandem.httpOrigin("wss://tandem.example/ws"), "https://tandem.example")
 assert.equal(tandem.backoffDelay(2, { baseMs: 100 }, () => 0.5), 200)
 

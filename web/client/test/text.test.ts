@@ -35,7 +35,7 @@ test("a paste larger than the bound goes in as several changes, each in a sync m
   remote.on("change", ({ doc }) => lengths.push(doc.text.length))
 
   const paste = "a".repeat(50_000) + "b".repeat(50_000) + "c".repeat(20_000)
-  await spliceText(handle, ["text"], 1, 0, paste)
+  await spliceText(handle, ["text"], 1, 0, paste, { maxChars: 50_000 })
   assert.deepEqual(opsOfChangesSince(handle, before), [50_000, 50_000, 20_000], "one change per part")
   await until("the server has the paste", () => remote.doc()?.text === `[${paste}]`)
   const steps = lengths.map((n, i) => n - (i === 0 ? 2 : lengths[i - 1]))
@@ -94,7 +94,7 @@ test("the demo editor hands a paste over the bound to spliceText and lets others
   const repo = new Repo()
   const handle = repo.create<TextDoc>({ text: "[]" })
   const before = A.getAllChanges(handle.doc()!).length
-  let state = EditorState.create({ doc: "[]", extensions: largeEdits(handle as DocHandle<unknown>, ["text"], { acknowledged: async () => {} }) })
+  let state = EditorState.create({ doc: "[]", extensions: largeEdits(handle as DocHandle<unknown>, ["text"], { acknowledged: async () => {}, maxChars: 50_000 }) })
 
   const small = state.update({ changes: { from: 1, insert: "typed" }, userEvent: "input.type" })
   assert.ok(small.docChanged, "a small edit goes to the editor (and the sync plugin) as it is")
