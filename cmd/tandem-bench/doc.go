@@ -10,7 +10,8 @@
 //	typing    T typists at C characters/s and R readers on one document,
 //	          syncing with automerge; reports how long a keystroke takes
 //	          to reach the readers, the server's CPU, and the clients'
-//	          frames, bytes and CPU.
+//	          frames, bytes and CPU; --history N types into a document of N
+//	          one-character changes.
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //	document  one writer makes N one-character changes (--changes), at most

@@ -21,6 +21,7 @@ type options struct {
 	conns      int
 	typists    int
 	readers    int
+	history    int // typing: changes the document holds before the typing
 	duration   time.Duration
 	drain      time.Duration
 	serverPIDs []int
@@ -45,6 +46,7 @@ func main() {
 	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
 	flag.IntVar(&o.typists, "typists", 8, "typing: peers typing (at --rate chars/s each)")
 	flag.IntVar(&o.readers, "readers", 40, "typing: peers reading")
+	flag.IntVar(&o.history, "history", 0, "typing: changes the document holds before the typing starts, one character each")
 	flag.IntVar(&o.changes, "changes", 20000, "document: one-character changes the writer makes")
 	flag.IntVar(&o.batch, "batch", 1, "document: changes the writer may make ahead of what it sent (1: one change a message, a typist slower than a round trip)")
 	flag.IntVar(&o.pasteBytes, "paste-bytes", 1<<20, "document: bytes of text pasted in one change")

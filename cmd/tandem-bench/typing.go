@@ -87,7 +87,7 @@ func printTyping(r typingResult, o options) {
 }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
-	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document, %v\n", o.typists, o.rate, o.readers, o.duration)
+	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document of %d changes before, %v\n", o.typists, o.rate, o.readers, o.history, o.duration)
 	doc := newDocID()
 	var peers []*syncPeer
 	for i := 0; i < o.typists+o.readers; i++ {
@@ -102,6 +102,11 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	first := peers[0]
 	first.d.RootMap().Set("text", automerge.NewText(""))
 	first.d.Commit("create")
+	text := first.d.Path("text").Text()
+	for range o.history { // a long history, typed one character a change
+		text.Append("h")
+		first.d.Commit("history")
+	}
 	if err := first.push(); err != nil {
 		return typingResult{}, err
 	}
@@ -139,7 +144,7 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 		}
 	}
 	// Typists start once they have the document.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10*time.Second + time.Duration(o.history)*time.Millisecond)
 	for i := 0; i < o.typists; i++ {
 		for {
 			peers[i].mu.Lock()
