@@ -32,9 +32,9 @@
 //
 // Concurrency: Hub methods are safe for concurrent use. One lock guards
 // the hub: merging a message is quick, so one lock costs less than a lock
-// per room (the document layer, whose automerge work is slow, has one per
-// room). Peer methods are called outside that lock, by one dispatcher at a
-// time (outbox.go), and must not block. Watch callbacks (subscription
-// lists) and Replicator methods are called with the lock held: they must
-// only queue.
+// per room (the document layer, whose guard checks each change against
+// the document, has one per room). Peer methods are called outside that
+// lock, by one dispatcher at a time (outbox.go), and must not block. Watch
+// callbacks (subscription lists) and Replicator methods are called with
+// the lock held: they must only queue.
 package awareness

@@ -16,11 +16,12 @@
 //	          sit; reports the server's memory per connection.
 //	document  one writer makes N one-character changes (--changes), at most
 //	          --batch ahead of what it sent, syncing as automerge-repo does;
-//	          reports the server's RSS per change (a node's sandbox workers
-//	          included), a fresh reader's first sync, a find after the
-//	          server restarted (--compare, Tandem only: the stock server
-//	          keeps documents in memory), and one paste of --paste-bytes
-//	          in one change: its time, RSS per character, or the refusal.
+//	          reports the server's RSS per change (with its child
+//	          processes', if it has any), a fresh reader's first sync, a
+//	          find after the server restarted (--compare, Tandem only: the
+//	          stock server keeps documents in memory), and one paste of
+//	          --paste-bytes in one change: its time, RSS per character, or
+//	          the refusal.
 //
 // With --soak it runs the fault soak instead (soak.go): a cluster under
 // random disconnects, a node killed with -9, Redis restarted and bad

@@ -33,8 +33,8 @@ type documentResult struct {
 	savedBytes int           // the writer's automerge Save of the document
 	rssBefore  int64         // the server and its children, before the document
 	rssAfter   int64         // the same, once a reader held the whole document
-	// The children's (a node's sandbox workers') share of rssBefore and
-	// rssAfter.
+	// The share of rssBefore and rssAfter that the server's child
+	// processes hold (a Tandem node starts none of its own).
 	workersBefore, workersAfter int64
 	firstSync                   time.Duration // a fresh reader's find until it holds the document
 
@@ -116,8 +116,8 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 		return total
 	}
 
-	// 0. A small document first, so that what every document needs (a
-	// node's sandbox workers, say) is there before the measurement.
+	// 0. A small document first, so that what only the server's first
+	// document costs is not counted per change.
 	if _, err := typedDocument(ctx, url, 1, 1); err != nil {
 		return r, fmt.Errorf("warm-up: %w", err)
 	}
@@ -401,8 +401,8 @@ func hashSet(hs []automerge.ChangeHash) []string {
 	return s
 }
 
-// withChildren returns pids and every descendant of theirs (a Tandem
-// node's sandbox workers), found through /proc's parent pids.
+// withChildren returns pids and every descendant of theirs (a server that
+// runs helper processes), found through /proc's parent pids.
 func withChildren(pids []int) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {

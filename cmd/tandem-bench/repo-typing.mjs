@@ -10,7 +10,7 @@
 //   node cmd/tandem-bench/repo-typing.mjs [--typists 4] [--readers 20]
 //     [--rate 5] [--duration 10] [--tandem-bin bin/tandem]
 //     [--stock-dir cmd/tandem-bench/stock] [--only tandem|stock]
-//     [--tandem-flags=--sync-window=50ms]
+//     [--tandem-flags=--presence-window=0]
 import { spawn } from "node:child_process"
 import { readFileSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"

@@ -1,8 +1,10 @@
 // Package amcheck holds automerge input checks: it reads automerge's
 // change format in Go, without automerge.
 //
-// Tandem applies changes from untrusted clients with automerge-go, which
-// calls automerge-rs 0.5 through cgo. That core is built with
+// Tandem relays changes from untrusted clients to stock clients, which
+// apply them with automerge's core, and applies them itself with
+// automerge-go only in the copies it keeps to read a document's text.
+// automerge-go calls automerge-rs 0.5 through cgo, built with
 // panic=abort, so any Rust panic on bad input (an out-of-range actor
 // index, an op counter past u32, a map key in a list object) ends the
 // whole process; and a change of a hundred bytes can hold a run-length
