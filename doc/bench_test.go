@@ -217,3 +217,61 @@ func BenchmarkDocumentMemory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPaste is the hub's work for one change that pastes a megabyte
+// of text: admitted, stored and sent to a reader, with mentions off and
+// on (the tracker then reads the text once the paste settles, here at
+// once).
+func BenchmarkPaste(b *testing.B) {
+	d := automerge.New()
+	if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
+		b.Fatal(err)
+	}
+	d.Commit("text")
+	base := d.Save()
+	if err := d.Path("text").Text().Insert(0, strings.Repeat("lorem ipsum ", (1<<20)/12)); err != nil {
+		b.Fatal(err)
+	}
+	d.Commit("paste")
+	cs, err := d.Changes()
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = base
+	msg := messageWithChanges(d.Heads(), cs)
+	for _, mentions := range []bool{false, true} {
+		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
+			for range b.N {
+				cfg := Config{}
+				if mentions {
+					cfg.Mentions = func(Mention) error { return nil }
+					cfg.MentionSettle = time.Hour
+				}
+				h := newTestHub(b, openStore(b, b.TempDir()), cfg)
+				p, q := &fakePeer{id: "writer"}, &fakePeer{id: "reader"}
+				start := time.Now()
+				if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
+					b.Fatal(err)
+				}
+				admitted := time.Since(start)
+				if err := h.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
+					b.Fatal(err)
+				}
+				served := time.Since(start)
+				if mentions {
+					r := roomOf(b, h, testDoc)
+					r.applyMu.Lock()
+					r.readMentions(h, func(*mentionTracker) bool { return true }, false)
+					r.applyMu.Unlock()
+				}
+				b.ReportMetric(admitted.Seconds(), "admit-s")
+				b.ReportMetric(served.Seconds(), "served-s")
+				b.ReportMetric(time.Since(start).Seconds(), "all-s")
+				h.Close(context.Background())
+			}
+		})
+	}
+}

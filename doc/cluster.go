@@ -24,7 +24,8 @@ import (
 //
 // A lost message costs nothing for long: the heads exchange repairs any
 // gap within a roster interval. Changes arrive possibly twice or out of
-// order; automerge ignores what it has and holds what lacks a dependency.
+// order; the log ignores what it has, and what lacks a dependency waits
+// in the room until it comes.
 
 // Cluster carries this node's document messages to the other nodes that
 // watch the document. PublishDocument must not block: it queues, and may
@@ -91,7 +92,7 @@ func (h *Hub) publishChanges(documentID string, changes []byte) {
 // Receive takes a document message that another node published. An
 // ephemeral goes to the local peers at once. Changes, heads and wants wait
 // in the document lane, handled one at a time in the order they came:
-// applying changes costs automerge's time, which the caller (a bus, also
+// applying changes takes the room's locks, which the caller (a bus, also
 // carrying presence and goodbyes) must not wait for. Receive blocks only
 // while the lane is full, and not past Close.
 func (h *Hub) Receive(documentID string, payload []byte) error {

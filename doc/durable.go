@@ -11,8 +11,8 @@ import (
 // resending it. So no message that names a change leaves the room before
 // the store holds it: not the reply to the peer that made it, not the
 // messages to the other peers, not the copy for other nodes. Each is made
-// at once (automerge's sync states move on as if it were sent, as for a
-// message on the wire) and waits in the room's held queue; the hub's
+// at once (the sync states move on as if it were sent, as for a message
+// on the wire) and waits in the room's held queue; the hub's
 // flusher writes the room as soon as it can, and when the write that
 // covers a message's changes succeeds, the messages held for it go out in
 // the order they were made. Writes are grouped (one batch holds every

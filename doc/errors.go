@@ -5,7 +5,8 @@ import "errors"
 var (
 	// ErrClosed is returned once the hub has been closed.
 	ErrClosed = errors.New("document hub closed")
-	// ErrBadSyncMessage is returned for sync data automerge cannot apply.
+	// ErrBadSyncMessage is returned for sync data that does not read as
+	// an automerge sync message.
 	ErrBadSyncMessage = errors.New("not an automerge sync message")
 	// ErrRefused is returned for a sync message that reads well but that
 	// the guard refused because automerge could not apply it safely; the

@@ -84,4 +84,3 @@ func (r *room) fanout(h *Hub, except *member) {
 		})
 	}
 }
-

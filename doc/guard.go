@@ -98,7 +98,7 @@ type actorClock struct {
 
 // ledger is the guard's account of a room's document: every actor's clock,
 // the operations it holds, what its ops may name (refcheck.go), and the
-// changes automerge keeps back until their dependencies arrive. The room's
+// changes it keeps back until their dependencies arrive. The room's
 // mutex guards it.
 type ledger struct {
 	actors  map[string]actorClock

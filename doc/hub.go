@@ -31,7 +31,8 @@ type Hub struct {
 
 	flushSeconds prometheus.Histogram
 	// lockSeconds is how long a peer's message held its room's lock, by
-	// kind: an acknowledgement (no automerge) or any other sync message.
+	// kind: an acknowledgement (no changes, nothing needed, the room's
+	// heads) or any other sync message.
 	lockAck, lockSync prometheus.Observer
 	// Requests for a document not here (lookup.go): how they ended, and
 	// the lookups (store read again, cluster asked) they took.
@@ -176,7 +177,8 @@ type SyncMessage struct {
 // Sync handles a sync or request message from peer for the document:
 // it applies the changes it carries, answers the peer, and sends every other
 // peer of the room what changed. A request for a document that nobody has
-// is answered with doc-unavailable; the peer stays in the room and receives
+// is answered with the room's empty sync message, then doc-unavailable
+// once its grace has passed (lookup.go); the peer stays in the room and receives
 // the document if another peer creates it later. A read-only peer's
 // changes are dropped and ErrReadOnly returned, after the peer was answered.
 // A message the guard refuses (ErrLimit, ErrRefused) is remembered, and a

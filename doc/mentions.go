@@ -282,9 +282,9 @@ func (r *room) takeMentions(h *Hub, peerID string, gen uint64) *Mention {
 // if need says the tracker will use them, and the title if asked. The
 // caller holds r.applyMu and not r.mu: every change to the document takes
 // applyMu, so the text read is the text the tracker counts at, while
-// acknowledgements and fan-outs, which take only r.mu, go on. Reading a
-// text of 100 KB out of automerge takes milliseconds
-// (BenchmarkMentionCount).
+// acknowledgements and fan-outs, which take only r.mu, go on. The copy
+// takes the changes since its last read (textCopy); reading a text of
+// 100 KB out of automerge takes milliseconds (BenchmarkMentionCount).
 func (r *room) readMentions(h *Hub, need func(*mentionTracker) bool, withTitle bool) (counts map[string]int, title string) {
 	r.mu.Lock()
 	t := r.mentions

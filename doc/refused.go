@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 )
 
 // Refused changes are remembered, so that a client sending one again (a
@@ -84,7 +83,7 @@ func newRefusals(cfg *Config) *refusals {
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_sync_refused_total",
-		Help: "Sync messages refused, by reason (document_limit: over a limit; sync_refused: unsafe for automerge) and by what refused them: guard (checked and refused) or remembered (carrying a change refused before, known by its hash and not checked again).",
+		Help: "Sync messages refused, by reason (document_limit: over a limit; sync_refused: what a stock client could not apply) and by what refused them: guard (checked and refused) or remembered (carrying a change refused before, known by its hash and not checked again).",
 	}, []string{"reason", "by"})
 	rf.guard = map[error]prometheus.Counter{
 		ErrLimit: refused.WithLabelValues("document_limit", "guard"), ErrRefused: refused.WithLabelValues("sync_refused", "guard"),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-
 )
 
 // Store keeps documents durable. A document is stored as an optional

@@ -11,7 +11,7 @@ import (
 
 // PostgresStore keeps documents in PostgreSQL, shared by every node of a
 // cluster. A document is rows of tandem_doc_chunks in
-// id order: snapshots (automerge Save) and incremental chunks.
+// id order: snapshots and incremental chunks (see Store).
 type PostgresStore struct {
 	pool *pgxpool.Pool
 }
@@ -94,7 +94,7 @@ func (s *PostgresStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx
 
 // Load implements Store: a snapshot first, then the rest in id order as
 // chunks (a second snapshot, from two nodes compacting at once, loads as a
-// chunk: automerge takes either).
+// chunk: either reads as changes).
 func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, error) {
 	rows, err := s.pool.Query(ctx, `SELECT snapshot, data FROM tandem_doc_chunks WHERE doc_id = $1 ORDER BY snapshot DESC, id`, documentID)
 	if err != nil {

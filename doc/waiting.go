@@ -4,17 +4,14 @@ import "github.com/tandemhq/tandem/doc/amsync"
 
 // Changes that wait. A change may come before one it depends on (a bloom
 // filter's false positive makes a peer leave a change out but send what
-// depends on it). automerge would keep it back in a queue of its own,
-// where nothing could check it once it became ready or take it out again;
-// so the guard keeps it instead, and automerge sees it only in the message
-// that makes it ready (admit). A waiting change is charged to the
+// depends on it). The guard keeps it back, and checks it and lets it into
+// the log once what it depends on is there (admit). A waiting change is charged to the
 // document's limits when it comes and to the node's Limits.WaitingBytes,
 // leaves with the peer that sent it, and the room's replies ask that peer
 // for what it lacks (ledger.missingFrom).
 
 // queuedChange is a change that waits for a change it depends on, kept by
-// the guard (automerge never sees it before it can be applied), with its
-// bytes.
+// the guard with its bytes.
 type queuedChange struct {
 	change
 	from string // the peer that sent it: its leaving drops it

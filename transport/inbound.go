@@ -245,7 +245,7 @@ func (c *conn) documentError(documentID string, err error) {
 	case errors.Is(err, doc.ErrReadOnly):
 		c.protocolError(errReadOnly, fmt.Sprintf("read-only access to document %s: your changes were not applied", documentID))
 	case errors.Is(err, doc.ErrRefused):
-		// Input automerge cannot take safely: it costs the client this
+		// Input a stock client could not apply: it costs the client this
 		// document, on this connection (refused.go).
 		c.refuseDocument(documentID, errRefused, fmt.Sprintf("sync message for document %s refused: %v; this connection no longer syncs the document", documentID, err))
 	case errors.Is(err, doc.ErrLimit):

@@ -4,8 +4,8 @@ import (
 	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
-// A change the node will not take (doc.ErrLimit: over an operation or
-// size limit; doc.ErrRefused: unsafe for automerge) costs its sender that
+// A change the node will not take (doc.ErrLimit: over a byte limit;
+// doc.ErrRefused: what a stock client could not apply) costs its sender that
 // document on that connection, not the connection:
 //   - the client gets an `error` naming the document and the reason
 //     (tandem_protocol_errors_total and tandem_documents_refused_total by

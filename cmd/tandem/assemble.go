@@ -78,8 +78,8 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		n.gcTune = &gctune.Config{
 			Max: cfg.GCMax, Logger: log,
 			OnChange: func(p int) { percent.Store(int64(p)) },
-			// Automerge's C heap keeps the pages its dropped sync
-			// states held until trimmed.
+			// The C heap (automerge's copies for the mention
+			// tracker) keeps the pages it freed until trimmed.
 			Release: func() { cmalloc.Trim() },
 		}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -305,13 +305,14 @@ func (n *tandemNode) dismantle() {
 	}
 }
 
-// registerCHeap exports what automerge's C heap holds: its documents and
-// sync states, and the free space malloc keeps among them.
+// registerCHeap exports what the C heap holds (automerge's copies of
+// documents for the mention tracker), and the free space malloc keeps
+// among them.
 func registerCHeap(reg prometheus.Registerer) {
 	for _, state := range []string{"in_use", "free"} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "tandem_c_heap_bytes",
-			Help:        "Bytes of the C heap (automerge's documents and sync states): in use, or free within malloc's arenas (trimmed or not).",
+			Help:        "Bytes of the C heap (automerge's copies of documents for the mention tracker): in use, or free within malloc's arenas (trimmed or not).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
 			inUse, free, _ := cmalloc.Stats()

@@ -226,7 +226,7 @@ func (b *Bus) dispatch(rm *redis.Message) {
 	}
 	switch m.Kind {
 	case kindDoc:
-		// The document layer queues what costs automerge's time: presence
+		// The document layer queues what takes its rooms' locks: presence
 		// does not wait for it.
 		if err := b.docs.Receive(docID, m.Data); err != nil {
 			b.log.Warn("bus: a document message", "node", m.Node, "err", err)
