@@ -75,6 +75,10 @@ type Config struct {
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
 	Finder Finder
+	// SyncSpacing is the least time between two sync messages that bring
+	// one peer changes of a document (fanout.go); zero sends each as soon
+	// as the peer has answered the one before.
+	SyncSpacing time.Duration
 }
 
 func (c *Config) setDefaults() error {

@@ -10,7 +10,12 @@ import "time"
 // changes is sent nothing until it answers (or amsync.AnswerWait has
 // passed), and then gets everything new since in one message. So each
 // reader is paced by its own reading: a slow one gets fewer, larger
-// messages, never a queue of small ones it cannot read.
+// messages, never a queue of small ones it cannot read. Config.SyncSpacing
+// spaces the messages that bring a member changes besides: the first
+// change after a quiet spell goes at once, later ones within the spacing
+// go together at its end, as the stock server sends a peer at most one
+// message per document per 100 ms (but after the first change, not
+// before it).
 //
 // Most members of a document being edited stand at the same heads and get
 // the same message: it is made and encoded once for all of them
@@ -33,10 +38,13 @@ type SharedSender interface {
 
 // answer sends m the message its sync state calls for, if any, sharing
 // the encoding with other members given the same message in this pass
-// (cache, nil for a message of its own). The caller holds r.mu.
-func (r *room) answer(m *member, cache map[string]*SharedSync) {
+// (cache, nil for a message of its own); a message held back for the
+// member's answer or spacing is sent when it is due. The caller holds
+// r.mu.
+func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 	out := m.sync.Generate(r.log, r.ledger.missingFrom(m.peer.ID(), r.known), r.ledger.holds, time.Now())
 	if out == nil {
+		r.paceLater(h, m.sync.HeldUntil())
 		return
 	}
 	if m.bare && len(out.Changes) > 0 {
@@ -56,31 +64,32 @@ func (r *room) answer(m *member, cache map[string]*SharedSync) {
 }
 
 // fanout sends every member but except (nil: every member) what the
-// document's change gave it to read, and schedules a fan-out for members
-// held back until their answers are overdue. The caller holds r.mu.
+// document's change gave it to read. The caller holds r.mu.
 func (r *room) fanout(h *Hub, except *member) {
 	cache := make(map[string]*SharedSync)
-	var due time.Time
 	for _, m := range r.members {
-		if m == except {
-			continue
-		}
-		r.answer(m, cache)
-		if t := m.sync.HeldUntil(); !t.IsZero() && (due.IsZero() || t.Before(due)) {
-			due = t
+		if m != except {
+			r.answer(h, m, cache)
 		}
 	}
-	if !due.IsZero() && (r.paceAt.IsZero() || due.Before(r.paceAt)) {
-		r.paceAt = due
-		h.goAfter(time.Until(due), func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.paceAt.Equal(due) {
-				r.paceAt = time.Time{}
-				if !r.evicted {
-					r.fanout(h, nil)
-				}
+}
+
+// paceLater fans out again at t (zero: never), when a message held back
+// for a member is due, unless a fan-out is due sooner: that one finds
+// what is due later and calls paceLater again. The caller holds r.mu.
+func (r *room) paceLater(h *Hub, t time.Time) {
+	if t.IsZero() || (!r.paceAt.IsZero() && !t.Before(r.paceAt)) {
+		return
+	}
+	r.paceAt = t
+	h.goAfter(time.Until(t), func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.paceAt.Equal(t) {
+			r.paceAt = time.Time{}
+			if !r.evicted {
+				r.fanout(h, nil)
 			}
-		})
-	}
+		}
+	})
 }

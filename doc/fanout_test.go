@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 )
 
 // sharingPeer is a fakePeer that also takes shared messages, and keeps
@@ -291,5 +292,49 @@ func TestConcurrentTypistsGetOneAnswerEach(t *testing.T) {
 		if !sameHeads(c.doc.Heads(), heads) || c.get(t, "a") != "20" || c.get(t, "b") != "20" {
 			t.Fatalf("%s did not converge", c.peer.id)
 		}
+	}
+}
+
+// With Config.SyncSpacing a reader gets a quiet document's change at once
+// and the changes that follow within the spacing together at its end.
+func TestChangesWithinTheSpacingGoTogether(t *testing.T) {
+	const spacing = 200 * time.Millisecond
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: spacing})
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	b.level(t, h, true)
+	time.Sleep(spacing) // b's last message with changes is past the spacing
+	start := time.Now()
+	a.setText(t, "n", "1")
+	a.level(t, h, false)
+	got := b.peer.takeSyncs()
+	if len(got) != 1 || changesIn(t, got[0]) != 1 {
+		t.Fatalf("a quiet document's change: b got %d messages, want 1 at once", len(got))
+	}
+	if _, err := b.state.ReceiveMessage(got[0]); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := b.state.GenerateMessage(); ok { // b answers at once
+		if err := h.Sync(context.Background(), b.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 2; i <= 4; i++ {
+		a.setText(t, "n", fmt.Sprint(i))
+		a.level(t, h, false)
+	}
+	if time.Since(start) < spacing {
+		if n := len(b.peer.syncsSoFar()); n != 0 {
+			t.Fatalf("b got %d messages within the spacing", n)
+		}
+	}
+	b.peer.waitUntil(t, "the spaced message", func() bool { return len(b.peer.syncsSoFar()) > 0 })
+	got = b.peer.takeSyncs()
+	if len(got) != 1 || changesIn(t, got[0]) != 3 {
+		t.Fatalf("after the spacing b got %d messages, want one with the 3 changes", len(got))
+	}
+	if took := time.Since(start); took < spacing {
+		t.Fatalf("the spaced message came after %v, within the %v spacing", took, spacing)
 	}
 }

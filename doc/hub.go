@@ -234,7 +234,7 @@ func (h *Hub) Ephemeral(ctx context.Context, p Peer, documentID string, e Epheme
 		if err != nil {
 			return err
 		}
-		if err := r.relayEphemeral(p, e); !errors.Is(err, errEvicted) {
+		if err := r.relayEphemeral(h, p, e); !errors.Is(err, errEvicted) {
 			if err == nil {
 				h.publishEphemeral(documentID, e) // the document's peers on other nodes
 			}

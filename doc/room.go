@@ -175,10 +175,11 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 
 // join returns p's membership, adding p, with a new sync state, if it is
 // new or replaces an older connection with the same peer id.
-func (r *room) join(p Peer, readOnly bool) *member {
+func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 	m := r.members[p.ID()]
 	if m == nil || m.peer != p {
 		m = &member{peer: p, sync: amsync.NewPeer()}
+		m.sync.Spacing = h.cfg.SyncSpacing
 		r.members[p.ID()] = m
 		r.vacant.Store(false)
 	}
@@ -230,7 +231,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 			return false, ErrStoreBehind
 		}
 	}
-	m := r.join(p, msg.ReadOnly)
+	m := r.join(h, p, msg.ReadOnly)
 	m.bare = sm.bare()
 	if ad != nil && len(ad.apply) > 0 && r.mentions != nil {
 		if mentioned == nil && r.mentions.needsBefore(p) {
@@ -253,7 +254,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	r.noteAhead(m, sm.msg.Heads)
 	m.sync.Receive(r.log, sm.msg, before)
-	r.answer(m, nil)
+	r.answer(h, m, nil)
 	if msg.Request && !r.exists {
 		r.ask(h, p)
 	}
@@ -329,14 +330,14 @@ func (m *member) repeats(sm *syncMessage) bool {
 }
 
 // relayEphemeral sends e to every peer of the room but its sender.
-func (r *room) relayEphemeral(p Peer, e Ephemeral) error {
+func (r *room) relayEphemeral(h *Hub, p Peer, e Ephemeral) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
 		return errEvicted
 	}
 	if m := r.members[p.ID()]; m == nil || m.peer != p {
-		r.join(p, false)
+		r.join(h, p, false)
 	}
 	for id, m := range r.members {
 		if id != p.ID() {

@@ -122,6 +122,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	docCfg := doc.Config{
 		Store: n.stores.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
+		SyncSpacing:      cfg.SyncSpacing,
 		// Reports are offered until the hub closes, and posting them needs
 		// no running worker: only the stop's deadline ends them.
 		Mentions: mentionSink(mentionsCtx, n.notes.mentions),

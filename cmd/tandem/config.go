@@ -30,6 +30,7 @@ type config struct {
 	RedisURL    string
 	PostgresURL string
 	NodeID      string
+	SyncSpacing time.Duration
 	NodeTTL     time.Duration
 
 	UnavailableGrace time.Duration
@@ -103,6 +104,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
 	fs.DurationVar(&c.UnavailableGrace, "unavailable-grace", 200*time.Millisecond,
 		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
+	fs.DurationVar(&c.SyncSpacing, "sync-spacing", 100*time.Millisecond,
+		"the least time between two sync messages that bring a peer changes of a document: the first change after a quiet spell goes at once, the next ones together at the end; 0 sends each as soon as the peer answered the last")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
 		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
@@ -208,6 +211,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.UnavailableGrace < time.Millisecond || c.UnavailableGrace > 10*time.Second {
 		return c, fmt.Errorf("--unavailable-grace %v is out of range (1ms to 10s)", c.UnavailableGrace)
+	}
+	if c.SyncSpacing < 0 || c.SyncSpacing > time.Second {
+		return c, fmt.Errorf("--sync-spacing %v is out of range (0 to 1s)", c.SyncSpacing)
 	}
 	if c.HTTPIdleTimeout <= 0 {
 		return c, fmt.Errorf("--http-idle-timeout must be positive")

@@ -12,7 +12,9 @@
 // generate_sync_message would, with one difference: a peer that has not
 // answered a message bringing it changes is sent nothing new until it
 // answers (or the answer is overdue), so each peer is paced by its own
-// reading, and its next message carries everything new since.
+// reading, and its next message carries everything new since; and, with
+// Peer.Spacing, messages that bring a peer changes are at least that far
+// apart (the first after a quiet spell goes at once).
 //
 // What amsync does not do is read a change's operations or decide whether
 // a change may be admitted: callers parse and check changes and hand the

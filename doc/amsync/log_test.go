@@ -223,3 +223,42 @@ func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
 		t.Fatalf("asked for the second change again, the peer was sent %v", out)
 	}
 }
+
+// With Spacing, a change that comes within it of the last one a peer was
+// brought waits for its end, and goes with what came meanwhile; the first
+// after a quiet spell goes at once.
+func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = 100 * time.Millisecond
+	level := func() {
+		p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	}
+	level()
+	t0 := time.Unix(100, 0)
+	add := func(i int) {
+		h := Hash{byte(i), 1}
+		if _, err := l.Add(h, l.Heads(), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(1)
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Changes) != 1 {
+		t.Fatalf("the first change after a quiet spell: %v, want it at once", out)
+	}
+	level()
+	add(2)
+	add(3)
+	if out := p.Generate(l, nil, nil, t0.Add(30*time.Millisecond)); out != nil {
+		t.Fatalf("within the spacing the peer was sent %v", out)
+	}
+	if got, want := p.HeldUntil(), t0.Add(100*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v", got, want)
+	}
+	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out == nil || len(out.Changes) != 2 {
+		t.Fatalf("at the end of the spacing: %v, want both changes", out)
+	}
+	if !p.HeldUntil().IsZero() {
+		t.Fatal("still held after the message went")
+	}
+}

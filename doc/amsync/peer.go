@@ -21,6 +21,11 @@ type Peer struct {
 	// ReadOnly is set for a peer whose changes are not taken: it is never
 	// asked for them (automerge's read-only sync state).
 	ReadOnly bool
+	// Spacing, if set, is the least time between two messages that bring
+	// the peer changes: a change that comes sooner waits for the end of
+	// it and goes with whatever else came meanwhile. The first change
+	// after a quiet spell goes at once.
+	Spacing time.Duration
 
 	shared   []Hash
 	lastSent []Hash
@@ -39,9 +44,9 @@ type Peer struct {
 	repeated           bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
-	// held is set when Generate held a message back for it.
-	awaitUntil time.Time
-	held       bool
+	// lastChanges is when a message last brought it changes. heldUntil
+	// is set when Generate held a message back for either, until when.
+	awaitUntil, lastChanges, heldUntil time.Time
 }
 
 // NewPeer returns the state for a peer the log knows nothing about.
@@ -62,19 +67,14 @@ func (p *Peer) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
 
 // HeldUntil returns, when Generate last held a message back from the
 // peer to wait for its answer, when the wait ends; zero otherwise.
-func (p *Peer) HeldUntil() time.Time {
-	if !p.held {
-		return time.Time{}
-	}
-	return p.awaitUntil
-}
+func (p *Peer) HeldUntil() time.Time { return p.heldUntil }
 
 // Receive reads a message from the peer. The caller has already added to
 // l the changes of m it admits; before are l's heads from before it did.
 // The message's blooms are copied: m may be let go.
 func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 	p.inFlight = false
-	p.awaitUntil, p.held = time.Time{}, false
+	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if m.Flags&flagSyncReset != 0 {
 		p.sent.clear()
 	}
@@ -157,6 +157,7 @@ type Outgoing struct {
 // brought it changes is sent nothing until it answers or AnswerWait has
 // passed: it then gets everything new since in one message.
 func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
+	p.heldUntil = time.Time{}
 	ours := l.Heads()
 	var ourNeed []Hash
 	if !p.ReadOnly {
@@ -213,8 +214,12 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		return nil
 	}
 	if p.inFlight && !p.awaitUntil.IsZero() && now.Before(p.awaitUntil) {
-		p.held = true
+		p.heldUntil = p.awaitUntil
 		return nil // paced: the next message goes when it answers
+	}
+	if next := p.lastChanges.Add(p.Spacing); len(send) > 0 && p.Spacing > 0 && now.Before(next) {
+		p.heldUntil = next
+		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
 
 	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send}
@@ -233,9 +238,10 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		p.sent.add(x)
 	}
 	p.inFlight = true
-	p.awaitUntil, p.held = time.Time{}, false
+	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(AnswerWait)
+		p.lastChanges = now
 	}
 	if len(send) > 0 {
 		out.Changes = make([][]byte, len(send))
