@@ -275,3 +275,30 @@ func BenchmarkPaste(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkColdLoad is a room's load of a document of 100,000 typed
+// changes from the store: read, parsed, taken into the log and the
+// guard's index.
+func BenchmarkColdLoad(b *testing.B) {
+	const n = 100_000
+	all := typing(n)
+	var snapshot []byte
+	for _, c := range all {
+		snapshot = append(snapshot, c...)
+	}
+	s := openStore(b, b.TempDir())
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		h := newTestHub(b, s, Config{})
+		start := time.Now()
+		r := roomOf(b, h, testDoc)
+		b.ReportMetric(time.Since(start).Seconds(), "load-s")
+		if r.log.Len() != n+1 {
+			b.Fatalf("loaded %d changes", r.log.Len())
+		}
+		h.Close(context.Background())
+	}
+}

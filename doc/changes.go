@@ -29,7 +29,7 @@ type change struct {
 // in the node, once per such document, until its next compaction writes
 // it as change chunks.
 func readChanges(data []byte) ([]change, error) {
-	var out []change
+	out := make([]change, 0, len(data)/128+1) // a typed change is about 110 bytes
 	for off := 0; off < len(data); {
 		c, n, err := amcheck.ParseChange(data[off:], amcheck.Limits{ListOps: true})
 		if err != nil || c.Compressed {
@@ -67,32 +67,37 @@ func readSaved(data []byte) ([]change, error) {
 // it lacks; it returns those it added, in the order it added them, and
 // those whose dependencies it still lacks.
 func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
-	deps := func(c *change) []amsync.Hash {
-		out := make([]amsync.Hash, len(c.Deps))
-		for i, d := range c.Deps {
-			out[i] = d
-		}
-		return out
+	var deps []amsync.Hash
+	added = make([]change, 0, len(cs))
+	pending := make([]int, 0, len(cs)) // indices into cs, in order
+	for i := range cs {
+		pending = append(pending, i)
 	}
-	for progress := true; progress && len(cs) > 0; {
+	for progress := true; progress && len(pending) > 0; {
 		progress = false
-		rest := cs[:0:0]
-		for i := range cs {
+		rest := pending[:0]
+		for _, i := range pending {
 			c := &cs[i]
 			if log.Has(c.Hash) {
 				continue
 			}
-			if ok, err := log.Add(c.Hash, deps(c), c.raw); err != nil {
-				rest = append(rest, *c)
-				continue
+			deps = deps[:0]
+			for _, d := range c.Deps {
+				deps = append(deps, d)
+			}
+			if ok, err := log.Add(c.Hash, deps, c.raw); err != nil {
+				rest = append(rest, i)
 			} else if ok {
 				added = append(added, *c)
 				progress = true
 			}
 		}
-		cs = rest
+		pending = rest
 	}
-	return added, cs
+	for _, i := range pending {
+		waiting = append(waiting, cs[i])
+	}
+	return added, waiting
 }
 
 // joinChanges returns the bytes of the log's changes idx, one chunk

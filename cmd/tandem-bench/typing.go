@@ -143,18 +143,22 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 			p.mu.Unlock()
 		}
 	}
-	// Typists start once they have the document.
+	// Typing starts once the typists have the document and, with a
+	// history, once every peer has it.
 	deadline := time.Now().Add(10*time.Second + time.Duration(o.history)*time.Millisecond)
-	for i := 0; i < o.typists; i++ {
+	for i := range peers {
+		if o.history == 0 && i >= o.typists {
+			break // without a history, readers get the document as the typing starts
+		}
 		for {
 			peers[i].mu.Lock()
-			_, err := peers[i].d.Path("text").Text().Get()
+			ready := peers[i].hasText() && peers[i].d.Path("text").Text().Len() >= o.history
 			peers[i].mu.Unlock()
-			if err == nil {
+			if ready {
 				break
 			}
 			if time.Now().After(deadline) {
-				return typingResult{}, fmt.Errorf("typist %d never got the document", i)
+				return typingResult{}, fmt.Errorf("peer %d never got the document", i)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -219,6 +223,13 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	slices.Sort(latencies)
 	r.latencies = latencies
 	return r, nil
+}
+
+// hasText reports whether the peer has the document's text. The caller
+// holds s.mu.
+func (s *syncPeer) hasText() bool {
+	_, err := s.d.Path("text").Text().Get()
+	return err == nil
 }
 
 func mustFirst(s *automerge.SyncState) []byte {
