@@ -6,11 +6,11 @@
 // change's hash, dependencies and bytes, not its content. It speaks
 // automerge's sync protocol in Go against that log, with one sync state
 // per member (amsync.Peer), and relays changes as the bytes they came in.
-// No call into automerge lies on the path of a sync message. The content
-// is read with automerge only where it is needed: the mention tracker's
-// copy of a document whose mentions are reported (mention_text.go), and a
-// document an earlier version of Tandem stored as automerge saved it,
-// read once (changes.go).
+// No call into automerge lies on the path of a sync message. Of the
+// content, the node keeps only what the mention tracker reads, the
+// mention fields' values, followed in Go from the changes (content.go).
+// automerge-go reads one thing: a document an earlier version of Tandem
+// stored as automerge saved it, once (changes.go).
 //
 // A Hub owns the rooms. It loads a document from its Store on first use,
 // writes accepted changes back as soon as the write before them is done,

@@ -311,7 +311,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 			return
 		}
 		// What the guard admits, stock automerge takes: here automerge-go,
-		// as the mention tracker's copy takes it.
+		// as every client applies it.
 		if err := d.LoadIncremental(joinRaw(ad.apply)); err != nil {
 			return
 		}

@@ -318,6 +318,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 		}
 		if h.cfg.Mentions != nil {
 			r.mentions = h.newMentionTracker(r)
+			r.text = newContent(h.cfg.MentionFields)
 		}
 		h.rooms[documentID] = r
 	}

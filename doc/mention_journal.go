@@ -176,8 +176,7 @@ func (h *Hub) takeOverAtLoad(ctx context.Context, r *room, journals map[string][
 			continue // its node reports it
 		}
 		if now == nil {
-			d := r.contentNow(h)
-			now, title = countMentions(r.mentions.fields.text(d)), r.mentions.fields.title(d)
+			now, title = countMentions(r.text.text()), r.text.title()
 		}
 		n, err := r.mentions.takeOver(now, title, r.id, node, data)
 		if err != nil {

@@ -2,8 +2,6 @@ package doc
 
 import (
 	"strings"
-
-	"github.com/automerge/automerge-go"
 )
 
 // What a mention is (`@<userId>`), and the fields it is read from.
@@ -26,17 +24,12 @@ func (f *MentionFields) setDefaults() {
 	}
 }
 
-// text returns the text field, or "".
-func (f MentionFields) text(d *automerge.Doc) string {
-	return stringAt(d, f.Text)
-}
-
 // title returns the title field, or the text's first non-blank line, at
 // most 80 characters.
-func (f MentionFields) title(d *automerge.Doc) string {
-	t := strings.TrimSpace(stringAt(d, f.Title))
+func (c *content) title() string {
+	t := strings.TrimSpace(c.field(1))
 	if t == "" {
-		for _, line := range strings.Split(f.text(d), "\n") {
+		for _, line := range strings.Split(c.field(0), "\n") {
 			if t = strings.TrimSpace(strings.TrimLeft(line, "#")); t != "" {
 				break
 			}
@@ -48,27 +41,8 @@ func (f MentionFields) title(d *automerge.Doc) string {
 	return t
 }
 
-// stringAt reads a text or string at a dotted path of map keys; anything
-// else, or nothing there, is "".
-func stringAt(d *automerge.Doc, path string) string {
-	keys := strings.Split(path, ".")
-	p := make([]any, len(keys))
-	for i, k := range keys {
-		p[i] = k
-	}
-	v, err := d.Path(p...).Get()
-	if err != nil {
-		return ""
-	}
-	switch v.Kind() {
-	case automerge.KindText:
-		s, _ := v.Text().Get()
-		return s
-	case automerge.KindStr:
-		return v.Str()
-	}
-	return ""
-}
+// text returns the text field, or "".
+func (c *content) text() string { return c.field(0) }
 
 // maxMentionID bounds a mentioned user id.
 const maxMentionID = 64
@@ -100,45 +74,7 @@ func mentionChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
 }
 
-// textCopy is the document's content for the mention tracker: an
-// automerge document brought up to the room's log when the tracker reads
-// the text, the one copy of a document's content the node keeps, and only
-// for documents whose mentions it reports. Every change in the log passed
-// the guard (or came from the store or another node, where it had).
-type textCopy struct {
-	doc *automerge.Doc
-	at  int // the log's first at changes are in doc
-}
-
-// catchUp brings the copy up to the log's first n changes, whose bytes
-// since the copy's are data.
-func (t *textCopy) catchUp(data []byte, n int) error {
-	if t.doc == nil {
-		t.doc = automerge.New()
-	}
-	if len(data) > 0 {
-		if err := t.doc.LoadIncremental(data); err != nil {
-			return err
-		}
-	}
-	t.at = n
-	return nil
-}
-
-// contentNow returns the room's content brought up to its log. The caller
-// holds r.mu (and r.applyMu, or the log may move on at once).
-func (r *room) contentNow(h *Hub) *automerge.Doc {
-	if r.text == nil {
-		r.text = &textCopy{}
-	}
-	n := r.log.Len()
-	if err := r.text.catchUp(joinChanges(r.log, span(r.text.at, n)), n); err != nil {
-		h.log.Error("the mention tracker's copy of the document does not take its changes", "document", r.id, "err", err)
-	}
-	return r.text.doc
-}
-
 // mentionsNow counts the mentions in the text now. The caller holds r.mu.
-func (r *room) mentionsNow(h *Hub) map[string]int {
-	return countMentions(r.mentions.fields.text(r.contentNow(h)))
+func (r *room) mentionsNow() map[string]int {
+	return countMentions(r.text.text())
 }

@@ -2,8 +2,6 @@ package doc
 
 import (
 	"time"
-
-	"github.com/automerge/automerge-go"
 )
 
 // Mention reports that a local peer inserted mentions of users into a
@@ -282,29 +280,26 @@ func (r *room) takeMentions(h *Hub, peerID string, gen uint64) *Mention {
 // if need says the tracker will use them, and the title if asked. The
 // caller holds r.applyMu and not r.mu: every change to the document takes
 // applyMu, so the text read is the text the tracker counts at, while
-// acknowledgements and fan-outs, which take only r.mu, go on. The copy
-// takes the changes since its last read (textCopy); reading a text of
-// 100 KB out of automerge takes milliseconds (BenchmarkMentionCount).
+// acknowledgements and fan-outs, which take only r.mu, go on. The text
+// is kept in Go as the changes come (content.go); reading it out takes a
+// walk over its elements (BenchmarkMentionCount).
 func (r *room) readMentions(h *Hub, need func(*mentionTracker) bool, withTitle bool) (counts map[string]int, title string) {
 	r.mu.Lock()
 	t := r.mentions
 	read := t != nil && !r.evicted && need(t)
-	var d *automerge.Doc
-	if t != nil && !r.evicted && (read || withTitle) {
-		d = r.contentNow(h) // its new changes only: the copy is kept
-	}
+	c := r.text
 	r.mu.Unlock()
-	if d == nil {
+	if t == nil || c == nil || (!read && !withTitle) {
 		return nil, ""
 	}
 	if r.beforeMentionRead != nil {
 		r.beforeMentionRead()
 	}
 	if read {
-		counts = countMentions(t.fields.text(d))
+		counts = countMentions(c.text())
 	}
 	if withTitle {
-		title = t.fields.title(d)
+		title = c.title()
 	}
 	return counts, title
 }

@@ -94,7 +94,7 @@ func (r *room) applyOthers(h *Hub, cs []change) bool {
 	}
 	// The guard's ledger follows what other nodes' peers wrote, so that
 	// their next change here continues their sequence.
-	r.ledger.record(added)
+	r.record(added)
 	r.exists = true
 	if r.mentions != nil {
 		r.mentions.refresh() // mentions from other nodes are theirs to report

@@ -84,7 +84,7 @@ type room struct {
 	questions    []func(bool) // other nodes' Holds, waiting for arriving to reach zero
 
 	mentions *mentionTracker // nil unless the hub reports mentions
-	text     *textCopy       // the document's content for the tracker (mention_text.go)
+	text     *content        // the mention fields' values, for the tracker (content.go)
 
 	// paceAt is when a fan-out to peers held back for their answers is
 	// due (fanout.go); zero if none is scheduled.
@@ -159,7 +159,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 		all = append(all, cs...)
 	}
 	added, waiting := addChanges(r.log, all)
-	r.ledger.record(added)
+	r.record(added)
 	r.holdRemote(h, waiting)
 	r.chunks = len(stored.Chunks)
 	r.taken = r.log.Len() // what was loaded is stored already
@@ -235,14 +235,14 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	m.bare = sm.bare()
 	if ad != nil && len(ad.apply) > 0 && r.mentions != nil {
 		if mentioned == nil && r.mentions.needsBefore(p) {
-			mentioned = r.mentionsNow(h) // not read above: read under the lock, as rarely as that
+			mentioned = r.mentionsNow() // not read above: read under the lock, as rarely as that
 		}
 		r.mentions.before(mentioned, p)
 	}
 	before := r.log.Heads()
 	if ad != nil {
 		if added, _ := addChanges(r.log, ad.apply); len(added) > 0 {
-			r.ledger.record(added)
+			r.record(added)
 			r.accepted(h, p, added)
 			changed = true
 		}
@@ -265,6 +265,15 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return changed, ErrReadOnly
 	}
 	return changed, nil
+}
+
+// record follows the changes the log took: in the guard's ledger, and in
+// the content the mention tracker reads.
+func (r *room) record(added []change) {
+	r.ledger.record(added)
+	if r.text != nil {
+		r.text.take(added)
+	}
 }
 
 // noteDropped reports queued changes the guard refused once they were

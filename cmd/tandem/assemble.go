@@ -78,8 +78,9 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		n.gcTune = &gctune.Config{
 			Max: cfg.GCMax, Logger: log,
 			OnChange: func(p int) { percent.Store(int64(p)) },
-			// The C heap (automerge's copies for the mention
-			// tracker) keeps the pages it freed until trimmed.
+			// The C heap (automerge, reading a document stored in an
+			// earlier version's format) keeps the pages it freed
+			// until trimmed.
 			Release: func() { cmalloc.Trim() },
 		}
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -306,14 +307,14 @@ func (n *tandemNode) dismantle() {
 	}
 }
 
-// registerCHeap exports what the C heap holds (automerge's copies of
-// documents for the mention tracker), and the free space malloc keeps
-// among them.
+// registerCHeap exports what the C heap holds (automerge, while it reads
+// a document stored in an earlier version's format), and the free space
+// malloc keeps.
 func registerCHeap(reg prometheus.Registerer) {
 	for _, state := range []string{"in_use", "free"} {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "tandem_c_heap_bytes",
-			Help:        "Bytes of the C heap (automerge's copies of documents for the mention tracker): in use, or free within malloc's arenas (trimmed or not).",
+			Help:        "Bytes of the C heap (automerge, while it reads a document stored in an earlier version's format): in use, or free within malloc's arenas (trimmed or not).",
 			ConstLabels: prometheus.Labels{"state": state},
 		}, func() float64 {
 			inUse, free, _ := cmalloc.Stats()

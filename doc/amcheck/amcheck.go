@@ -73,8 +73,10 @@ type Change struct {
 	// actor first, then the others in the order the change lists them.
 	Actors [][]byte
 	// OpList holds the change's operations, when Limits.ListOps asked
-	// for them (oplist.go).
+	// for them (oplist.go), and Values their values' bytes, one after
+	// another (Op.ValueAt).
 	OpList []Op
+	Values []byte
 	// Compressed reports a compressed (type 2) chunk. automerge's sync
 	// message decoder does not inflate such chunks (it reads their
 	// compressed bytes as if they were a change body), so a change from a

@@ -72,6 +72,8 @@ type Op struct {
 	Expand bool
 	// Preds are the ops this one overwrites, deletes or increments.
 	Preds []OpID
+	// ValueAt and ValueLen place the op's value in Change.Values.
+	ValueAt, ValueLen uint32
 }
 
 // listOps decodes every op of a change whose columns checkOps accepted.
@@ -95,6 +97,7 @@ func (o *opsCheck) listOps() error {
 		expand = rowsOf(o.col(cExpand), &err)
 		keyAbs int64
 		prdAbs int64
+		valAt  uint64
 	)
 	for i := range ops {
 		op := &ops[i]
@@ -113,7 +116,10 @@ func (o *opsCheck) listOps() error {
 		}
 		op.Insert = ins.row().u == 1
 		op.Action = Action(act.row().u)
-		op.Value = ValueType(meta.row().u & 0xf)
+		m := meta.row().u
+		op.Value = ValueType(m & 0xf)
+		op.ValueAt, op.ValueLen = uint32(valAt), uint32(m>>4)
+		valAt += m >> 4
 		op.MarkStart = !mark.row().null
 		op.Expand = expand.row().u == 1
 		n := pnum.row().u
@@ -134,6 +140,7 @@ func (o *opsCheck) listOps() error {
 		}
 	}
 	o.c.OpList = ops
+	o.c.Values = append([]byte(nil), o.data[cValRaw]...)
 	return nil
 }
 

@@ -1,9 +1,8 @@
 // Package cmalloc tunes the C allocator beneath automerge.
 //
-// What automerge holds in a node (the copies of documents whose mentions
-// are reported, and documents loaded from an earlier version's format)
-// lives in its C heap, which glibc's malloc serves. Two of its defaults
-// cost a node more memory than that content:
+// What automerge holds in a node (a document stored in an earlier
+// version's format, while it is read) lives in its C heap, which glibc's
+// malloc serves. Two of its defaults cost a node more memory than that:
 //
 //   - It keeps up to eight arenas per core, one for each thread that
 //     allocated while the others were busy. Memory freed in one arena
