@@ -170,6 +170,15 @@ func BenchmarkMentionCount(b *testing.B) {
 	}
 }
 
+// mentionsOn is a hub's configuration with mentions reported (to nobody,
+// the bursts never settling) or not.
+func mentionsOn(on bool) Config {
+	if !on {
+		return Config{}
+	}
+	return Config{Mentions: func(Mention) error { return nil }, MentionSettle: time.Hour}
+}
+
 // BenchmarkDocumentMemory is what a room holds per typed change once a
 // document of 20,000 changes has been typed into it through the hub: the
 // Go heap (the log, the guard's ledger, the members' sync states, and
@@ -181,11 +190,7 @@ func BenchmarkDocumentMemory(b *testing.B) {
 	for _, mentions := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
 			for range b.N {
-				cfg := Config{}
-				if mentions {
-					cfg.Mentions = func(Mention) error { return nil }
-					cfg.MentionSettle = time.Hour
-				}
+				cfg := mentionsOn(mentions)
 				var ms0, ms1 runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&ms0)
@@ -234,7 +239,6 @@ func BenchmarkPaste(b *testing.B) {
 		b.Fatal(err)
 	}
 	d.Commit("text")
-	base := d.Save()
 	if err := d.Path("text").Text().Insert(0, strings.Repeat("lorem ipsum ", (1<<20)/12)); err != nil {
 		b.Fatal(err)
 	}
@@ -243,16 +247,11 @@ func BenchmarkPaste(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_ = base
 	msg := messageWithChanges(d.Heads(), cs)
 	for _, mentions := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
 			for range b.N {
-				cfg := Config{}
-				if mentions {
-					cfg.Mentions = func(Mention) error { return nil }
-					cfg.MentionSettle = time.Hour
-				}
+				cfg := mentionsOn(mentions)
 				h := newTestHub(b, openStore(b, b.TempDir()), cfg)
 				p, q := &fakePeer{id: "writer"}, &fakePeer{id: "reader"}
 				start := time.Now()

@@ -151,16 +151,22 @@ func (m *Message) Encode() []byte {
 	b = append(b, MessageV1)
 	b = appendHashes(b, m.Heads)
 	b = appendHashes(b, m.Need)
-	b = binary.AppendUvarint(b, uint64(len(m.Have)))
-	for _, h := range m.Have {
-		b = appendHashes(b, h.LastSync)
-		b = binary.AppendUvarint(b, uint64(len(h.Bloom)))
-		b = append(b, h.Bloom...)
-	}
+	b = appendHaves(b, m.Have)
 	b = binary.AppendUvarint(b, uint64(len(m.Changes)))
 	for _, c := range m.Changes {
 		b = binary.AppendUvarint(b, uint64(len(c)))
 		b = append(b, c...)
+	}
+	return b
+}
+
+// appendHaves appends a have list as a message holds it.
+func appendHaves(b []byte, haves []Have) []byte {
+	b = binary.AppendUvarint(b, uint64(len(haves)))
+	for _, h := range haves {
+		b = appendHashes(b, h.LastSync)
+		b = binary.AppendUvarint(b, uint64(len(h.Bloom)))
+		b = append(b, h.Bloom...)
 	}
 	return b
 }

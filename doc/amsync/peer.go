@@ -257,12 +257,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 func (o *Outgoing) Key() string {
 	b := make([]byte, 0, 32*len(o.Need)+8*len(o.Indices)+64)
 	b = appendHashes(b, o.Need)
-	b = binary.AppendUvarint(b, uint64(len(o.Have)))
-	for _, h := range o.Have {
-		b = appendHashes(b, h.LastSync)
-		b = binary.AppendUvarint(b, uint64(len(h.Bloom)))
-		b = append(b, h.Bloom...)
-	}
+	b = appendHaves(b, o.Have)
 	for _, x := range o.Indices {
 		b = binary.AppendUvarint(b, uint64(x))
 	}
