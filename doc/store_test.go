@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/automerge/automerge-go"
+
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -201,5 +203,52 @@ func TestStorageIDIsStable(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "tandem.db")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A document an earlier version stored (a snapshot automerge saved, then
+// incremental chunks) loads, is rewritten as change bytes at the next
+// compaction, and what is stored then loads in automerge-go.
+func TestADocumentStoredByAnEarlierVersionLoads(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	old := automerge.New()
+	if err := old.RootMap().Set("title", "from before"); err != nil {
+		t.Fatal(err)
+	}
+	old.Commit("one")
+	snapshot := old.Save()
+	old.SaveIncremental()
+	if err := old.RootMap().Set("later", "a chunk"); err != nil {
+		t.Fatal(err)
+	}
+	old.Commit("two")
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot, Chunks: [][]byte{old.SaveIncremental()}}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{})
+	a := newClient("a")
+	a.sync(t, h, true)
+	if a.get(t, "title") != "from before" || a.get(t, "later") != "a chunk" {
+		t.Fatalf("a reads title %q, later %q", a.get(t, "title"), a.get(t, "later"))
+	}
+	a.setText(t, "new", "written now")
+	a.sync(t, h, false)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Snapshot == nil || len(stored.Chunks) != 0 || stored.Snapshot[8] != 1 {
+		t.Fatalf("stored: a snapshot of %d bytes (type %d), %d chunks; want the document rewritten as change chunks",
+			len(stored.Snapshot), stored.Snapshot[8], len(stored.Chunks))
+	}
+	d, err := automerge.Load(stored.Snapshot)
+	if err != nil {
+		t.Fatalf("automerge-go does not load what is stored: %v", err)
+	}
+	if !sameHeads(d.Heads(), a.doc.Heads()) {
+		t.Fatal("what automerge-go loads is not the document")
 	}
 }
