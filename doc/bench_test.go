@@ -10,6 +10,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 
+	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
@@ -120,6 +121,15 @@ func benchKeystroke(b *testing.B, size int, mentions bool) {
 }
 
 func nanotime() int64 { return time.Now().UnixNano() }
+
+// hashesAt converts automerge-go's heads.
+func hashesAt(heads []automerge.ChangeHash) []amsync.Hash {
+	hs := make([]amsync.Hash, len(heads))
+	for i := range heads {
+		hs[i] = amsync.Hash(heads[i])
+	}
+	return hs
+}
 
 // levelAt is the message of a peer level with the document at heads.
 func levelAt(heads []automerge.ChangeHash) []byte {
@@ -305,5 +315,60 @@ func BenchmarkColdLoad(b *testing.B) {
 			b.Fatalf("loaded %d changes", r.log.Len())
 		}
 		h.Close(context.Background())
+	}
+}
+
+// BenchmarkTypingIntoHistory is the hub's work for one keystroke of two
+// typists taking turns, with 20 readers that acknowledge every message,
+// into a document of a short and of a long typed history: what the node
+// does per keystroke should not grow with the document.
+func BenchmarkTypingIntoHistory(b *testing.B) {
+	for _, n := range []int{100, 20_000} {
+		b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
+			all := typing(n + b.N + 1)
+			var history []byte
+			for _, c := range all[:n+1] {
+				history = append(history, c...)
+			}
+			s := openStore(b, b.TempDir())
+			if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
+				b.Fatal(err)
+			}
+			h := newTestHub(b, s, mentionsOn(true))
+			typists := []*fakePeer{{id: "typist-a"}, {id: "typist-b"}}
+			var readers []*fakePeer
+			r := roomOf(b, h, testDoc)
+			for i := range 20 {
+				p := &fakePeer{id: fmt.Sprint("reader", i)}
+				readers = append(readers, p)
+				if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: levelAt(r.docHeads())}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				// As a client sends its change: its new heads, what it had.
+				before := hashesAt(r.docHeads())
+				c, err := amcheck.ParseSyncChange(all[n+1+i], amcheck.Limits{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				m := amsync.Message{Heads: []amsync.Hash{c.Hash}, Have: []amsync.Have{{LastSync: before}}, Changes: [][]byte{all[n+1+i]}}
+				if err := h.Sync(context.Background(), typists[i%2], SyncMessage{DocumentID: testDoc, Data: m.Encode()}); err != nil {
+					b.Fatal(err)
+				}
+				ack := levelAt(r.docHeads())
+				for _, p := range readers {
+					if len(p.takeSyncs()) > 0 {
+						if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: ack}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				for _, p := range typists {
+					p.takeSyncs()
+				}
+			}
+		})
 	}
 }
