@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // The guard admits a client's changes into a room's log. Every byte it
@@ -113,11 +114,14 @@ type ledger struct {
 	// hub (Limits.WaitingBytes).
 	waiting *atomic.Int64
 	refs    *refIndex
+	// log is the room's: the index keeps changes' hashes and
+	// dependencies there (nil: one of its own).
+	log *amsync.Log
 }
 
 func (l *ledger) index() *refIndex {
 	if l.refs == nil {
-		l.refs = newRefIndex(nil)
+		l.refs = newBaseIndex(l.log)
 	}
 	return l.refs
 }

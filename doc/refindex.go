@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // The reference index: what a document's ops may be named by later ops
@@ -63,6 +64,15 @@ type changeNode struct {
 	complete bool
 }
 
+// baseNode is a changeNode of the document's index, whose hash and
+// dependencies are in the log and whose index is its log index.
+type baseNode struct {
+	actor    uint32
+	maxOp    uint32
+	seq      uint64
+	complete bool
+}
+
 // actorChange places one of an actor's changes among its op counters.
 type actorChange struct {
 	startOp uint32
@@ -88,12 +98,28 @@ type refIndex struct {
 	keys    map[uint64]uint64 // a put's op id → its map key (keyName | name number) or element
 	names   map[string]uint32 // map key → number; an overlay numbers from its parent's count
 	nNames  int
+	// changes are an overlay's changes. The document's index keeps its
+	// changes' hashes and dependencies in the room's log instead (one
+	// owner for them), and the rest, by log index, in nodes.
 	changes map[[32]byte]changeNode
+	log     *amsync.Log
+	nodes   []baseNode
 	count   uint64 // changes taken, the parent's included
 	// The document's heads: an overlay keeps what its changes added and
 	// removed, over its parent's.
 	heads, unheaded map[[32]byte]struct{}
 	nHeads          int
+}
+
+// newBaseIndex returns the index of a document whose changes log holds,
+// nil for a log of its own.
+func newBaseIndex(log *amsync.Log) *refIndex {
+	x := newRefIndex(nil)
+	if log == nil {
+		log = amsync.NewLog()
+	}
+	x.log = log
+	return x
 }
 
 func newRefIndex(parent *refIndex) *refIndex {
@@ -219,8 +245,27 @@ func (x *refIndex) change(h [32]byte) (changeNode, bool) {
 		if n, ok := i.changes[h]; ok {
 			return n, true
 		}
+		if i.log != nil {
+			return i.baseChange(h)
+		}
 	}
 	return changeNode{}, false
+}
+
+// baseChange returns a change of the document's index, from the log and
+// nodes.
+func (x *refIndex) baseChange(h [32]byte) (changeNode, bool) {
+	at, ok := x.log.IndexOf(h)
+	if !ok || int(at) >= len(x.nodes) {
+		return changeNode{}, false
+	}
+	b := x.nodes[at]
+	ds := x.log.DepsAt(at)
+	deps := make([][32]byte, len(ds))
+	for i, d := range ds {
+		deps[i] = x.log.HashAt(d)
+	}
+	return changeNode{actor: b.actor, seq: b.seq, deps: deps, maxOp: b.maxOp, index: uint64(at), complete: b.complete}, true
 }
 
 // seqOf returns the sequence number of the actor's change that holds the
@@ -299,7 +344,27 @@ func (x *refIndex) add(c *amcheck.Change) {
 		}
 	}
 	node.complete = heads == len(c.Deps) && x.nHeads == 0
-	x.changes[c.Hash] = node
+	if x.log != nil {
+		// The document's index: its log holds the change, at the next
+		// index (the room records what its log took, in its order), or
+		// is the index's own.
+		at, ok := x.log.IndexOf(c.Hash)
+		if !ok {
+			deps := make([]amsync.Hash, len(c.Deps))
+			for i, d := range c.Deps {
+				deps[i] = d
+			}
+			x.log.Add(c.Hash, deps, nil)
+			at, ok = x.log.IndexOf(c.Hash)
+		}
+		if ok && int(at) == len(x.nodes) {
+			x.nodes = append(x.nodes, baseNode{actor: node.actor, maxOp: node.maxOp, seq: node.seq, complete: node.complete})
+		} else {
+			x.changes[c.Hash] = node // out of the log's order: kept by hash
+		}
+	} else {
+		x.changes[c.Hash] = node
+	}
 	x.count++
 	x.heads[c.Hash] = struct{}{}
 	x.nHeads++

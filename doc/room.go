@@ -117,6 +117,7 @@ func newRoom(id string) *room {
 		members:    make(map[string]*member),
 		emptySince: time.Now(),
 	}
+	r.ledger.log = r.log
 	r.vacant.Store(true)
 	return r
 }
