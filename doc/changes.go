@@ -22,23 +22,32 @@ type change struct {
 }
 
 // readChanges reads stored or relayed bytes as changes: change chunks one
-// after another, as Tandem stores and relays them. Anything else (a whole
-// document saved by automerge, as an earlier version of Tandem stored
-// its snapshots, or compressed change chunks) is loaded with automerge and
-// its changes taken out of it: the only place automerge reads a document
-// in the node, once per such document, until its next compaction writes
-// it as change chunks.
+// after another, as Tandem stores and relays them. A whole document saved
+// by automerge (as an earlier version of Tandem stored its snapshots) or
+// compressed change chunks are loaded with automerge and their changes
+// taken out: the only place automerge reads a document in the node, once
+// per such document, until its next compaction writes it as change
+// chunks. Bytes that read as neither are an error.
 func readChanges(data []byte) ([]change, error) {
 	out := make([]change, 0, len(data)/128+1) // a typed change is about 110 bytes
 	for off := 0; off < len(data); {
 		c, n, err := amcheck.ParseChange(data[off:], amcheck.Limits{ListOps: true})
-		if err != nil || c.Compressed {
+		if c.Compressed || (err != nil && savedChunk(data[off:])) {
 			return readSaved(data)
+		}
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, change{Change: c, raw: data[off : off+n : off+n]})
 		off += n
 	}
 	return out, nil
+}
+
+// savedChunk reports whether b starts with a document chunk (a whole
+// document automerge saved) or a compressed chunk.
+func savedChunk(b []byte) bool {
+	return len(b) > 8 && (b[8] == 0 || b[8] == 2)
 }
 
 // readSaved reads a document automerge saved, by loading it.

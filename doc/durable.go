@@ -234,10 +234,6 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 	r.sendHeld(w.upTo)
 }
 
-// snapshotIsOld reports whether a stored snapshot is a document automerge
-// saved (a document chunk), as an earlier version of Tandem stored them.
-func (r *room) snapshotIsOld(b []byte) bool { return len(b) > 8 && b[8] == 0 }
-
 // coverage returns what a compaction writing the log's first n changes
 // (a snapshot) may delete: the stored chunks whose every change is among
 // them. The store calls it during the write, without the room's lock

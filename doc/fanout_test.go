@@ -32,6 +32,17 @@ func (c *client) level(t testing.TB, h *Hub, request bool) {
 	}
 }
 
+// writerAndReader returns a client that made the document (n = 0) and one
+// that found it, both level with the hub.
+func writerAndReader(t testing.TB, h *Hub) (a, b *client) {
+	t.Helper()
+	a, b = newClient("a"), newClient("b")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	b.level(t, h, true)
+	return a, b
+}
+
 func changesIn(t testing.TB, data []byte) int {
 	t.Helper()
 	sm, err := parseSyncMessage(data)
@@ -99,10 +110,7 @@ func TestLevelMembersShareOneMessage(t *testing.T) {
 // since, in one message.
 func TestAReaderIsPacedByItsAnswers(t *testing.T) {
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
-	a, b := newClient("a"), newClient("b")
-	a.setText(t, "n", "0")
-	a.level(t, h, false)
-	b.level(t, h, true)
+	a, b := writerAndReader(t, h)
 
 	a.setText(t, "n", "1")
 	a.level(t, h, false)
@@ -147,10 +155,7 @@ func TestAReaderIsPacedByItsAnswers(t *testing.T) {
 // not answer at all.
 func TestAnOverdueAnswerDoesNotStopTheReader(t *testing.T) {
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
-	a, b := newClient("a"), newClient("b")
-	a.setText(t, "n", "0")
-	a.level(t, h, false)
-	b.level(t, h, true)
+	a, b := writerAndReader(t, h)
 	a.setText(t, "n", "1")
 	a.level(t, h, false)
 	if n := len(b.peer.takeSyncs()); n != 1 {
@@ -300,10 +305,7 @@ func TestConcurrentTypistsGetOneAnswerEach(t *testing.T) {
 func TestChangesWithinTheSpacingGoTogether(t *testing.T) {
 	const spacing = 200 * time.Millisecond
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: spacing})
-	a, b := newClient("a"), newClient("b")
-	a.setText(t, "n", "0")
-	a.level(t, h, false)
-	b.level(t, h, true)
+	a, b := writerAndReader(t, h)
 	time.Sleep(spacing) // b's last message with changes is past the spacing
 	start := time.Now()
 	a.setText(t, "n", "1")

@@ -333,7 +333,7 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bo
 		if len(need) == 0 {
 			return true, true
 		}
-		stack = append(stack, n.deps...)
+		stack = x.appendDeps(stack, n)
 	}
 	return false, true
 }

@@ -62,6 +62,9 @@ type changeNode struct {
 	// it is in its past.
 	index    uint64
 	complete bool
+	// inLog says the change is the document's: its deps are not kept
+	// here but in the log, at index (deps is nil).
+	inLog bool
 }
 
 // baseNode is a changeNode of the document's index, whose hash and
@@ -252,20 +255,31 @@ func (x *refIndex) change(h [32]byte) (changeNode, bool) {
 	return changeNode{}, false
 }
 
-// baseChange returns a change of the document's index, from the log and
-// nodes.
+// baseChange returns a change of the document's index, from nodes; its
+// deps stay in the log (appendDeps).
 func (x *refIndex) baseChange(h [32]byte) (changeNode, bool) {
 	at, ok := x.log.IndexOf(h)
 	if !ok || int(at) >= len(x.nodes) {
 		return changeNode{}, false
 	}
 	b := x.nodes[at]
-	ds := x.log.DepsAt(at)
-	deps := make([][32]byte, len(ds))
-	for i, d := range ds {
-		deps[i] = x.log.HashAt(d)
+	return changeNode{actor: b.actor, seq: b.seq, maxOp: b.maxOp, index: uint64(at), complete: b.complete, inLog: true}, true
+}
+
+// appendDeps appends the hashes n depends on.
+func (x *refIndex) appendDeps(hs [][32]byte, n changeNode) [][32]byte {
+	if !n.inLog {
+		return append(hs, n.deps...)
 	}
-	return changeNode{actor: b.actor, seq: b.seq, deps: deps, maxOp: b.maxOp, index: uint64(at), complete: b.complete}, true
+	for i := x; i != nil; i = i.parent {
+		if i.log != nil {
+			for _, d := range i.log.DepsAt(int32(n.index)) {
+				hs = append(hs, i.log.HashAt(d))
+			}
+			break
+		}
+	}
+	return hs
 }
 
 // seqOf returns the sequence number of the actor's change that holds the

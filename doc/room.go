@@ -165,7 +165,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	r.chunks = len(stored.Chunks)
 	r.taken = r.log.Len() // what was loaded is stored already
 	r.exists = r.log.Len() > 0
-	if stored.Snapshot != nil && r.snapshotIsOld(stored.Snapshot) {
+	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
 		r.forceCompact = true // written again as change chunks
 	}
 	if r.mentions != nil {

@@ -159,9 +159,10 @@ type Outgoing struct {
 func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	ours := l.Heads()
+	unknown := l.Missing(p.theirHeads) // heads of the peer's the log lacks
 	var ourNeed []Hash
 	if !p.ReadOnly {
-		for _, h := range l.Missing(p.theirHeads) {
+		for _, h := range unknown {
 			if held == nil || !held(h) {
 				ourNeed = append(ourNeed, h)
 			}
@@ -195,7 +196,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	exact := false
 	if p.heard {
 		var asked int
-		send, asked, exact = p.toSend(l)
+		send, asked, exact = p.toSend(l, len(unknown) == 0)
 		// What it asked for by hash goes again: it lacks it, sent or not.
 		send = append(send[:asked], slices.DeleteFunc(send[asked:], p.sent.has)...)
 	}
@@ -266,8 +267,9 @@ func (o *Outgoing) Key() string {
 
 // toSend returns the changes the peer lacks, in log order, the asked
 // ones it asked for by hash first; exact says they were worked out from
-// its heads and are all it lacks.
-func (p *Peer) toSend(l *Log) (send []int32, asked int, exact bool) {
+// its heads (knowsTheirHeads: the log holds them all) and are all it
+// lacks.
+func (p *Peer) toSend(l *Log, knowsTheirHeads bool) (send []int32, asked int, exact bool) {
 	var need []int32
 	for _, h := range p.theirNeed {
 		if i, ok := l.IndexOf(h); ok {
@@ -277,7 +279,7 @@ func (p *Peer) toSend(l *Log) (send []int32, asked int, exact bool) {
 	if len(p.theirHave) == 0 {
 		return need, len(need), false
 	}
-	if len(l.Missing(p.theirHeads)) == 0 {
+	if knowsTheirHeads {
 		return withFirst(need, l.Since(p.theirHeads)), len(need), true
 	}
 	// From its have: every change since its last sync points that no
