@@ -3,6 +3,7 @@ package doc
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 )
@@ -275,10 +276,11 @@ const maxPastSteps = 1 << 20
 // inPast reports whether, for every actor in need, the changes deps
 // depend on (deps included) hold the actor's change with that sequence
 // number. An actor's change depends on the actor's previous one, so a
-// later change of the actor in the past is as good; and a complete change
-// (one that depended on every head of its time) has in its past every
-// change taken before it, so the walk stops there for those. ok is false
-// if the walk passed the message's budget.
+// later change of the actor in the past is as good; a change whose cover
+// passes the needed change's index has it in its past; and a change taken
+// before the needed one cannot lead to it, so the walk covers only what
+// was taken between the two. ok is false if the walk passed the message's
+// budget.
 func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bool) {
 	if len(need) == 0 {
 		return true, true
@@ -297,12 +299,14 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bo
 	}
 	// Each change needed, by the order the index took it in.
 	taken := make(map[uint32]uint64, len(need))
+	lowest := uint64(math.MaxUint64)
 	for a, s := range need {
 		ac, ok := x.changeOf(a, s)
 		if !ok {
 			return false, true
 		}
 		taken[a] = ac.index
+		lowest = min(lowest, ac.index)
 	}
 	seen := make(map[[32]byte]struct{})
 	stack := append([][32]byte(nil), deps...)
@@ -313,27 +317,30 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bo
 			continue
 		}
 		seen[h] = struct{}{}
+		n, ok := x.change(h)
+		if !ok || n.index < lowest {
+			continue
+		}
 		if x.steps++; x.steps > maxPastSteps {
 			return false, false
-		}
-		n, ok := x.change(h)
-		if !ok {
-			continue
 		}
 		if s, ok := need[n.actor]; ok && n.seq >= s {
 			delete(need, n.actor)
 		}
-		if n.complete {
-			for a := range need {
-				if taken[a] < n.index {
-					delete(need, a)
-				}
+		lowest = math.MaxUint64
+		for a := range need {
+			if taken[a] < n.cover {
+				delete(need, a)
+			} else {
+				lowest = min(lowest, taken[a])
 			}
 		}
 		if len(need) == 0 {
 			return true, true
 		}
-		stack = x.appendDeps(stack, n)
+		if n.index > lowest {
+			stack = x.appendDeps(stack, n)
+		}
 	}
 	return false, true
 }

@@ -1,8 +1,10 @@
 package doc
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
+	"sort"
 	"testing"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
@@ -82,6 +84,120 @@ func BenchmarkAdmitTypedChange(b *testing.B) {
 				}
 			}
 			b.ReportMetric(perChange, "ledger-B/change")
+		})
+	}
+}
+
+// typingTogether returns a text made by actor A with history characters
+// typed by A, then n characters typed by typists actors in turn, each
+// into a place of their own, who see each other's changes lag changes
+// late: so no change of theirs depends on every head, as when people type
+// together over a network.
+func typingTogether(history, n, typists, lag int) [][]byte {
+	out := typing(0) // the text, made by A
+	hashes := make([][32]byte, 0, history+n+1)
+	deps := make([][][32]byte, 0, history+n+1)
+	add := func(chunk []byte, h [32]byte, d [][32]byte) {
+		out = append(out, chunk)
+		hashes = append(hashes, h)
+		deps = append(deps, d)
+	}
+	first, err := amcheck.ParseSyncChange(out[0], amcheck.Limits{})
+	if err != nil {
+		panic(err)
+	}
+	out = out[:0]
+	add(typing(0)[0], first.Hash, nil)
+	text := amcheck.OpID{Counter: 1}
+	lastA := amcheck.OpID{}
+	for i := range history {
+		ctr := uint64(i + 2)
+		chunk, h := amtest.Encode(amtest.Change{Deps: [][32]byte{hashes[len(hashes)-1]}, Actors: [][]byte{actorA},
+			Seq: uint64(i + 2), StartOp: ctr, Ops: []amtest.Op{ins(text, lastA, "x")}})
+		add(chunk, h, [][32]byte{hashes[len(hashes)-1]})
+		lastA = amcheck.OpID{Counter: uint32(ctr)}
+	}
+	// Heads of the first m+1 changes, kept as m grows.
+	heads := map[[32]byte]bool{}
+	m := -1
+	grow := func(to int) {
+		for ; m < to; m++ {
+			heads[hashes[m+1]] = true
+			for _, d := range deps[m+1] {
+				delete(heads, d)
+			}
+		}
+	}
+	type typist struct {
+		actor  []byte
+		seq    uint64
+		last   int          // index of its last change, -1: none
+		lastOp amcheck.OpID // its last character, in its own changes' numbering
+		below  map[[32]byte]bool
+	}
+	ts := make([]*typist, typists)
+	for i := range ts {
+		ts[i] = &typist{actor: []byte{0x10 + byte(i), 1, 2, 3}, last: -1}
+	}
+	for i := range n {
+		t := ts[i%typists]
+		at := len(hashes)
+		grow(max(at-1-lag, t.last, 0))
+		var d [][32]byte
+		for h := range heads {
+			if !t.below[h] {
+				d = append(d, h)
+			}
+		}
+		if t.last > m {
+			d = append(d, hashes[t.last])
+		}
+		sort.Slice(d, func(i, j int) bool { return bytes.Compare(d[i][:], d[j][:]) < 0 })
+		ctr := uint64(at + 1)
+		elem := t.lastOp
+		if t.last < 0 {
+			elem = amcheck.OpID{Counter: lastA.Counter, Actor: 1} // after A's text
+		}
+		t.seq++
+		chunk, h := amtest.Encode(amtest.Change{Deps: d, Actors: [][]byte{t.actor, actorA},
+			Seq: t.seq, StartOp: ctr, Ops: []amtest.Op{ins(amcheck.OpID{Counter: 1, Actor: 1}, elem, "y")}})
+		add(chunk, h, d)
+		t.below = map[[32]byte]bool{}
+		for _, x := range d {
+			t.below[x] = true
+		}
+		t.last, t.lastOp = at, amcheck.OpID{Counter: uint32(ctr)}
+	}
+	return out
+}
+
+// BenchmarkAdmitTypingTogether measures the guard's checks of one
+// character typed by one of four typists who see each other's changes a
+// little late (no change depends on every head), after 2,000 such
+// characters, into texts of a short and a long history.
+func BenchmarkAdmitTypingTogether(b *testing.B) {
+	for _, n := range []int{100, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			all := typingTogether(n, 2_001, 4, 6)
+			var l ledger
+			for _, c := range all[:len(all)-1] {
+				p, err := amcheck.ParseSyncChange(c, amcheck.Limits{ListOps: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.record([]change{{Change: p}})
+			}
+			next := all[len(all)-1]
+			var lim Limits
+			lim.setDefaults()
+			known := ledgerKnows(&l)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := l.admit(lim, [][]byte{next}, known); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

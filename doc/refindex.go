@@ -57,11 +57,11 @@ type changeNode struct {
 	// maxOp is the highest op counter of the change and its past: the
 	// next change's ops start after it.
 	maxOp uint32
-	// index is the order in which the index took the change; complete
-	// says it depended on every head then, so every change taken before
-	// it is in its past.
-	index    uint64
-	complete bool
+	// index is the order in which the index took the change (its
+	// dependencies were all taken before it); every change taken before
+	// cover is the change or in its past (coverOf).
+	index uint64
+	cover uint64
 	// inLog says the change is the document's: its deps are not kept
 	// here but in the log, at index (deps is nil).
 	inLog bool
@@ -70,10 +70,10 @@ type changeNode struct {
 // baseNode is a changeNode of the document's index, whose hash and
 // dependencies are in the log and whose index is its log index.
 type baseNode struct {
-	actor    uint32
-	maxOp    uint32
-	seq      uint64
-	complete bool
+	actor uint32
+	maxOp uint32
+	seq   uint64
+	cover uint32
 }
 
 // actorChange places one of an actor's changes among its op counters.
@@ -263,7 +263,7 @@ func (x *refIndex) baseChange(h [32]byte) (changeNode, bool) {
 		return changeNode{}, false
 	}
 	b := x.nodes[at]
-	return changeNode{actor: b.actor, seq: b.seq, maxOp: b.maxOp, index: uint64(at), complete: b.complete, inLog: true}, true
+	return changeNode{actor: b.actor, seq: b.seq, maxOp: b.maxOp, index: uint64(at), cover: uint64(b.cover), inLog: true}, true
 }
 
 // appendDeps appends the hashes n depends on.
@@ -343,13 +343,11 @@ func (x *refIndex) add(c *amcheck.Change) {
 	self := nums[0]
 	node := changeNode{actor: self, seq: c.Seq, deps: c.Deps, index: x.count,
 		maxOp: uint32(c.StartOp + uint64(len(c.OpList)) - 1)}
-	heads := 0
 	for _, d := range c.Deps {
 		if dn, ok := x.change(d); ok {
 			node.maxOp = max(node.maxOp, dn.maxOp)
 		}
 		if x.isHead(d) {
-			heads++
 			delete(x.heads, d)
 			if x.unheaded != nil {
 				x.unheaded[d] = struct{}{}
@@ -357,7 +355,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 			x.nHeads--
 		}
 	}
-	node.complete = heads == len(c.Deps) && x.nHeads == 0
+	node.cover = x.coverOf(c.Deps, node.index)
 	if x.log != nil {
 		// The document's index: its log holds the change, at the next
 		// index (the room records what its log took, in its order), or
@@ -372,7 +370,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 			at, ok = x.log.IndexOf(c.Hash)
 		}
 		if ok && int(at) == len(x.nodes) {
-			x.nodes = append(x.nodes, baseNode{actor: node.actor, maxOp: node.maxOp, seq: node.seq, complete: node.complete})
+			x.nodes = append(x.nodes, baseNode{actor: node.actor, maxOp: node.maxOp, seq: node.seq, cover: uint32(node.cover)})
 		} else {
 			x.changes[c.Hash] = node // out of the log's order: kept by hash
 		}
@@ -410,6 +408,61 @@ func (x *refIndex) add(c *amcheck.Change) {
 			}
 		}
 	}
+}
+
+// maxCoverSteps bounds the changes one coverOf walks.
+const maxCoverSteps = 1 << 16
+
+// coverOf returns how many of the first changes the index took are all in
+// the past of a change with these dependencies, taken at index at (the
+// change itself counts): the causal check stops its walk at a change
+// whose cover holds what it looks for. The cover of the dependency that
+// has the highest is a start; the walk then marks which of the changes
+// taken since are in the past, and the cover grows by those taken in a
+// row. While typists who see each other's changes a little late type
+// together, no change depends on every head, but each one's cover reaches
+// the oldest change its author had not seen: so the walk covers only
+// those in flight. Past maxCoverSteps it settles for the start, which is
+// still true.
+func (x *refIndex) coverOf(deps [][32]byte, at uint64) uint64 {
+	var from uint64
+	for _, d := range deps {
+		if n, ok := x.change(d); ok {
+			from = max(from, n.cover)
+		}
+	}
+	if from >= at {
+		return at + 1
+	}
+	seen := make(map[uint64]struct{})
+	stack := append([][32]byte(nil), deps...)
+	for len(stack) > 0 {
+		h := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n, ok := x.change(h)
+		if !ok || n.index < from {
+			continue
+		}
+		if _, ok := seen[n.index]; ok {
+			continue
+		}
+		if len(seen) == maxCoverSteps {
+			return from
+		}
+		seen[n.index] = struct{}{}
+		stack = x.appendDeps(stack, n)
+	}
+	cover := from
+	for {
+		if _, ok := seen[cover]; !ok {
+			break
+		}
+		cover++
+	}
+	if cover == at {
+		return at + 1
+	}
+	return cover
 }
 
 // opKind returns how an op is indexed, or false for ops nothing may name
