@@ -176,13 +176,14 @@ func (h *Hub) Flush(ctx context.Context) error {
 	return nil
 }
 
-// opsPerCompactChunk makes a large document collect more incremental
+// bytesPerCompactChunk makes a large document collect more incremental
 // chunks before it is rewritten as one snapshot: one more per this many
-// operations it holds. A snapshot costs time in proportion to the
-// document, so spreading it over proportionally more writes keeps the
-// cost per write the same for a document of any size, while a load still
-// reads a bounded number of chunks per operation.
-const opsPerCompactChunk = 1000
+// bytes of changes it holds. A snapshot writes the whole log, so spreading
+// it over proportionally more writes keeps what a write costs, on average,
+// the same for a document of any size (about this many bytes); a load
+// reads the same change bytes either way, in a bounded number of chunks
+// per byte.
+const bytesPerCompactChunk = 4 << 10
 
 // takeWrite takes the changes not yet stored out of the log.
 func (r *room) takeWrite(compactAfter int, nodeID string) Write {
@@ -194,7 +195,7 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 		r.pending = append(r.pending, joinChanges(r.log, span(r.taken, n)))
 		r.taken = n
 	}
-	if r.forceCompact || r.chunks+len(r.pending) > compactAfter+int(r.ledger.ops/opsPerCompactChunk) {
+	if r.forceCompact || r.chunks+len(r.pending) > compactAfter+int(r.log.Bytes()/bytesPerCompactChunk) {
 		w.Snapshot = joinChanges(r.log, span(0, n))
 		w.Covers = r.coverage(n)
 		w.pending = len(r.pending)

@@ -15,8 +15,13 @@ import (
 )
 
 // BoltStore is the embedded store: one bbolt file under the data directory,
-// pure Go, nothing to install. Each document is a bucket holding a snapshot
-// under "s" and incremental chunks under "c" + an 8-byte sequence number.
+// pure Go, nothing to install. Each document is a bucket of "docs" holding
+// its incremental chunks under "c" + an 8-byte sequence number, and a
+// bucket of "snapshots" holding its snapshot under "s". The two are apart
+// because bbolt rewrites a leaf, large values and all, whenever a key in
+// it changes: a snapshot beside the chunks would be written again with
+// every chunk. (Files written before keep a snapshot under "s" in the
+// document's own bucket; it is read there until the next compaction.)
 type BoltStore struct {
 	db        *bolt.DB
 	closeOnce sync.Once
@@ -27,6 +32,7 @@ var _ Store = (*BoltStore)(nil)
 
 var (
 	bucketDocs = []byte("docs")
+	bucketSnap = []byte("snapshots") // a bucket per document
 	bucketMeta = []byte("meta")
 	bucketJrnl = []byte("mention-journals") // a bucket per document, a key per node
 	keySnap    = []byte("s")
@@ -47,7 +53,7 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		// Files from before awareness/lastseen also hold a "last-seen"
 		// bucket: that package copies it, this one leaves it alone.
-		for _, name := range [][]byte{bucketDocs, bucketMeta, bucketJrnl} {
+		for _, name := range [][]byte{bucketDocs, bucketSnap, bucketMeta, bucketJrnl} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -70,9 +76,12 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 			return ErrNotFound
 		}
 		// bbolt's memory is only valid inside the transaction: copy out.
+		if sb := tx.Bucket(bucketSnap).Bucket([]byte(documentID)); sb != nil {
+			out.Snapshot = append([]byte(nil), sb.Get(keySnap)...)
+		}
 		err := b.ForEach(func(k, v []byte) error {
 			switch {
-			case string(k) == string(keySnap):
+			case string(k) == string(keySnap) && out.Snapshot == nil: // an earlier version's place
 				out.Snapshot = append([]byte(nil), v...)
 			case len(k) == 9 && k[0] == chunkTag:
 				out.Chunks = append(out.Chunks, append([]byte(nil), v...))
@@ -137,22 +146,26 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 		return nil
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
-		docs := tx.Bucket(bucketDocs)
+		docs, snaps := tx.Bucket(bucketDocs), tx.Bucket(bucketSnap)
 		for _, w := range batch {
 			key := []byte(w.DocumentID)
 			if w.Snapshot != nil {
-				if err := docs.DeleteBucket(key); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+				for _, all := range []*bolt.Bucket{docs, snaps} {
+					if err := all.DeleteBucket(key); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+						return err
+					}
+				}
+				sb, err := snaps.CreateBucket(key)
+				if err != nil {
+					return err
+				}
+				if err := sb.Put(keySnap, w.Snapshot); err != nil {
 					return err
 				}
 			}
 			b, err := docs.CreateBucketIfNotExists(key)
 			if err != nil {
 				return err
-			}
-			if w.Snapshot != nil {
-				if err := b.Put(keySnap, w.Snapshot); err != nil {
-					return err
-				}
 			}
 			for _, c := range w.Chunks {
 				seq, err := b.NextSequence()

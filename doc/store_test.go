@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -250,5 +251,63 @@ func TestADocumentStoredByAnEarlierVersionLoads(t *testing.T) {
 	}
 	if !sameHeads(d.Heads(), a.doc.Heads()) {
 		t.Fatal("what automerge-go loads is not the document")
+	}
+}
+
+// A chunk written beside a large snapshot costs the chunk's pages, not the
+// snapshot's: bbolt rewrites a leaf whole, large values and all, when a
+// key in it changes, so the snapshot lives apart from the chunks.
+func TestAChunkDoesNotRewriteTheSnapshot(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	big := make([]byte, 2<<20)
+	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: big}}); err != nil {
+		t.Fatal(err)
+	}
+	before := s.db.Stats().TxStats
+	for i := range 10 {
+		if err := s.Write(ctx, []Write{{DocumentID: testDoc, Chunks: [][]byte{{byte(i), 1, 2, 3}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := s.db.Stats().TxStats
+	if alloc := after.GetPageAlloc() - before.GetPageAlloc(); alloc > 10*64<<10 {
+		t.Fatalf("ten 4-byte chunks allocated %d bytes of pages beside a 2 MiB snapshot", alloc)
+	}
+	stored, err := s.Load(ctx, testDoc)
+	if err != nil || len(stored.Snapshot) != len(big) || len(stored.Chunks) != 10 {
+		t.Fatalf("loaded a snapshot of %d bytes and %d chunks (err %v)", len(stored.Snapshot), len(stored.Chunks), err)
+	}
+}
+
+// A file that keeps a document's snapshot in the document's own bucket, as
+// earlier versions wrote it, loads; the next snapshot moves it.
+func TestASnapshotInItsEarlierPlaceLoads(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	ctx := context.Background()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bucketDocs).CreateBucket([]byte(testDoc))
+		if err != nil {
+			return err
+		}
+		if err := b.Put(keySnap, []byte("earlier")); err != nil {
+			return err
+		}
+		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte("chunk"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(ctx, testDoc)
+	if err != nil || string(stored.Snapshot) != "earlier" || len(stored.Chunks) != 1 {
+		t.Fatalf("loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
+	}
+	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: []byte("now")}}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err = s.Load(ctx, testDoc)
+	if err != nil || string(stored.Snapshot) != "now" || len(stored.Chunks) != 0 {
+		t.Fatalf("after a new snapshot: loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
 	}
 }
