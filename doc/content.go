@@ -1,7 +1,10 @@
 package doc
 
 import (
+	"slices"
+	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 )
@@ -52,21 +55,141 @@ const (
 	valueString
 )
 
-// textObj is a text's elements, in the order they came; kid and next
-// link each element's first child and next sibling (-1 for none), in
-// automerge's order.
+// textObj is a text's elements, in runs: a run is elements of one actor
+// with consecutive counters, each inserted right after the one before it,
+// with nothing else inserted after any but the last; so a paste, or a
+// stretch typed without moving the cursor, is one run however long. kid
+// and next link the runs as automerge orders the elements: kid is the
+// first run inserted after the run's last element, next the run inserted
+// after the same element as the run's first, that comes after it (-1 for
+// none).
 type textObj struct {
-	elems []textElem
-	at    map[uint64]int32 // element id → index in elems
-	byOp  map[uint64]int32 // the id of an op that set an element's value → index
-	head  int32            // the first element inserted at the head
+	runs []textRun
+	// starts are each actor's runs by their first counter, in order.
+	starts map[uint32][]runStart
+	head   int32 // the first run inserted at the head
+	// gone marks the deleted elements of runs that have some, a bit per
+	// element; over are the elements whose value an op put over the one
+	// they were inserted with (by that op's id), each a run of its own.
+	gone map[int32][]uint64
+	over map[uint64]uint64
 }
 
-type textElem struct {
-	id        uint64
-	val       string // the character(s); "" for a mark or a deleted element
-	valID     uint64 // the op whose value val is
+type textRun struct {
+	id        uint64 // its first element's id; the k-th's is id+k
+	n         uint32
 	kid, next int32
+	// val is the elements' values: one rune each in a run of several,
+	// or none (marks, and values that are not strings); a single element
+	// may hold any string.
+	val []byte
+	// valID is the op whose value val is, if not the element's insertion
+	// (then the run is one element).
+	valID uint64
+}
+
+type runStart struct {
+	ctr uint32
+	run int32
+}
+
+func newTextObj() *textObj {
+	return &textObj{starts: map[uint32][]runStart{}, head: -1, gone: map[int32][]uint64{}, over: map[uint64]uint64{}}
+}
+
+// find returns the run holding element id and its place in the run.
+func (t *textObj) find(id uint64) (int32, uint32, bool) {
+	ss := t.starts[uint32(id>>32)]
+	ctr := uint32(id)
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].ctr > ctr }) - 1
+	if i < 0 {
+		return 0, 0, false
+	}
+	r := ss[i].run
+	if k := ctr - ss[i].ctr; k < t.runs[r].n {
+		return r, k, true
+	}
+	return 0, 0, false
+}
+
+// addRun adds a run and indexes it.
+func (t *textObj) addRun(x textRun) int32 {
+	n := int32(len(t.runs))
+	t.runs = append(t.runs, x)
+	actor, ctr := uint32(x.id>>32), uint32(x.id)
+	ss := t.starts[actor]
+	i := sort.Search(len(ss), func(i int) bool { return ss[i].ctr > ctr })
+	t.starts[actor] = slices.Insert(ss, i, runStart{ctr, n})
+	return n
+}
+
+// split splits run r before its k-th element (0 < k < n) and returns the
+// run that now starts there.
+func (t *textObj) split(r int32, k uint32) int32 {
+	a := t.runs[r]
+	off := k // byte offset of the k-th value
+	if len(a.val) != int(a.n) && len(a.val) > 0 {
+		off = 0
+		for range k {
+			_, w := utf8.DecodeRune(a.val[off:])
+			off += uint32(w)
+		}
+	}
+	if len(a.val) == 0 {
+		off = 0
+	}
+	b := t.addRun(textRun{id: a.id + uint64(k), n: a.n - k, kid: a.kid, next: -1, val: a.val[off:]})
+	a.n, a.kid, a.val = k, b, a.val[:off:off]
+	t.runs[r] = a
+	if g, ok := t.gone[r]; ok {
+		lo, hi := make([]uint64, (k+63)/64), make([]uint64, (t.runs[b].n+63)/64)
+		for i := range min(a.n+t.runs[b].n, uint32(len(g))*64) {
+			if g[i/64]&(1<<(i%64)) != 0 {
+				if i < k {
+					lo[i/64] |= 1 << (i % 64)
+				} else {
+					j := i - k
+					hi[j/64] |= 1 << (j % 64)
+				}
+			}
+		}
+		t.gone[r], t.gone[b] = lo, hi
+	}
+	return b
+}
+
+// isolate makes the k-th element of run r a run of its own and returns it.
+func (t *textObj) isolate(r int32, k uint32) int32 {
+	if k > 0 {
+		r = t.split(r, k)
+	}
+	if t.runs[r].n > 1 {
+		t.split(r, 1)
+	}
+	return r
+}
+
+func (t *textObj) setGone(r int32, k uint32) {
+	g := t.gone[r]
+	if g == nil {
+		g = make([]uint64, (t.runs[r].n+63)/64)
+	}
+	for len(g) < int(t.runs[r].n+63)/64 {
+		g = append(g, 0)
+	}
+	g[k/64] |= 1 << (k % 64)
+	t.gone[r] = g
+}
+
+// element returns where the element whose value op p set is, if p set
+// the value it holds (or held until it was deleted).
+func (t *textObj) element(p uint64) (int32, uint32, bool) {
+	if e, ok := t.over[p]; ok {
+		r, k, found := t.find(e)
+		return r, k, found && t.runs[r].valID == p
+	}
+	r, k, found := t.find(p)
+	return r, k, found && t.runs[r].valID == 0
 }
 
 func newContent(f MentionFields) *content {
@@ -147,13 +270,21 @@ func (c *content) takeOne(ch *amcheck.Change) {
 			t.insert(c, id, global(op.Elem), v)
 		case op.Action == amcheck.Put || op.Action == amcheck.Delete:
 			for _, p := range op.Preds {
-				if e, ok := t.byOp[global(p)]; ok && t.elems[e].valID == global(p) {
-					t.elems[e].val = ""
-					if op.Action == amcheck.Put {
-						t.elems[e].val, t.elems[e].valID = str, id
-						t.byOp[id] = e
-					}
+				r, k, ok := t.element(global(p))
+				if !ok {
+					continue
 				}
+				if op.Action == amcheck.Delete {
+					t.setGone(r, k)
+					continue
+				}
+				r = t.isolate(r, k)
+				if x := t.runs[r]; x.valID != 0 {
+					delete(t.over, x.valID)
+				}
+				t.runs[r].val, t.runs[r].valID = []byte(str), id
+				delete(t.gone, r)
+				t.over[id] = t.runs[r].id
 			}
 		}
 	}
@@ -183,7 +314,7 @@ func (c *content) put(r register, id uint64, op *amcheck.Op, str string, global 
 	case amcheck.MakeText:
 		vals = append(vals, value{id: id, kind: valueText})
 		if c.ends[r.key] {
-			c.texts[id] = &textObj{at: map[uint64]int32{}, byOp: map[uint64]int32{}, head: -1}
+			c.texts[id] = newTextObj()
 		}
 	case amcheck.MakeList:
 		vals = append(vals, value{id: id})
@@ -197,25 +328,42 @@ func (c *content) put(r register, id uint64, op *amcheck.Op, str string, global 
 
 // insert adds an element after parent (0: the head).
 func (t *textObj) insert(c *content, id, parent uint64, val string) {
-	n := int32(len(t.elems))
-	t.elems = append(t.elems, textElem{id: id, val: val, valID: id, kid: -1, next: -1})
-	t.at[id] = n
-	if val != "" {
-		t.byOp[id] = n
-	}
 	first := &t.head
 	if parent != 0 {
-		p, ok := t.at[parent]
+		r, k, ok := t.find(parent)
 		if !ok {
 			return // after an element it does not know: the guard let none through
 		}
-		first = &t.elems[p].kid
+		if k < t.runs[r].n-1 {
+			t.split(r, k+1)
+		}
+		// Typing on at the end of a run extends it.
+		x := &t.runs[r]
+		if x.kid < 0 && x.valID == 0 && id == x.id+uint64(x.n) &&
+			(len(x.val) == 0) == (val == "") && (val == "" || utf8.RuneCountInString(val) == 1) &&
+			(x.n > 1 || len(x.val) == 0 || utf8.RuneCount(x.val) == 1) {
+			x.n++
+			x.val = append(x.val, val...)
+			return
+		}
+		first = &x.kid
 	}
 	// Among siblings, the later comes first.
-	for *first >= 0 && c.later(t.elems[*first].id, id) {
-		first = &t.elems[*first].next
+	for *first >= 0 && c.later(t.runs[*first].id, id) {
+		first = &t.runs[*first].next
 	}
-	t.elems[n].next = *first
+	next := *first
+	n := t.addRun(textRun{id: id, n: 1, kid: -1, next: next, val: []byte(val)})
+	// addRun may have moved the runs: find the link again.
+	if parent == 0 {
+		first = &t.head
+	} else {
+		r, _, _ := t.find(parent)
+		first = &t.runs[r].kid
+	}
+	for *first != next {
+		first = &t.runs[*first].next
+	}
 	*first = n
 }
 
@@ -229,8 +377,25 @@ func (t *textObj) String() string {
 			stack = stack[:len(stack)-1]
 			continue
 		}
-		x := &t.elems[e]
-		b.WriteString(x.val)
+		x := &t.runs[e]
+		if g, ok := t.gone[e]; !ok {
+			b.Write(x.val)
+		} else if len(x.val) > 0 {
+			v := x.val
+			for k := uint32(0); k < x.n; k++ {
+				w := 1
+				if len(x.val) != int(x.n) {
+					_, w = utf8.DecodeRune(v)
+					if x.n == 1 {
+						w = len(v)
+					}
+				}
+				if int(k/64) >= len(g) || g[k/64]&(1<<(k%64)) == 0 {
+					b.Write(v[:w])
+				}
+				v = v[w:]
+			}
+		}
 		if x.next >= 0 {
 			stack = append(stack, x.next)
 		}

@@ -1,9 +1,15 @@
 package doc
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
 // The text the content keeps in Go is automerge's: over stock automerge's
@@ -76,5 +82,132 @@ func TestContentFollowsNestedFieldsAndTheirReplacement(t *testing.T) {
 	take(c)
 	if c.text() != "second" || c.title() != "second" {
 		t.Fatalf("after the replacement: text %q, title %q", c.text(), c.title())
+	}
+}
+
+// The text kept in runs stays automerge's through what splits and joins
+// them: pastes, typing in the middle of a run, deleting ranges and
+// single characters, characters of several bytes, and two actors editing
+// apart and merging; checked after every change, by a random walk.
+func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
+	var f MentionFields
+	f.setDefaults()
+	words := []string{"a", "lorem ipsum ", "ü", "日本語", "😀x", "\n", strings.Repeat("paste ", 50)}
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		a := automerge.New()
+		if err := a.RootMap().Set("text", automerge.NewText("")); err != nil {
+			t.Fatal(err)
+		}
+		a.Commit("text")
+		b, err := a.Fork()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// c takes each change as a room would, once; seen is automerge's
+		// document of the same changes.
+		c := newContent(f)
+		seen := automerge.New()
+		taken := map[automerge.ChangeHash]bool{}
+		follow := func(d *automerge.Doc) {
+			t.Helper()
+			all, err := d.Changes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range all {
+				if taken[ch.Hash()] {
+					continue
+				}
+				taken[ch.Hash()] = true
+				raw := ch.Save()
+				if err := seen.LoadIncremental(raw); err != nil {
+					t.Fatal(err)
+				}
+				cs, err := readChanges(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.take(cs)
+			}
+			want, err := seen.Path("text").Text().Get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.text(); got != want {
+				t.Fatalf("seed %d: the text is %q, automerge's %q", seed, got, want)
+			}
+		}
+		for step := range 120 {
+			d := a
+			if rng.IntN(2) == 1 {
+				d = b
+			}
+			text := d.Path("text").Text()
+			n := text.Len()
+			switch op := rng.IntN(10); {
+			case op < 5 || n == 0:
+				if err := text.Insert(rng.IntN(n+1), words[rng.IntN(len(words))]); err != nil {
+					t.Fatal(err)
+				}
+			case op < 8:
+				at := rng.IntN(n)
+				if err := text.Delete(at, 1+rng.IntN(min(n-at, 20))); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := text.Splice(rng.IntN(n), 1, words[rng.IntN(len(words))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d.Commit(fmt.Sprint("step ", step))
+			follow(d)
+			if rng.IntN(6) == 0 { // the two merge
+				if _, err := a.Merge(b); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Merge(a); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// An op that puts a value over an element of a run (automerge's lists do
+// it; its texts do not, but a change may) takes the element out of its
+// run, and a deletion naming the value put over it deletes it.
+func TestContentPutsOverAnElementOfARun(t *testing.T) {
+	var f MentionFields
+	f.setDefaults()
+	text := id(1, 0)
+	first, h1 := amtest.Encode(amtest.Change{Actors: [][]byte{actorA}, Seq: 1, StartOp: 1, Ops: []amtest.Op{
+		{MapKey: true, Key: "text", Action: amcheck.MakeText},
+		ins(text, id(0, 0), "a"), ins(text, id(2, 0), "b"), ins(text, id(3, 0), "c"), ins(text, id(4, 0), "d"),
+	}})
+	v, raw := amtest.String("X")
+	over, h2 := amtest.Encode(amtest.Change{Deps: [][32]byte{h1}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 6, Ops: []amtest.Op{
+		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Put, Value: v, Raw: raw, Preds: []amcheck.OpID{id(3, 1)}},
+	}})
+	stale, h3 := amtest.Encode(amtest.Change{Deps: [][32]byte{h2}, Actors: [][]byte{actorB, actorA}, Seq: 2, StartOp: 7, Ops: []amtest.Op{
+		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(3, 1)}}, // names the value put over
+	}})
+	del, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{h3}, Actors: [][]byte{actorB, actorA}, Seq: 3, StartOp: 8, Ops: []amtest.Op{
+		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(6, 0)}},
+		{Obj: id(1, 1), Elem: id(4, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(4, 1)}},
+	}})
+	c := newContent(f)
+	for i, step := range []struct {
+		raw  []byte
+		want string
+	}{{first, "abcd"}, {over, "aXcd"}, {stale, "aXcd"}, {del, "ad"}} {
+		cs, err := readChanges(step.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.take(cs)
+		if got := c.text(); got != step.want {
+			t.Fatalf("step %d: the text is %q, want %q", i, got, step.want)
+		}
 	}
 }
