@@ -2,6 +2,7 @@ package amsync
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -33,13 +34,24 @@ type entry struct {
 	nDeps  uint32
 }
 
+// pageBits sizes the pages entries are kept in: 4,096 entries a page, so
+// that a long log neither copies its entries as it grows nor holds room
+// for as many again (the first page grows from small, for the many small
+// documents).
+const pageBits = 12
+
 // Log is a document as its changes, in the order they were added (which
 // is causal: a change comes after its dependencies).
 type Log struct {
-	entries []entry
-	deps    []int32
-	index   map[Hash]int32
-	blocks  [][]byte
+	pages [][]entry
+	n     int32
+	deps  []int32
+	// index finds a change by its hash's first 8 bytes; a change whose
+	// first 8 bytes another's already have (a collision someone would
+	// have to search for) is found in collided.
+	index    map[uint64]int32
+	collided map[Hash]int32
+	blocks   [][]byte
 	tail    int     // the block small changes go into; -1 before the first
 	heads   []int32 // sorted by hash
 	bytes   int64
@@ -47,18 +59,45 @@ type Log struct {
 
 // NewLog returns an empty log.
 func NewLog() *Log {
-	return &Log{index: make(map[Hash]int32), tail: -1}
+	return &Log{index: make(map[uint64]int32), tail: -1}
 }
 
 // Len returns the number of changes.
-func (l *Log) Len() int { return len(l.entries) }
+func (l *Log) Len() int { return int(l.n) }
+
+// firstPage is the capacity a log's page p starts with: the first grows
+// from 64 entries, the others are made whole.
+func firstPage(p int) int {
+	if p == 0 {
+		return 64
+	}
+	return 1 << pageBits
+}
+
+// at returns the entry of the change at log index i.
+func (l *Log) at(i int32) *entry { return &l.pages[i>>pageBits][i&(1<<pageBits-1)] }
+
+func prefix(h *Hash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
+
+// find returns the log index of a change.
+func (l *Log) find(h *Hash) (int32, bool) {
+	i, ok := l.index[prefix(h)]
+	if !ok {
+		return 0, false
+	}
+	if l.at(i).hash == *h {
+		return i, true
+	}
+	i, ok = l.collided[*h]
+	return i, ok
+}
 
 // Bytes returns the changes' bytes summed.
 func (l *Log) Bytes() int64 { return l.bytes }
 
 // Has reports whether the log holds the change.
 func (l *Log) Has(h Hash) bool {
-	_, ok := l.index[h]
+	_, ok := l.find(&h)
 	return ok
 }
 
@@ -68,7 +107,7 @@ func (l *Log) HasBytes(h []byte) bool {
 	if len(h) != len(Hash{}) {
 		return false
 	}
-	_, ok := l.index[Hash(h)]
+	_, ok := l.find((*Hash)(h))
 	return ok
 }
 
@@ -81,7 +120,7 @@ func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
 	}
 	depOff := len(l.deps)
 	for _, d := range deps {
-		i, ok := l.index[d]
+		i, ok := l.find(&d)
 		if !ok {
 			l.deps = l.deps[:depOff]
 			return false, fmt.Errorf("%w: %x", ErrMissingDeps, d[:8])
@@ -89,10 +128,21 @@ func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
 		l.deps = append(l.deps, i)
 	}
 	blk, off := l.store(raw)
-	n := int32(len(l.entries))
-	l.entries = append(l.entries, entry{hash: h, block: blk, off: off, size: uint32(len(raw)),
+	n := l.n
+	if int(n>>pageBits) == len(l.pages) {
+		l.pages = append(l.pages, make([]entry, 0, firstPage(len(l.pages))))
+	}
+	l.pages[n>>pageBits] = append(l.pages[n>>pageBits], entry{hash: h, block: blk, off: off, size: uint32(len(raw)),
 		depOff: uint32(depOff), nDeps: uint32(len(deps))})
-	l.index[h] = n
+	l.n++
+	if _, taken := l.index[prefix(&h)]; taken {
+		if l.collided == nil {
+			l.collided = make(map[Hash]int32)
+		}
+		l.collided[h] = n
+	} else {
+		l.index[prefix(&h)] = n
+	}
 	l.bytes += int64(len(raw))
 	// The new change replaces the heads it depends on.
 	ds := l.deps[depOff:]
@@ -102,7 +152,7 @@ func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
 			heads = append(heads, x)
 		}
 	}
-	at, _ := slices.BinarySearchFunc(heads, h, func(x int32, h Hash) int { return bytes.Compare(l.entries[x].hash[:], h[:]) })
+	at, _ := slices.BinarySearchFunc(heads, h, func(x int32, h Hash) int { return bytes.Compare(l.at(x).hash[:], h[:]) })
 	l.heads = slices.Insert(heads, at, n)
 	return true, nil
 }
@@ -131,22 +181,21 @@ func (l *Log) store(raw []byte) (block, off uint32) {
 // Change returns the bytes of the change at log index i. The slice
 // aliases the log's memory: callers must not change it.
 func (l *Log) Change(i int32) []byte {
-	e := &l.entries[i]
+	e := l.at(i)
 	return l.blocks[e.block][e.off : e.off+e.size : e.off+e.size]
 }
 
 // HashAt returns the hash of the change at log index i.
-func (l *Log) HashAt(i int32) Hash { return l.entries[i].hash }
+func (l *Log) HashAt(i int32) Hash { return l.at(i).hash }
 
 // IndexOf returns the log index of a change.
 func (l *Log) IndexOf(h Hash) (int32, bool) {
-	i, ok := l.index[h]
-	return i, ok
+	return l.find(&h)
 }
 
 // DepsAt returns the log indices of the dependencies of change i.
 func (l *Log) DepsAt(i int32) []int32 {
-	e := &l.entries[i]
+	e := l.at(i)
 	return l.deps[e.depOff : e.depOff+e.nDeps]
 }
 
@@ -154,7 +203,7 @@ func (l *Log) DepsAt(i int32) []int32 {
 func (l *Log) Heads() []Hash {
 	out := make([]Hash, len(l.heads))
 	for i, x := range l.heads {
-		out[i] = l.entries[x].hash
+		out[i] = l.at(x).hash
 	}
 	return out
 }
@@ -165,7 +214,7 @@ func (l *Log) IsHeads(hs []Hash) bool {
 		return false
 	}
 	for i, x := range l.heads {
-		if l.entries[x].hash != hs[i] {
+		if l.at(x).hash != hs[i] {
 			return false
 		}
 	}
@@ -181,12 +230,12 @@ func (l *Log) IsHeads(hs []Hash) bool {
 func (l *Log) Since(heads []Hash) []int32 {
 	var from []int32
 	for _, h := range heads {
-		if i, ok := l.index[h]; ok {
+		if i, ok := l.find(&h); ok {
 			from = append(from, i)
 		}
 	}
 	if len(from) == 0 {
-		out := make([]int32, len(l.entries))
+		out := make([]int32, l.n)
 		for i := range out {
 			out[i] = int32(i)
 		}
@@ -269,7 +318,7 @@ func (l *Log) withoutAncestors(s *spanSet, heads []Hash) {
 	}
 	var from []int32
 	for _, h := range heads {
-		if i, ok := l.index[h]; ok {
+		if i, ok := l.find(&h); ok {
 			from = append(from, i)
 		}
 	}

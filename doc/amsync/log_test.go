@@ -262,3 +262,33 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 		t.Fatal("still held after the message went")
 	}
 }
+
+// Changes whose hashes share their first 8 bytes (the index's key) are
+// told apart by the whole hash, as dependencies too.
+func TestHashesSharingAPrefixAreTold(t *testing.T) {
+	l := NewLog()
+	a, b, c := Hash{1, 2, 3}, Hash{1, 2, 3}, Hash{1, 2, 3}
+	a[31], b[31], c[31] = 1, 2, 3
+	for _, x := range []struct {
+		h    Hash
+		deps []Hash
+	}{{a, nil}, {b, []Hash{a}}, {c, []Hash{a, b}}} {
+		if ok, err := l.Add(x.h, x.deps, []byte{x.h[31]}); !ok || err != nil {
+			t.Fatalf("add %x: %v %v", x.h[31], ok, err)
+		}
+	}
+	for i, h := range []Hash{a, b, c} {
+		if at, ok := l.IndexOf(h); !ok || at != int32(i) || !l.Has(h) || !l.HasBytes(h[:]) {
+			t.Fatalf("change %d found at %d (%v)", i, at, ok)
+		}
+	}
+	if d := (Hash{1, 2, 3, 0, 0, 0, 0, 0, 9}); l.Has(d) {
+		t.Fatal("a hash sharing the prefix but never added is found")
+	}
+	if got := l.DepsAt(2); len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("deps of the third: %v", got)
+	}
+	if !l.IsHeads([]Hash{c}) {
+		t.Fatal("the heads are not the third change")
+	}
+}
