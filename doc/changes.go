@@ -114,11 +114,11 @@ func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
 func joinChanges(log *amsync.Log, idx []int32) []byte {
 	n := 0
 	for _, i := range idx {
-		n += len(log.Change(i))
+		n += log.ChangeLen(i)
 	}
 	out := make([]byte, 0, n)
 	for _, i := range idx {
-		out = append(out, log.Change(i)...)
+		out = log.AppendChange(out, i)
 	}
 	return out
 }

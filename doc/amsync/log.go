@@ -24,12 +24,12 @@ const blockSize = 256 << 10
 // minBlock is the size of a log's first block.
 const minBlock = 1 << 10
 
-// entry is one change of the log: 48 bytes besides its hash.
+// entry is one change of the log: 20 bytes besides its hash.
 type entry struct {
 	hash   Hash
 	block  uint32 // which arena block holds its bytes
 	off    uint32 // where in the block
-	size   uint32
+	size   uint32 // of what is kept, with stripped set if that is not all
 	depOff uint32 // its dependencies: deps[depOff : depOff+nDeps], as log indices
 	nDeps  uint32
 }
@@ -52,9 +52,9 @@ type Log struct {
 	index    map[uint64]int32
 	collided map[Hash]int32
 	blocks   [][]byte
-	tail    int     // the block small changes go into; -1 before the first
-	heads   []int32 // sorted by hash
-	bytes   int64
+	tail     int     // the block small changes go into; -1 before the first
+	heads    []int32 // sorted by hash
+	bytes    int64
 }
 
 // NewLog returns an empty log.
@@ -127,12 +127,17 @@ func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
 		}
 		l.deps = append(l.deps, i)
 	}
-	blk, off := l.store(raw)
+	kept, short := strip(&h, deps, raw)
+	blk, off := l.store(kept)
+	size := uint32(len(kept))
+	if short {
+		size |= stripped
+	}
 	n := l.n
 	if int(n>>pageBits) == len(l.pages) {
 		l.pages = append(l.pages, make([]entry, 0, firstPage(len(l.pages))))
 	}
-	l.pages[n>>pageBits] = append(l.pages[n>>pageBits], entry{hash: h, block: blk, off: off, size: uint32(len(raw)),
+	l.pages[n>>pageBits] = append(l.pages[n>>pageBits], entry{hash: h, block: blk, off: off, size: size,
 		depOff: uint32(depOff), nDeps: uint32(len(deps))})
 	l.n++
 	if _, taken := l.index[prefix(&h)]; taken {
@@ -178,11 +183,87 @@ func (l *Log) store(raw []byte) (block, off uint32) {
 	return uint32(l.tail), off
 }
 
-// Change returns the bytes of the change at log index i. The slice
-// aliases the log's memory: callers must not change it.
-func (l *Log) Change(i int32) []byte {
+// stripped, in an entry's size, says the log keeps the change without
+// its header and its dependencies' hashes (strip).
+const stripped = 1 << 31
+
+// chunkMagic opens every automerge chunk.
+var chunkMagic = []byte{0x85, 0x6f, 0x4a, 0x83}
+
+// strip returns what the log keeps of a change's bytes, and whether that
+// is less than them. Of a change chunk that is not compressed and is
+// written as automerge writes one, it keeps what follows the
+// dependencies: the header (the magic bytes, a checksum that is the
+// hash's first 4 bytes, the chunk type and the body's length) and the
+// dependencies (their hashes, which the log has) are put back by
+// AppendChange, byte for byte. Anything else is kept whole.
+func strip(h *Hash, deps []Hash, raw []byte) ([]byte, bool) {
+	if len(raw) < 9 || !bytes.Equal(raw[:4], chunkMagic) || !bytes.Equal(raw[4:8], h[:4]) || raw[8] != 1 {
+		return raw, false
+	}
+	size, n := binary.Uvarint(raw[9:])
+	if n <= 0 || n != uvarintLen(size) || size != uint64(len(raw)-9-n) {
+		return raw, false
+	}
+	body := raw[9+n:]
+	count, m := binary.Uvarint(body)
+	if m <= 0 || m != uvarintLen(count) || count != uint64(len(deps)) || len(body) < m+32*len(deps) {
+		return raw, false
+	}
+	for k := range deps {
+		if !bytes.Equal(body[m+32*k:m+32*k+32], deps[k][:]) {
+			return raw, false
+		}
+	}
+	return body[m+32*len(deps):], true
+}
+
+func uvarintLen(x uint64) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], x)
+}
+
+// kept returns the bytes the log keeps of change i.
+func (l *Log) kept(e *entry) []byte {
+	size := e.size &^ stripped
+	return l.blocks[e.block][e.off : e.off+size : e.off+size]
+}
+
+// ChangeLen returns the length of the change at log index i.
+func (l *Log) ChangeLen(i int32) int {
 	e := l.at(i)
-	return l.blocks[e.block][e.off : e.off+e.size : e.off+e.size]
+	n := int(e.size &^ stripped)
+	if e.size&stripped == 0 {
+		return n
+	}
+	body := uvarintLen(uint64(e.nDeps)) + 32*int(e.nDeps) + n
+	return 9 + uvarintLen(uint64(body)) + body
+}
+
+// AppendChange appends the bytes of the change at log index i to dst.
+func (l *Log) AppendChange(dst []byte, i int32) []byte {
+	e := l.at(i)
+	b := l.kept(e)
+	if e.size&stripped == 0 {
+		return append(dst, b...)
+	}
+	ds := l.DepsAt(i)
+	dst = append(dst, chunkMagic...)
+	dst = append(dst, e.hash[:4]...)
+	dst = append(dst, 1)
+	dst = binary.AppendUvarint(dst, uint64(uvarintLen(uint64(len(ds)))+32*len(ds)+len(b)))
+	dst = binary.AppendUvarint(dst, uint64(len(ds)))
+	for _, d := range ds {
+		dh := &l.at(d).hash
+		dst = append(dst, dh[:]...)
+	}
+	return append(dst, b...)
+}
+
+// Change returns the bytes of the change at log index i, in a slice of
+// their own.
+func (l *Log) Change(i int32) []byte {
+	return l.AppendChange(make([]byte, 0, l.ChangeLen(i)), i)
 }
 
 // HashAt returns the hash of the change at log index i.

@@ -142,19 +142,33 @@ func TestSpanSet(t *testing.T) {
 }
 
 // typedLog is a log of n changes as a typist makes them: each depends on
-// the one before and holds 112 bytes (a one-character insert).
+// the one before and is 112 bytes written as automerge writes a change
+// (a one-character insert).
 func typedLog(n int) *Log {
 	l := NewLog()
-	raw := make([]byte, 112)
 	var prev []Hash
 	for i := range n {
 		h := sha256.Sum256(binary.AppendUvarint(nil, uint64(i)))
-		if _, err := l.Add(h, prev, raw); err != nil {
+		if _, err := l.Add(h, prev, typedChange(h, prev)); err != nil {
 			panic(err)
 		}
 		prev = []Hash{h}
 	}
 	return l
+}
+
+// typedChange is a change chunk of 112 bytes with hash h (its checksum)
+// and these dependencies, the rest of its body filler.
+func typedChange(h Hash, deps []Hash) []byte {
+	body := binary.AppendUvarint(nil, uint64(len(deps)))
+	for _, d := range deps {
+		body = append(body, d[:]...)
+	}
+	raw := append(append([]byte{}, chunkMagic...), h[:4]...)
+	raw = append(raw, 1, 0)
+	body = append(body, make([]byte, 112-len(raw)-len(body))...)
+	raw[9] = byte(len(body))
+	return append(raw, body...)
 }
 
 // BenchmarkLogMemoryPerTypedChange reports the heap a log holds per
