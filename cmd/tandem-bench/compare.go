@@ -221,11 +221,18 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 	case "document":
 		t, s := document[0], document[1]
 		fmt.Printf("bytes per change     %.2f× (lower is better)\n", ratio(t.perChange(), s.perChange()))
+		if t.rssSteady > 0 && s.rssSteady > 0 {
+			fmt.Printf("steady, per change   %.2f× (lower is better)\n", ratio(t.perChangeSteady(), s.perChangeSteady()))
+		}
 		fmt.Printf("write                %.2f× (lower is better)\n", ratio(t.write.Seconds(), s.write.Seconds()))
 		fmt.Printf("first sync           %.2f× (lower is better)\n", ratio(t.firstSync.Seconds(), s.firstSync.Seconds()))
+		fmt.Printf("first sync, less the reader's own %.2f× (lower is better)\n", ratio((t.firstSync-t.firstSyncOwn).Seconds(), (s.firstSync-s.firstSyncOwn).Seconds()))
 		if t.pasteRefusal == "" && s.pasteRefusal == "" {
 			fmt.Printf("paste                %.2f× (lower is better)\n", ratio(t.paste.Seconds(), s.paste.Seconds()))
 			fmt.Printf("bytes per pasted char %.2f× (lower is better)\n", ratio(t.perPastedChar(), s.perPastedChar()))
+			if t.rssPaste2 > 0 && s.rssPaste2 > 0 {
+				fmt.Printf("steady, per char     %.2f× (lower is better)\n", ratio(t.perPastedCharSteady(), s.perPastedCharSteady()))
+			}
 		}
 	}
 	return nil

@@ -37,8 +37,13 @@ type documentResult struct {
 	// processes hold (a Tandem node starts none of its own).
 	workersBefore, workersAfter int64
 	firstSync                   time.Duration // a fresh reader's find until it holds the document
+	firstSyncOwn                time.Duration // the part of it the reader spent in its automerge
+	// rssSteady is the RSS after --steady of editing the document with
+	// a reader following, once the reader held it (0: not measured).
+	rssSteady int64
 
 	cold     time.Duration // a fresh reader's find after a restart; 0 if not measured
+	coldOwn  time.Duration // the part of it the reader spent in its automerge
 	coldNote string        // why cold is not measured
 	rssCold0 int64         // after the restart, before the find
 	rssCold1 int64         // after the find
@@ -48,14 +53,23 @@ type documentResult struct {
 	pasteRefusal string        // what the server did instead, if it refused
 	rssPaste0    int64
 	rssPaste1    int64
+	rssPaste2    int64 // after --steady of editing the pasted text
 }
 
 func (r documentResult) perChange() float64 {
 	return float64(r.rssAfter-r.rssBefore) / float64(max(r.changes, 1))
 }
 
+func (r documentResult) perChangeSteady() float64 {
+	return float64(r.rssSteady-r.rssBefore) / float64(max(r.changes, 1))
+}
+
 func (r documentResult) perPastedChar() float64 {
 	return float64(r.rssPaste1-r.rssPaste0) / float64(max(r.pasteBytes, 1))
+}
+
+func (r documentResult) perPastedCharSteady() float64 {
+	return float64(r.rssPaste2-r.rssPaste0) / float64(max(r.pasteBytes, 1))
 }
 
 func runDocument(ctx context.Context, o options) error {
@@ -79,11 +93,16 @@ func printDocument(r documentResult) {
 		}
 		fmt.Println()
 	}
-	fmt.Printf("first sync           %v\n", r.firstSync.Round(time.Millisecond))
+	if r.rssSteady > 0 {
+		fmt.Printf("steady RSS           %.1f MiB after editing on with a reader: %.0f bytes per change\n", mib(r.rssSteady), r.perChangeSteady())
+	}
+	fmt.Printf("first sync           %v (the reader's automerge %v, the rest %v)\n", r.firstSync.Round(time.Millisecond),
+		r.firstSyncOwn.Round(time.Millisecond), (r.firstSync - r.firstSyncOwn).Round(time.Millisecond))
 	if r.coldNote != "" {
 		fmt.Printf("cold find            not measured: %s\n", r.coldNote)
 	} else {
-		fmt.Printf("cold find            %v (RSS %.1f → %.1f MiB)\n", r.cold.Round(time.Millisecond), mib(r.rssCold0), mib(r.rssCold1))
+		fmt.Printf("cold find            %v (the reader's automerge %v, the rest %v; RSS %.1f → %.1f MiB)\n", r.cold.Round(time.Millisecond),
+			r.coldOwn.Round(time.Millisecond), (r.cold - r.coldOwn).Round(time.Millisecond), mib(r.rssCold0), mib(r.rssCold1))
 	}
 	if r.pasteRefusal != "" {
 		fmt.Printf("paste %d bytes   refused: %s\n", r.pasteBytes, r.pasteRefusal)
@@ -92,6 +111,9 @@ func printDocument(r documentResult) {
 	fmt.Printf("paste %d bytes   %v", r.pasteBytes, r.paste.Round(time.Millisecond))
 	if r.rssPaste0 > 0 {
 		fmt.Printf(", RSS %.1f → %.1f MiB: %.1f bytes per character", mib(r.rssPaste0), mib(r.rssPaste1), r.perPastedChar())
+		if r.rssPaste2 > 0 {
+			fmt.Printf("; steady %.1f MiB: %.1f", mib(r.rssPaste2), r.perPastedCharSteady())
+		}
 	}
 	fmt.Println()
 }
@@ -141,11 +163,18 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 	w.ws.Close()
 	r.savedBytes = len(d.Save())
 	heads := d.Heads()
-	if r.firstSync, err = readWhole(ctx, url, doc, heads); err != nil {
+	if r.firstSync, r.firstSyncOwn, err = readWholeTimed(ctx, url, doc, heads); err != nil {
 		return r, fmt.Errorf("first sync: %w", err)
 	}
 	r.rssAfter = rss()
 	r.workersAfter = workers
+	if o.steady > 0 {
+		if err := editSteadily(ctx, url, doc, d, o.steady); err != nil {
+			return r, fmt.Errorf("steady editing: %w", err)
+		}
+		r.rssSteady = rss()
+		heads = d.Heads() // the cold find waits for what was typed since
+	}
 
 	// 2. The same find after a restart.
 	if restart == nil {
@@ -157,19 +186,33 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 		}
 		o.serverPIDs = []int{pid}
 		r.rssCold0 = rss()
-		if r.cold, err = readWhole(ctx, url, doc, heads); err != nil {
+		if r.cold, r.coldOwn, err = readWholeTimed(ctx, url, doc, heads); err != nil {
 			return r, fmt.Errorf("cold find: %w", err)
 		}
 		r.rssCold1 = rss()
 	}
 
-	// 3. One large paste.
+	// 3. One large paste, from a steady state: the cold find's moment
+	// is past.
+	if o.steady > 0 {
+		if err := editSteadily(ctx, url, doc, d, o.steady); err != nil {
+			return r, fmt.Errorf("steady editing before the paste: %w", err)
+		}
+	}
 	r.rssPaste0 = rss()
-	r.paste, r.pasteRefusal, err = pasteOnce(ctx, url, o.pasteBytes)
+	var pasted string
+	var pd *automerge.Doc
+	pasted, pd, r.paste, r.pasteRefusal, err = pasteOnce(ctx, url, o.pasteBytes)
 	if err != nil {
 		return r, fmt.Errorf("paste: %w", err)
 	}
 	r.rssPaste1 = rss()
+	if o.steady > 0 && r.pasteRefusal == "" {
+		if err := editSteadily(ctx, url, pasted, pd, o.steady); err != nil {
+			return r, fmt.Errorf("steady editing of the paste: %w", err)
+		}
+		r.rssPaste2 = rss()
+	}
 	return r, nil
 }
 
@@ -309,38 +352,50 @@ func awaitSync(p *peer, doc string, timeout time.Duration) ([]byte, error) {
 // readWhole has a fresh reader find doc and answer the server's sync
 // messages until its heads are heads; it returns how long that took.
 func readWhole(ctx context.Context, url, doc string, heads []automerge.ChangeHash) (time.Duration, error) {
+	total, _, err := readWholeTimed(ctx, url, doc, heads)
+	return total, err
+}
+
+// readWholeTimed is readWhole that also returns how much of the time the
+// reader spent in its own automerge (taking the server's messages in and
+// making its answers): the rest is the server's, and the wire's.
+func readWholeTimed(ctx context.Context, url, doc string, heads []automerge.ChangeHash) (total, own time.Duration, err error) {
 	want := hashSet(heads)
 	p, err := dialPeer(url)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer p.ws.Close()
 	d := automerge.New()
 	state := automerge.NewSyncState(d)
 	start := time.Now()
 	if err := p.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: mustFirst(state)}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	for {
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		}
 		data, err := awaitSync(p, doc, time.Minute)
 		if errors.Is(err, errUnavailable) {
 			continue // the server sends the document if it appears
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		t := time.Now()
 		if _, err := state.ReceiveMessage(data); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if slices.Equal(hashSet(d.Heads()), want) {
-			return time.Since(start), nil
+			own += time.Since(t)
+			return time.Since(start), own, nil
 		}
-		if m, ok := state.GenerateMessage(); ok {
+		m, ok := state.GenerateMessage()
+		own += time.Since(t)
+		if ok {
 			if err := p.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 	}
@@ -349,18 +404,19 @@ func readWhole(ctx context.Context, url, doc string, heads []automerge.ChangeHas
 // pasteOnce creates a document whose text is size bytes, made in one
 // change as repo.create({text}) makes it, syncs it, and times from the
 // writer's first message until a fresh reader holds it. A server that
-// refuses it yields the refusal and no error.
-func pasteOnce(ctx context.Context, url string, size int) (time.Duration, string, error) {
+// refuses it yields the refusal and no error. It returns the document's
+// ID and the writer's copy.
+func pasteOnce(ctx context.Context, url string, size int) (string, *automerge.Doc, time.Duration, string, error) {
 	doc := newDocID()
 	w, err := dialPeer(url)
 	if err != nil {
-		return 0, "", err
+		return "", nil, 0, "", err
 	}
 	defer w.ws.Close()
 	d := automerge.New()
 	d.RootMap().Set("text", automerge.NewText(strings.Repeat("lorem ipsum ", size/12+1)[:size]))
 	if _, err := d.Commit("paste"); err != nil {
-		return 0, "", err
+		return "", nil, 0, "", err
 	}
 	state := automerge.NewSyncState(d)
 	start := time.Now()
@@ -370,26 +426,115 @@ func pasteOnce(ctx context.Context, url string, size int) (time.Duration, string
 			break
 		}
 		if round == 20 {
-			return 0, fmt.Sprintf("not acknowledged after %d sync messages", round), nil
+			return doc, d, 0, fmt.Sprintf("not acknowledged after %d sync messages", round), nil
 		}
 		if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
-			return 0, "", err
+			return "", nil, 0, "", err
 		}
 		reply, err := awaitSync(w, doc, time.Minute)
 		if errors.Is(err, errRefused) {
-			return 0, strings.TrimPrefix(err.Error(), errRefused.Error()+": "), nil
+			return doc, d, 0, strings.TrimPrefix(err.Error(), errRefused.Error()+": "), nil
 		}
 		if err != nil {
-			return 0, "", err
+			return "", nil, 0, "", err
 		}
 		if _, err := state.ReceiveMessage(reply); err != nil {
-			return 0, "", err
+			return "", nil, 0, "", err
 		}
 	}
 	if _, err := readWhole(ctx, url, doc, d.Heads()); err != nil {
-		return 0, "", fmt.Errorf("reader: %w", err)
+		return "", nil, 0, "", fmt.Errorf("reader: %w", err)
 	}
-	return time.Since(start), "", nil
+	return doc, d, time.Since(start), "", nil
+}
+
+// steadyRate is how fast editSteadily's typist types: a person typing.
+const steadyRate = 10
+
+// editSteadily has a typist type into doc's text, one character a
+// change at steadyRate a second, and a fresh reader follow, both syncing
+// as automerge-repo does, for dur: the document as it is while people
+// use it, so that what a server holds then, not what it held for a
+// moment while it sent the whole document, is what is read after.
+func editSteadily(ctx context.Context, url, doc string, d *automerge.Doc, dur time.Duration) error {
+	reader, err := dialPeer(url)
+	if err != nil {
+		return err
+	}
+	defer reader.ws.Close()
+	rd := automerge.New()
+	rs := automerge.NewSyncState(rd)
+	if err := reader.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: mustFirst(rs)}); err != nil {
+		return err
+	}
+	readCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	readErr := make(chan error, 1)
+	go func() {
+		for readCtx.Err() == nil {
+			data, err := awaitSync(reader, doc, time.Minute)
+			if err != nil {
+				if readCtx.Err() != nil {
+					err = nil
+				}
+				readErr <- err
+				return
+			}
+			if _, err := rs.ReceiveMessage(data); err != nil {
+				readErr <- err
+				return
+			}
+			if m, ok := rs.GenerateMessage(); ok {
+				if err := reader.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+					readErr <- err
+					return
+				}
+			}
+		}
+		readErr <- nil
+	}()
+	w, err := dialPeer(url)
+	if err != nil {
+		return err
+	}
+	defer w.ws.Close()
+	ws := automerge.NewSyncState(d)
+	tick := time.NewTicker(time.Second / steadyRate)
+	defer tick.Stop()
+	end := time.Now().Add(dur)
+	for i := 0; time.Now().Before(end); i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			return fmt.Errorf("reader: %w", err)
+		case <-tick.C:
+		}
+		if i > 0 {
+			d.Path("text").Text().Append(typedText[i%len(typedText) : i%len(typedText)+1])
+			d.Commit("type")
+		}
+		for {
+			m, ok := ws.GenerateMessage()
+			if !ok {
+				break
+			}
+			if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
+				return err
+			}
+			reply, err := awaitSync(w, doc, time.Minute)
+			if err != nil {
+				return err
+			}
+			if _, err := ws.ReceiveMessage(reply); err != nil {
+				return err
+			}
+		}
+	}
+	stop()
+	reader.ws.Close()
+	<-readErr // its connection ends with the run
+	return nil
 }
 
 func hashSet(hs []automerge.ChangeHash) []string {
