@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
@@ -41,8 +42,9 @@ type Limits struct {
 	// default 256 MiB.
 	DocumentBytes int64
 	// DocumentChanges is the most changes a document may hold; default
-	// 1,000,000. Each costs the log and the index some bytes whatever it
-	// holds: a change with no operations is not free.
+	// 1,000,000, at most 2³²-1 (the index counts them in 32 bits). Each
+	// costs the log and the index some bytes whatever it holds: a change
+	// with no operations is not free.
 	DocumentChanges int64
 	// WaitingBytes bounds the cost of the changes that wait for a
 	// dependency, summed over the hub's documents; default 64 MiB.
@@ -86,6 +88,7 @@ func (l *Limits) setDefaults() {
 	if l.DocumentChanges <= 0 {
 		l.DocumentChanges = 1_000_000
 	}
+	l.DocumentChanges = min(l.DocumentChanges, math.MaxUint32)
 	if l.WaitingBytes <= 0 {
 		l.WaitingBytes = 64 << 20
 	}

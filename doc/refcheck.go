@@ -305,8 +305,8 @@ func (x *refIndex) inPast(deps [][32]byte, need map[uint32]uint64) (found, ok bo
 		if !ok {
 			return false, true
 		}
-		taken[a] = ac.index
-		lowest = min(lowest, ac.index)
+		taken[a] = uint64(ac.index)
+		lowest = min(lowest, uint64(ac.index))
 	}
 	seen := make(map[[32]byte]struct{})
 	stack := append([][32]byte(nil), deps...)

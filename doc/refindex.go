@@ -72,15 +72,15 @@ type changeNode struct {
 type baseNode struct {
 	actor uint32
 	maxOp uint32
-	seq   uint64
+	seq   uint32 // a document holds fewer changes (Limits.DocumentChanges)
 	cover uint32
 }
 
 // actorChange places one of an actor's changes among its op counters.
 type actorChange struct {
 	startOp uint32
-	seq     uint64
-	index   uint64 // changeNode.index
+	seq     uint32
+	index   uint32 // changeNode.index
 }
 
 // keyName marks a keys value that is a map key's number, not an element.
@@ -263,7 +263,7 @@ func (x *refIndex) baseChange(h [32]byte) (changeNode, bool) {
 		return changeNode{}, false
 	}
 	b := x.nodes[at]
-	return changeNode{actor: b.actor, seq: b.seq, maxOp: b.maxOp, index: uint64(at), cover: uint64(b.cover), inLog: true}, true
+	return changeNode{actor: b.actor, seq: uint64(b.seq), maxOp: b.maxOp, index: uint64(at), cover: uint64(b.cover), inLog: true}, true
 }
 
 // appendDeps appends the hashes n depends on.
@@ -289,7 +289,7 @@ func (x *refIndex) seqOf(actor, ctr uint32) (uint64, bool) {
 		cs := i.byActor[actor]
 		j := sort.Search(len(cs), func(j int) bool { return cs[j].startOp > ctr }) - 1
 		if j >= 0 {
-			return cs[j].seq, true
+			return uint64(cs[j].seq), true
 		}
 	}
 	return 0, false
@@ -299,8 +299,8 @@ func (x *refIndex) seqOf(actor, ctr uint32) (uint64, bool) {
 func (x *refIndex) changeOf(actor uint32, seq uint64) (actorChange, bool) {
 	for i := x; i != nil; i = i.parent {
 		cs := i.byActor[actor]
-		j := sort.Search(len(cs), func(j int) bool { return cs[j].seq >= seq })
-		if j < len(cs) && cs[j].seq == seq {
+		j := sort.Search(len(cs), func(j int) bool { return uint64(cs[j].seq) >= seq })
+		if j < len(cs) && uint64(cs[j].seq) == seq {
 			return cs[j], true
 		}
 	}
@@ -370,7 +370,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 			at, ok = x.log.IndexOf(c.Hash)
 		}
 		if ok && int(at) == len(x.nodes) {
-			x.nodes = append(x.nodes, baseNode{actor: node.actor, maxOp: node.maxOp, seq: node.seq, cover: uint32(node.cover)})
+			x.nodes = append(x.nodes, baseNode{actor: node.actor, maxOp: node.maxOp, seq: uint32(node.seq), cover: uint32(node.cover)})
 		} else {
 			x.changes[c.Hash] = node // out of the log's order: kept by hash
 		}
@@ -381,7 +381,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 	x.heads[c.Hash] = struct{}{}
 	x.nHeads++
 	cs := x.byActor[self]
-	x.byActor[self] = append(cs, actorChange{startOp: uint32(c.StartOp), seq: c.Seq, index: node.index})
+	x.byActor[self] = append(cs, actorChange{startOp: uint32(c.StartOp), seq: uint32(c.Seq), index: uint32(node.index)})
 	if n := len(cs); n > 0 && cs[n-1].startOp > uint32(c.StartOp) {
 		s := x.byActor[self]
 		sort.Slice(s, func(i, j int) bool { return s[i].startOp < s[j].startOp })
