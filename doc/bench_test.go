@@ -323,7 +323,7 @@ func BenchmarkColdLoad(b *testing.B) {
 // into a document of a short and of a long typed history: what the node
 // does per keystroke should not grow with the document.
 func BenchmarkTypingIntoHistory(b *testing.B) {
-	for _, n := range []int{100, 20_000} {
+	for _, n := range []int{100, 20_000, 100_000} {
 		b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
 			all := typing(n + b.N + 1)
 			var history []byte

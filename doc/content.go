@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"slices"
 	"sort"
 	"strings"
@@ -73,6 +74,9 @@ type textObj struct {
 	// they were inserted with (by that op's id), each a run of its own.
 	gone map[int32][]uint64
 	over map[uint64]uint64
+	// ats counts the @ in the live values, and size their bytes: a text
+	// without an @ holds no mention, and is not read out for one.
+	ats, size int
 }
 
 type textRun struct {
@@ -177,8 +181,40 @@ func (t *textObj) setGone(r int32, k uint32) {
 	for len(g) < int(t.runs[r].n+63)/64 {
 		g = append(g, 0)
 	}
+	if g[k/64]&(1<<(k%64)) == 0 {
+		v := t.value(r, k)
+		t.ats -= bytes.Count(v, at)
+		t.size -= len(v)
+	}
 	g[k/64] |= 1 << (k % 64)
 	t.gone[r] = g
+}
+
+var at = []byte{'@'}
+
+// value returns the value of the k-th element of run r, deleted or not.
+func (t *textObj) value(r int32, k uint32) []byte {
+	x := &t.runs[r]
+	switch {
+	case len(x.val) == 0:
+		return nil
+	case x.n == 1:
+		return x.val
+	case len(x.val) == int(x.n):
+		return x.val[k : k+1]
+	}
+	off := 0
+	for range k {
+		_, w := utf8.DecodeRune(x.val[off:])
+		off += w
+	}
+	_, w := utf8.DecodeRune(x.val[off:])
+	return x.val[off : off+w]
+}
+
+func (t *textObj) isGone(r int32, k uint32) bool {
+	g := t.gone[r]
+	return int(k/64) < len(g) && g[k/64]&(1<<(k%64)) != 0
 }
 
 // element returns where the element whose value op p set is, if p set
@@ -282,6 +318,12 @@ func (c *content) takeOne(ch *amcheck.Change) {
 				if x := t.runs[r]; x.valID != 0 {
 					delete(t.over, x.valID)
 				}
+				if !t.isGone(r, 0) {
+					t.ats -= bytes.Count(t.runs[r].val, at)
+					t.size -= len(t.runs[r].val)
+				}
+				t.ats += strings.Count(str, "@")
+				t.size += len(str)
 				t.runs[r].val, t.runs[r].valID = []byte(str), id
 				delete(t.gone, r)
 				t.over[id] = t.runs[r].id
@@ -344,6 +386,8 @@ func (t *textObj) insert(c *content, id, parent uint64, val string) {
 			(x.n > 1 || len(x.val) == 0 || utf8.RuneCount(x.val) == 1) {
 			x.n++
 			x.val = append(x.val, val...)
+			t.ats += strings.Count(val, "@")
+			t.size += len(val)
 			return
 		}
 		first = &x.kid
@@ -354,6 +398,8 @@ func (t *textObj) insert(c *content, id, parent uint64, val string) {
 	}
 	next := *first
 	n := t.addRun(textRun{id: id, n: 1, kid: -1, next: next, val: []byte(val)})
+	t.ats += strings.Count(val, "@")
+	t.size += len(val)
 	// addRun may have moved the runs: find the link again.
 	if parent == 0 {
 		first = &t.head
@@ -370,6 +416,7 @@ func (t *textObj) insert(c *content, id, parent uint64, val string) {
 // String returns the text: its elements' values in order.
 func (t *textObj) String() string {
 	var b strings.Builder
+	b.Grow(t.size)
 	var stack []int32
 	for e := t.head; e >= 0 || len(stack) > 0; {
 		if e < 0 {
@@ -378,7 +425,7 @@ func (t *textObj) String() string {
 			continue
 		}
 		x := &t.runs[e]
-		if g, ok := t.gone[e]; !ok {
+		if g, ok := t.gone[e]; len(t.gone) == 0 || !ok {
 			b.Write(x.val)
 		} else if len(x.val) > 0 {
 			v := x.val
@@ -407,12 +454,34 @@ func (t *textObj) String() string {
 // field returns the value at path i (0: the text field, 1: the title
 // field) if it is a text or a string, else "".
 func (c *content) field(i int) string {
+	s, t := c.resolve(i)
+	if t != nil {
+		return t.String()
+	}
+	return s
+}
+
+// mentionText returns the text field, or "" if it holds no @ (and so no
+// mention): a text without one is not read out.
+func (c *content) mentionText() string {
+	s, t := c.resolve(0)
+	if t != nil {
+		if t.ats == 0 {
+			return ""
+		}
+		return t.String()
+	}
+	return s
+}
+
+// resolve returns the value at path i: a string, or a text object.
+func (c *content) resolve(i int) (string, *textObj) {
 	obj := uint64(0)
 	path := c.paths[i]
 	for k, key := range path {
 		vals := c.regs[register{obj, key}]
 		if len(vals) == 0 {
-			return ""
+			return "", nil
 		}
 		win := vals[0]
 		for _, v := range vals[1:] {
@@ -422,19 +491,19 @@ func (c *content) field(i int) string {
 		}
 		if k < len(path)-1 {
 			if win.kind != valueMap {
-				return ""
+				return "", nil
 			}
 			obj = win.id
 			continue
 		}
 		switch win.kind {
 		case valueString:
-			return win.s
+			return win.s, nil
 		case valueText:
 			if t := c.texts[win.id]; t != nil {
-				return t.String()
+				return "", t
 			}
 		}
 	}
-	return ""
+	return "", nil
 }

@@ -92,7 +92,7 @@ func TestContentFollowsNestedFieldsAndTheirReplacement(t *testing.T) {
 func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 	var f MentionFields
 	f.setDefaults()
-	words := []string{"a", "lorem ipsum ", "ü", "日本語", "😀x", "\n", strings.Repeat("paste ", 50)}
+	words := []string{"a", "lorem ipsum ", "ü", "日本語", "😀x", "\n", strings.Repeat("paste ", 50), "@", "hi @ana "}
 	for seed := range uint64(8) {
 		rng := rand.New(rand.NewPCG(seed, 3))
 		a := automerge.New()
@@ -136,6 +136,15 @@ func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 			}
 			if got := c.text(); got != want {
 				t.Fatalf("seed %d: the text is %q, automerge's %q", seed, got, want)
+			}
+			// What is counted as it changes: its @ (a text without
+			// one is not read for mentions) and its bytes.
+			_, x := c.resolve(0)
+			if x.ats != strings.Count(want, "@") || x.size != len(want) {
+				t.Fatalf("seed %d: counted %d @ and %d bytes; the text has %d and %d", seed, x.ats, x.size, strings.Count(want, "@"), len(want))
+			}
+			if m := c.mentionText(); (m == "") != !strings.Contains(want, "@") {
+				t.Fatalf("seed %d: the text read for mentions is %q, of %q", seed, m, want)
 			}
 		}
 		for step := range 120 {
@@ -208,6 +217,9 @@ func TestContentPutsOverAnElementOfARun(t *testing.T) {
 		c.take(cs)
 		if got := c.text(); got != step.want {
 			t.Fatalf("step %d: the text is %q, want %q", i, got, step.want)
+		}
+		if _, x := c.resolve(0); x.size != len(step.want) {
+			t.Fatalf("step %d: counted %d bytes of %q", i, x.size, step.want)
 		}
 	}
 }

@@ -176,7 +176,7 @@ func (h *Hub) takeOverAtLoad(ctx context.Context, r *room, journals map[string][
 			continue // its node reports it
 		}
 		if now == nil {
-			now, title = countMentions(r.text.text()), r.text.title()
+			now, title = countMentions(r.text.mentionText()), r.text.title()
 		}
 		n, err := r.mentions.takeOver(now, title, r.id, node, data)
 		if err != nil {

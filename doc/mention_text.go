@@ -76,5 +76,5 @@ func mentionChar(c byte) bool {
 
 // mentionsNow counts the mentions in the text now. The caller holds r.mu.
 func (r *room) mentionsNow() map[string]int {
-	return countMentions(r.text.text())
+	return countMentions(r.text.mentionText())
 }

@@ -296,7 +296,7 @@ func (r *room) readMentions(h *Hub, need func(*mentionTracker) bool, withTitle b
 		r.beforeMentionRead()
 	}
 	if read {
-		counts = countMentions(c.text())
+		counts = countMentions(c.mentionText())
 	}
 	if withTitle {
 		title = c.title()
