@@ -14,10 +14,10 @@ import (
 // the mention fields (MentionFields), followed in Go from the changes the
 // room's log takes, for the mention tracker. It keeps the registers of
 // the keys on the fields' paths, and each text object made at a field's
-// last key, element by element, in automerge's order: an element comes
-// right after the one it was inserted after, and of the elements inserted
-// at one place, the later (higher counter, then higher actor ID) first. A
-// document's other content is not kept.
+// last key, in runs of elements (textObj), in automerge's order: an
+// element comes right after the one it was inserted after, and of the
+// elements inserted at one place, the later (higher counter, then higher
+// actor ID) first. A document's other content is not kept.
 //
 // Every change it takes passed the guard (or came from the store or
 // another node, where it had), in an order in which each comes after
