@@ -175,3 +175,38 @@ func TestTheCausalCheckAnswersAsTheChangeGraph(t *testing.T) {
 		})
 	}
 }
+
+// Two long branches, taken in turns as if two peers long apart sent them
+// together, then merged: each branch's changes walk a bounded stretch (the
+// index takes them in time linear in their number), the merge depends on
+// every head and covers the whole document, and so do the changes after.
+func TestAMergeOfLongBranchesCoversTheDocument(t *testing.T) {
+	const n = 3000 // each branch: far past maxCoverSteps
+	x := newBaseIndex(nil)
+	var cs []amcheck.Change
+	add := func(actor byte, seq uint64, deps ...[32]byte) [32]byte {
+		i := len(cs)
+		c := amcheck.Change{Actor: []byte{actor}, Actors: [][]byte{{actor}}, Seq: seq, StartOp: uint64(i + 1), Deps: deps}
+		c.Hash = [32]byte{byte(i), byte(i >> 8), byte(i >> 16), 0xdd}
+		cs = append(cs, c)
+		x.add(&cs[len(cs)-1])
+		return c.Hash
+	}
+	root := add(1, 1)
+	a, b := root, root
+	for i := range n { // the branches interleave in the log, as they would arrive
+		a = add(2, uint64(i+1), a)
+		b = add(3, uint64(i+1), b)
+	}
+	merge := add(1, 2, a, b)
+	after := add(1, 3, merge)
+	for _, h := range [][32]byte{merge, after} {
+		c, _ := x.change(h)
+		if c.cover != c.index+1 {
+			t.Fatalf("change %d's cover is %d: the walk stopped short", c.index, c.cover)
+		}
+	}
+	if c, _ := x.change(a); c.cover > 2 {
+		t.Fatalf("a branch's last change covers %d, holding changes of the other branch", c.cover)
+	}
+}

@@ -343,11 +343,13 @@ func (x *refIndex) add(c *amcheck.Change) {
 	self := nums[0]
 	node := changeNode{actor: self, seq: c.Seq, deps: c.Deps, index: x.count,
 		maxOp: uint32(c.StartOp + uint64(len(c.OpList)) - 1)}
+	heads := 0
 	for _, d := range c.Deps {
 		if dn, ok := x.change(d); ok {
 			node.maxOp = max(node.maxOp, dn.maxOp)
 		}
 		if x.isHead(d) {
+			heads++
 			delete(x.heads, d)
 			if x.unheaded != nil {
 				x.unheaded[d] = struct{}{}
@@ -355,7 +357,7 @@ func (x *refIndex) add(c *amcheck.Change) {
 			x.nHeads--
 		}
 	}
-	node.cover = x.coverOf(c.Deps, node.index)
+	node.cover = x.coverOf(c.Deps, node.index, heads == len(c.Deps) && x.nHeads == 0)
 	if x.log != nil {
 		// The document's index: its log holds the change, at the next
 		// index (the room records what its log took, in its order), or
@@ -411,20 +413,25 @@ func (x *refIndex) add(c *amcheck.Change) {
 }
 
 // maxCoverSteps bounds the changes one coverOf walks.
-const maxCoverSteps = 1 << 16
+const maxCoverSteps = 128
 
 // coverOf returns how many of the first changes the index took are all in
 // the past of a change with these dependencies, taken at index at (the
 // change itself counts): the causal check stops its walk at a change
-// whose cover holds what it looks for. The cover of the dependency that
-// has the highest is a start; the walk then marks which of the changes
-// taken since are in the past, and the cover grows by those taken in a
-// row. While typists who see each other's changes a little late type
-// together, no change depends on every head, but each one's cover reaches
-// the oldest change its author had not seen: so the walk covers only
-// those in flight. Past maxCoverSteps it settles for the start, which is
-// still true.
-func (x *refIndex) coverOf(deps [][32]byte, at uint64) uint64 {
+// whose cover holds what it looks for. A change that depended on every
+// head of its time covers all (complete). Otherwise the cover of the
+// dependency that has the highest is a start; the walk then marks which
+// of the changes taken since are in the past, and the cover grows by
+// those taken in a row. While typists who see each other's changes a
+// little late type together, no change depends on every head, but each
+// one's cover reaches the oldest change its author had not seen: so the
+// walk covers only those in flight. A longer walk (a branch made apart
+// from the others, arriving) settles for the start, which is still true,
+// until a change merges the branches.
+func (x *refIndex) coverOf(deps [][32]byte, at uint64, complete bool) uint64 {
+	if complete {
+		return at + 1
+	}
 	var from uint64
 	for _, d := range deps {
 		if n, ok := x.change(d); ok {
