@@ -229,6 +229,7 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		fmt.Printf("first sync, less the reader's own %.2f× (lower is better)\n", ratio((t.firstSync-t.firstSyncOwn).Seconds(), (s.firstSync-s.firstSyncOwn).Seconds()))
 		if t.pasteRefusal == "" && s.pasteRefusal == "" {
 			fmt.Printf("paste                %.2f× (lower is better)\n", ratio(t.paste.Seconds(), s.paste.Seconds()))
+			fmt.Printf("paste, less the clients' own %.2f× (lower is better)\n", ratio((t.paste-t.pasteOwn).Seconds(), (s.paste-s.pasteOwn).Seconds()))
 			fmt.Printf("bytes per pasted char %.2f× (lower is better)\n", ratio(t.perPastedChar(), s.perPastedChar()))
 			if t.rssPaste2 > 0 && s.rssPaste2 > 0 {
 				fmt.Printf("steady, per char     %.2f× (lower is better)\n", ratio(t.perPastedCharSteady(), s.perPastedCharSteady()))

@@ -50,10 +50,13 @@ type documentResult struct {
 
 	pasteBytes   int
 	paste        time.Duration // the writer's first message until a reader holds the text
+	pasteOwn     time.Duration // the part of it the writer and the reader spent in their automerge
 	pasteRefusal string        // what the server did instead, if it refused
 	rssPaste0    int64
 	rssPaste1    int64
 	rssPaste2    int64 // after --steady of editing the pasted text
+	// pasteSteadyNote says why rssPaste2 was not read, if it was not.
+	pasteSteadyNote string
 }
 
 func (r documentResult) perChange() float64 {
@@ -108,11 +111,15 @@ func printDocument(r documentResult) {
 		fmt.Printf("paste %d bytes   refused: %s\n", r.pasteBytes, r.pasteRefusal)
 		return
 	}
-	fmt.Printf("paste %d bytes   %v", r.pasteBytes, r.paste.Round(time.Millisecond))
+	fmt.Printf("paste %d bytes   %v (the clients' automerge %v, the rest %v)", r.pasteBytes, r.paste.Round(time.Millisecond),
+		r.pasteOwn.Round(time.Millisecond), (r.paste - r.pasteOwn).Round(time.Millisecond))
 	if r.rssPaste0 > 0 {
 		fmt.Printf(", RSS %.1f → %.1f MiB: %.1f bytes per character", mib(r.rssPaste0), mib(r.rssPaste1), r.perPastedChar())
 		if r.rssPaste2 > 0 {
 			fmt.Printf("; steady %.1f MiB: %.1f", mib(r.rssPaste2), r.perPastedCharSteady())
+		}
+		if r.pasteSteadyNote != "" {
+			fmt.Printf("; steady not read: editing on failed: %s", r.pasteSteadyNote)
 		}
 	}
 	fmt.Println()
@@ -200,18 +207,19 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 		}
 	}
 	r.rssPaste0 = rss()
-	var pasted string
-	var pd *automerge.Doc
-	pasted, pd, r.paste, r.pasteRefusal, err = pasteOnce(ctx, url, o.pasteBytes)
+	p, err := pasteOnce(ctx, url, o.pasteBytes)
 	if err != nil {
 		return r, fmt.Errorf("paste: %w", err)
 	}
+	r.paste, r.pasteOwn, r.pasteRefusal = p.took, p.own, p.refusal
 	r.rssPaste1 = rss()
 	if o.steady > 0 && r.pasteRefusal == "" {
-		if err := editSteadily(ctx, url, pasted, pd, o.steady); err != nil {
-			return r, fmt.Errorf("steady editing of the paste: %w", err)
+		if err := editSteadily(ctx, url, p.doc, p.d, o.steady); err != nil {
+			// Reported, not fatal: what was measured before stands.
+			r.pasteSteadyNote = err.Error()
+		} else {
+			r.rssPaste2 = rss()
 		}
-		r.rssPaste2 = rss()
 	}
 	return r, nil
 }
@@ -401,51 +409,73 @@ func readWholeTimed(ctx context.Context, url, doc string, heads []automerge.Chan
 	}
 }
 
+// pasted is what pasteOnce did.
+type pasted struct {
+	doc     string
+	d       *automerge.Doc // the writer's copy
+	took    time.Duration  // from the writer's first message until a reader held the text
+	own     time.Duration  // the part of it the writer and the reader spent in their automerge
+	refusal string         // what the server did instead, if it refused
+}
+
 // pasteOnce creates a document whose text is size bytes, made in one
 // change as repo.create({text}) makes it, syncs it, and times from the
 // writer's first message until a fresh reader holds it. A server that
-// refuses it yields the refusal and no error. It returns the document's
-// ID and the writer's copy.
-func pasteOnce(ctx context.Context, url string, size int) (string, *automerge.Doc, time.Duration, string, error) {
-	doc := newDocID()
+// refuses it yields the refusal and no error.
+func pasteOnce(ctx context.Context, url string, size int) (pasted, error) {
+	p := pasted{doc: newDocID(), d: automerge.New()}
 	w, err := dialPeer(url)
 	if err != nil {
-		return "", nil, 0, "", err
+		return p, err
 	}
 	defer w.ws.Close()
-	d := automerge.New()
+	d := p.d
 	d.RootMap().Set("text", automerge.NewText(strings.Repeat("lorem ipsum ", size/12+1)[:size]))
 	if _, err := d.Commit("paste"); err != nil {
-		return "", nil, 0, "", err
+		return p, err
 	}
 	state := automerge.NewSyncState(d)
 	start := time.Now()
 	for round := 0; ; round++ {
+		t := time.Now()
 		m, ok := state.GenerateMessage()
+		var data []byte
+		if ok {
+			data = m.Bytes()
+		}
+		p.own += time.Since(t)
 		if !ok {
 			break
 		}
 		if round == 20 {
-			return doc, d, 0, fmt.Sprintf("not acknowledged after %d sync messages", round), nil
+			p.refusal = fmt.Sprintf("not acknowledged after %d sync messages", round)
+			return p, nil
 		}
-		if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
-			return "", nil, 0, "", err
+		if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: p.doc, Data: data}); err != nil {
+			return p, err
 		}
-		reply, err := awaitSync(w, doc, time.Minute)
+		reply, err := awaitSync(w, p.doc, time.Minute)
 		if errors.Is(err, errRefused) {
-			return doc, d, 0, strings.TrimPrefix(err.Error(), errRefused.Error()+": "), nil
+			p.refusal = strings.TrimPrefix(err.Error(), errRefused.Error()+": ")
+			return p, nil
 		}
 		if err != nil {
-			return "", nil, 0, "", err
+			return p, err
 		}
-		if _, err := state.ReceiveMessage(reply); err != nil {
-			return "", nil, 0, "", err
+		t = time.Now()
+		_, err = state.ReceiveMessage(reply)
+		p.own += time.Since(t)
+		if err != nil {
+			return p, err
 		}
 	}
-	if _, err := readWhole(ctx, url, doc, d.Heads()); err != nil {
-		return "", nil, 0, "", fmt.Errorf("reader: %w", err)
+	_, own, err := readWholeTimed(ctx, url, p.doc, d.Heads())
+	if err != nil {
+		return p, fmt.Errorf("reader: %w", err)
 	}
-	return doc, d, time.Since(start), "", nil
+	p.own += own
+	p.took = time.Since(start)
+	return p, nil
 }
 
 // steadyRate is how fast editSteadily's typist types: a person typing.

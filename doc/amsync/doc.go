@@ -5,7 +5,10 @@
 // change hashes, their dependencies and bloom filters, and changes travel
 // as the bytes they were made as. A Log holds a document as its changes:
 // per change its hash, its dependencies and its bytes, in an order in
-// which each change comes after its dependencies, and the heads. A Peer is
+// which each change comes after its dependencies, and the heads. Of a
+// change written as automerge writes one it keeps only what follows the
+// dependencies, and puts the rest back, byte for byte, when the change
+// goes out. A Peer is
 // the sync state kept with one remote peer; Receive reads its message
 // (after the caller has added whatever changes it admits from it to the
 // Log) and Generate makes the next message for it, as automerge's
