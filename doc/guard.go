@@ -42,7 +42,8 @@ type Limits struct {
 	// default 256 MiB.
 	DocumentBytes int64
 	// DocumentChanges is the most changes a document may hold; default
-	// 1,000,000, at most 2³²-1 (the index counts them in 32 bits). Each
+	// 1,000,000, at most 2³¹-1 (the log and the index count them in 31
+	// bits). Each
 	// costs the log and the index some bytes whatever it holds: a change
 	// with no operations is not free.
 	DocumentChanges int64
@@ -88,7 +89,7 @@ func (l *Limits) setDefaults() {
 	if l.DocumentChanges <= 0 {
 		l.DocumentChanges = 1_000_000
 	}
-	l.DocumentChanges = min(l.DocumentChanges, math.MaxUint32)
+	l.DocumentChanges = min(l.DocumentChanges, math.MaxInt32)
 	if l.WaitingBytes <= 0 {
 		l.WaitingBytes = 64 << 20
 	}

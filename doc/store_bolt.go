@@ -21,7 +21,8 @@ import (
 // because bbolt rewrites a leaf, large values and all, whenever a key in
 // it changes: a snapshot beside the chunks would be written again with
 // every chunk. (Files written before keep a snapshot under "s" in the
-// document's own bucket; it is read there until the next compaction.)
+// document's own bucket; it is read there until the next compaction, and
+// as well as the other if an earlier version wrote it after this one.)
 type BoltStore struct {
 	db        *bolt.DB
 	closeOnce sync.Once
@@ -83,6 +84,13 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 			switch {
 			case string(k) == string(keySnap) && out.Snapshot == nil: // an earlier version's place
 				out.Snapshot = append([]byte(nil), v...)
+			case string(k) == string(keySnap):
+				// Both places hold one: an earlier version ran on this
+				// file after this one compacted and wrote its own. Each
+				// may hold what the other lacks; both are read, the
+				// earlier one before the chunks that came after it, and
+				// the room takes each change once.
+				out.Chunks = append([][]byte{append([]byte(nil), v...)}, out.Chunks...)
 			case len(k) == 9 && k[0] == chunkTag:
 				out.Chunks = append(out.Chunks, append([]byte(nil), v...))
 			}

@@ -311,3 +311,36 @@ func TestASnapshotInItsEarlierPlaceLoads(t *testing.T) {
 		t.Fatalf("after a new snapshot: loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
 	}
 }
+
+// An earlier version run on the file after this one compacted a document
+// writes its snapshot in the earlier place and does not see this one's:
+// both are read, so that neither's changes are lost.
+func TestBothSnapshotPlacesAreRead(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	ctx := context.Background()
+	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: []byte("this version's")}}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error { // as the earlier version writes a snapshot
+		docs := tx.Bucket(bucketDocs)
+		if err := docs.DeleteBucket([]byte(testDoc)); err != nil {
+			return err
+		}
+		b, err := docs.CreateBucket([]byte(testDoc))
+		if err != nil {
+			return err
+		}
+		if err := b.Put(keySnap, []byte("the earlier version's")); err != nil {
+			return err
+		}
+		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte("a chunk after it"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(ctx, testDoc)
+	if err != nil || string(stored.Snapshot) != "this version's" || len(stored.Chunks) != 2 ||
+		string(stored.Chunks[0]) != "the earlier version's" || string(stored.Chunks[1]) != "a chunk after it" {
+		t.Fatalf("loaded %q and chunks %q (err %v)", stored.Snapshot, stored.Chunks, err)
+	}
+}

@@ -240,8 +240,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
 		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")
 	}
-	if c.MaxDocumentChanges > math.MaxUint32 {
-		return c, fmt.Errorf("--max-document-changes %d is too large (at most %d)", c.MaxDocumentChanges, uint32(math.MaxUint32))
+	if c.MaxDocumentChanges > math.MaxInt32 {
+		return c, fmt.Errorf("--max-document-changes %d is too large (at most %d)", c.MaxDocumentChanges, math.MaxInt32)
 	}
 	if c.MaxMessageBytes < 1024 {
 		return c, fmt.Errorf("--max-message-bytes %d is too small (minimum 1024)", c.MaxMessageBytes)

@@ -53,7 +53,7 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--mention-text-field", "page..body"}, nil},
 		{[]string{"--mention-title-field", ""}, nil},
 		{nil, map[string]string{"GOGC": "lots"}},
-		{[]string{"--max-document-changes", "4294967296"}, nil},
+		{[]string{"--max-document-changes", "2147483648"}, nil},
 	}
 	for _, b := range bad {
 		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {

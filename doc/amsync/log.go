@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -15,6 +16,11 @@ type Hash [32]byte
 // ErrMissingDeps is returned by Add for a change whose dependencies the
 // log does not hold.
 var ErrMissingDeps = errors.New("a dependency of the change is missing")
+
+// ErrTooLarge is returned by Add for a change of 2 GiB or more, or past a
+// log's 2³¹-1 changes: what the log counts in 31 bits. The limits of the
+// node (Limits) keep both far away.
+var ErrTooLarge = errors.New("the change or the log is too large for the log")
 
 // blockSize is the size of the log's arena blocks: changes are copied
 // into blocks of this size (a larger change gets a block of its own), so
@@ -117,6 +123,9 @@ func (l *Log) HasBytes(h []byte) bool {
 func (l *Log) Add(h Hash, deps []Hash, raw []byte) (bool, error) {
 	if l.Has(h) {
 		return false, nil
+	}
+	if len(raw) >= stripped || l.n == math.MaxInt32 {
+		return false, ErrTooLarge
 	}
 	depOff := len(l.deps)
 	for _, d := range deps {
