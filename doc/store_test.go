@@ -12,6 +12,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -286,19 +287,7 @@ func TestASnapshotInItsEarlierPlaceLoads(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
 	ctx := context.Background()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bucketDocs).CreateBucket([]byte(testDoc))
-		if err != nil {
-			return err
-		}
-		if err := b.Put(keySnap, []byte("earlier")); err != nil {
-			return err
-		}
-		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte("chunk"))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeEarlierLayout(t, s, "earlier", "chunk")
 	stored, err := s.Load(ctx, testDoc)
 	if err != nil || string(stored.Snapshot) != "earlier" || len(stored.Chunks) != 1 {
 		t.Fatalf("loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
@@ -321,26 +310,34 @@ func TestBothSnapshotPlacesAreRead(t *testing.T) {
 	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: []byte("this version's")}}); err != nil {
 		t.Fatal(err)
 	}
-	err := s.db.Update(func(tx *bolt.Tx) error { // as the earlier version writes a snapshot
+	writeEarlierLayout(t, s, "the earlier version's", "a chunk after it")
+	stored, err := s.Load(ctx, testDoc)
+	if err != nil || string(stored.Snapshot) != "this version's" || len(stored.Chunks) != 2 ||
+		string(stored.Chunks[0]) != "the earlier version's" || string(stored.Chunks[1]) != "a chunk after it" {
+		t.Fatalf("loaded %q and chunks %q (err %v)", stored.Snapshot, stored.Chunks, err)
+	}
+}
+
+// writeEarlierLayout writes the test document as an earlier version of
+// the store wrote one, over what the file holds of it: a bucket of "docs"
+// with the snapshot under "s" and one chunk.
+func writeEarlierLayout(t *testing.T, s *BoltStore, snapshot, chunk string) {
+	t.Helper()
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		docs := tx.Bucket(bucketDocs)
-		if err := docs.DeleteBucket([]byte(testDoc)); err != nil {
+		if err := docs.DeleteBucket([]byte(testDoc)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 			return err
 		}
 		b, err := docs.CreateBucket([]byte(testDoc))
 		if err != nil {
 			return err
 		}
-		if err := b.Put(keySnap, []byte("the earlier version's")); err != nil {
+		if err := b.Put(keySnap, []byte(snapshot)); err != nil {
 			return err
 		}
-		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte("a chunk after it"))
+		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte(chunk))
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	stored, err := s.Load(ctx, testDoc)
-	if err != nil || string(stored.Snapshot) != "this version's" || len(stored.Chunks) != 2 ||
-		string(stored.Chunks[0]) != "the earlier version's" || string(stored.Chunks[1]) != "a chunk after it" {
-		t.Fatalf("loaded %q and chunks %q (err %v)", stored.Snapshot, stored.Chunks, err)
 	}
 }
