@@ -43,7 +43,7 @@ type Hub struct {
 	catchUps prometheus.Counter
 	// Integrity events: a queued change refused once it was ready, a
 	// stored chunk or snapshot that did not load.
-	queuedRefused, chunkUnloadable, documentUnloadable prometheus.Counter
+	queuedRefused, chunkUnloadable, documentUnloadable, remoteDropped prometheus.Counter
 	// waiting sums the bytes of changes every room's guard keeps waiting
 	// for a dependency (Limits.WaitingBytes).
 	waiting atomic.Int64
@@ -125,11 +125,12 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
-		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted).",
+		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",
 	}, []string{"event"})
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
+	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -45,9 +45,9 @@ func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	return r.applyOthers(h, cs), nil
 }
 
-// maxRemoteWaiting bounds the other nodes' changes a room keeps while
-// they wait for a dependency; past it the oldest are dropped (the heads
-// exchange and the store bring them again).
+// maxRemoteWaiting bounds the changes from the store or other nodes a
+// room keeps while they wait for a dependency; past it those that come are
+// let go (the heads exchange and the store bring them again).
 const maxRemoteWaiting = 4096
 
 // holdRemote keeps changes from the store or another node that wait for
@@ -55,7 +55,8 @@ const maxRemoteWaiting = 4096
 // shared yet).
 func (r *room) holdRemote(h *Hub, cs []change) {
 	for _, c := range cs {
-		if len(r.remote) >= maxRemoteWaiting {
+		if _, ok := r.remote[c.Hash]; !ok && len(r.remote) >= maxRemoteWaiting {
+			h.remoteDropped.Inc()
 			h.log.Warn("dropping another node's change that waits for a dependency: too many wait",
 				"document", r.id, "change", fmt.Sprintf("%x", c.Hash[:8]))
 			continue

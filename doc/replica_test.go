@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/automerge/automerge-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // twoNodes starts two hubs on one store whose bus carries nothing between
@@ -197,4 +198,40 @@ func TestManyRemoteChangesAtOnce(t *testing.T) {
 		v, err := a.doc.RootMap().Get("n")
 		return err == nil && v.Kind() == automerge.KindInt64 && v.Int64() == 599
 	})
+}
+
+// Changes from another node that wait for a dependency are kept up to
+// maxRemoteWaiting; what comes past that is let go and counted, the room
+// goes on, and once the dependency comes the kept ones are applied; sent
+// again, the rest are too.
+func TestRemoteChangesWaitingForADependencyAreBounded(t *testing.T) {
+	all := typing(maxRemoteWaiting + 100)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}})
+	a := newClient("a")
+	a.sync(t, h, true) // the room is in memory
+	if err := h.applyRemoteChanges(testDoc, bytes.Join(all[1:], nil)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.ToFloat64(h.remoteDropped); n != float64(len(all)-1-maxRemoteWaiting) {
+		t.Fatalf("%v changes let go, want %d", n, len(all)-1-maxRemoteWaiting)
+	}
+	if err := h.applyRemoteChanges(testDoc, all[0]); err != nil {
+		t.Fatal(err)
+	}
+	r := roomOf(t, h, testDoc)
+	r.mu.Lock()
+	held, waiting := r.log.Len(), len(r.remote)
+	r.mu.Unlock()
+	if held != 1+maxRemoteWaiting || waiting != 0 {
+		t.Fatalf("the log holds %d changes and %d wait; want %d and none", held, waiting, 1+maxRemoteWaiting)
+	}
+	if err := h.applyRemoteChanges(testDoc, bytes.Join(all, nil)); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	held = r.log.Len()
+	r.mu.Unlock()
+	if held != len(all) {
+		t.Fatalf("sent again, the log holds %d of %d changes", held, len(all))
+	}
 }
