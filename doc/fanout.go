@@ -47,7 +47,7 @@ func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 		r.paceLater(h, m.sync.HeldUntil())
 		return
 	}
-	if m.bare && len(out.Changes) > 0 {
+	if m.bare && len(out.Indices) > 0 {
 		m.whole = true // to a peer that has nothing, the whole document
 	}
 	if cache == nil {

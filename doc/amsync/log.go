@@ -269,12 +269,6 @@ func (l *Log) AppendChange(dst []byte, i int32) []byte {
 	return append(dst, b...)
 }
 
-// Change returns the bytes of the change at log index i, in a slice of
-// their own.
-func (l *Log) Change(i int32) []byte {
-	return l.AppendChange(make([]byte, 0, l.ChangeLen(i)), i)
-}
-
 // HashAt returns the hash of the change at log index i.
 func (l *Log) HashAt(i int32) Hash { return l.at(i).hash }
 

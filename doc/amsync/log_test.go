@@ -211,7 +211,7 @@ func BenchmarkTypingIntoALongHistory(b *testing.B) {
 				typist.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: before}}, Changes: [][]byte{raw}}, before)
 				typist.Generate(l, nil, nil, now)
 				out := reader.Generate(l, nil, nil, now)
-				if out == nil || len(out.Changes) != 1 {
+				if out == nil || len(out.Indices) != 1 {
 					b.Fatalf("the reader was sent %v", out)
 				}
 				reader.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
@@ -228,7 +228,7 @@ func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
 	at := []Hash{l.HashAt(0)}
 	p.Receive(l, &Message{Heads: at, Have: []Have{{LastSync: at}}}, l.Heads())
 	out := p.Generate(l, nil, nil, time.Unix(0, 0))
-	if out == nil || len(out.Changes) != 2 {
+	if out == nil || len(out.Indices) != 2 {
 		t.Fatalf("a peer at the first change was sent %v", out)
 	}
 	p.Receive(l, &Message{Heads: at, Need: []Hash{l.HashAt(1)}, Have: []Have{{LastSync: at}}}, l.Heads())
@@ -257,7 +257,7 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 		}
 	}
 	add(1)
-	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Changes) != 1 {
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
 		t.Fatalf("the first change after a quiet spell: %v, want it at once", out)
 	}
 	level()
@@ -269,7 +269,7 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	if got, want := p.HeldUntil(), t0.Add(100*time.Millisecond); !got.Equal(want) {
 		t.Fatalf("held until %v, want %v", got, want)
 	}
-	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out == nil || len(out.Changes) != 2 {
+	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out == nil || len(out.Indices) != 2 {
 		t.Fatalf("at the end of the spacing: %v, want both changes", out)
 	}
 	if !p.HeldUntil().IsZero() {

@@ -140,24 +140,35 @@ func Decode(b []byte) (*Message, error) {
 // Encode returns the message's bytes. A message never carries a flags
 // section (see the package comment).
 func (m *Message) Encode() []byte {
-	n := 1 + 3*binary.MaxVarintLen64 + 32*(len(m.Heads)+len(m.Need))
-	for _, h := range m.Have {
-		n += 2*binary.MaxVarintLen64 + 32*len(h.LastSync) + len(h.Bloom)
-	}
+	size := 0
 	for _, c := range m.Changes {
-		n += binary.MaxVarintLen64 + len(c)
+		size += binary.MaxVarintLen64 + len(c)
 	}
-	b := make([]byte, 0, n)
-	b = append(b, MessageV1)
-	b = appendHashes(b, m.Heads)
-	b = appendHashes(b, m.Need)
-	b = appendHaves(b, m.Have)
-	b = binary.AppendUvarint(b, uint64(len(m.Changes)))
+	b := m.appendHeader(make([]byte, 0, m.headerSize()+size), len(m.Changes))
 	for _, c := range m.Changes {
 		b = binary.AppendUvarint(b, uint64(len(c)))
 		b = append(b, c...)
 	}
 	return b
+}
+
+// headerSize bounds what appendHeader appends.
+func (m *Message) headerSize() int {
+	n := 1 + 3*binary.MaxVarintLen64 + 32*(len(m.Heads)+len(m.Need))
+	for _, h := range m.Have {
+		n += 2*binary.MaxVarintLen64 + 32*len(h.LastSync) + len(h.Bloom)
+	}
+	return n
+}
+
+// appendHeader appends all but the changes' bytes: the version, heads,
+// need, have and the number of changes.
+func (m *Message) appendHeader(b []byte, changes int) []byte {
+	b = append(b, MessageV1)
+	b = appendHashes(b, m.Heads)
+	b = appendHashes(b, m.Need)
+	b = appendHaves(b, m.Have)
+	return binary.AppendUvarint(b, uint64(changes))
 }
 
 // appendHaves appends a have list as a message holds it.

@@ -137,11 +137,29 @@ func advanceHeads(before, after, shared []Hash) []Hash {
 	return out
 }
 
-// Outgoing is a message Generate made: Message, with the log indices of
-// the changes it carries.
+// Outgoing is a message Generate made: Message, whose changes are the
+// log's at Indices (Message.Changes stays empty: Encode takes them from
+// the log as it writes, so a message made for many peers copies them
+// once).
 type Outgoing struct {
 	Message
 	Indices []int32
+	log     *Log
+}
+
+// Encode returns the message's bytes, its changes read out of the log.
+// The log must not have changed since Generate.
+func (o *Outgoing) Encode() []byte {
+	size := 0
+	for _, x := range o.Indices {
+		size += binary.MaxVarintLen64 + o.log.ChangeLen(x)
+	}
+	b := o.appendHeader(make([]byte, 0, o.headerSize()+size), len(o.Indices))
+	for _, x := range o.Indices {
+		b = binary.AppendUvarint(b, uint64(o.log.ChangeLen(x)))
+		b = o.log.AppendChange(b, x)
+	}
+	return b
 }
 
 // Generate returns the next message for the peer, or nil if it needs
@@ -187,7 +205,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 			if !l.Has(h) {
 				// The peer's last sync point is nothing we know: a
 				// reset (an empty have asks it for everything).
-				return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}}
+				return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}, log: l}
 			}
 		}
 	}
@@ -223,7 +241,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
 
-	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send}
+	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, log: l}
 	if len(send) == 0 {
 		d := digest(&out.Message)
 		if p.repeated && d == p.lastOut {
@@ -243,12 +261,6 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(AnswerWait)
 		p.lastChanges = now
-	}
-	if len(send) > 0 {
-		out.Changes = make([][]byte, len(send))
-		for i, x := range send {
-			out.Changes[i] = l.Change(x)
-		}
 	}
 	return out
 }

@@ -118,7 +118,7 @@ func TestTheLogGivesBackEachChangeAsItCame(t *testing.T) {
 	}
 	var joined []byte
 	for i, raw := range raws {
-		if got := l.Change(int32(i)); !bytes.Equal(got, raw) {
+		if got := l.AppendChange(nil, int32(i)); !bytes.Equal(got, raw) {
 			t.Fatalf("change %d comes back as %x, came as %x", i, got, raw)
 		}
 		if l.ChangeLen(int32(i)) != len(raw) {
