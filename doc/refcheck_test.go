@@ -202,13 +202,7 @@ func TestACompactionKeepsEveryChangeAsItsBytes(t *testing.T) {
 	}
 	a.setText(t, "new", "added")
 	a.sync(t, h, false)
-	if err := h.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := s.Load(context.Background(), testDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := flushedStored(t, h, s)
 	if stored.Snapshot == nil || !bytes.HasPrefix(stored.Snapshot, old) {
 		t.Fatalf("stored: snapshot %d bytes, %d chunks; want a snapshot starting with the old change", len(stored.Snapshot), len(stored.Chunks))
 	}

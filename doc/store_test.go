@@ -85,10 +85,7 @@ func TestCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stored, err := s.Load(context.Background(), testDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := flushedStored(t, h, s)
 	if stored.Snapshot == nil || len(stored.Chunks) >= 4 {
 		t.Fatalf("snapshot %d bytes, %d chunks: want a snapshot and fewer than 4 chunks",
 			len(stored.Snapshot), len(stored.Chunks))
@@ -235,13 +232,7 @@ func TestADocumentStoredByAnEarlierVersionLoads(t *testing.T) {
 	}
 	a.setText(t, "new", "written now")
 	a.sync(t, h, false)
-	if err := h.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stored, err := s.Load(context.Background(), testDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := flushedStored(t, h, s)
 	if stored.Snapshot == nil || len(stored.Chunks) != 0 || stored.Snapshot[8] != 1 {
 		t.Fatalf("stored: a snapshot of %d bytes (type %d), %d chunks; want the document rewritten as change chunks",
 			len(stored.Snapshot), stored.Snapshot[8], len(stored.Chunks))
@@ -340,4 +331,18 @@ func writeEarlierLayout(t *testing.T, s *BoltStore, snapshot, chunk string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// flushedStored flushes the hub and returns what the store holds of the
+// test document.
+func flushedStored(t *testing.T, h *Hub, s Store) Stored {
+	t.Helper()
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored
 }
