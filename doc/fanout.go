@@ -15,7 +15,8 @@ import "time"
 // change after a quiet spell goes at once, later ones within the spacing
 // go together at its end, as the stock server sends a peer at most one
 // message per document per 100 ms (but after the first change, not
-// before it).
+// before it). A member whose message brought changes is answered at once
+// with everything it lacks, as the stock server answers every sender.
 //
 // Most members of a document being edited stand at the same heads and get
 // the same message: it is made and encoded once for all of them

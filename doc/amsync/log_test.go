@@ -277,6 +277,47 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	}
 }
 
+// A peer whose message brings changes is answered at once with what it
+// lacks, spacing or not, as the stock server answers the sender of every
+// message: a typist's next keystroke waits on its own client's throttle,
+// which the answer restarts, so a spaced answer would lock the typists'
+// sends to the readers' spacing and make every change wait for nearly
+// the whole of it.
+func TestAPeerThatBringsChangesIsAnsweredAtOnce(t *testing.T) {
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = 100 * time.Millisecond
+	p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	t0 := time.Unix(100, 0)
+	other := Hash{2, 1}
+	if _, err := l.Add(other, l.Heads(), []byte{2}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("the first change after a quiet spell: %v, want it at once", out)
+	}
+	before := l.Heads()
+	p.Receive(l, &Message{Heads: before, Have: []Have{{LastSync: before}}}, before)
+	third := Hash{3, 1}
+	if _, err := l.Add(third, before, []byte{3}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Generate(l, nil, nil, t0.Add(10*time.Millisecond)); out != nil {
+		t.Fatalf("a peer that only answered was sent %v within the spacing", out)
+	}
+	// Its own change, made concurrently with the third.
+	mine := Hash{4, 1}
+	before = l.Heads()
+	if _, err := l.Add(mine, []Hash{other}, []byte{4}); err != nil {
+		t.Fatal(err)
+	}
+	p.Receive(l, &Message{Heads: []Hash{mine}, Have: []Have{{LastSync: []Hash{other}}}, Changes: [][]byte{{4}}}, before)
+	out := p.Generate(l, nil, nil, t0.Add(20*time.Millisecond))
+	if out == nil || len(out.Indices) != 1 || l.HashAt(out.Indices[0]) != third {
+		t.Fatalf("the peer that brought a change was answered %v, want the third change at once", out)
+	}
+}
+
 // Changes whose hashes share their first 8 bytes (the index's key) are
 // told apart by the whole hash, as dependencies too.
 func TestHashesSharingAPrefixAreTold(t *testing.T) {

@@ -24,7 +24,9 @@ type Peer struct {
 	// Spacing, if set, is the least time between two messages that bring
 	// the peer changes: a change that comes sooner waits for the end of
 	// it and goes with whatever else came meanwhile. The first change
-	// after a quiet spell goes at once.
+	// after a quiet spell goes at once, and so does the answer to a
+	// message that brought changes (the stock server answers every
+	// sender at once; see TestAPeerThatBringsChangesIsAnsweredAtOnce).
 	Spacing time.Duration
 
 	shared   []Hash
@@ -80,6 +82,7 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 	}
 	if len(m.Changes) > 0 {
 		p.shared = advanceHeads(before, l.Heads(), p.shared)
+		p.lastChanges = time.Time{}
 	}
 	l.withoutAncestors(&p.sent, m.Heads)
 	if len(m.Changes) == 0 && slices.Equal(m.Heads, before) {
