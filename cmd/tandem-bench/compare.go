@@ -138,13 +138,18 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		return err
 	}
 	defer os.RemoveAll(dataDir)
+	stock := []string{"node", stockDir + "/server.mjs", "{port}"}
+	if o.scenario == "document" {
+		// Stored, so that a restart finds the document again (cold find).
+		stock = append(stock, filepath.Join(dataDir, "stock"))
+	}
 	targets := []struct {
 		name, ready, path string
 		argv              []string
 	}{
 		{"tandem", "tandem serving", "/ws", append([]string{tandemBin, "--addr", "127.0.0.1:{port}", "--data-dir", dataDir,
 			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}, tandemFlags...)},
-		{"stock", "listening", "", []string{"node", stockDir + "/server.mjs", "{port}"}},
+		{"stock", "listening", "", stock},
 	}
 	var (
 		presence [2]presenceResult
@@ -175,17 +180,14 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 				printIdle(idle[i])
 			}
 		case "document":
-			restart, note := restarter(nil), "the stock server keeps documents in memory only (stock/ has no storage adapter)"
-			if tg.name == "tandem" {
-				restart, note = func() (int, error) { // same argv, so the same data dir
-					srv.stop()
-					if err := srv.restart(); err != nil {
-						return 0, err
-					}
-					return srv.cmd.Process.Pid, nil
-				}, ""
+			restart := func() (int, error) { // same argv, so the same data dir
+				srv.stop()
+				if err := srv.restart(); err != nil {
+					return 0, err
+				}
+				return srv.cmd.Process.Pid, nil
 			}
-			if document[i], err = measureDocument(ctx, run, restart, note); err == nil {
+			if document[i], err = measureDocument(ctx, run, restart, ""); err == nil {
 				printDocument(document[i])
 			}
 		default:
@@ -227,6 +229,10 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		fmt.Printf("write                %.2f× (lower is better)\n", ratio(t.write.Seconds(), s.write.Seconds()))
 		fmt.Printf("first sync           %.2f× (lower is better)\n", ratio(t.firstSync.Seconds(), s.firstSync.Seconds()))
 		fmt.Printf("first sync, less the reader's own %.2f× (lower is better)\n", ratio((t.firstSync-t.firstSyncOwn).Seconds(), (s.firstSync-s.firstSyncOwn).Seconds()))
+		if t.cold > 0 && s.cold > 0 {
+			fmt.Printf("cold find            %.2f× (lower is better)\n", ratio(t.cold.Seconds(), s.cold.Seconds()))
+			fmt.Printf("cold find, less the reader's own %.2f× (lower is better)\n", ratio((t.cold-t.coldOwn).Seconds(), (s.cold-s.coldOwn).Seconds()))
+		}
 		if t.pasteRefusal == "" && s.pasteRefusal == "" {
 			fmt.Printf("paste                %.2f× (lower is better)\n", ratio(t.paste.Seconds(), s.paste.Seconds()))
 			fmt.Printf("paste, less the clients' own %.2f× (lower is better)\n", ratio((t.paste-t.pasteOwn).Seconds(), (s.paste-s.pasteOwn).Seconds()))

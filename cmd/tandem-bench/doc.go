@@ -18,8 +18,8 @@
 //	          --batch ahead of what it sent, syncing as automerge-repo does;
 //	          reports the server's RSS per change (with its child
 //	          processes', if it has any), a fresh reader's first sync, a
-//	          find after the server restarted (--compare, Tandem only: the
-//	          stock server keeps documents in memory), and one paste of
+//	          find after the server restarted (--compare: the stock
+//	          server then keeps documents on disk), and one paste of
 //	          --paste-bytes in one change: its time, RSS per character, or
 //	          the refusal.
 //
