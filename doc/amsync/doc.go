@@ -26,7 +26,12 @@
 // Bloom filters are bit for bit automerge's (10 bits per entry, 7
 // probes). Hashes in heads, need and lastSync are sorted by their bytes,
 // as automerge sorts them. Messages carry no flags section: a peer that
-// sees none keeps sending version 1 messages, one change per entry.
+// sees none keeps sending version 1 messages, one change per entry. A
+// peer whose own messages carry one (automerge 0.6 and later) reads each
+// entry of a message's changes as automerge's load_incremental does,
+// which takes change chunks one after another: its changes go in one
+// entry, which it decodes as one byte string instead of one per change
+// (see Outgoing.Joined).
 //
 // A Log and the Peers made for it are not safe for concurrent use: one
 // owner (a document's room, under its lock) calls them.

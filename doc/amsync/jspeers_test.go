@@ -5,8 +5,13 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os/exec"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
 )
 
 // jsAutomerge is a node process holding stock automerge peers
@@ -136,5 +141,51 @@ func TestTheGoSyncConvergesWithStockAutomergePeers(t *testing.T) {
 	t.Logf("all: %d messages, automerge-go %d", ours, theirs)
 	if ours > theirs {
 		t.Fatalf("the Go server took %d messages, automerge-go's %d", ours, theirs)
+	}
+}
+
+// A peer whose messages carry a flags section (automerge 0.6 and later,
+// as stock JS 3.5) is sent its changes joined in one entry, which it
+// decodes as one byte string instead of one per change, and takes them;
+// a peer whose messages carry none (automerge-go 0.5) reads an entry as
+// one change and is sent one entry per change.
+func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
+	doc := automerge.New()
+	for i := range 30 {
+		if err := doc.Path(fmt.Sprintf("k%d", i%7)).Set(i); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := doc.Commit("edit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes, err := doc.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		peers   peerMaker
+		entries int
+	}{
+		{"stock automerge 3.5", startJS(t).peers(), 1},
+		{"automerge-go 0.5", goPeers(t), len(changes)},
+	} {
+		s := newGoServer(t)
+		s.preload(changes)
+		p := tc.peers(0, nil, 0)
+		s.receive(0, p.generate())
+		msg := s.generate(0, time.Unix(0, 0))
+		m, err := Decode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Changes) != tc.entries {
+			t.Errorf("%s: sent %d changes in %d entries, want %d", tc.name, len(changes), len(m.Changes), tc.entries)
+		}
+		p.receive(msg)
+		if got := p.heads(); !slices.Equal(got, s.heads()) {
+			t.Errorf("%s: at %x after the message, want the server's %x", tc.name, got, s.heads())
+		}
 	}
 }

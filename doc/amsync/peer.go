@@ -44,6 +44,9 @@ type Peer struct {
 	// forever.
 	lastOut, theirLast uint64
 	repeated           bool
+	// joins is set once the peer's message carried a flags section: it
+	// takes a message's changes joined in one entry.
+	joins bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
 	// lastChanges is when a message last brought it changes. heldUntil
@@ -77,6 +80,7 @@ func (p *Peer) HeldUntil() time.Time { return p.heldUntil }
 func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 	p.inFlight = false
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
+	p.joins = p.joins || m.HasFlags
 	if m.Flags&flagSyncReset != 0 {
 		p.sent.clear()
 	}
@@ -143,10 +147,12 @@ func advanceHeads(before, after, shared []Hash) []Hash {
 // Outgoing is a message Generate made: Message, whose changes are the
 // log's at Indices (Message.Changes stays empty: Encode takes them from
 // the log as it writes, so a message made for many peers copies them
-// once).
+// once). Joined says they go as one entry, the change chunks one after
+// another, for a peer that reads them so (Peer.joins).
 type Outgoing struct {
 	Message
 	Indices []int32
+	Joined  bool
 	log     *Log
 }
 
@@ -155,11 +161,21 @@ type Outgoing struct {
 func (o *Outgoing) Encode() []byte {
 	size := 0
 	for _, x := range o.Indices {
-		size += binary.MaxVarintLen64 + o.log.ChangeLen(x)
+		size += o.log.ChangeLen(x)
 	}
-	b := o.appendHeader(make([]byte, 0, o.headerSize()+size), len(o.Indices))
+	joined := o.Joined && len(o.Indices) > 1
+	entries := len(o.Indices)
+	if joined {
+		entries = 1
+	}
+	b := o.appendHeader(make([]byte, 0, o.headerSize()+entries*binary.MaxVarintLen64+size), entries)
+	if joined {
+		b = binary.AppendUvarint(b, uint64(size))
+	}
 	for _, x := range o.Indices {
-		b = binary.AppendUvarint(b, uint64(o.log.ChangeLen(x)))
+		if !joined {
+			b = binary.AppendUvarint(b, uint64(o.log.ChangeLen(x)))
+		}
 		b = o.log.AppendChange(b, x)
 	}
 	return b
@@ -244,7 +260,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
 
-	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, log: l}
+	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
 	if len(send) == 0 {
 		d := digest(&out.Message)
 		if p.repeated && d == p.lastOut {
@@ -272,6 +288,11 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 // its current heads: two with one key are the same bytes.
 func (o *Outgoing) Key() string {
 	b := make([]byte, 0, 32*len(o.Need)+8*len(o.Indices)+64)
+	if o.Joined {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
 	b = appendHashes(b, o.Need)
 	b = appendHaves(b, o.Have)
 	for _, x := range o.Indices {
