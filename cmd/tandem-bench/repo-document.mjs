@@ -1,0 +1,144 @@
+// One large document with real automerge-repo clients (JS automerge, what
+// users run), against Tandem and the stock sync server in one run; the
+// stock server keeps documents on disk (NodeFSStorageAdapter) so that it
+// can be restarted on them. In order:
+//   write       a Repo creates a document and types --changes characters
+//               into its text, one change each, letting its Repo sync as
+//               it does (at most every 100 ms, everything since); done when
+//               the server's reply names the writer's heads;
+//   first sync  a fresh Repo's find, until it holds the writer's heads;
+//   cold find   the writer shut down, the server stopped and started again
+//               on its data, a fresh Repo's find, until the same;
+//   paste       a Repo's create({text}) of --paste-bytes, until the server
+//               names its heads, then a second Repo's find, until it holds
+//               them: from create to the reader holding the whole text.
+// Each reports its time, this process's CPU in it (the clients' automerge
+// and protocol work) and the server's, and the server's RSS after it.
+//
+//   node cmd/tandem-bench/repo-document.mjs [--changes 100000]
+//     [--paste-bytes 1048576] [--tandem-bin bin/tandem]
+//     [--stock-dir cmd/tandem-bench/stock] [--only tandem|stock]
+//     [--tandem-flags=...]
+import { parseArgs } from "node:util"
+import { Repo } from "@automerge/automerge-repo"
+import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
+import * as A from "@automerge/automerge"
+import { serverOptions, cpuSeconds, rssMiB, clientCPU, startServer, eachServer } from "./repo-harness.mjs"
+
+const { values: opt } = parseArgs({
+  options: {
+    changes: { type: "string", default: "100000" },
+    "paste-bytes": { type: "string", default: String(1 << 20) },
+    ...serverOptions,
+  },
+})
+const changes = Number(opt.changes), pasteBytes = Number(opt["paste-bytes"])
+const typed = "The quick brown fox jumps over the lazy dog, then types on. "
+
+const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) => h === [...b].sort()[i])
+const until = async cond => { while (!cond()) await new Promise(r => setTimeout(r, 2)) }
+
+// headsOf reads the heads at the start of a sync message (type byte, LEB128
+// count, 32-byte hashes) as hex, without decoding the rest: a whole
+// decode would cost this process a JS object per change carried.
+function headsOf(data) {
+  let n = 0, shift = 0, i = 1
+  for (let b = 0x80; b & 0x80; shift += 7) { b = data[i++]; n |= (b & 0x7f) << shift }
+  const heads = []
+  for (let k = 0; k < n; k++, i += 32) heads.push(Buffer.from(data.subarray(i, i + 32)).toString("hex"))
+  return heads
+}
+
+// client returns a Repo connected to url, once the server is its peer,
+// with heads(documentId): the heads the server's last sync message for
+// that document named.
+async function client(url) {
+  const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
+  const told = new Map()
+  repo.networkSubsystem.on("message", m => {
+    if (m.type === "sync") told.set(m.documentId, headsOf(m.data))
+  })
+  await until(() => repo.peers.length > 0)
+  return { repo, serverHeads: id => told.get(id) ?? [] }
+}
+
+// phase runs fn and returns its time and the CPU this process and the
+// server spent in it.
+async function phase(server, fn) {
+  const cpu0 = process.cpuUsage(), server0 = cpuSeconds(server.proc.pid), t0 = performance.now()
+  await fn()
+  return {
+    ms: Math.round(performance.now() - t0),
+    clientCPU: clientCPU(cpu0),
+    serverCPU: cpuSeconds(server.proc.pid) - server0,
+    rss: rssMiB(server.proc.pid),
+  }
+}
+
+// findWhole has a fresh Repo find url and waits until it holds heads.
+async function findWhole(url, docUrl, heads) {
+  const { repo } = await client(url)
+  const h = await repo.find(docUrl)
+  await until(() => sameHeads(A.getHeads(h.doc()), heads))
+  await repo.shutdown()
+}
+
+async function measure(server) {
+  const result = { name: opt.only, changes, pasteBytes, rss0: rssMiB(server.proc.pid) }
+  const writer = await client(server.url)
+  const doc = writer.repo.create({ text: "" })
+  result.write = await phase(server, async () => {
+    for (let i = 0; i < changes; i++) {
+      doc.change(d => A.splice(d, ["text"], i, 0, typed[i % typed.length]))
+      if (i % 1000 === 999) await new Promise(r => setImmediate(r)) // let the Repo send
+    }
+    await until(() => sameHeads(writer.serverHeads(doc.documentId), A.getHeads(doc.doc())))
+  })
+  const heads = A.getHeads(doc.doc())
+  result.firstSync = await phase(server, () => findWhole(server.url, doc.url, heads))
+  await writer.repo.shutdown() // else it would bring the document back after the restart
+  await server.restart()
+  result.rssCold0 = rssMiB(server.proc.pid)
+  result.cold = await phase(server, () => findWhole(server.url, doc.url, heads))
+
+  const paster = await client(server.url)
+  const text = "lorem ipsum ".repeat(Math.ceil(pasteBytes / 12)).slice(0, pasteBytes)
+  result.rssPaste0 = rssMiB(server.proc.pid)
+  result.paste = await phase(server, async () => {
+    const p = paster.repo.create({ text })
+    const pasted = A.getHeads(p.doc())
+    await until(() => sameHeads(paster.serverHeads(p.documentId), pasted))
+    await findWhole(server.url, p.url, pasted)
+  })
+  await paster.repo.shutdown()
+  return result
+}
+
+function print(r) {
+  const line = (label, p) => console.log(`${label.padEnd(12)} ${(p.ms / 1000).toFixed(2)} s (clients' CPU ${p.clientCPU.toFixed(2)} s, server's ${p.serverCPU.toFixed(2)} s; server RSS after ${p.rss.toFixed(1)} MiB)`)
+  console.log(`== ${r.name}: ${r.changes} typed changes, then a paste of ${r.pasteBytes} bytes, stock automerge-repo clients`)
+  console.log(`server RSS   ${r.rss0.toFixed(1)} MiB before`)
+  line("write", r.write)
+  line("first sync", r.firstSync)
+  line("cold find", r.cold)
+  line("paste", r.paste)
+}
+
+if (await eachServer(opt, (t, s, ratio) => {
+  ratio("write", t.write.ms, s.write.ms)
+  ratio("first sync", t.firstSync.ms, s.firstSync.ms)
+  ratio("cold find", t.cold.ms, s.cold.ms)
+  ratio("paste", t.paste.ms, s.paste.ms)
+  ratio("server CPU, all", t.write.serverCPU + t.firstSync.serverCPU + t.cold.serverCPU + t.paste.serverCPU,
+    s.write.serverCPU + s.firstSync.serverCPU + s.cold.serverCPU + s.paste.serverCPU)
+})) process.exit(0)
+
+const server = await startServer(opt, { stored: true })
+try {
+  const r = await measure(server)
+  print(r)
+  console.log(JSON.stringify(r))
+} finally {
+  await server.close()
+}
+process.exit(0)
