@@ -79,6 +79,11 @@ type Config struct {
 	// one peer changes of a document (fanout.go); zero sends each as soon
 	// as the peer has answered the one before.
 	SyncSpacing time.Duration
+	// SaveDocument, when set, returns a document's changes (change chunks
+	// one after another) saved as automerge saves a document; a large
+	// document's new readers are sent that (saved.go). doc/amsave's
+	// Saver.Save does it in a worker process. Nil: readers get changes.
+	SaveDocument func(ctx context.Context, changes []byte) ([]byte, error)
 }
 
 func (c *Config) setDefaults() error {

@@ -50,6 +50,9 @@ type Hub struct {
 	// repeats counts requests left unanswered: their peer had not yet
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
+	// saves and savesFailed count the saved documents made for new
+	// readers (saved.go).
+	saves, savesFailed prometheus.Counter
 
 	refusals *refusals // refused changes, remembered by hash (refused.go)
 
@@ -127,12 +130,17 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_integrity_total",
 		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",
 	}, []string{"event"})
+	saves := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tandem_document_saves_total",
+		Help: "Large documents saved as automerge saves a document, for new readers (Config.SaveDocument), by outcome: saved, failed (the readers are sent the changes).",
+	}, []string{"outcome"})
+	h.saves, h.savesFailed = saves.WithLabelValues("saved"), saves.WithLabelValues("failed")
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -102,6 +102,7 @@ func (r *room) applyOthers(h *Hub, cs []change) bool {
 	}
 	r.dirty = true
 	r.fanout(h, nil)
+	r.maybeSave(h)
 	return true
 }
 

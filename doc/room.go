@@ -61,6 +61,11 @@ type room struct {
 	chunks       int
 	forceCompact bool
 
+	// The saved document for new readers (saved.go): a save is under
+	// way; the log's length when the last was taken.
+	saving    bool
+	saveTried int
+
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
 	// the store holds. While stored lags, every message that names the
@@ -168,6 +173,9 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
 		r.forceCompact = true // written again as change chunks
 	}
+	r.mu.Lock()
+	r.maybeSave(h)
+	r.mu.Unlock()
 	if r.mentions != nil {
 		r.mentions.refresh()
 		h.takeOverAtLoad(ctx, r, stored.Journals)
@@ -261,6 +269,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	if changed {
 		r.fanout(h, m)
+		r.maybeSave(h)
 	}
 	if refused {
 		return changed, ErrReadOnly

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 	"github.com/tandemhq/tandem/internal/gctune"
@@ -137,6 +138,13 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			WaitingBytes: cfg.MaxWaitingBytes,
 		},
 		RefusedChanges: cfg.MaxRefusedChanges, RefusedChangeBytes: cfg.MaxRefusedChangeBytes,
+	}
+	if cfg.SaveDocs {
+		saver, err := amsave.New(amsave.Config{})
+		if err != nil {
+			return nil, err
+		}
+		docCfg.SaveDocument = saver.Save
 	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,

@@ -2,6 +2,7 @@ package amsync
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -186,6 +187,81 @@ func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
 		p.receive(msg)
 		if got := p.heads(); !slices.Equal(got, s.heads()) {
 			t.Errorf("%s: at %x after the message, want the server's %x", tc.name, got, s.heads())
+		}
+	}
+}
+
+// A peer that has nothing and reads a message's changes as one is sent
+// the log's saved document in place of the changes it holds, then the
+// changes since, and ends at the server's heads; a peer that reads one
+// change per entry is sent the changes. So is a peer that has part of
+// the document: the saved document is all or nothing.
+func TestAFreshPeerIsSentTheSavedDocument(t *testing.T) {
+	doc := automerge.New()
+	for i := range 30 {
+		if err := doc.Path(fmt.Sprintf("k%d", i%7)).Set(i); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := doc.Commit("edit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	changes, err := doc.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for _, c := range changes[:20] {
+		first = append(first, c.Save()...)
+	}
+	prefix, err := automerge.Load(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := prefix.Save()
+	js := startJS(t)
+	for _, tc := range []struct {
+		name  string
+		peers peerMaker
+		base  int  // changes the peer holds before
+		saved bool // whether it is sent the saved document
+	}{
+		{"stock automerge 3.5, fresh", js.peers(), 0, true},
+		{"stock automerge 3.5, holding some", js.peers(), 5, false},
+		{"automerge-go 0.5, fresh", goPeers(t), 0, false},
+	} {
+		s := newGoServer(t)
+		s.preload(changes)
+		s.log.SetSaved(20, saved)
+		var base [][]byte
+		for _, c := range changes[:tc.base] {
+			base = append(base, c.Save())
+		}
+		p := tc.peers(0, base, 0)
+		for round := 0; ; round++ {
+			msg := p.generate()
+			if msg == nil {
+				break
+			}
+			s.receive(0, msg)
+			out := s.generate(0, time.Unix(int64(round), 0))
+			if out == nil {
+				break
+			}
+			m, err := Decode(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if round == 0 {
+				got := len(m.Changes) == 1 && bytes.HasPrefix(m.Changes[0], saved)
+				if got != tc.saved {
+					t.Errorf("%s: sent the saved document: %v, want %v", tc.name, got, tc.saved)
+				}
+			}
+			p.receive(out)
+		}
+		if got := p.heads(); !slices.Equal(got, s.heads()) {
+			t.Errorf("%s: at %x, want the server's %x", tc.name, got, s.heads())
 		}
 	}
 }

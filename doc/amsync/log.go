@@ -61,6 +61,10 @@ type Log struct {
 	tail     int     // the block small changes go into; -1 before the first
 	heads    []int32 // sorted by hash
 	bytes    int64
+	// saved is the log's first savedLen changes as automerge saves a
+	// document (SetSaved); nil if none.
+	saved    []byte
+	savedLen int32
 }
 
 // NewLog returns an empty log.
@@ -70,6 +74,23 @@ func NewLog() *Log {
 
 // Len returns the number of changes.
 func (l *Log) Len() int { return int(l.n) }
+
+// SetSaved records doc as the log's first n changes saved as automerge
+// saves a document (one document chunk). A peer that has nothing and
+// reads a message's changes as one (see Outgoing.Saved) is sent it in
+// their place: automerge loads a saved document in one pass, several
+// times faster than the same changes one by one. An older saved document
+// (fewer changes) does not replace a newer one.
+func (l *Log) SetSaved(n int, doc []byte) {
+	if n > int(l.n) || int32(n) <= l.savedLen || len(doc) == 0 {
+		return
+	}
+	l.saved, l.savedLen = doc, int32(n)
+}
+
+// Saved returns how many of the log's first changes the saved document
+// holds (0: none), and its bytes.
+func (l *Log) Saved() (int, []byte) { return int(l.savedLen), l.saved }
 
 // firstPage is the capacity a log's page p starts with: the first grows
 // from 64 entries, the others are made whole.

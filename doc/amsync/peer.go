@@ -148,19 +148,27 @@ func advanceHeads(before, after, shared []Hash) []Hash {
 // log's at Indices (Message.Changes stays empty: Encode takes them from
 // the log as it writes, so a message made for many peers copies them
 // once). Joined says they go as one entry, the change chunks one after
-// another, for a peer that reads them so (Peer.joins).
+// another, for a peer that reads them so (Peer.joins). Saved says the
+// entry begins with the log's saved document (Log.SetSaved) in place of
+// the changes it holds, which are the first Saved of Indices.
 type Outgoing struct {
 	Message
 	Indices []int32
 	Joined  bool
+	Saved   int
 	log     *Log
 }
 
 // Encode returns the message's bytes, its changes read out of the log.
 // The log must not have changed since Generate.
 func (o *Outgoing) Encode() []byte {
-	size := 0
-	for _, x := range o.Indices {
+	changes, size := o.Indices, 0
+	var saved []byte
+	if o.Saved > 0 {
+		_, saved = o.log.Saved()
+		changes, size = changes[o.Saved:], len(saved)
+	}
+	for _, x := range changes {
 		size += o.log.ChangeLen(x)
 	}
 	joined := o.Joined && len(o.Indices) > 1
@@ -171,8 +179,9 @@ func (o *Outgoing) Encode() []byte {
 	b := o.appendHeader(make([]byte, 0, o.headerSize()+entries*binary.MaxVarintLen64+size), entries)
 	if joined {
 		b = binary.AppendUvarint(b, uint64(size))
+		b = append(b, saved...)
 	}
-	for _, x := range o.Indices {
+	for _, x := range changes {
 		if !joined {
 			b = binary.AppendUvarint(b, uint64(o.log.ChangeLen(x)))
 		}
@@ -261,6 +270,9 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	}
 
 	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
+	if n, _ := l.Saved(); n > 1 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
+		out.Saved = n // a peer that has nothing: the saved document, then what came since
+	}
 	if len(send) == 0 {
 		d := digest(&out.Message)
 		if p.repeated && d == p.lastOut {
@@ -293,12 +305,23 @@ func (o *Outgoing) Key() string {
 	} else {
 		b = append(b, 0)
 	}
+	b = binary.AppendUvarint(b, uint64(o.Saved))
 	b = appendHashes(b, o.Need)
 	b = appendHaves(b, o.Have)
 	for _, x := range o.Indices {
 		b = binary.AppendUvarint(b, uint64(x))
 	}
 	return string(b)
+}
+
+// sortedFrom0 reports whether xs are 0, 1, 2, … in order.
+func sortedFrom0(xs []int32) bool {
+	for i, x := range xs {
+		if x != int32(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // toSend returns the changes the peer lacks, in log order, the asked

@@ -1,0 +1,140 @@
+package amsave
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/automerge/automerge-go"
+)
+
+// TestMain lets this test binary serve as the worker.
+func TestMain(m *testing.M) {
+	ServeIfWorker()
+	m.Run()
+}
+
+// typed returns a document of n characters typed into a text, and its
+// changes one after another.
+func typed(t testing.TB, n int) (*automerge.Doc, []byte) {
+	t.Helper()
+	d := automerge.New()
+	if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Commit("create"); err != nil {
+		t.Fatal(err)
+	}
+	text := d.Path("text").Text()
+	for i := range n {
+		if err := text.Append(string(rune('a' + i%26))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Commit("type"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for _, c := range cs {
+		all = append(all, c.Save()...)
+	}
+	return d, all
+}
+
+func TestAWorkerSavesTheChangesAsAutomergeDoes(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, changes := typed(t, 500)
+	saved, err := s.Save(context.Background(), changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := automerge.Load(saved)
+	if err != nil {
+		t.Fatalf("the saved document does not load: %v", err)
+	}
+	if !slices.Equal(back.Heads(), d.Heads()) {
+		t.Fatalf("the saved document is at %v, want %v", back.Heads(), d.Heads())
+	}
+	got, _ := back.Path("text").Text().Get()
+	want, _ := d.Path("text").Text().Get()
+	if got != want {
+		t.Fatalf("the saved text is %q, want %q", got, want)
+	}
+	if len(saved) >= len(changes) {
+		t.Fatalf("saved in %d bytes, the changes are %d", len(saved), len(changes))
+	}
+}
+
+// A worker that fails (here on bytes that are no changes) fails its job
+// with what it said, and the next job runs.
+func TestAFailedJobLeavesTheSaverWorking(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(context.Background(), []byte("not a change")); err == nil || !strings.Contains(err.Error(), "load the changes") {
+		t.Fatalf("saving garbage: %v, want the worker's load error", err)
+	}
+	_, changes := typed(t, 10)
+	if _, err := s.Save(context.Background(), changes); err != nil {
+		t.Fatalf("the next job: %v", err)
+	}
+}
+
+// A worker's address space is bounded: a job that needs more than the
+// bound fails, and one within it succeeds with the same saver settings
+// otherwise.
+func TestAWorkerIsBoundedInMemory(t *testing.T) {
+	_, changes := typed(t, 20_000)
+	small, err := New(Config{MemoryBytes: 300 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, few := typed(t, 10)
+	if _, err := small.Save(context.Background(), few); err != nil {
+		t.Fatalf("a 10-change document within 300 MiB: %v", err)
+	}
+	_, err = small.Save(context.Background(), changes)
+	if err == nil {
+		t.Fatal("a 20,000-change document saved within 300 MiB of address space")
+	}
+	t.Logf("past the bound: %v", err)
+	large, err := New(Config{MemoryBytes: 4 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := large.Save(context.Background(), changes); err != nil {
+		t.Fatalf("within 4 GiB: %v", err)
+	}
+}
+
+// A job is bounded in time, and a caller that gives up does not wait.
+func TestAJobEndsWithItsTimeOrItsCaller(t *testing.T) {
+	_, changes := typed(t, 100)
+	s, err := New(Config{Timeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Save(context.Background(), changes); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a job past its time: %v, want the deadline", err)
+	}
+	s, err = New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Save(ctx, changes); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a job whose caller gave up: %v", err)
+	}
+}

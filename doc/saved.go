@@ -1,0 +1,65 @@
+package doc
+
+import "context"
+
+// A saved document for new readers. Automerge 0.6 and later (what
+// automerge-repo clients run) load a document saved as one document chunk
+// several times faster than the same changes one by one: 100,000 typed
+// changes in 0.4 s against 1.0 s. So a room of a large document keeps its
+// changes saved that way (amsync.Log.SetSaved), made by Config.SaveDocument
+// (doc/amsave: automerge-go in a worker process, off the path of every
+// message), and a peer that has nothing and reads a message's changes as
+// one is sent it, then the changes since.
+//
+// A save covers the log as it stood when the save was taken; the room
+// takes another once what came since is more than a third of what the
+// last one covers (and the document has at least savedMinChanges), so the
+// saves of a growing document cost a few times its last one in all, and a
+// reader is sent at most a third of the document as changes. One save of
+// a room runs at a time; a failed one is counted, logged and taken again
+// only once the document has grown by another third.
+
+// savedMinChanges is the least document that is saved for new readers:
+// below it the changes load about as fast as a saved document.
+const savedMinChanges = 1000
+
+// maybeSave takes a save of the document if it is due. The caller holds
+// r.mu.
+func (r *room) maybeSave(h *Hub) {
+	n := r.log.Len()
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted || n < savedMinChanges {
+		return
+	}
+	covered, _ := r.log.Saved()
+	if covered < r.saveTried {
+		covered = r.saveTried // a failed save: wait for as much growth again
+	}
+	if n-covered <= covered/3 {
+		return
+	}
+	r.saving, r.saveTried = true, n
+	changes := joinChanges(r.log, span(0, n))
+	go h.whileOpen(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-h.stop: // the hub closes: the job ends with it
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		saved, err := h.cfg.SaveDocument(ctx, changes)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.saving = false
+		if err != nil {
+			h.savesFailed.Inc()
+			h.log.Warn("saving a document for new readers failed: they are sent its changes",
+				"document", r.id, "changes", n, "err", err)
+			return
+		}
+		h.saves.Inc()
+		r.log.SetSaved(n, saved)
+	})
+}
