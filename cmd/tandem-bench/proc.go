@@ -31,7 +31,8 @@ func sumOver[T float64 | int64](pids []int, of func(pid int) (T, error)) (T, err
 	return total, nil
 }
 
-// cpuSecondsOf returns user+system CPU time of a process from /proc.
+// cpuSecondsOf returns user+system CPU time of a process from /proc, its
+// children's that have ended included (a node's save workers).
 func cpuSecondsOf(pid int) (float64, error) {
 	if pid <= 0 {
 		return 0, nil
@@ -40,13 +41,16 @@ func cpuSecondsOf(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// Fields after the parenthesised command name; utime and stime are
-	// fields 14 and 15 of the line, 12 and 13 after the name.
+	// Fields after the parenthesised command name; utime, stime, cutime
+	// and cstime are fields 14 to 17 of the line, 12 to 15 after the name.
 	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
 	f := strings.Fields(rest)
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / clockTicks, nil
+	total := 0.0
+	for _, x := range f[11:15] {
+		v, _ := strconv.ParseFloat(x, 64)
+		total += v
+	}
+	return total / clockTicks, nil
 }
 
 // rssBytesOf returns the resident set size of a process from /proc.

@@ -18,11 +18,12 @@ export const serverOptions = {
   "tandem-flags": { type: "string", default: "" },
 }
 
-// cpuSeconds reads a process's user+system CPU time from /proc.
+// cpuSeconds reads a process's user+system CPU time from /proc, with its
+// children's that have ended (a node's save workers).
 export function cpuSeconds(pid) {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
   const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(f[11]) + Number(f[12])) / 100
+  return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / 100
 }
 
 // rssMiB reads a process's resident memory from /proc.
