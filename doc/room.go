@@ -62,9 +62,9 @@ type room struct {
 	forceCompact bool
 
 	// The saved document for new readers (saved.go): a save is under
-	// way; the log's length when the last was taken.
+	// way; the log's bytes when the last was taken.
 	saving    bool
-	saveTried int
+	saveTried int64
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them

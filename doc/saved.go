@@ -12,32 +12,33 @@ import "context"
 // one is sent it, then the changes since.
 //
 // A save covers the log as it stood when the save was taken; the room
-// takes another once what came since is more than a third of what the
-// last one covers (and the document has at least savedMinChanges), so the
-// saves of a growing document cost a few times its last one in all, and a
-// reader is sent at most a third of the document as changes. One save of
-// a room runs at a time; a failed one is counted, logged and taken again
-// only once the document has grown by another third.
+// takes another once the log's bytes have grown by more than a third
+// since the last was taken (for a document of at least savedMinChanges
+// changes or savedMinBytes bytes), so the saves of a growing document
+// cost a few times its last one in all, and a reader is sent about a
+// third of the document as changes at most. One save of a room runs at a
+// time; a failed one is counted and logged, and the next waits for the
+// same growth.
 
-// savedMinChanges is the least document that is saved for new readers:
-// below it the changes load about as fast as a saved document.
-const savedMinChanges = 1000
+// A document is saved for new readers from this many changes, or bytes
+// (a paste of 1 MiB is one change): below both, its changes load about
+// as fast as a saved document.
+const (
+	savedMinChanges = 1000
+	savedMinBytes   = 256 << 10
+)
 
 // maybeSave takes a save of the document if it is due. The caller holds
 // r.mu.
 func (r *room) maybeSave(h *Hub) {
-	n := r.log.Len()
-	if h.cfg.SaveDocument == nil || r.saving || r.evicted || n < savedMinChanges {
+	n, size := r.log.Len(), r.log.Bytes()
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted || (n < savedMinChanges && size < savedMinBytes) {
 		return
 	}
-	covered, _ := r.log.Saved()
-	if covered < r.saveTried {
-		covered = r.saveTried // a failed save: wait for as much growth again
-	}
-	if n-covered <= covered/3 {
+	if size-r.saveTried <= r.saveTried/3 {
 		return
 	}
-	r.saving, r.saveTried = true, n
+	r.saving, r.saveTried = true, size
 	changes := joinChanges(r.log, span(0, n))
 	go h.whileOpen(func() {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -101,3 +101,55 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 		}
 	}
 }
+
+// A document is saved once it has savedMinChanges changes (or
+// savedMinBytes), and again only once its bytes have grown by more than a
+// third since the last save was taken.
+func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
+	all := typing(2000)
+	join := func(cs [][]byte) []byte {
+		var b []byte
+		for _, c := range cs {
+			b = append(b, c...)
+		}
+		return b
+	}
+	s := openStore(t, t.TempDir())
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: join(all[:900])}}); err != nil {
+		t.Fatal(err)
+	}
+	saves := make(chan int, 10)
+	h := newTestHub(t, s, Config{SaveDocument: func(_ context.Context, changes []byte) ([]byte, error) {
+		saves <- len(changes)
+		return []byte("saved"), nil
+	}})
+	r := roomOf(t, h, testDoc)
+	tried := func() int64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.saveTried
+	}
+	if tried() != 0 {
+		t.Fatal("a document of 900 typed changes was saved")
+	}
+	apply := func(cs [][]byte) {
+		t.Helper()
+		if _, err := r.applyRemote(h, join(cs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(all[900:1100])
+	first := <-saves
+	if want := len(join(all[:1100])); first != want {
+		t.Fatalf("the first save took %d bytes, want the 1,100 changes' %d", first, want)
+	}
+	savedDocument(t, r)   // the save is done
+	apply(all[1100:1400]) // less than a third more
+	if got := tried(); got != int64(first) {
+		t.Fatalf("saved again after growing by %d of %d bytes", got-int64(first), first)
+	}
+	apply(all[1400:1500]) // past a third
+	if second := <-saves; second != len(join(all[:1500])) {
+		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(join(all[:1500])))
+	}
+}
