@@ -48,6 +48,30 @@ test("a paste of 1 MiB in one change is taken, stored and found, after a restart
   assert.equal(cold.doc().text, text)
 })
 
+test("a new reader of a large document is sent it saved, and holds it all", async t => {
+  const node = await start(t)
+  const a = await connected(client(t, node.url))
+  const handle = a.create({ text: "" })
+  for (let i = 0; i < 1200; i++) handle.change(d => A.splice(d, ["text"], i, 0, "abc"[i % 3]))
+  const saved = async () => {
+    const text = await (await fetch(`${node.http}/metrics`)).text()
+    return /tandem_document_saves_total\{outcome="saved"\} [1-9]/.test(text)
+  }
+  await until("the server saved the document", saved)
+  const b = client(t, node.url)
+  const received = []
+  b.networkSubsystem.on("message", m => {
+    if (m.type === "sync" && m.documentId === handle.documentId) received.push(A.decodeSyncMessage(m.data))
+  })
+  const found = await b.find(handle.url)
+  await until("b holds the whole text", () => found.doc().text === handle.doc().text)
+  const withChanges = received.filter(m => m.changes.length > 0)
+  const changeBytes = A.getAllChanges(handle.doc()).reduce((n, c) => n + c.length, 0)
+  assert.equal(withChanges[0].changes.length, 1, "the document came in one entry")
+  assert.ok(withChanges[0].changes[0].length < changeBytes / 10,
+    `the entry is ${withChanges[0].changes[0].length} bytes, the changes ${changeBytes}: not the saved document`)
+})
+
 test("an edit survives SIGKILL 1.5 s after it was made", async t => {
   const first = await start(t)
   const a = await connected(client(t, first.url))
