@@ -80,10 +80,11 @@ type Config struct {
 	// as the peer has answered the one before.
 	SyncSpacing time.Duration
 	// SaveDocument, when set, returns a document's changes (change chunks
-	// one after another) saved as automerge saves a document; a large
-	// document's new readers are sent that (saved.go). doc/amsave's
-	// Saver.Save does it in a worker process. Nil: readers get changes.
-	SaveDocument func(ctx context.Context, changes []byte) ([]byte, error)
+	// one after another, which it calls changes for when it is ready to
+	// take them) saved as automerge saves a document; a large document's
+	// new readers are sent that (saved.go). doc/amsave's Saver.Save does
+	// it in a worker process. Nil: readers get changes.
+	SaveDocument func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error)
 }
 
 func (c *Config) setDefaults() error {

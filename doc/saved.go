@@ -1,6 +1,9 @@
 package doc
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // A saved document for new readers. Automerge 0.6 and later (what
 // automerge-repo clients run) load a document saved as one document chunk
@@ -28,18 +31,22 @@ const (
 	savedMinBytes   = 256 << 10
 )
 
-// maybeSave takes a save of the document if it is due. The caller holds
-// r.mu.
+// savedMaxBytes is the largest document saved for new readers: automerge
+// holds about 20 times a typed change's bytes while it loads it, and the
+// worker's address space is bounded (doc/amsave). Larger documents' readers
+// are sent their changes.
+const savedMaxBytes = 64 << 20
+
+// maybeSave takes a save of the document if it is due. The save copies
+// the changes only when the worker is ready for them, under the room's
+// lock; meanwhile it holds nothing but the room. The caller holds r.mu.
 func (r *room) maybeSave(h *Hub) {
-	n, size := r.log.Len(), r.log.Bytes()
-	if h.cfg.SaveDocument == nil || r.saving || r.evicted || (n < savedMinChanges && size < savedMinBytes) {
-		return
-	}
-	if size-r.saveTried <= r.saveTried/3 {
+	size := r.log.Bytes()
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes ||
+		(r.log.Len() < savedMinChanges && size < savedMinBytes) || size-r.saveTried <= r.saveTried/3 {
 		return
 	}
 	r.saving, r.saveTried = true, size
-	changes := joinChanges(r.log, span(0, n))
 	go h.whileOpen(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -50,10 +57,25 @@ func (r *room) maybeSave(h *Hub) {
 			case <-ctx.Done():
 			}
 		}()
-		saved, err := h.cfg.SaveDocument(ctx, changes)
+		n := 0
+		saved, err := h.cfg.SaveDocument(ctx, func() ([]byte, error) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.evicted {
+				return nil, errEvicted
+			}
+			n = r.log.Len()
+			return joinChanges(r.log, span(0, n)), nil
+		})
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.saving = false
+		if ctx.Err() != nil || errors.Is(err, errEvicted) {
+			return // the hub closed, or the room left memory: nobody to send it
+		}
+		if err == nil {
+			err = r.log.SetSaved(n, saved)
+		}
 		if err != nil {
 			h.savesFailed.Inc()
 			h.log.Warn("saving a document for new readers failed: they are sent its changes",
@@ -61,6 +83,5 @@ func (r *room) maybeSave(h *Hub) {
 			return
 		}
 		h.saves.Inc()
-		r.log.SetSaved(n, saved)
 	})
 }

@@ -3,11 +3,13 @@ package doc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/doc/amsync"
@@ -119,9 +121,17 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		t.Fatal(err)
 	}
 	saves := make(chan int, 10)
-	h := newTestHub(t, s, Config{SaveDocument: func(_ context.Context, changes []byte) ([]byte, error) {
-		saves <- len(changes)
-		return []byte("saved"), nil
+	h := newTestHub(t, s, Config{SaveDocument: func(_ context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		saves <- len(b)
+		d, err := automerge.Load(b)
+		if err != nil {
+			return nil, err
+		}
+		return d.Save(), nil
 	}})
 	r := roomOf(t, h, testDoc)
 	tried := func() int64 {
@@ -151,5 +161,76 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 	apply(all[1400:1500]) // past a third
 	if second := <-saves; second != len(join(all[:1500])) {
 		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(join(all[:1500])))
+	}
+}
+
+// storedTyping stores a snapshot of n typed changes as the test document.
+func storedTyping(t testing.TB, n int) Store {
+	t.Helper()
+	var snapshot []byte
+	for _, c := range typing(n) {
+		snapshot = append(snapshot, c...)
+	}
+	s := openStore(t, t.TempDir())
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A save under way ends when the hub closes, and is no failure.
+func TestASaveUnderWayEndsWithTheHub(t *testing.T) {
+	running := make(chan struct{})
+	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		if _, err := changes(); err != nil {
+			return nil, err
+		}
+		close(running)
+		<-ctx.Done() // a job that would not end by itself
+		return nil, ctx.Err()
+	}})
+	roomOf(t, h, testDoc)
+	<-running
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not close within 10 s of a save under way")
+	}
+	if n := testutil.ToFloat64(h.savesFailed); n != 0 {
+		t.Fatalf("%v saves counted as failed", n)
+	}
+}
+
+// A room that leaves memory while its save waits for the worker is not
+// copied for it, and the save is no failure.
+func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
+	turn := make(chan struct{})
+	result := make(chan error, 1)
+	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		<-turn // the worker is busy with another document
+		b, err := changes()
+		result <- err
+		return b, err
+	}})
+	r := roomOf(t, h, testDoc)
+	h.evictIdle(time.Now().Add(time.Hour))
+	r.mu.Lock()
+	evicted := r.evicted
+	r.mu.Unlock()
+	if !evicted {
+		t.Fatal("the room was not evicted")
+	}
+	close(turn)
+	if err := <-result; !errors.Is(err, errEvicted) {
+		t.Fatalf("the evicted room's changes were taken: %v", err)
+	}
+	h.Close(context.Background())
+	if n := testutil.ToFloat64(h.savesFailed); n != 0 {
+		t.Fatalf("%v saves counted as failed", n)
 	}
 }

@@ -10,10 +10,12 @@
 // count. So the saving runs in a process of its own: the node's own binary
 // started again with TANDEM_WORKER=save (ServeIfWorker, first thing in
 // main), which reads the changes on its stdin, loads them with
-// automerge-go, writes the saved document on its stdout and exits. Its
-// address space is bounded (Config.MemoryBytes) and a job is bounded in
-// time; one job runs at a time. A worker that fails, for any reason,
-// fails that job only.
+// automerge-go, checks that the saved document loads back to the same
+// heads, writes it on its stdout and exits. Its address space is bounded
+// (Config.MemoryBytes), the kernel's out-of-memory killer picks it before
+// the node, it dies with the node, and a job is bounded in time; one job
+// runs at a time. A worker that fails, for any reason, fails that job
+// only.
 package amsave
 
 import (
@@ -24,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -75,19 +78,26 @@ func New(cfg Config) (*Saver, error) {
 
 // Save returns changes (change chunks one after another, each after its
 // dependencies) as automerge saves the document they make. It waits for
-// the job before it, and gives up when ctx ends.
-func (s *Saver) Save(ctx context.Context, changes []byte) ([]byte, error) {
+// the job before it, and gives up when ctx ends. changes is called once
+// the job has its turn, so that a caller that waits holds no copy.
+func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 	select {
 	case s.turn <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	defer func() { <-s.turn }()
+	in, err := changes()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.cfg.Executable)
 	cmd.Env = append(os.Environ(), workerEnv+"=save", memoryEnv+"="+strconv.FormatUint(s.cfg.MemoryBytes, 10))
-	cmd.Stdin = bytes.NewReader(changes)
+	cmd.Stdin = bytes.NewReader(in)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // it dies with the node
+	cmd.WaitDelay = time.Second                                        // a killed worker's pipes close by then
 	var out, stderr bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &limited{w: &stderr, n: 4 << 10}
@@ -98,7 +108,7 @@ func (s *Saver) Save(ctx context.Context, changes []byte) ([]byte, error) {
 		said, _, _ := bytes.Cut(bytes.TrimSpace(stderr.Bytes()), []byte("\n"))
 		return nil, fmt.Errorf("save worker: %w: %s", err, said)
 	}
-	return out.Bytes(), nil
+	return bytes.Clone(out.Bytes()), nil
 }
 
 // limited writes at most n bytes to w and drops the rest.
@@ -130,8 +140,16 @@ func ServeIfWorker() {
 }
 
 func serve(in io.Reader, out io.Writer) error {
+	// The out-of-memory killer takes the worker first (best effort: a
+	// worker that cannot say so still works).
+	os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	if limit, err := strconv.ParseUint(os.Getenv(memoryEnv), 10, 64); err == nil && limit > 0 {
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+		var now syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_AS, &now); err != nil {
+			return fmt.Errorf("read the worker's memory bound: %w", err)
+		}
+		limit = min(limit, now.Max) // a bound set above the node's is not raised
+		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: now.Max}); err != nil {
 			return fmt.Errorf("bound the worker's memory: %w", err)
 		}
 	}
@@ -146,6 +164,17 @@ func serve(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("load the changes: %w", err)
 	}
-	_, err = out.Write(d.Save())
+	saved := d.Save()
+	// A saved document is sent to peers that load it in place of the
+	// changes: one that does not load back to the same heads (a change
+	// automerge would write otherwise than it came) must not leave here.
+	back, err := automerge.Load(saved)
+	if err != nil {
+		return fmt.Errorf("the saved document does not load: %w", err)
+	}
+	if !slices.Equal(back.Heads(), d.Heads()) {
+		return errors.New("the saved document loads to other heads than its changes")
+	}
+	_, err = out.Write(saved)
 	return err
 }

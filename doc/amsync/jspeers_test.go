@@ -232,7 +232,12 @@ func TestAFreshPeerIsSentTheSavedDocument(t *testing.T) {
 	} {
 		s := newGoServer(t)
 		s.preload(changes)
-		s.log.SetSaved(20, saved)
+		if err := s.log.SetSaved(19, saved); err == nil {
+			t.Fatal("a saved document of 20 changes was taken as the first 19")
+		}
+		if err := s.log.SetSaved(20, saved); err != nil {
+			t.Fatal(err)
+		}
 		var base [][]byte
 		for _, c := range changes[:tc.base] {
 			base = append(base, c.Save())

@@ -75,21 +75,8 @@ func NewLog() *Log {
 // Len returns the number of changes.
 func (l *Log) Len() int { return int(l.n) }
 
-// SetSaved records doc as the log's first n changes saved as automerge
-// saves a document (one document chunk). A peer that has nothing and
-// reads a message's changes as one (see Outgoing.Saved) is sent it in
-// their place: automerge loads a saved document in one pass, several
-// times faster than the same changes one by one. An older saved document
-// (fewer changes) does not replace a newer one.
-func (l *Log) SetSaved(n int, doc []byte) {
-	if n > int(l.n) || int32(n) <= l.savedLen || len(doc) == 0 {
-		return
-	}
-	l.saved, l.savedLen = doc, int32(n)
-}
-
 // Saved returns how many of the log's first changes the saved document
-// holds (0: none), and its bytes.
+// holds (0: none), and its bytes (SetSaved, saved.go).
 func (l *Log) Saved() (int, []byte) { return int(l.savedLen), l.saved }
 
 // firstPage is the capacity a log's page p starts with: the first grows

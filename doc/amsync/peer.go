@@ -156,22 +156,18 @@ type Outgoing struct {
 	Indices []int32
 	Joined  bool
 	Saved   int
+	saved   []byte
 	log     *Log
 }
 
 // Encode returns the message's bytes, its changes read out of the log.
 // The log must not have changed since Generate.
 func (o *Outgoing) Encode() []byte {
-	changes, size := o.Indices, 0
-	var saved []byte
-	if o.Saved > 0 {
-		_, saved = o.log.Saved()
-		changes, size = changes[o.Saved:], len(saved)
-	}
+	changes, size := o.Indices[o.Saved:], len(o.saved)
 	for _, x := range changes {
 		size += o.log.ChangeLen(x)
 	}
-	joined := o.Joined && len(o.Indices) > 1
+	joined := o.Saved > 0 || (o.Joined && len(o.Indices) > 1)
 	entries := len(o.Indices)
 	if joined {
 		entries = 1
@@ -179,7 +175,7 @@ func (o *Outgoing) Encode() []byte {
 	b := o.appendHeader(make([]byte, 0, o.headerSize()+entries*binary.MaxVarintLen64+size), entries)
 	if joined {
 		b = binary.AppendUvarint(b, uint64(size))
-		b = append(b, saved...)
+		b = append(b, o.saved...)
 	}
 	for _, x := range changes {
 		if !joined {
@@ -270,8 +266,8 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	}
 
 	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
-	if n, _ := l.Saved(); n > 1 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
-		out.Saved = n // a peer that has nothing: the saved document, then what came since
+	if n, saved := l.Saved(); n > 0 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
+		out.Saved, out.saved = n, saved // a peer that has nothing: the saved document, then what came since
 	}
 	if len(send) == 0 {
 		d := digest(&out.Message)
