@@ -208,6 +208,10 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	if r.mentions != nil {
 		w.Journals = r.mentions.takeWrite(nodeID)
 	}
+	if r.savedDirty {
+		_, w.Saved = r.log.Saved()
+		r.savedDirty = false
+	}
 	return w
 }
 
@@ -221,6 +225,9 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 		}
 		if w.Snapshot != nil {
 			r.forceCompact = true // written again as a whole at the next write
+		}
+		if w.Saved != nil {
+			r.savedDirty = true
 		}
 		return
 	}

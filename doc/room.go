@@ -62,9 +62,10 @@ type room struct {
 	forceCompact bool
 
 	// The saved document for new readers (saved.go): a save is under
-	// way; the log's bytes when the last was taken.
-	saving    bool
-	saveTried int64
+	// way; the log's bytes when the last was taken; the last is not yet
+	// stored.
+	saving, savedDirty bool
+	saveTried          int64
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
@@ -174,6 +175,9 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 		r.forceCompact = true // written again as change chunks
 	}
 	r.mu.Lock()
+	if stored.Saved != nil {
+		r.takeStoredSaved(stored.Saved)
+	}
 	r.maybeSave(h)
 	r.mu.Unlock()
 	if r.mentions != nil {

@@ -3,6 +3,8 @@ package doc
 import (
 	"context"
 	"errors"
+
+	"github.com/tandemhq/tandem/doc/amsync"
 )
 
 // A saved document for new readers. Automerge 0.6 and later (what
@@ -22,6 +24,11 @@ import (
 // third of the document as changes at most. One save of a room runs at a
 // time; a failed one is counted and logged, and the next waits for the
 // same growth.
+//
+// A save is stored with the document (Write.Saved, with the room's next
+// write), so that the first reader after a restart has it too: at load it
+// is taken back if the log's first changes are still those it holds
+// (Log.SetSaved checks its heads), and otherwise left for the next save.
 
 // A document is saved for new readers from this many changes, or bytes
 // (a paste of 1 MiB is one change): below both, its changes load about
@@ -83,5 +90,28 @@ func (r *room) maybeSave(h *Hub) {
 			return
 		}
 		h.saves.Inc()
+		r.savedDirty = true
+		h.markDirty(r) // stored with the next write
 	})
+}
+
+// takeStoredSaved takes back a saved document the store held, if the
+// log's first changes are those it holds. The caller holds r.mu or is
+// the room's load.
+func (r *room) takeStoredSaved(saved []byte) {
+	heads, err := amsync.DocumentHeads(saved)
+	if err != nil || len(heads) == 0 {
+		return
+	}
+	n := int32(-1)
+	for _, h := range heads {
+		i, ok := r.log.IndexOf(h)
+		if !ok {
+			return
+		}
+		n = max(n, i)
+	}
+	if r.log.SetSaved(int(n)+1, saved) == nil {
+		r.saveTried = r.log.Bytes()
+	}
 }

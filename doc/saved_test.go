@@ -234,3 +234,77 @@ func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
 		t.Fatalf("%v saves counted as failed", n)
 	}
 }
+
+// A save is stored with the document: after a restart the first new
+// reader is sent it at once, with no save made again.
+func TestASavedDocumentIsStoredAndTakenBackAtLoad(t *testing.T) {
+	s := storedTyping(t, savedMinChanges+10)
+	saver, err := amsave.New(amsave.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{SaveDocument: saver.Save})
+	_, saved := savedDocument(t, roomOf(t, h, testDoc))
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored.Saved, saved) {
+		t.Fatal("the saved document was not stored with the document")
+	}
+
+	again := newTestHub(t, s, Config{}) // no saving: only the store can give it
+	r := roomOf(t, again, testDoc)
+	if n, _ := r.log.Saved(); n != savedMinChanges+11 {
+		t.Fatalf("taken back at load: a saved document of %d changes, want %d", n, savedMinChanges+11)
+	}
+	fresh := automerge.NewSyncState(automerge.New())
+	request, _ := fresh.GenerateMessage()
+	p := &fakePeer{id: "reader", told: make(chan struct{}, 1)}
+	if err := again.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := amsync.Decode(p.takeSyncs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Changes) != 1 || !bytes.HasPrefix(m.Changes[0], saved) {
+		t.Fatal("the first reader after the restart was not sent the stored saved document")
+	}
+}
+
+// A stored saved document whose heads are not the log's first changes'
+// (the snapshot lost changes it held, say) is not taken, and a new save
+// is made.
+func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
+	all := typing(savedMinChanges + 10)
+	d, err := automerge.Load(bytes.Join(all, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := storedTyping(t, savedMinChanges) // ten changes fewer than the saved document holds
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Saved: d.Save()}}); err != nil {
+		t.Fatal(err)
+	}
+	saves := make(chan struct{}, 1)
+	h := newTestHub(t, s, Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		saves <- struct{}{}
+		d, err := automerge.Load(b)
+		if err != nil {
+			return nil, err
+		}
+		return d.Save(), nil
+	}})
+	r := roomOf(t, h, testDoc)
+	<-saves
+	if n, _ := savedDocument(t, r); n != savedMinChanges+1 {
+		t.Fatalf("a saved document of %d changes, want the log's %d", n, savedMinChanges+1)
+	}
+}

@@ -40,6 +40,9 @@ type Journal struct {
 type Stored struct {
 	Snapshot []byte
 	Chunks   [][]byte
+	// Saved is the document saved as automerge saves one, for new
+	// readers (saved.go); nil if none was stored.
+	Saved []byte
 	// Journals are the mention journals of the document, by node.
 	Journals map[string][]byte
 }
@@ -57,6 +60,10 @@ type Write struct {
 	// Journals replaces the document's mention journals of the nodes it
 	// names; an empty one is deleted.
 	Journals map[string][]byte
+	// Saved, if not nil, replaces the document's saved document (saved.go).
+	// A compaction leaves it: it holds a prefix of the document's changes,
+	// which the compaction keeps.
+	Saved []byte
 
 	upTo    uint64 // the room's applied count this write makes durable
 	pending int    // the room's pending chunks this write stores

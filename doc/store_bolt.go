@@ -23,6 +23,7 @@ import (
 // every chunk. (Files written before keep a snapshot under "s" in the
 // document's own bucket; it is read there until the next compaction, and
 // as well as the other if an earlier version wrote it after this one.)
+// A document's saved form for new readers is in "saved", under its id.
 type BoltStore struct {
 	db        *bolt.DB
 	closeOnce sync.Once
@@ -36,6 +37,7 @@ var (
 	bucketSnap = []byte("snapshots") // a bucket per document
 	bucketMeta = []byte("meta")
 	bucketJrnl = []byte("mention-journals") // a bucket per document, a key per node
+	bucketSave = []byte("saved")            // a key per document
 	keySnap    = []byte("s")
 	chunkTag   = byte('c')
 	keyStorage = []byte("storage-id")
@@ -54,7 +56,7 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		// Files from before awareness/lastseen also hold a "last-seen"
 		// bucket: that package copies it, this one leaves it alone.
-		for _, name := range [][]byte{bucketDocs, bucketSnap, bucketMeta, bucketJrnl} {
+		for _, name := range [][]byte{bucketDocs, bucketSnap, bucketMeta, bucketJrnl, bucketSave} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -79,6 +81,9 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 		// bbolt's memory is only valid inside the transaction: copy out.
 		if sb := tx.Bucket(bucketSnap).Bucket([]byte(documentID)); sb != nil {
 			out.Snapshot = append([]byte(nil), sb.Get(keySnap)...)
+		}
+		if v := tx.Bucket(bucketSave).Get([]byte(documentID)); v != nil {
+			out.Saved = append([]byte(nil), v...)
 		}
 		err := b.ForEach(func(k, v []byte) error {
 			switch {
@@ -189,6 +194,11 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 			}
 			if err := writeJournals(tx, w); err != nil {
 				return err
+			}
+			if w.Saved != nil {
+				if err := tx.Bucket(bucketSave).Put(key, w.Saved); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

@@ -46,6 +46,10 @@ var migrations = []string{
 		data   bytea NOT NULL,
 		PRIMARY KEY (doc_id, node)
 	);`,
+	`CREATE TABLE tandem_saved_documents (
+		doc_id text  PRIMARY KEY,
+		data   bytea NOT NULL
+	);`,
 }
 
 // OpenPostgresStore connects and migrates the schema. Nodes starting
@@ -121,6 +125,10 @@ func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, er
 	if n == 0 {
 		return Stored{}, ErrNotFound
 	}
+	err = s.pool.QueryRow(ctx, `SELECT data FROM tandem_saved_documents WHERE doc_id = $1`, documentID).Scan(&out.Saved)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Stored{}, err
+	}
 	rows, err = s.pool.Query(ctx, `SELECT node, data FROM tandem_mention_journals WHERE doc_id = $1`, documentID)
 	if err != nil {
 		return Stored{}, err
@@ -172,6 +180,12 @@ func (s *PostgresStore) Write(ctx context.Context, batch []Write) error {
 			}
 			for _, c := range w.Chunks {
 				if _, err := tx.Exec(ctx, `INSERT INTO tandem_doc_chunks (doc_id, data) VALUES ($1, $2)`, w.DocumentID, c); err != nil {
+					return err
+				}
+			}
+			if w.Saved != nil {
+				if _, err := tx.Exec(ctx, `INSERT INTO tandem_saved_documents (doc_id, data) VALUES ($1, $2)
+					ON CONFLICT (doc_id) DO UPDATE SET data = EXCLUDED.data`, w.DocumentID, w.Saved); err != nil {
 					return err
 				}
 			}

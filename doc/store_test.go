@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -345,4 +346,33 @@ func flushedStored(t *testing.T, h *Hub, s Store) Stored {
 		t.Fatal(err)
 	}
 	return stored
+}
+
+// The embedded store keeps a saved document beside the document's
+// changes, replaced by the next, kept through a compaction and a reopen.
+func TestTheEmbeddedStoreStoresTheSavedDocument(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	all := typing(3)
+	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Chunks: [][]byte{all[0]}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, saved := range []string{"first", "second"} {
+		if err := s.Write(ctx, []Write{{DocumentID: testDoc, Saved: []byte(saved)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Load(ctx, testDoc); err != nil || string(got.Saved) != saved {
+			t.Fatalf("loaded saved %q (err %v), want %q", got.Saved, err, saved)
+		}
+	}
+	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: bytes.Join(all, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := openStore(t, dir).Load(ctx, testDoc); err != nil || string(got.Saved) != "second" {
+		t.Fatalf("after a compaction and a reopen: saved %q (err %v)", got.Saved, err)
+	}
 }

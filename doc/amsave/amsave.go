@@ -13,8 +13,8 @@
 // automerge-go, checks that the saved document loads back to the same
 // heads, writes it on its stdout and exits. Its address space is bounded
 // (Config.MemoryBytes), the kernel's out-of-memory killer picks it before
-// the node, it dies with the node, and a job is bounded in time; one job
-// runs at a time. A worker that fails, for any reason, fails that job
+// the node, it runs at the lowest priority, it dies with the node, and a
+// job is bounded in time; one job runs at a time. A worker that fails, for any reason, fails that job
 // only.
 package amsave
 
@@ -140,9 +140,11 @@ func ServeIfWorker() {
 }
 
 func serve(in io.Reader, out io.Writer) error {
-	// The out-of-memory killer takes the worker first (best effort: a
+	// The out-of-memory killer takes the worker first, and the scheduler
+	// runs it only on time the node and its peers leave (best effort: a
 	// worker that cannot say so still works).
 	os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
+	syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
 	if limit, err := strconv.ParseUint(os.Getenv(memoryEnv), 10, 64); err == nil && limit > 0 {
 		var now syscall.Rlimit
 		if err := syscall.Getrlimit(syscall.RLIMIT_AS, &now); err != nil {
