@@ -9,8 +9,11 @@
 // No call into automerge lies on the path of a sync message. Of the
 // content, the node keeps only what the mention tracker reads, the
 // mention fields' values, followed in Go from the changes (content.go).
-// automerge-go reads one thing: a document an earlier version of Tandem
-// stored as automerge saved it, once (changes.go).
+// automerge-go reads one thing in the node: a document an earlier version
+// of Tandem stored as automerge saved it, once (changes.go). It also saves
+// large documents for new readers, who load the saved form several times
+// faster than the changes, in worker processes off every message's path
+// (saved.go, package amsave).
 //
 // A Hub owns the rooms. It loads a document from its Store on first use,
 // writes accepted changes back as soon as the write before them is done,
@@ -37,7 +40,8 @@
 // then everything new at once.
 //
 // A peer that says it has nothing (a request, or a sync reset) is sent the
-// whole document once; until it answers that copy, asking again gets no
+// whole document once (saved, if it runs automerge 0.6 or later and the
+// document is large: saved.go); until it answers that copy, asking again gets no
 // second one (member.repeats in room.go), so a peer that never reads
 // cannot have the document queued for it once per request.
 //

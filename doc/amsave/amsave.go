@@ -42,8 +42,9 @@ const (
 // Config bounds the workers. Zero fields take the defaults.
 type Config struct {
 	// MemoryBytes bounds a worker's address space (RLIMIT_AS); default
-	// 4 GiB. automerge-go holds about 2 KB per typed change while it
-	// loads them.
+	// 1 GiB. automerge-go holds about 2 KB per typed change while it
+	// loads them (200 MB for 100,000), and about 700 bytes per character
+	// of a paste made as one change (750 MB for 1 MiB).
 	MemoryBytes uint64
 	// Timeout bounds a job; default 60 s.
 	Timeout time.Duration
@@ -61,7 +62,7 @@ type Saver struct {
 // New returns a Saver.
 func New(cfg Config) (*Saver, error) {
 	if cfg.MemoryBytes == 0 {
-		cfg.MemoryBytes = 4 << 30
+		cfg.MemoryBytes = 1 << 30
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
