@@ -11,7 +11,7 @@
 // started again with TANDEM_WORKER=save (ServeIfWorker, first thing in
 // main), which reads the changes on its stdin, loads them with
 // automerge-go, checks that the saved document loads back to the same
-// heads, writes it on its stdout and exits. Its address space is bounded
+// heads, writes it on its stdout and exits. Its memory is bounded
 // (Config.MemoryBytes), the kernel's out-of-memory killer picks it before
 // the node, it runs at the lowest priority, it dies with the node, and a
 // job is bounded in time; one job runs at a time. A worker that fails, for any reason, fails that job
@@ -41,10 +41,11 @@ const (
 
 // Config bounds the workers. Zero fields take the defaults.
 type Config struct {
-	// MemoryBytes bounds a worker's address space (RLIMIT_AS); default
-	// 1 GiB. automerge-go holds about 2 KB per typed change while it
-	// loads them (200 MB for 100,000), and about 700 bytes per character
-	// of a paste made as one change (750 MB for 1 MiB).
+	// MemoryBytes bounds a worker's memory (RLIMIT_DATA: what it has
+	// written to, its heaps and stacks; not address space it only
+	// reserved); default 2 GiB. automerge-go holds about 2 KB per typed
+	// change while it loads them (200 MB for 100,000), and about 1 KB per
+	// character of a paste made as one change (over 1 GiB for 1 MiB).
 	MemoryBytes uint64
 	// Timeout bounds a job; default 60 s.
 	Timeout time.Duration
@@ -62,7 +63,7 @@ type Saver struct {
 // New returns a Saver.
 func New(cfg Config) (*Saver, error) {
 	if cfg.MemoryBytes == 0 {
-		cfg.MemoryBytes = 1 << 30
+		cfg.MemoryBytes = 2 << 30
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
@@ -148,11 +149,11 @@ func serve(in io.Reader, out io.Writer) error {
 	syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
 	if limit, err := strconv.ParseUint(os.Getenv(memoryEnv), 10, 64); err == nil && limit > 0 {
 		var now syscall.Rlimit
-		if err := syscall.Getrlimit(syscall.RLIMIT_AS, &now); err != nil {
+		if err := syscall.Getrlimit(syscall.RLIMIT_DATA, &now); err != nil {
 			return fmt.Errorf("read the worker's memory bound: %w", err)
 		}
 		limit = min(limit, now.Max) // a bound set above the node's is not raised
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: now.Max}); err != nil {
+		if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: limit, Max: now.Max}); err != nil {
 			return fmt.Errorf("bound the worker's memory: %w", err)
 		}
 	}
