@@ -77,7 +77,7 @@ func (r *room) maybeSave(h *Hub) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.saving = false
-		if ctx.Err() != nil || errors.Is(err, errEvicted) {
+		if ctx.Err() != nil || errors.Is(err, errEvicted) || r.evicted {
 			return // the hub closed, or the room left memory: nobody to send it
 		}
 		if err == nil {

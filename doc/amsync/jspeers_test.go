@@ -145,14 +145,12 @@ func TestTheGoSyncConvergesWithStockAutomergePeers(t *testing.T) {
 	}
 }
 
-// A peer whose messages carry a flags section (automerge 0.6 and later,
-// as stock JS 3.5) is sent its changes joined in one entry, which it
-// decodes as one byte string instead of one per change, and takes them;
-// a peer whose messages carry none (automerge-go 0.5) reads an entry as
-// one change and is sent one entry per change.
-func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
+// editedChanges returns the n changes of an automerge-go document edited
+// n times.
+func editedChanges(t testing.TB, n int) []*automerge.Change {
+	t.Helper()
 	doc := automerge.New()
-	for i := range 30 {
+	for i := range n {
 		if err := doc.Path(fmt.Sprintf("k%d", i%7)).Set(i); err != nil {
 			t.Fatal(err)
 		}
@@ -164,6 +162,16 @@ func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return changes
+}
+
+// A peer whose messages carry a flags section (automerge 0.6 and later,
+// as stock JS 3.5) is sent its changes joined in one entry, which it
+// decodes as one byte string instead of one per change, and takes them;
+// a peer whose messages carry none (automerge-go 0.5) reads an entry as
+// one change and is sent one entry per change.
+func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
+	changes := editedChanges(t, 30)
 	for _, tc := range []struct {
 		name    string
 		peers   peerMaker
@@ -197,19 +205,7 @@ func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
 // change per entry is sent the changes. So is a peer that has part of
 // the document: the saved document is all or nothing.
 func TestAFreshPeerIsSentTheSavedDocument(t *testing.T) {
-	doc := automerge.New()
-	for i := range 30 {
-		if err := doc.Path(fmt.Sprintf("k%d", i%7)).Set(i); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := doc.Commit("edit"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	changes, err := doc.Changes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	changes := editedChanges(t, 30)
 	var first []byte
 	for _, c := range changes[:20] {
 		first = append(first, c.Save()...)
