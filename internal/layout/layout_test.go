@@ -36,6 +36,7 @@ var rank = map[string]int{
 	"transport/wire":     0,
 	"doc/amcheck":        0,
 	"doc/amsync":         0,
+	"doc/amsave":         0,
 	"doc/amcheck/amtest": 1, // test changes, for doc's tests and the bench
 	"doc":                1,
 	"awareness":          1,
