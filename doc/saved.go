@@ -40,8 +40,8 @@ const (
 
 // savedMaxBytes is the largest document saved for new readers: automerge
 // holds about 20 times a typed change's bytes while it loads it, and the
-// worker's address space is bounded (doc/amsave). Larger documents' readers
-// are sent their changes.
+// worker's memory is bounded (doc/amsave). Larger documents' readers are
+// sent their changes.
 const savedMaxBytes = 64 << 20
 
 // maybeSave takes a save of the document if it is due. The save copies
