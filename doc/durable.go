@@ -226,9 +226,9 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 		if w.Snapshot != nil {
 			r.forceCompact = true // written again as a whole at the next write
 		}
-		if w.Saved != nil {
-			r.savedDirty = true
-		}
+		// A saved document that failed to be stored is not tried again
+		// with the changes: were it what the store refused, it would hold
+		// them back. The next save is stored in its turn.
 		return
 	}
 	if w.Snapshot != nil {

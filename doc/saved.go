@@ -112,6 +112,8 @@ func (r *room) takeStoredSaved(saved []byte) {
 		n = max(n, i)
 	}
 	if r.log.SetSaved(int(n)+1, saved) == nil {
-		r.saveTried = r.log.Bytes()
+		for i := range n + 1 {
+			r.saveTried += int64(r.log.ChangeLen(i)) // the next save when the log has grown a third past it
+		}
 	}
 }

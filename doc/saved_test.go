@@ -308,3 +308,41 @@ func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
 		t.Fatalf("a saved document of %d changes, want the log's %d", n, savedMinChanges+1)
 	}
 }
+
+// A saved document whose write failed is not written again with the
+// changes that follow: were it what the store refused, it would hold them
+// back. The next save is stored in its turn.
+func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
+	s := &DownStore{Store: storedTyping(t, savedMinChanges+10)}
+	release := make(chan struct{})
+	h := newTestHub(t, s, Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		<-release
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		d, err := automerge.Load(b)
+		if err != nil {
+			return nil, err
+		}
+		return d.Save(), nil
+	}})
+	r := roomOf(t, h, testDoc)
+	s.SetDown(true)
+	close(release)
+	savedDocument(t, r)
+	if err := h.Flush(context.Background()); err == nil {
+		t.Fatal("a write to a store that is down succeeded")
+	}
+	s.SetDown(false)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := s.Load(context.Background(), testDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Saved != nil {
+		t.Fatal("the saved document was written again after its write failed")
+	}
+}

@@ -83,7 +83,9 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // it dies with the node
 	cmd.WaitDelay = time.Second                                        // a killed worker's pipes close by then
 	var out, stderr bytes.Buffer
-	cmd.Stdout = &out
+	// A saved document is smaller than its changes (automerge compresses
+	// it): more than this is no saved document.
+	cmd.Stdout = &capped{w: &out, n: 2*len(in) + 1<<20}
 	cmd.Stderr = &limited{w: &stderr, n: 4 << 10}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
@@ -93,6 +95,23 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 		return nil, fmt.Errorf("save worker: %w: %s", err, said)
 	}
 	return bytes.Clone(out.Bytes()), nil
+}
+
+// errTooMuch is a worker's output past its cap.
+var errTooMuch = errors.New("the worker wrote more than a saved document of its changes can be")
+
+// capped writes at most n bytes to w, and fails past them.
+type capped struct {
+	w io.Writer
+	n int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if len(p) > c.n {
+		return 0, errTooMuch
+	}
+	c.n -= len(p)
+	return c.w.Write(p)
 }
 
 // limited writes at most n bytes to w and drops the rest.
@@ -128,7 +147,7 @@ func serve(in io.Reader, out io.Writer) error {
 	// runs it only on time the node and its peers leave (best effort: a
 	// worker that cannot say so still works).
 	os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
-	syscall.Setpriority(syscall.PRIO_PROCESS, 0, 19)
+	lowestPriority()
 	if limit, err := strconv.ParseUint(os.Getenv(memoryEnv), 10, 64); err == nil && limit > 0 {
 		var now syscall.Rlimit
 		if err := syscall.Getrlimit(syscall.RLIMIT_DATA, &now); err != nil {
@@ -163,4 +182,20 @@ func serve(in io.Reader, out io.Writer) error {
 	}
 	_, err = out.Write(saved)
 	return err
+}
+
+// lowestPriority gives every thread of the process the lowest priority.
+// Linux keeps a nice value per thread, and a thread starts with its
+// creator's: so every thread there is now, after which the ones made
+// later inherit it.
+func lowestPriority() {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return
+	}
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			syscall.Setpriority(syscall.PRIO_PROCESS, tid, 19)
+		}
+	}
 }

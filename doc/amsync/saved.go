@@ -1,6 +1,7 @@
 package amsync
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -56,7 +57,9 @@ func (l *Log) prefixHeads(n int32) []Hash {
 }
 
 // DocumentHeads reads the heads a document chunk names (after its actors,
-// at the start of its body), sorted.
+// at the start of its body), sorted. The chunk must be all of doc, and
+// its checksum right: a saved document damaged where it was kept is
+// refused, not sent.
 func DocumentHeads(doc []byte) ([]Hash, error) {
 	bad := errors.New("not a document chunk")
 	if len(doc) < 10 || string(doc[:4]) != string(chunkMagic) || doc[8] != 0 {
@@ -64,10 +67,13 @@ func DocumentHeads(doc []byte) ([]Hash, error) {
 	}
 	b := doc[9:]
 	size, k := binary.Uvarint(b)
-	if k <= 0 || size > uint64(len(b)-k) {
+	if k <= 0 || size != uint64(len(b)-k) {
 		return nil, bad
 	}
-	b = b[k : k+int(size)]
+	if sum := sha256.Sum256(doc[8:]); string(sum[:4]) != string(doc[4:8]) {
+		return nil, errors.New("a document chunk whose checksum is wrong")
+	}
+	b = b[k:]
 	actors, k := binary.Uvarint(b)
 	if k <= 0 {
 		return nil, bad
