@@ -176,10 +176,11 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 	r.rssAfter = rss()
 	r.workersAfter = workers
 	if o.steady > 0 {
-		if err := editSteadily(ctx, url, doc, d, o.steady); err != nil {
+		steady, err := editSteadily(ctx, url, doc, d, o.steady, rss)
+		if err != nil {
 			return r, fmt.Errorf("steady editing: %w", err)
 		}
-		r.rssSteady = rss()
+		r.rssSteady = steady
 		heads = d.Heads() // the cold find waits for what was typed since
 	}
 
@@ -202,7 +203,7 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 	// 3. One large paste, from a steady state: the cold find's moment
 	// is past.
 	if o.steady > 0 {
-		if err := editSteadily(ctx, url, doc, d, o.steady); err != nil {
+		if _, err := editSteadily(ctx, url, doc, d, o.steady, rss); err != nil {
 			return r, fmt.Errorf("steady editing before the paste: %w", err)
 		}
 	}
@@ -214,11 +215,11 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 	r.paste, r.pasteOwn, r.pasteRefusal = p.took, p.own, p.refusal
 	r.rssPaste1 = rss()
 	if o.steady > 0 && r.pasteRefusal == "" {
-		if err := editSteadily(ctx, url, p.doc, p.d, o.steady); err != nil {
+		if steady, err := editSteadily(ctx, url, p.doc, p.d, o.steady, rss); err != nil {
 			// Reported, not fatal: what was measured before stands.
 			r.pasteSteadyNote = err.Error()
 		} else {
-			r.rssPaste2 = rss()
+			r.rssPaste2 = steady
 		}
 	}
 	return r, nil
@@ -485,17 +486,19 @@ const steadyRate = 10
 // change at steadyRate a second, and a fresh reader follow, both syncing
 // as automerge-repo does, for dur: the document as it is while people
 // use it, so that what a server holds then, not what it held for a
-// moment while it sent the whole document, is what is read after.
-func editSteadily(ctx context.Context, url, doc string, d *automerge.Doc, dur time.Duration) error {
+// moment while it sent the whole document, is what is read. It reads
+// rss once a second over the second half of dur and returns the median:
+// one reading catches the collector's and the runtime's moments.
+func editSteadily(ctx context.Context, url, doc string, d *automerge.Doc, dur time.Duration, rss func() int64) (int64, error) {
 	reader, err := dialPeer(url)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer reader.ws.Close()
 	rd := automerge.New()
 	rs := automerge.NewSyncState(rd)
 	if err := reader.send(&wire.Message{Type: wire.TypeRequest, DocumentID: doc, Data: mustFirst(rs)}); err != nil {
-		return err
+		return 0, err
 	}
 	readCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -525,19 +528,24 @@ func editSteadily(ctx context.Context, url, doc string, d *automerge.Doc, dur ti
 	}()
 	w, err := dialPeer(url)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer w.ws.Close()
 	ws := automerge.NewSyncState(d)
 	tick := time.NewTicker(time.Second / steadyRate)
 	defer tick.Stop()
-	end := time.Now().Add(dur)
+	start := time.Now()
+	end := start.Add(dur)
+	var readings []int64
 	for i := 0; time.Now().Before(end); i++ {
+		if i%steadyRate == 0 && time.Since(start) >= dur/2 {
+			readings = append(readings, rss())
+		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return 0, ctx.Err()
 		case err := <-readErr:
-			return fmt.Errorf("reader: %w", err)
+			return 0, fmt.Errorf("reader: %w", err)
 		case <-tick.C:
 		}
 		if i > 0 {
@@ -550,21 +558,25 @@ func editSteadily(ctx context.Context, url, doc string, d *automerge.Doc, dur ti
 				break
 			}
 			if err := w.send(&wire.Message{Type: wire.TypeSync, DocumentID: doc, Data: m.Bytes()}); err != nil {
-				return err
+				return 0, err
 			}
 			reply, err := awaitSync(w, doc, time.Minute)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if _, err := ws.ReceiveMessage(reply); err != nil {
-				return err
+				return 0, err
 			}
 		}
+	}
+	if len(readings) == 0 {
+		readings = append(readings, rss())
 	}
 	stop()
 	reader.ws.Close()
 	<-readErr // its connection ends with the run
-	return nil
+	slices.Sort(readings)
+	return readings[len(readings)/2], nil
 }
 
 func hashSet(hs []automerge.ChangeHash) []string {

@@ -51,7 +51,7 @@ func main() {
 	flag.IntVar(&o.changes, "changes", 20000, "document: one-character changes the writer makes")
 	flag.IntVar(&o.batch, "batch", 1, "document: changes the writer may make ahead of what it sent (1: one change a message, a typist slower than a round trip)")
 	flag.IntVar(&o.pasteBytes, "paste-bytes", 1<<20, "document: bytes of text pasted in one change")
-	flag.DurationVar(&o.steady, "steady", 10*time.Second, "document: how long a typist edits on, a reader following, before the steady RSS is read (0: not read)")
+	flag.DurationVar(&o.steady, "steady", 10*time.Second, "document: how long a typist edits on, a reader following; the steady RSS is the median of readings once a second over its second half (0: not read)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
 	var pids string
