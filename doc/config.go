@@ -85,6 +85,10 @@ type Config struct {
 	// new readers are sent that (saved.go). doc/amsave's Saver.Save does
 	// it in a worker process. Nil: readers get changes.
 	SaveDocument func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error)
+	// SaveQuiet is how long a document goes without a change before the
+	// changes since its last save are saved too, when they are more than
+	// a sixteenth of it (saved.go); default 2s.
+	SaveQuiet time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -112,6 +116,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.EvictAfter <= 0 {
 		c.EvictAfter = time.Minute
+	}
+	if c.SaveQuiet <= 0 {
+		c.SaveQuiet = 2 * time.Second
 	}
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = 64

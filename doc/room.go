@@ -66,6 +66,7 @@ type room struct {
 	// stored.
 	saving, savedDirty bool
 	saveTried          int64
+	quiet              *time.Timer // saves once the document goes quiet; nil until needed
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
@@ -401,5 +402,8 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 	}
 	r.evicted = true
 	r.ledger.unqueueAll()
+	if r.quiet != nil {
+		r.quiet.Stop()
+	}
 	return true
 }

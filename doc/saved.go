@@ -3,6 +3,7 @@ package doc
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tandemhq/tandem/doc/amsync"
 )
@@ -21,9 +22,12 @@ import (
 // since the last was taken (for a document of at least savedMinChanges
 // changes or savedMinBytes bytes), so the saves of a growing document
 // cost a few times its last one in all, and a reader is sent about a
-// third of the document as changes at most. One save of a room runs at a
-// time; a failed one is counted and logged, and the next waits for the
-// same growth.
+// third of the document as changes at most. Once the document goes
+// Config.SaveQuiet without a change, the changes since are saved too if
+// they are more than a sixteenth of it: a document is mostly read after
+// its editing pauses, and its readers then load it in one pass. One save
+// of a room runs at a time; a failed one is counted and logged, and the
+// next waits for the same growth.
 //
 // A save is stored with the document (Write.Saved, with the room's next
 // write), so that the first reader after a restart has it too: at load it
@@ -50,8 +54,45 @@ const savedMaxBytes = 64 << 20
 func (r *room) maybeSave(h *Hub) {
 	size := r.log.Bytes()
 	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes ||
-		(r.log.Len() < savedMinChanges && size < savedMinBytes) || size-r.saveTried <= r.saveTried/3 {
+		(r.log.Len() < savedMinChanges && size < savedMinBytes) {
 		return
+	}
+	switch grown := size - r.saveTried; {
+	case grown > r.saveTried/3:
+		r.save(h, size)
+	case grown > size/savedQuietShare:
+		r.saveWhenQuiet(h)
+	}
+}
+
+// savedQuietShare: a document that goes quiet is saved again if more than
+// this share of its bytes came since its last save (1/savedQuietShare).
+const savedQuietShare = 16
+
+// saveWhenQuiet has the room save its document once it has gone
+// Config.SaveQuiet without a change; each change puts that off again.
+// The caller holds r.mu.
+func (r *room) saveWhenQuiet(h *Hub) {
+	if r.quiet != nil {
+		r.quiet.Reset(h.cfg.SaveQuiet)
+		return
+	}
+	r.quiet = time.AfterFunc(h.cfg.SaveQuiet, func() {
+		h.whileOpen(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if size := r.log.Bytes(); !r.saving && !r.evicted && size-r.saveTried > size/savedQuietShare {
+				r.save(h, size)
+			}
+		})
+	})
+}
+
+// save takes a save of the document's size bytes of changes. The caller
+// holds r.mu.
+func (r *room) save(h *Hub, size int64) {
+	if r.quiet != nil {
+		r.quiet.Stop()
 	}
 	r.saving, r.saveTried = true, size
 	go h.whileOpen(func() {
@@ -92,6 +133,7 @@ func (r *room) maybeSave(h *Hub) {
 		h.saves.Inc()
 		r.savedDirty = true
 		h.markDirty(r) // stored with the next write
+		r.maybeSave(h) // for what came while it was saved
 	})
 }
 

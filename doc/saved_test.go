@@ -121,18 +121,7 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		t.Fatal(err)
 	}
 	saves := make(chan int, 10)
-	h := newTestHub(t, s, Config{SaveDocument: func(_ context.Context, changes func() ([]byte, error)) ([]byte, error) {
-		b, err := changes()
-		if err != nil {
-			return nil, err
-		}
-		saves <- len(b)
-		d, err := automerge.Load(b)
-		if err != nil {
-			return nil, err
-		}
-		return d.Save(), nil
-	}})
+	h := newTestHub(t, s, Config{SaveDocument: countedSaves(saves), SaveQuiet: time.Hour})
 	r := roomOf(t, h, testDoc)
 	tried := func() int64 {
 		r.mu.Lock()
@@ -164,6 +153,88 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 	}
 }
 
+// countedSaves saves documents with automerge-go in this process and
+// sends each save's size in bytes of changes to saves.
+func countedSaves(saves chan<- int) func(context.Context, func() ([]byte, error)) ([]byte, error) {
+	return func(_ context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		saves <- len(b)
+		d, err := automerge.Load(b)
+		if err != nil {
+			return nil, err
+		}
+		return d.Save(), nil
+	}
+}
+
+// A document that goes quiet is saved again if more than a sixteenth of
+// it came since its last save, and not for less.
+func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
+	all := typing(1200)
+	join := func(cs [][]byte) []byte {
+		var b []byte
+		for _, c := range cs {
+			b = append(b, c...)
+		}
+		return b
+	}
+	saves := make(chan int, 10)
+	h := newTestHub(t, storeOf(t, join(all[:1000])), Config{SaveDocument: countedSaves(saves), SaveQuiet: 20 * time.Millisecond})
+	r := roomOf(t, h, testDoc)
+	if first := <-saves; first != len(join(all[:1000])) {
+		t.Fatalf("the first save took %d bytes, want the 1,000 changes' %d", first, len(join(all[:1000])))
+	}
+	savedDocument(t, r)
+	quietArmed := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.quiet != nil
+	}
+	// 50 changes are less than a sixteenth of 1,050: no save is due.
+	if _, err := r.applyRemote(h, join(all[1000:1050])); err != nil {
+		t.Fatal(err)
+	}
+	if quietArmed() {
+		t.Fatal("a save waits for quiet after the document grew by less than a sixteenth")
+	}
+	// 150 more (a sixth, less than a third): saved once it goes quiet.
+	if _, err := r.applyRemote(h, join(all[1050:1200])); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case second := <-saves:
+		if second != len(join(all[:1200])) {
+			t.Fatalf("the quiet save took %d bytes, want the 1,200 changes' %d", second, len(join(all[:1200])))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no save within 10 s of the document going quiet")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		n, _ := r.log.Saved()
+		r.mu.Unlock()
+		if n == 1200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the saved document holds %d changes, want 1,200", n)
+		}
+	}
+}
+
+// storeOf stores snapshot as the test document.
+func storeOf(t testing.TB, snapshot []byte) Store {
+	t.Helper()
+	s := openStore(t, t.TempDir())
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // storedTyping stores a snapshot of n typed changes as the test document.
 func storedTyping(t testing.TB, n int) Store {
 	t.Helper()
@@ -171,11 +242,7 @@ func storedTyping(t testing.TB, n int) Store {
 	for _, c := range typing(n) {
 		snapshot = append(snapshot, c...)
 	}
-	s := openStore(t, t.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return storeOf(t, snapshot)
 }
 
 // A save under way ends when the hub closes, and is no failure.
