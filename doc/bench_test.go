@@ -162,7 +162,7 @@ func BenchmarkMentionCount(b *testing.B) {
 				b.Fatal(err)
 			}
 			d.Commit("text")
-			cs, err := readChanges(d.Save())
+			cs, err := readChanges(nil, d.Save())
 			if err != nil {
 				b.Fatal(err)
 			}

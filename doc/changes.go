@@ -21,27 +21,32 @@ type change struct {
 	raw []byte
 }
 
-// readChanges reads stored or relayed bytes as changes: change chunks one
-// after another, as Tandem stores and relays them. A whole document saved
-// by automerge (as an earlier version of Tandem stored its snapshots) or
-// compressed change chunks are loaded with automerge and their changes
-// taken out: the only place automerge reads a document in the node, once
-// per such document, until its next compaction writes it as change
-// chunks. Bytes that read as neither are an error.
-func readChanges(data []byte) ([]change, error) {
-	out := make([]change, 0, len(data)/128+1) // a typed change is about 110 bytes
+// readChanges reads stored or relayed bytes as changes, appended to dst:
+// change chunks one after another, as Tandem stores and relays them. A
+// whole document saved by automerge (as an earlier version of Tandem
+// stored its snapshots) or compressed change chunks are loaded with
+// automerge and their changes taken out: the only place automerge reads a
+// document in the node, once per such document, until its next
+// compaction writes it as change chunks. Bytes that read as neither are
+// an error, and add nothing to dst.
+//
+// A change is a few hundred bytes before its ops: callers that read many
+// size dst first (amcheck.Chunks), as growing it copies them all.
+func readChanges(dst []change, data []byte) ([]change, error) {
+	start := len(dst)
 	for off := 0; off < len(data); {
 		c, n, err := amcheck.ParseChange(data[off:], amcheck.Limits{ListOps: true})
 		if c.Compressed || (err != nil && savedChunk(data[off:])) {
-			return readSaved(data)
+			saved, err := readSaved(data)
+			return append(dst[:start], saved...), err
 		}
 		if err != nil {
-			return nil, err
+			return dst[:start], err
 		}
-		out = append(out, change{Change: c, raw: data[off : off+n : off+n]})
+		dst = append(dst, change{Change: c, raw: data[off : off+n : off+n]})
 		off += n
 	}
-	return out, nil
+	return dst, nil
 }
 
 // savedChunk reports whether b starts with a document chunk (a whole
@@ -75,9 +80,23 @@ func readSaved(data []byte) ([]change, error) {
 // addChanges adds to the log, each after what it depends on, the changes
 // it lacks; it returns those it added, in the order it added them, and
 // those whose dependencies it still lacks.
+//
+// Added is cs itself, or its start, when the changes were added in their
+// order and none was skipped (as those a store holds are): a change is a
+// few hundred bytes, and a large document's are not copied.
 func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
 	var deps []amsync.Hash
-	added = make([]change, 0, len(cs))
+	inOrder := 0 // while added is nil, cs[:inOrder] were added and nothing else
+	add := func(i int) {
+		if added == nil && i == inOrder {
+			inOrder++
+			return
+		}
+		if added == nil {
+			added = append(make([]change, 0, len(cs)), cs[:inOrder]...)
+		}
+		added = append(added, cs[i])
+	}
 	pending := make([]int, 0, len(cs)) // indices into cs, in order
 	for i := range cs {
 		pending = append(pending, i)
@@ -97,7 +116,7 @@ func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
 			if ok, err := log.Add(c.Hash, deps, c.raw); err != nil {
 				rest = append(rest, i)
 			} else if ok {
-				added = append(added, *c)
+				add(i)
 				progress = true
 			}
 		}
@@ -105,6 +124,9 @@ func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
 	}
 	for _, i := range pending {
 		waiting = append(waiting, cs[i])
+	}
+	if added == nil {
+		added = cs[:inOrder:inOrder]
 	}
 	return added, waiting
 }

@@ -28,7 +28,7 @@ func TestContentKeepsTheTextAsAutomergeDoes(t *testing.T) {
 		c := newContent(f)
 		d := automerge.New()
 		for i, raw := range changes {
-			cs, err := readChanges(raw)
+			cs, err := readChanges(nil, raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func TestContentFollowsNestedFieldsAndTheirReplacement(t *testing.T) {
 	d := automerge.New()
 	take := func(c *content) {
 		t.Helper()
-		cs, err := readChanges(d.Save())
+		cs, err := readChanges(nil, d.Save())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 				if err := seen.LoadIncremental(raw); err != nil {
 					t.Fatal(err)
 				}
-				cs, err := readChanges(raw)
+				cs, err := readChanges(nil, raw)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -210,7 +210,7 @@ func TestContentPutsOverAnElementOfARun(t *testing.T) {
 		raw  []byte
 		want string
 	}{{first, "abcd"}, {over, "aXcd"}, {stale, "aXcd"}, {del, "ad"}} {
-		cs, err := readChanges(step.raw)
+		cs, err := readChanges(nil, step.raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -249,7 +249,7 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 // kept: nothing is deleted that is not known to be in the snapshot.
 func (r *room) coverage(n int) func(chunk []byte) bool {
 	return func(chunk []byte) bool {
-		cs, err := readChanges(chunk)
+		cs, err := readChanges(nil, chunk)
 		if err != nil {
 			return false
 		}

@@ -294,7 +294,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 			t.Fatal(err)
 		}
 		r := newRoom(testDoc)
-		cs, err := readChanges(saved)
+		cs, err := readChanges(nil, saved)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 }
 
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
-	cs, err := readChanges(data)
+	cs, err := readChanges(nil, data)
 	if err != nil {
 		return false, fmt.Errorf("read remote changes to %s: %w", r.id, err)
 	}
@@ -187,12 +187,9 @@ func (r *room) catchUp(ctx context.Context, h *Hub) {
 		if data == nil {
 			continue
 		}
-		read, err := readChanges(data)
-		if err != nil {
+		if cs, err = readChanges(cs, data); err != nil {
 			h.log.Error("catch up: skipping a stored chunk that does not load", "document", r.id, "err", err)
-			continue
 		}
-		cs = append(cs, read...)
 	}
 	changed := r.applyOthers(h, cs)
 	r.caughtUp.Store(gaps)

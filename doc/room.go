@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
 )
 
@@ -142,9 +143,13 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 		r.loadErr = err
 		return
 	}
-	var all []change
+	size := amcheck.Chunks(stored.Snapshot)
+	for _, c := range stored.Chunks {
+		size += amcheck.Chunks(c)
+	}
+	all := make([]change, 0, size)
 	if stored.Snapshot != nil {
-		cs, err := readChanges(stored.Snapshot)
+		all, err = readChanges(all, stored.Snapshot)
 		if err != nil {
 			// Reported and left as it is: nothing stored is deleted.
 			h.documentUnloadable.Inc()
@@ -153,18 +158,14 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 			r.loadErr = fmt.Errorf("snapshot: %w", err)
 			return
 		}
-		all = cs
 	}
 	for i, c := range stored.Chunks {
-		cs, err := readChanges(c)
-		if err != nil {
+		if all, err = readChanges(all, c); err != nil {
 			h.chunkUnloadable.Inc()
 			h.log.Error("skipping a stored chunk that does not load",
 				"document", r.id, "chunk", i, "err", err)
 			r.forceCompact = true
-			continue
 		}
-		all = append(all, cs...)
 	}
 	added, waiting := addChanges(r.log, all)
 	r.record(added)

@@ -133,7 +133,7 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	late.Commit("late")
 	lateChunk := late.SaveIncremental()
 	s.Write(ctx, []Write{{DocumentID: id, Chunks: [][]byte{lateChunk}}})
-	lateChanges, err := readChanges(late.Save())
+	lateChanges, err := readChanges(nil, late.Save())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 func roomWith(t testing.TB, d *automerge.Doc) *room {
 	t.Helper()
 	r := newRoom(testDoc)
-	cs, err := readChanges(d.Save())
+	cs, err := readChanges(nil, d.Save())
 	if err != nil {
 		t.Fatal(err)
 	}

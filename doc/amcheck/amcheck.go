@@ -110,6 +110,22 @@ func tooLarge(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrTooLarge, fmt.Sprintf(format, args...))
 }
 
+// Chunks counts the chunks b holds one after another, reading only their
+// headers: a caller's estimate, as it stops at the first bytes that do
+// not begin a chunk and checks nothing else.
+func Chunks(b []byte) int {
+	n := 0
+	for len(b) >= 9 && bytes.Equal(b[:4], magic[:]) {
+		size, k, err := strictUvarint(b[9:])
+		if err != nil || size > uint64(len(b)-9-k) {
+			break
+		}
+		b = b[9+k+int(size):]
+		n++
+	}
+	return n
+}
+
 // ParseChange checks the change chunk at the start of b and returns its
 // header, its sizes and the number of bytes the chunk takes; bytes after
 // the chunk are not looked at. It accepts plain (type 1) and compressed
