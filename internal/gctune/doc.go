@@ -15,8 +15,9 @@
 // and Config.Max (GOGC, 100): a busy node keeps Max, a quiet one gives the
 // memory back. The rate it goes by rises with the load's at once and falls
 // over a few seconds; when the percent reaches Min, the heap's free pages
-// go back to the system at once (at most once a minute), which the runtime
-// would do over minutes, and Config.Release gives back what is held
+// go back to the system at once (once a minute at most, unless they are
+// many: 8 MiB and an eighth of the live heap), which the runtime would do
+// over minutes, and Config.Release gives back what is held
 // outside Go's heap: at the next look, once the finalizers of that
 // collection have run, and then once a minute while the process stays
 // quiet.

@@ -138,7 +138,7 @@ func Run(ctx context.Context, cfg Config) {
 		cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(now.live), "ns_per_live_kb", int64(cost*1e12))
 		current = p
 		set(p)
-		if p == cfg.Min && now.at.Sub(freed) > cfg.Quiet {
+		if p == cfg.Min && (now.at.Sub(freed) > cfg.Quiet || now.spare >= max(muchFree, now.live/8)) {
 			// The node went quiet: what its busy spell left the heap
 			// goes back to the system now. The runtime's own scavenger
 			// would take minutes over it.
@@ -149,11 +149,18 @@ func Run(ctx context.Context, cfg Config) {
 	}
 }
 
+// muchFree: a process that goes quiet again within Config.Quiet of its
+// last release gives back its heap's spare memory (free pages, and garbage
+// not yet collected) at once if it is at least this, and an eighth of the
+// live heap: a release costs a collection, which so much is worth.
+const muchFree = 8 << 20
+
 // stats is what the tuner reads of the runtime at each look.
 type stats struct {
 	at     time.Time
 	allocs float64 // bytes allocated since the start
 	live   float64 // the heap live after the last collection
+	spare  float64 // the heap's memory not yet given back, less the live heap
 	cycles float64 // collections since the start
 	gcCPU  float64 // CPU seconds of collection since the start, idle marking left out
 }
@@ -164,6 +171,9 @@ var statNames = []string{
 	"/gc/cycles/total:gc-cycles",
 	"/cpu/classes/gc/total:cpu-seconds",
 	"/cpu/classes/gc/mark/idle:cpu-seconds",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
 }
 
 func readStats() stats {
@@ -174,5 +184,6 @@ func readStats() stats {
 	metrics.Read(samples)
 	u := func(i int) float64 { return float64(samples[i].Value.Uint64()) }
 	f := func(i int) float64 { return samples[i].Value.Float64() }
-	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4)}
+	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4),
+		spare: u(5) + u(6) + u(7) - u(1)}
 }

@@ -93,3 +93,65 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 	}
 	runtime.KeepAlive(kept)
 }
+
+// TestAProcessQuietAgainGivesBackMuchFreeMemory: a process that goes
+// quiet again soon after it last gave memory back gives back the heap's
+// free pages once more if they are many, without waiting for Quiet.
+func TestAProcessQuietAgainGivesBackMuchFreeMemory(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	kept := make([][]byte, 64)
+	for i := range kept {
+		kept[i] = make([]byte, 1<<20)
+	}
+	set := make(chan int, 1000)
+	released := make(chan struct{}, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Config{
+			Every: 20 * time.Millisecond, Quiet: time.Hour,
+			OnChange: func(p int) { set <- p },
+			Release:  func() { released <- struct{}{} },
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(20 * time.Second)
+	waitFor := func(want int) {
+		t.Helper()
+		for p := 0; p != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("the percent never reached %d", want)
+			}
+			if want == 100 { // busy: 64 MB a round against 64 MB live
+				for range 64 {
+					sink = append(sink[:0], make([]byte, 1<<20))
+				}
+				select {
+				case p = <-set:
+				default:
+				}
+				continue
+			}
+			select {
+			case p = <-set:
+			case <-time.After(time.Until(deadline)):
+			}
+		}
+	}
+	waitFor(10)
+	select { // the first time it goes quiet
+	case <-released:
+	case <-time.After(time.Until(deadline)):
+		t.Fatal("quiet the first time, it gave nothing back")
+	}
+	waitFor(100)
+	waitFor(10)
+	select {
+	case <-released:
+	case <-time.After(time.Until(deadline)):
+		t.Fatal("quiet again with the garbage of a busy spell freed, it gave nothing back")
+	}
+	runtime.KeepAlive(kept)
+}
