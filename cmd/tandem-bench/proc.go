@@ -32,11 +32,26 @@ func sumOver[T float64 | int64](pids []int, of func(pid int) (T, error)) (T, err
 }
 
 // cpuSecondsOf returns user+system CPU time of a process from /proc, its
-// children's that have ended included (a node's save workers).
+// children's included (a node's save workers): those that have ended and
+// those that run.
 func cpuSecondsOf(pid int) (float64, error) {
 	if pid <= 0 {
 		return 0, nil
 	}
+	total, err := ownCPU(pid, true)
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range childrenOf(pid) {
+		v, _ := ownCPU(c, false) // it may have ended since
+		total += v
+	}
+	return total, nil
+}
+
+// ownCPU returns a process's user+system CPU time, and with ended its
+// children's that have ended.
+func ownCPU(pid int, ended bool) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -44,17 +59,48 @@ func cpuSecondsOf(pid int) (float64, error) {
 	// Fields after the parenthesised command name; utime, stime, cutime
 	// and cstime are fields 14 to 17 of the line, 12 to 15 after the name.
 	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
-	f := strings.Fields(rest)
+	f := strings.Fields(rest)[11:15]
+	if !ended {
+		f = f[:2]
+	}
 	total := 0.0
-	for _, x := range f[11:15] {
+	for _, x := range f {
 		v, _ := strconv.ParseFloat(x, 64)
 		total += v
 	}
 	return total / clockTicks, nil
 }
 
-// rssBytesOf returns the resident set size of a process from /proc.
+// childrenOf returns the pids of a process's children that run.
+func childrenOf(pid int) []int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var out []int
+	for _, t := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// rssBytesOf returns the resident set size of a process and the children
+// that run (a node's save workers) from /proc.
 func rssBytesOf(pid int) (int64, error) {
+	total, err := ownRSS(pid)
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range childrenOf(pid) {
+		v, _ := ownRSS(c) // it may have ended since
+		total += v
+	}
+	return total, nil
+}
+
+func ownRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err

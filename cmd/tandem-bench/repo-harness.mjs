@@ -4,7 +4,7 @@
 // its own, so that the clients' CPU includes the same warm-up (JIT,
 // WebAssembly compilation) for both.
 import { spawn } from "node:child_process"
-import { readFileSync, mkdtempSync, rmSync } from "node:fs"
+import { readFileSync, readdirSync, mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { createInterface } from "node:readline"
@@ -19,17 +19,36 @@ export const serverOptions = {
 }
 
 // cpuSeconds reads a process's user+system CPU time from /proc, with its
-// children's that have ended (a node's save workers).
+// children's (a node's save workers): those that have ended and those
+// that run.
 export function cpuSeconds(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / 100
+  const own = (p, ended) => {
+    const stat = readFileSync(`/proc/${p}/stat`, "utf8")
+    const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    return (Number(f[11]) + Number(f[12]) + (ended ? Number(f[13]) + Number(f[14]) : 0)) / 100
+  }
+  return own(pid, true) + childrenOf(pid).reduce((sum, c) => sum + orZero(() => own(c, false)), 0)
 }
 
-// rssMiB reads a process's resident memory from /proc.
+// rssMiB reads the resident memory of a process and the children that
+// run (a node's save workers) from /proc.
 export function rssMiB(pid) {
-  const m = readFileSync(`/proc/${pid}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/)
-  return m ? Number(m[1]) / 1024 : NaN
+  const own = p => {
+    const m = readFileSync(`/proc/${p}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/)
+    return m ? Number(m[1]) / 1024 : NaN
+  }
+  return own(pid) + childrenOf(pid).reduce((sum, c) => sum + orZero(() => own(c)), 0)
+}
+
+// childrenOf returns the pids of a process's children that run.
+function childrenOf(pid) {
+  const read = t => { try { return readFileSync(`/proc/${pid}/task/${t}/children`, "utf8") } catch { return "" } }
+  return readdirSync(`/proc/${pid}/task`).flatMap(t => read(t).split(" ").filter(Boolean).map(Number))
+}
+
+// orZero is f's value, or 0 if it throws (a child that ended meanwhile).
+function orZero(f) {
+  try { return f() } catch { return 0 }
 }
 
 // clientCPU returns this process's CPU seconds since a process.cpuUsage()

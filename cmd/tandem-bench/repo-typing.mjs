@@ -5,10 +5,13 @@
 // vouch for: a generic client implementation, with its own sync loop and
 // throttling. Reported per server: keystroke-to-reader latency, the
 // frames and bytes the clients received, this process's CPU (all the
-// clients), and the server's CPU.
+// clients), and the server's CPU. With --history N the document holds N
+// typed changes (one character each, as repo-document writes them) before
+// the typing starts, every client holds them, and the server has gone
+// quiet (its saves done): what a keystroke costs into a long history.
 //
 //   node cmd/tandem-bench/repo-typing.mjs [--typists 4] [--readers 20]
-//     [--rate 5] [--duration 10] [--tandem-bin bin/tandem]
+//     [--rate 5] [--duration 10] [--history 0] [--tandem-bin bin/tandem]
 //     [--stock-dir cmd/tandem-bench/stock] [--only tandem|stock]
 //     [--tandem-flags=--presence-window=0]
 import { parseArgs } from "node:util"
@@ -23,11 +26,14 @@ const { values: opt } = parseArgs({
     readers: { type: "string", default: "20" },
     rate: { type: "string", default: "5" },
     duration: { type: "string", default: "10" },
+    history: { type: "string", default: "0" },
     ...serverOptions,
   },
 })
 const typists = Number(opt.typists), readers = Number(opt.readers)
 const rate = Number(opt.rate), duration = Number(opt.duration) * 1000
+const history = Number(opt.history)
+const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) => h === [...b].sort()[i])
 
 async function run(name, url, serverPid) {
   const repos = []
@@ -40,8 +46,22 @@ async function run(name, url, serverPid) {
   const until = async cond => { while (!cond()) await new Promise(r => setTimeout(r, 10)) }
   await until(() => repos.every(r => r.peers.length > 0))
   const first = repos[0].create({ text: "", stamps: {} })
+  for (let i = 0; i < history; i++) {
+    first.change(d => A.splice(d, ["text"], i, 0, "x"))
+    if (i % 1000 === 999) await new Promise(r => setImmediate(r)) // let the Repo send
+  }
+  const heads = A.getHeads(first.doc())
   const handles = [first]
   for (const r of repos.slice(1)) handles.push(await r.find(first.url))
+  for (const h of handles) await until(() => sameHeads(A.getHeads(h.doc()), heads))
+  // The server done with what the setup made it do (a document that goes
+  // quiet is saved 2 s later): under 5% of a core for 3 s in a row.
+  for (let cpu = cpuSeconds(serverPid), quiet = 0; quiet < 3; ) {
+    await new Promise(r => setTimeout(r, 1000))
+    const now = cpuSeconds(serverPid)
+    quiet = now - cpu < 0.05 ? quiet + 1 : 0
+    cpu = now
+  }
 
   const latencies = []
   handles.slice(typists).forEach(h => {
@@ -54,10 +74,17 @@ async function run(name, url, serverPid) {
     })
   })
   await new Promise(r => setTimeout(r, 500)) // let the initial sync settle
+  // The server's CPU with every client connected and nobody typing, so
+  // that a keystroke's cost is what the typing adds to it.
+  const idle0 = cpuSeconds(serverPid), idleAt = Date.now()
+  await new Promise(r => setTimeout(r, 3000))
+  const idleRate = (cpuSeconds(serverPid) - idle0) / ((Date.now() - idleAt) / 1000)
   const frames0 = frames, bytes0 = bytes
   const cpu0 = process.cpuUsage(), server0 = cpuSeconds(serverPid)
   const started = Date.now()
+  let keystrokes = 0
   const timers = handles.slice(0, typists).map((h, i) => setInterval(() => {
+    keystrokes++
     h.change(d => {
       A.splice(d, ["text"], d.text.length, 0, "x")
       d.stamps[`t${i}`] = Date.now()
@@ -71,14 +98,15 @@ async function run(name, url, serverPid) {
   const serverCPU = cpuSeconds(serverPid) - server0
   for (const r of repos) await r.shutdown()
   latencies.sort((a, b) => a - b)
-  const result = { name, arrivals: latencies.length, p50: pct(latencies, 50), p99: pct(latencies, 99),
+  const perKeystroke = (serverCPU - idleRate * window) / keystrokes
+  const result = { name, keystrokes, perKeystroke, idleRate, arrivals: latencies.length, p50: pct(latencies, 50), p99: pct(latencies, 99),
     frames: frames - frames0, bytes: bytes - bytes0, clientCPU: clientsCPU, serverCPU, window }
-  console.log(`== ${name}: ${typists} typists at ${rate}/s, ${readers} readers, stock automerge-repo clients`)
+  console.log(`== ${name}: ${typists} typists at ${rate}/s, ${readers} readers, a history of ${history} typed changes, stock automerge-repo clients`)
   console.log(`arrivals at readers  ${result.arrivals}`)
   console.log(`latency p50/p99      ${result.p50} ms / ${result.p99} ms`)
   console.log(`clients received     ${result.frames} frames, ${(result.bytes / 1e6).toFixed(1)} MB`)
   console.log(`clients' CPU         ${clientsCPU.toFixed(2)} s (${(100 * clientsCPU / window).toFixed(0)}% of a core)`)
-  console.log(`server CPU           ${serverCPU.toFixed(2)} s (${(100 * serverCPU / window).toFixed(0)}% of a core)`)
+  console.log(`server CPU           ${serverCPU.toFixed(2)} s (${(100 * serverCPU / window).toFixed(0)}% of a core; idle ${(100 * idleRate).toFixed(1)}%; above idle, ${(1e6 * perKeystroke).toFixed(0)} µs a keystroke of ${keystrokes})`)
   return result
 }
 
@@ -88,6 +116,7 @@ if (await eachServer(opt, (t, s, ratio) => {
   ratio("bytes to clients", t.bytes, s.bytes)
   ratio("clients' CPU", t.clientCPU, s.clientCPU)
   ratio("server CPU", t.serverCPU, s.serverCPU)
+  ratio("server CPU a keystroke", t.perKeystroke, s.perKeystroke)
 })) process.exit(0)
 
 const server = await startServer(opt)
