@@ -102,7 +102,7 @@ func (r *room) applyOthers(h *Hub, cs []change) bool {
 	}
 	r.dirty = true
 	r.fanout(h, nil)
-	r.maybeSave(h)
+	r.maybeSave(h, false)
 	return true
 }
 

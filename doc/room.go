@@ -68,6 +68,7 @@ type room struct {
 	saving, savedDirty bool
 	saveTried          int64
 	quiet              *time.Timer // saves once the document goes quiet; nil until needed
+	quietDue           bool        // quiet is set to go off
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
@@ -180,7 +181,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	if stored.Saved != nil {
 		r.takeStoredSaved(stored.Saved)
 	}
-	r.maybeSave(h)
+	r.maybeSave(h, true)
 	r.mu.Unlock()
 	if r.mentions != nil {
 		r.mentions.refresh()
@@ -275,7 +276,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	if changed {
 		r.fanout(h, m)
-		r.maybeSave(h)
+		r.maybeSave(h, false)
 	}
 	if refused {
 		return changed, ErrReadOnly

@@ -25,7 +25,9 @@ import (
 // third of the document as changes at most. Once the document goes
 // Config.SaveQuiet without a change, the changes since are saved too if
 // they are more than a sixteenth of it: a document is mostly read after
-// its editing pauses, and its readers then load it in one pass. One save
+// its editing pauses, and its readers then load it in one pass. A
+// document just loaded waits for quiet too: a reader asked for it, and a
+// save would take the CPU it is to be served with. One save
 // of a room runs at a time; a failed one is counted and logged, and the
 // next waits for the same growth.
 //
@@ -48,17 +50,18 @@ const (
 // sent their changes.
 const savedMaxBytes = 64 << 20
 
-// maybeSave takes a save of the document if it is due. The save copies
+// maybeSave takes a save of the document if it is due, or with quiet
+// once the document goes quiet (a room just loaded). The save copies
 // the changes only when the worker is ready for them, under the room's
 // lock; meanwhile it holds nothing but the room. The caller holds r.mu.
-func (r *room) maybeSave(h *Hub) {
+func (r *room) maybeSave(h *Hub, quiet bool) {
 	size := r.log.Bytes()
 	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes ||
 		(r.log.Len() < savedMinChanges && size < savedMinBytes) {
 		return
 	}
 	switch grown := size - r.saveTried; {
-	case grown > r.saveTried/3:
+	case grown > r.saveTried/3 && !quiet:
 		r.save(h, size)
 	case grown > size/savedQuietShare:
 		r.saveWhenQuiet(h)
@@ -73,6 +76,7 @@ const savedQuietShare = 16
 // Config.SaveQuiet without a change; each change puts that off again.
 // The caller holds r.mu.
 func (r *room) saveWhenQuiet(h *Hub) {
+	r.quietDue = true
 	if r.quiet != nil {
 		r.quiet.Reset(h.cfg.SaveQuiet)
 		return
@@ -81,6 +85,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 		h.whileOpen(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
+			r.quietDue = false
 			if size := r.log.Bytes(); !r.saving && !r.evicted && size-r.saveTried > size/savedQuietShare {
 				r.save(h, size)
 			}
@@ -93,6 +98,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 func (r *room) save(h *Hub, size int64) {
 	if r.quiet != nil {
 		r.quiet.Stop()
+		r.quietDue = false
 	}
 	r.saving, r.saveTried = true, size
 	go h.whileOpen(func() {
@@ -132,8 +138,8 @@ func (r *room) save(h *Hub, size int64) {
 		}
 		h.saves.Inc()
 		r.savedDirty = true
-		h.markDirty(r) // stored with the next write
-		r.maybeSave(h) // for what came while it was saved
+		h.markDirty(r)        // stored with the next write
+		r.maybeSave(h, false) // for what came while it was saved
 	})
 }
 

@@ -55,7 +55,7 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestHub(t, s, Config{SaveDocument: saver.Save})
+	h := newTestHub(t, s, Config{SaveDocument: saver.Save, SaveQuiet: time.Millisecond})
 	r := roomOf(t, h, testDoc)
 	n, saved := savedDocument(t, r)
 	if n != len(all) {
@@ -170,8 +170,9 @@ func countedSaves(saves chan<- int) func(context.Context, func() ([]byte, error)
 	}
 }
 
-// A document that goes quiet is saved again if more than a sixteenth of
-// it came since its last save, and not for less.
+// A document just loaded is saved once it goes quiet; one that goes quiet
+// is saved again if more than a sixteenth of it came since its last save,
+// and not for less.
 func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 	all := typing(1200)
 	join := func(cs [][]byte) []byte {
@@ -182,8 +183,20 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 		return b
 	}
 	saves := make(chan int, 10)
-	h := newTestHub(t, storeOf(t, join(all[:1000])), Config{SaveDocument: countedSaves(saves), SaveQuiet: 20 * time.Millisecond})
-	r := roomOf(t, h, testDoc)
+	stored := storeOf(t, join(all[:1000]))
+	// Loaded, the document waits for quiet: a reader asked for it.
+	waiting := newTestHub(t, stored, Config{SaveDocument: countedSaves(saves), SaveQuiet: time.Hour})
+	r := roomOf(t, waiting, testDoc)
+	r.mu.Lock()
+	saving, armed := r.saving, r.quietDue
+	r.mu.Unlock()
+	if saving || !armed {
+		t.Fatalf("just loaded, a save under way: %v; one waiting for quiet: %v", saving, armed)
+	}
+	waiting.Close(context.Background())
+
+	h := newTestHub(t, stored, Config{SaveDocument: countedSaves(saves), SaveQuiet: 20 * time.Millisecond})
+	r = roomOf(t, h, testDoc)
 	if first := <-saves; first != len(join(all[:1000])) {
 		t.Fatalf("the first save took %d bytes, want the 1,000 changes' %d", first, len(join(all[:1000])))
 	}
@@ -191,7 +204,7 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 	quietArmed := func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return r.quiet != nil
+		return r.quietDue
 	}
 	// 50 changes are less than a sixteenth of 1,050: no save is due.
 	if _, err := r.applyRemote(h, join(all[1000:1050])); err != nil {
@@ -248,7 +261,7 @@ func storedTyping(t testing.TB, n int) Store {
 // A save under way ends when the hub closes, and is no failure.
 func TestASaveUnderWayEndsWithTheHub(t *testing.T) {
 	running := make(chan struct{})
-	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		if _, err := changes(); err != nil {
 			return nil, err
 		}
@@ -278,13 +291,16 @@ func TestASaveUnderWayEndsWithTheHub(t *testing.T) {
 func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
 	turn := make(chan struct{})
 	result := make(chan error, 1)
-	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+	started := make(chan struct{})
+	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		close(started)
 		<-turn // the worker is busy with another document
 		b, err := changes()
 		result <- err
 		return b, err
 	}})
 	r := roomOf(t, h, testDoc)
+	<-started
 	h.evictIdle(time.Now().Add(time.Hour))
 	r.mu.Lock()
 	evicted := r.evicted
@@ -310,7 +326,7 @@ func TestASavedDocumentIsStoredAndTakenBackAtLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newTestHub(t, s, Config{SaveDocument: saver.Save})
+	h := newTestHub(t, s, Config{SaveDocument: saver.Save, SaveQuiet: time.Millisecond})
 	_, saved := savedDocument(t, roomOf(t, h, testDoc))
 	if err := h.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -357,7 +373,7 @@ func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	saves := make(chan struct{}, 1)
-	h := newTestHub(t, s, Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+	h := newTestHub(t, s, Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		b, err := changes()
 		if err != nil {
 			return nil, err
@@ -382,7 +398,7 @@ func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
 func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
 	s := &DownStore{Store: storedTyping(t, savedMinChanges+10)}
 	release := make(chan struct{})
-	h := newTestHub(t, s, Config{SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+	h := newTestHub(t, s, Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		<-release
 		b, err := changes()
 		if err != nil {

@@ -34,12 +34,18 @@ type Config struct {
 	// Executable is the binary run as the worker; default this process's
 	// own (os.Executable).
 	Executable string
+	// Share is the most of one core's time the workers take over time;
+	// default 0.25: after a job that took d, the next starts no sooner
+	// than d × (1/Share − 1) after it. A document written fast would
+	// otherwise be saved again and again while it grows.
+	Share float64
 }
 
 // Saver runs save jobs in worker processes, one at a time.
 type Saver struct {
 	cfg  Config
 	turn chan struct{}
+	next time.Time // the next job starts no sooner; its turn's holder's
 }
 
 // New returns a Saver.
@@ -49,6 +55,9 @@ func New(cfg Config) (*Saver, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = time.Minute
+	}
+	if cfg.Share <= 0 || cfg.Share > 1 {
+		cfg.Share = 0.25
 	}
 	if cfg.Executable == "" {
 		exe, err := os.Executable()
@@ -62,8 +71,9 @@ func New(cfg Config) (*Saver, error) {
 
 // Save returns changes (change chunks one after another, each after its
 // dependencies) as automerge saves the document they make. It waits for
-// the job before it, and gives up when ctx ends. changes is called once
-// the job has its turn, so that a caller that waits holds no copy.
+// the job before it and the pause after it (Config.Share), and gives up
+// when ctx ends. changes is called once the job has its turn, so that a
+// caller that waits holds no copy, and its changes are the latest.
 func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 	select {
 	case s.turn <- struct{}{}:
@@ -71,10 +81,24 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 		return nil, ctx.Err()
 	}
 	defer func() { <-s.turn }()
+	if wait := time.Until(s.next); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
 	in, err := changes()
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	defer func() {
+		took := time.Since(start)
+		s.next = time.Now().Add(time.Duration(float64(took) * (1/s.cfg.Share - 1)))
+	}()
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.cfg.Executable)

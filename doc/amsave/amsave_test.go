@@ -106,7 +106,7 @@ func TestAFailedJobLeavesTheSaverWorking(t *testing.T) {
 // bound.
 func TestAWorkerIsBoundedInMemory(t *testing.T) {
 	_, changes := typed(t, 20_000)
-	small, err := New(Config{MemoryBytes: 150 << 20})
+	small, err := New(Config{MemoryBytes: 150 << 20, Share: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestAWorkerIsBoundedInMemory(t *testing.T) {
 // wait for it.
 func TestAJobEndsWithItsTimeOrItsCaller(t *testing.T) {
 	_, changes := typed(t, 100)
-	s, err := New(Config{Timeout: 2 * time.Second})
+	s, err := New(Config{Timeout: 2 * time.Second, Share: 1}) // no pause after the hung job
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +166,36 @@ func TestAJobEndsWithItsTimeOrItsCaller(t *testing.T) {
 	os.Unsetenv(hangEnv)
 	if _, err := s.Save(context.Background(), given(changes)); err != nil {
 		t.Fatalf("the next job: %v", err)
+	}
+}
+
+// The workers take at most Config.Share of a core over time: after a job
+// that took d, the next waits d × (1/Share − 1) before it takes its
+// changes; a caller that gives up meanwhile is let go.
+func TestJobsTakeTheirShareOfACore(t *testing.T) {
+	s, err := New(Config{Share: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, changes := typed(t, 500)
+	start := time.Now()
+	if _, err := s.Save(context.Background(), given(changes)); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	ended := time.Now()
+	var taken time.Time
+	if _, err := s.Save(context.Background(), func() ([]byte, error) { taken = time.Now(); return changes, nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The job took at most took (it is timed inside Save); its pause is
+	// as long as the job at Share 0.5. Only a lower bound is certain.
+	if waited := taken.Sub(ended); waited < took/2 {
+		t.Fatalf("the next job took its changes %v after the last ended, which took up to %v", waited, took)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Save(ctx, given(changes)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a caller that gave up while the job paused: %v", err)
 	}
 }

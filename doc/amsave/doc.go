@@ -14,8 +14,10 @@
 // heads, writes it on its stdout and exits. Its memory is bounded
 // (Config.MemoryBytes), the kernel's out-of-memory killer picks it before
 // the node, it runs at the lowest priority, it dies with the node, and a
-// job is bounded in time; one job runs at a time. A worker that fails, for any reason, fails that job
-// only.
+// job is bounded in time. One job runs at a time, and the jobs take at
+// most a quarter of a core over time (Config.Share): the next waits three
+// times as long as the last took. A worker that fails, for any reason,
+// fails that job only.
 //
 // Files: amsave.go, the Saver (the node's side) and the worker's job.
 package amsave
