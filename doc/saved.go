@@ -50,13 +50,20 @@ const (
 // sent their changes.
 const savedMaxBytes = 64 << 20
 
+// savedMaxOps is the most operations a document saved for new readers
+// holds: automerge-go holds 1-2 KB an op while it loads them (167 MiB for
+// 100,000 typed characters, over 1 GiB for a 1 MiB paste made as one
+// change), and a worker's memory counts as the node's. Larger documents'
+// readers are sent their changes.
+const savedMaxOps = 150_000
+
 // maybeSave takes a save of the document if it is due, or with quiet
 // once the document goes quiet (a room just loaded). The save copies
 // the changes only when the worker is ready for them, under the room's
 // lock; meanwhile it holds nothing but the room. The caller holds r.mu.
 func (r *room) maybeSave(h *Hub, quiet bool) {
 	size := r.log.Bytes()
-	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes ||
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes || r.ledger.ops > savedMaxOps ||
 		(r.log.Len() < savedMinChanges && size < savedMinBytes) {
 		return
 	}

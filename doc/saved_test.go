@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,5 +428,31 @@ func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
 	}
 	if stored.Saved != nil {
 		t.Fatal("the saved document was written again after its write failed")
+	}
+}
+
+// A document of more than savedMaxOps operations is not saved: the
+// worker would hold too much loading it. Here a paste of that many
+// characters, made as one change.
+func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
+	d := automerge.New()
+	if err := d.RootMap().Set("text", automerge.NewText(strings.Repeat("x", max(savedMaxOps, savedMinBytes)+1))); err != nil {
+		t.Fatal(err)
+	}
+	d.Commit("paste")
+	cs, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saves := make(chan int, 1)
+	h := newTestHub(t, storeOf(t, cs[0].Save()), Config{SaveDocument: countedSaves(saves), SaveQuiet: time.Hour})
+	r := roomOf(t, h, testDoc)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.log.Bytes() < savedMinBytes {
+		t.Fatalf("the document is %d bytes: too small to be saved anyway", r.log.Bytes())
+	}
+	if r.saving || r.quietDue {
+		t.Fatalf("a document of %d ops: a save under way %v, waiting for quiet %v", r.ledger.ops, r.saving, r.quietDue)
 	}
 }
