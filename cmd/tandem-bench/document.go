@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -206,6 +204,11 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 		if _, err := editSteadily(ctx, url, doc, d, o.steady, rss); err != nil {
 			return r, fmt.Errorf("steady editing before the paste: %w", err)
 		}
+	}
+	// And the server's save workers done (a document that goes quiet is
+	// saved): what they hold is not the paste's.
+	for deadline := time.Now().Add(2 * time.Minute); len(withChildren(o.serverPIDs)) > len(o.serverPIDs) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
 	}
 	r.rssPaste0 = rss()
 	p, err := pasteOnce(ctx, url, o.pasteBytes)
@@ -589,44 +592,11 @@ func hashSet(hs []automerge.ChangeHash) []string {
 }
 
 // withChildren returns pids and every descendant of theirs (a server that
-// runs helper processes), found through /proc's parent pids.
+// runs workers).
 func withChildren(pids []int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return pids
-	}
-	parent := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if pp, ok := ppidOf(pid); ok {
-			parent[pid] = pp
-		}
-	}
 	all := slices.Clone(pids)
 	for i := 0; i < len(all); i++ { // all grows as children are found
-		for pid, pp := range parent {
-			if pp == all[i] && pid > 0 && !slices.Contains(all, pid) {
-				all = append(all, pid)
-			}
-		}
+		all = append(all, childrenOf(all[i])...)
 	}
 	return all
-}
-
-// ppidOf reads a process's parent pid from /proc.
-func ppidOf(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0, false
-	}
-	pp, err := strconv.Atoi(f[1])
-	return pp, err == nil
 }

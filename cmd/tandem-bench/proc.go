@@ -42,7 +42,7 @@ func cpuSecondsOf(pid int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, c := range childrenOf(pid) {
+	for _, c := range withChildren([]int{pid})[1:] {
 		v, _ := ownCPU(c, false) // it may have ended since
 		total += v
 	}
@@ -86,21 +86,8 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// rssBytesOf returns the resident set size of a process and the children
-// that run (a node's save workers) from /proc.
+// rssBytesOf returns the resident set size of a process from /proc.
 func rssBytesOf(pid int) (int64, error) {
-	total, err := ownRSS(pid)
-	if err != nil {
-		return 0, err
-	}
-	for _, c := range childrenOf(pid) {
-		v, _ := ownRSS(c) // it may have ended since
-		total += v
-	}
-	return total, nil
-}
-
-func ownRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
