@@ -404,8 +404,6 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 	}
 	r.evicted = true
 	r.ledger.unqueueAll()
-	if r.quiet != nil {
-		r.quiet.Stop()
-	}
+	r.stopQuiet()
 	return true
 }

@@ -17,19 +17,22 @@ import (
 // message), and a peer that has nothing and reads a message's changes as
 // one is sent it, then the changes since.
 //
-// A save covers the log as it stood when the save was taken; the room
+// A save covers the log as it stood when the worker took it; the room
 // takes another once the log's bytes have grown by more than a third
-// since the last was taken (for a document of at least savedMinChanges
-// changes or savedMinBytes bytes), so the saves of a growing document
-// cost a few times its last one in all, and a reader is sent about a
-// third of the document as changes at most. Once the document goes
-// Config.SaveQuiet without a change, the changes since are saved too if
-// they are more than a sixteenth of it: a document is mostly read after
-// its editing pauses, and its readers then load it in one pass. A
-// document just loaded waits for quiet too: a reader asked for it, and a
-// save would take the CPU it is to be served with. One save
-// of a room runs at a time; a failed one is counted and logged, and the
-// next waits for the same growth.
+// since (for a document of at least savedMinChanges changes or
+// savedMinBytes bytes, and at most savedMaxOps operations and
+// savedMaxBytes), so the saves of a growing document cost a few times its
+// last one in all. Once the document goes Config.SaveQuiet without a
+// change, the changes since are saved too if they are more than a
+// sixteenth of it: a document is mostly read after its editing pauses,
+// and its readers then load it in one pass. A document just loaded waits
+// for quiet (or its next change) too: a reader asked for it, and a save
+// would take the CPU it is to be served with. One save of a room runs at
+// a time; a failed one is counted and logged, and the next waits for the
+// same growth. The worker takes its jobs in turn and paces them
+// (doc/amsave), so a document written fast is sent to a new reader as
+// its last save and more of its changes. One that grows past the limits
+// keeps the last save it had, and its readers get the rest as changes.
 //
 // A save is stored with the document (Write.Saved, with the room's next
 // write), so that the first reader after a restart has it too: at load it
@@ -46,15 +49,15 @@ const (
 
 // savedMaxBytes is the largest document saved for new readers: automerge
 // holds about 20 times a typed change's bytes while it loads it, and the
-// worker's memory is bounded (doc/amsave). Larger documents' readers are
-// sent their changes.
+// worker's memory is bounded (doc/amsave). A larger document is not
+// saved again.
 const savedMaxBytes = 64 << 20
 
 // savedMaxOps is the most operations a document saved for new readers
 // holds: automerge-go holds 1-2 KB an op while it loads them (167 MiB for
 // 100,000 typed characters, over 1 GiB for a 1 MiB paste made as one
-// change), and a worker's memory counts as the node's. Larger documents'
-// readers are sent their changes.
+// change), and a worker's memory counts as the node's. A larger document
+// is not saved again.
 const savedMaxOps = 150_000
 
 // maybeSave takes a save of the document if it is due, or with quiet
@@ -62,17 +65,28 @@ const savedMaxOps = 150_000
 // the changes only when the worker is ready for them, under the room's
 // lock; meanwhile it holds nothing but the room. The caller holds r.mu.
 func (r *room) maybeSave(h *Hub, quiet bool) {
-	size := r.log.Bytes()
-	if h.cfg.SaveDocument == nil || r.saving || r.evicted || size > savedMaxBytes || r.ledger.ops > savedMaxOps ||
-		(r.log.Len() < savedMinChanges && size < savedMinBytes) {
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted {
 		return
 	}
+	if !r.savable() {
+		r.stopQuiet()
+		return
+	}
+	size := r.log.Bytes()
 	switch grown := size - r.saveTried; {
 	case grown > r.saveTried/3 && !quiet:
-		r.save(h, size)
+		r.save(h)
 	case grown > size/savedQuietShare:
 		r.saveWhenQuiet(h)
 	}
+}
+
+// savable reports whether the document is one to save: large enough to
+// be worth it, small enough for the worker. The caller holds r.mu.
+func (r *room) savable() bool {
+	size := r.log.Bytes()
+	return size <= savedMaxBytes && r.ledger.ops <= savedMaxOps &&
+		(r.log.Len() >= savedMinChanges || size >= savedMinBytes)
 }
 
 // savedQuietShare: a document that goes quiet is saved again if more than
@@ -93,21 +107,29 @@ func (r *room) saveWhenQuiet(h *Hub) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.quietDue = false
-			if size := r.log.Bytes(); !r.saving && !r.evicted && size-r.saveTried > size/savedQuietShare {
-				r.save(h, size)
+			if size := r.log.Bytes(); !r.saving && !r.evicted && r.savable() && size-r.saveTried > size/savedQuietShare {
+				r.save(h)
 			}
 		})
 	})
 }
 
-// save takes a save of the document's size bytes of changes. The caller
-// holds r.mu.
-func (r *room) save(h *Hub, size int64) {
+// stopQuiet stops a save waiting for quiet. The caller holds r.mu.
+func (r *room) stopQuiet() {
 	if r.quiet != nil {
 		r.quiet.Stop()
 		r.quietDue = false
 	}
-	r.saving, r.saveTried = true, size
+}
+
+// errNotSavable: by the time the worker took it, the document had grown
+// past what is saved.
+var errNotSavable = errors.New("the document grew past what is saved")
+
+// save takes a save of the document. The caller holds r.mu.
+func (r *room) save(h *Hub) {
+	r.stopQuiet()
+	r.saving = true
 	go h.whileOpen(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -122,17 +144,21 @@ func (r *room) save(h *Hub, size int64) {
 		saved, err := h.cfg.SaveDocument(ctx, func() ([]byte, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			if r.evicted {
+			switch {
+			case r.evicted:
 				return nil, errEvicted
+			case !r.savable(): // it grew while the save waited its turn
+				return nil, errNotSavable
 			}
 			n = r.log.Len()
+			r.saveTried = r.log.Bytes()
 			return joinChanges(r.log, span(0, n)), nil
 		})
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.saving = false
-		if ctx.Err() != nil || errors.Is(err, errEvicted) || r.evicted {
-			return // the hub closed, or the room left memory: nobody to send it
+		if ctx.Err() != nil || errors.Is(err, errEvicted) || errors.Is(err, errNotSavable) || r.evicted {
+			return // the hub closed, the room left memory or grew too large: nothing to send
 		}
 		if err == nil {
 			err = r.log.SetSaved(n, saved)

@@ -139,7 +139,7 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		}
 	}
 	apply(all[900:1100])
-	first := <-saves
+	first := takeSave(t, saves)
 	if want := len(join(all[:1100])); first != want {
 		t.Fatalf("the first save took %d bytes, want the 1,100 changes' %d", first, want)
 	}
@@ -149,7 +149,7 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		t.Fatalf("saved again after growing by %d of %d bytes", got-int64(first), first)
 	}
 	apply(all[1400:1500]) // past a third
-	if second := <-saves; second != len(join(all[:1500])) {
+	if second := takeSave(t, saves); second != len(join(all[:1500])) {
 		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(join(all[:1500])))
 	}
 }
@@ -168,6 +168,18 @@ func countedSaves(saves chan<- int) func(context.Context, func() ([]byte, error)
 			return nil, err
 		}
 		return d.Save(), nil
+	}
+}
+
+// takeSave waits, up to 10 s, for a save's size from countedSaves.
+func takeSave(t testing.TB, saves <-chan int) int {
+	t.Helper()
+	select {
+	case n := <-saves:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no save within 10 s")
+		return 0
 	}
 }
 
@@ -198,7 +210,7 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 
 	h := newTestHub(t, stored, Config{SaveDocument: countedSaves(saves), SaveQuiet: 20 * time.Millisecond})
 	r = roomOf(t, h, testDoc)
-	if first := <-saves; first != len(join(all[:1000])) {
+	if first := takeSave(t, saves); first != len(join(all[:1000])) {
 		t.Fatalf("the first save took %d bytes, want the 1,000 changes' %d", first, len(join(all[:1000])))
 	}
 	savedDocument(t, r)
@@ -454,5 +466,90 @@ func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
 	}
 	if r.saving || r.quietDue {
 		t.Fatalf("a document of %d ops: a save under way %v, waiting for quiet %v", r.ledger.ops, r.saving, r.quietDue)
+	}
+}
+
+// A document that grows past savedMaxOps is not saved: not by a save that
+// waited for quiet, nor by one that waited for the worker's turn.
+func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
+	d := automerge.New()
+	if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
+		t.Fatal(err)
+	}
+	d.Commit("create")
+	text := d.Path("text").Text()
+	for range savedMinChanges {
+		if err := text.Append("x"); err != nil {
+			t.Fatal(err)
+		}
+		d.Commit("type")
+	}
+	typed, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := text.Append(strings.Repeat("y", savedMaxOps)); err != nil {
+		t.Fatal(err)
+	}
+	d.Commit("paste")
+	all, err := d.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snapshot []byte
+	for _, c := range typed {
+		snapshot = append(snapshot, c.Save()...)
+	}
+	paste := all[len(all)-1].Save()
+
+	// Waiting for quiet after the load, then the paste.
+	h := newTestHub(t, storeOf(t, snapshot), Config{SaveDocument: countedSaves(make(chan int, 1)), SaveQuiet: time.Hour})
+	r := roomOf(t, h, testDoc)
+	quietDue := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.quietDue
+	}
+	if !quietDue() {
+		t.Fatal("just loaded, no save waits for quiet")
+	}
+	if _, err := r.applyRemote(h, paste); err != nil {
+		t.Fatal(err)
+	}
+	if quietDue() {
+		t.Fatal("past the limit, a save still waits for quiet")
+	}
+
+	// Waiting for the worker, then the paste.
+	turn := make(chan struct{})
+	result := make(chan error, 1)
+	h = newTestHub(t, storeOf(t, snapshot), Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		<-turn
+		_, err := changes()
+		result <- err
+		return nil, err
+	}})
+	r = roomOf(t, h, testDoc)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		r.mu.Lock()
+		saving := r.saving
+		r.mu.Unlock()
+		if saving {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no save within 10 s of the document going quiet")
+		}
+	}
+	if _, err := r.applyRemote(h, paste); err != nil {
+		t.Fatal(err)
+	}
+	close(turn)
+	if err := <-result; !errors.Is(err, errNotSavable) {
+		t.Fatalf("the worker took a document past the limit: %v", err)
+	}
+	h.Close(context.Background())
+	if n := testutil.ToFloat64(h.savesFailed); n != 0 {
+		t.Fatalf("%v saves counted as failed", n)
 	}
 }
