@@ -37,7 +37,8 @@ export function rssMiB(pid) {
     const m = readFileSync(`/proc/${p}/status`, "utf8").match(/VmRSS:\s+(\d+) kB/)
     return m ? Number(m[1]) / 1024 : NaN
   }
-  return own(pid) + childrenOf(pid).reduce((sum, c) => sum + orZero(() => own(c)), 0)
+  // A child that has ended but is not yet reaped has no VmRSS: it holds none.
+  return own(pid) + childrenOf(pid).reduce((sum, c) => sum + (orZero(() => own(c)) || 0), 0)
 }
 
 // childrenOf returns the pids of a process's children that run.

@@ -3,6 +3,8 @@ package amsync
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -345,5 +347,21 @@ func TestHashesSharingAPrefixAreTold(t *testing.T) {
 	}
 	if !l.IsHeads([]Hash{c}) {
 		t.Fatal("the heads are not the third change")
+	}
+}
+
+// A log that counts 2³¹-1 changes takes no more: Add says so with
+// ErrTooLarge and leaves the log as it was.
+func TestAFullLogRefusesAChange(t *testing.T) {
+	l := NewLog()
+	if _, err := l.Add(Hash{1}, nil, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	l.n = math.MaxInt32 // what the entries' 31-bit indices can name
+	if ok, err := l.Add(Hash{2}, []Hash{{1}}, []byte("b")); ok || !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a change past the log's count: added %v, %v", ok, err)
+	}
+	if l.Has(Hash{2}) || l.Bytes() != 1 {
+		t.Fatalf("the refused change left a trace: held %v, %d bytes", l.Has(Hash{2}), l.Bytes())
 	}
 }
