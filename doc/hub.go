@@ -50,6 +50,9 @@ type Hub struct {
 	// repeats counts requests left unanswered: their peer had not yet
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
+	// savesPending counts the rooms whose save is decided and not done
+	// (saved.go): waiting for quiet, for the worker, or running.
+	savesPending prometheus.Gauge
 	// saves and savesFailed count the saved documents made for new
 	// readers (saved.go).
 	saves, savesFailed prometheus.Counter
@@ -135,12 +138,16 @@ func NewHub(cfg Config) (*Hub, error) {
 		Help: "Large documents saved as automerge saves a document, for new readers (Config.SaveDocument), by outcome: saved, failed (the readers are sent the changes).",
 	}, []string{"outcome"})
 	h.saves, h.savesFailed = saves.WithLabelValues("saved"), saves.WithLabelValues("failed")
+	h.savesPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tandem_document_saves_pending",
+		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the save worker's turn, or under way.",
+	})
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves,
+		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves, h.savesPending,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -372,7 +379,7 @@ func (h *Hub) evictIdle(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for id, r := range h.rooms {
-		if r.evictable(now, h.cfg.EvictAfter) {
+		if r.evictable(h, now) {
 			delete(h.rooms, id)
 		}
 	}

@@ -394,7 +394,8 @@ func (r *room) leave(h *Hub, p Peer) {
 
 // evictable reports whether the room can leave memory; if so it marks it
 // evicted so that late callers look it up again.
-func (r *room) evictable(now time.Time, after time.Duration) bool {
+func (r *room) evictable(h *Hub, now time.Time) bool {
+	after := h.cfg.EvictAfter
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
@@ -404,6 +405,6 @@ func (r *room) evictable(now time.Time, after time.Duration) bool {
 	}
 	r.evicted = true
 	r.ledger.unqueueAll()
-	r.stopQuiet()
+	r.stopQuiet(h)
 	return true
 }

@@ -69,7 +69,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 		return
 	}
 	if !r.savable() {
-		r.stopQuiet()
+		r.stopQuiet(h)
 		return
 	}
 	size := r.log.Bytes()
@@ -97,7 +97,7 @@ const savedQuietShare = 16
 // Config.SaveQuiet without a change; each change puts that off again.
 // The caller holds r.mu.
 func (r *room) saveWhenQuiet(h *Hub) {
-	r.quietDue = true
+	r.setQuietDue(h, true)
 	if r.quiet != nil {
 		r.quiet.Reset(h.cfg.SaveQuiet)
 		return
@@ -106,7 +106,10 @@ func (r *room) saveWhenQuiet(h *Hub) {
 		h.whileOpen(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			r.quietDue = false
+			if !r.quietDue {
+				return // stopped, or put off by a change, after it went off
+			}
+			r.setQuietDue(h, false)
 			if size := r.log.Bytes(); !r.saving && !r.evicted && r.savable() && size-r.saveTried > size/savedQuietShare {
 				r.save(h)
 			}
@@ -115,11 +118,23 @@ func (r *room) saveWhenQuiet(h *Hub) {
 }
 
 // stopQuiet stops a save waiting for quiet. The caller holds r.mu.
-func (r *room) stopQuiet() {
+func (r *room) stopQuiet(h *Hub) {
 	if r.quiet != nil {
 		r.quiet.Stop()
-		r.quietDue = false
+		r.setQuietDue(h, false)
 	}
+}
+
+// setQuietDue records whether a save waits for quiet, and counts it
+// pending. The caller holds r.mu.
+func (r *room) setQuietDue(h *Hub, due bool) {
+	switch {
+	case due && !r.quietDue:
+		h.savesPending.Inc()
+	case !due && r.quietDue:
+		h.savesPending.Dec()
+	}
+	r.quietDue = due
 }
 
 // errNotSavable: by the time the worker took it, the document had grown
@@ -128,8 +143,9 @@ var errNotSavable = errors.New("the document grew past what is saved")
 
 // save takes a save of the document. The caller holds r.mu.
 func (r *room) save(h *Hub) {
-	r.stopQuiet()
+	r.stopQuiet(h)
 	r.saving = true
+	h.savesPending.Inc()
 	go h.whileOpen(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
@@ -157,6 +173,7 @@ func (r *room) save(h *Hub) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.saving = false
+		h.savesPending.Dec()
 		if ctx.Err() != nil || errors.Is(err, errEvicted) || errors.Is(err, errNotSavable) || r.evicted {
 			return // the hub closed, the room left memory or grew too large: nothing to send
 		}

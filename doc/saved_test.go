@@ -110,15 +110,8 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 // third since the last save was taken.
 func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 	all := typing(2000)
-	join := func(cs [][]byte) []byte {
-		var b []byte
-		for _, c := range cs {
-			b = append(b, c...)
-		}
-		return b
-	}
 	s := openStore(t, t.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: join(all[:900])}}); err != nil {
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: slices.Concat(all[:900]...)}}); err != nil {
 		t.Fatal(err)
 	}
 	saves := make(chan int, 10)
@@ -134,13 +127,13 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 	}
 	apply := func(cs [][]byte) {
 		t.Helper()
-		if _, err := r.applyRemote(h, join(cs)); err != nil {
+		if _, err := r.applyRemote(h, slices.Concat(cs...)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	apply(all[900:1100])
 	first := takeSave(t, saves)
-	if want := len(join(all[:1100])); first != want {
+	if want := len(slices.Concat(all[:1100]...)); first != want {
 		t.Fatalf("the first save took %d bytes, want the 1,100 changes' %d", first, want)
 	}
 	savedDocument(t, r)   // the save is done
@@ -149,8 +142,8 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		t.Fatalf("saved again after growing by %d of %d bytes", got-int64(first), first)
 	}
 	apply(all[1400:1500]) // past a third
-	if second := takeSave(t, saves); second != len(join(all[:1500])) {
-		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(join(all[:1500])))
+	if second := takeSave(t, saves); second != len(slices.Concat(all[:1500]...)) {
+		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(slices.Concat(all[:1500]...)))
 	}
 }
 
@@ -188,15 +181,8 @@ func takeSave(t testing.TB, saves <-chan int) int {
 // and not for less.
 func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 	all := typing(1200)
-	join := func(cs [][]byte) []byte {
-		var b []byte
-		for _, c := range cs {
-			b = append(b, c...)
-		}
-		return b
-	}
 	saves := make(chan int, 10)
-	stored := storeOf(t, join(all[:1000]))
+	stored := storeOf(t, slices.Concat(all[:1000]...))
 	// Loaded, the document waits for quiet: a reader asked for it.
 	waiting := newTestHub(t, stored, Config{SaveDocument: countedSaves(saves), SaveQuiet: time.Hour})
 	r := roomOf(t, waiting, testDoc)
@@ -206,12 +192,15 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 	if saving || !armed {
 		t.Fatalf("just loaded, a save under way: %v; one waiting for quiet: %v", saving, armed)
 	}
+	if n := testutil.ToFloat64(waiting.savesPending); n != 1 {
+		t.Fatalf("%v saves pending, want the one waiting for quiet", n)
+	}
 	waiting.Close(context.Background())
 
 	h := newTestHub(t, stored, Config{SaveDocument: countedSaves(saves), SaveQuiet: 20 * time.Millisecond})
 	r = roomOf(t, h, testDoc)
-	if first := takeSave(t, saves); first != len(join(all[:1000])) {
-		t.Fatalf("the first save took %d bytes, want the 1,000 changes' %d", first, len(join(all[:1000])))
+	if first := takeSave(t, saves); first != len(slices.Concat(all[:1000]...)) {
+		t.Fatalf("the first save took %d bytes, want the 1,000 changes' %d", first, len(slices.Concat(all[:1000]...)))
 	}
 	savedDocument(t, r)
 	quietArmed := func() bool {
@@ -220,20 +209,20 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 		return r.quietDue
 	}
 	// 50 changes are less than a sixteenth of 1,050: no save is due.
-	if _, err := r.applyRemote(h, join(all[1000:1050])); err != nil {
+	if _, err := r.applyRemote(h, slices.Concat(all[1000:1050]...)); err != nil {
 		t.Fatal(err)
 	}
 	if quietArmed() {
 		t.Fatal("a save waits for quiet after the document grew by less than a sixteenth")
 	}
 	// 150 more (a sixth, less than a third): saved once it goes quiet.
-	if _, err := r.applyRemote(h, join(all[1050:1200])); err != nil {
+	if _, err := r.applyRemote(h, slices.Concat(all[1050:1200]...)); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case second := <-saves:
-		if second != len(join(all[:1200])) {
-			t.Fatalf("the quiet save took %d bytes, want the 1,200 changes' %d", second, len(join(all[:1200])))
+		if second != len(slices.Concat(all[:1200]...)) {
+			t.Fatalf("the quiet save took %d bytes, want the 1,200 changes' %d", second, len(slices.Concat(all[:1200]...)))
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no save within 10 s of the document going quiet")
@@ -248,6 +237,9 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the saved document holds %d changes, want 1,200", n)
 		}
+	}
+	if n := testutil.ToFloat64(h.savesPending); n != 0 {
+		t.Fatalf("%v saves pending once the document is saved", n)
 	}
 }
 
@@ -518,6 +510,9 @@ func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
 	}
 	if quietDue() {
 		t.Fatal("past the limit, a save still waits for quiet")
+	}
+	if n := testutil.ToFloat64(h.savesPending); n != 0 {
+		t.Fatalf("%v saves pending once none waits", n)
 	}
 
 	// Waiting for the worker, then the paste.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -205,10 +208,12 @@ func measureDocument(ctx context.Context, o options, restart restarter, coldNote
 			return r, fmt.Errorf("steady editing before the paste: %w", err)
 		}
 	}
-	// And the server's save workers done (a document that goes quiet is
-	// saved): what they hold is not the paste's.
-	for deadline := time.Now().Add(2 * time.Minute); len(withChildren(o.serverPIDs)) > len(o.serverPIDs) && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+	// And the server's saves done (a document that goes quiet is saved,
+	// a loaded one once it goes quiet): what they hold is not the paste's.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if n, ok := savesPending(url); !ok || n == 0 {
+			break
+		}
 	}
 	r.rssPaste0 = rss()
 	p, err := pasteOnce(ctx, url, o.pasteBytes)
@@ -599,4 +604,25 @@ func withChildren(pids []int) []int {
 		all = append(all, childrenOf(all[i])...)
 	}
 	return all
+}
+
+// savesPending reads tandem_document_saves_pending from the /metrics of
+// the server at wsURL (ws://host/ws); false from a server without it
+// (the stock server).
+func savesPending(wsURL string) (float64, bool) {
+	base := "http://" + strings.TrimSuffix(strings.TrimPrefix(wsURL, "ws://"), "/ws")
+	c := http.Client{Timeout: 2 * time.Second}
+	res, err := c.Get(base + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "tandem_document_saves_pending "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }

@@ -41,6 +41,15 @@ export function rssMiB(pid) {
   return own(pid) + childrenOf(pid).reduce((sum, c) => sum + (orZero(() => own(c)) || 0), 0)
 }
 
+// savesPending reads a Tandem server's tandem_document_saves_pending
+// (saves decided and not done); 0 for the stock server, which has none.
+export async function savesPending(server) {
+  if (!server.url.endsWith("/ws")) return 0
+  const text = await (await fetch(server.url.replace(/^ws:/, "http:").replace(/\/ws$/, "/metrics"))).text()
+  const m = text.match(/^tandem_document_saves_pending (\S+)$/m)
+  return m ? Number(m[1]) : 0
+}
+
 // childrenOf returns the pids of a process's children that run.
 function childrenOf(pid) {
   const read = t => { try { return readFileSync(`/proc/${pid}/task/${t}/children`, "utf8") } catch { return "" } }

@@ -18,7 +18,7 @@ import { parseArgs } from "node:util"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import * as A from "@automerge/automerge"
-import { serverOptions, cpuSeconds, clientCPU, pct, startServer, eachServer } from "./repo-harness.mjs"
+import { serverOptions, cpuSeconds, clientCPU, pct, startServer, eachServer, savesPending } from "./repo-harness.mjs"
 
 const { values: opt } = parseArgs({
   options: {
@@ -54,9 +54,11 @@ async function run(name, url, serverPid) {
   const handles = [first]
   for (const r of repos.slice(1)) handles.push(await r.find(first.url))
   for (const h of handles) await until(() => sameHeads(A.getHeads(h.doc()), heads))
-  // The server done with what the setup made it do (a document that goes
-  // quiet is saved 2 s later): under 5% of a core for 3 s in a row.
-  for (let cpu = cpuSeconds(serverPid), quiet = 0; quiet < 3; ) {
+  // The server done with what the setup made it do: its saves (a
+  // document that goes quiet is saved 2 s later), then under 5% of a core
+  // for 2 s in a row.
+  while (await savesPending({ url }) > 0) await new Promise(r => setTimeout(r, 200))
+  for (let cpu = cpuSeconds(serverPid), quiet = 0; quiet < 2; ) {
     await new Promise(r => setTimeout(r, 1000))
     const now = cpuSeconds(serverPid)
     quiet = now - cpu < 0.05 ? quiet + 1 : 0

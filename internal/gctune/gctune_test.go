@@ -31,28 +31,45 @@ func TestPercent(t *testing.T) {
 
 var sink [][]byte
 
-// TestTheTunerFollowsTheLoad: a process that keeps a large heap and
-// allocates nothing gets the least headroom; one that allocates fast gets
-// the most; at the end the percent is the most again.
-func TestTheTunerFollowsTheLoad(t *testing.T) {
+// tuned runs a tuner that looks every 20 ms, with Quiet as given, over a
+// process that keeps 64 MB live; it returns the percents set and the
+// releases, and stops the tuner (restoring GOGC) when the test ends.
+func tuned(t *testing.T, quiet time.Duration) (set <-chan int, released <-chan struct{}, stop func()) {
 	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
 	kept := make([][]byte, 64)
 	for i := range kept {
 		kept[i] = make([]byte, 1<<20)
 	}
-	set := make(chan int, 1000)
-	released := make(chan struct{}, 1000)
+	sets := make(chan int, 1000)
+	releases := make(chan struct{}, 1000)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		Run(ctx, Config{
-			Every: 20 * time.Millisecond, Quiet: 100 * time.Millisecond,
-			OnChange: func(p int) { set <- p },
-			Release:  func() { released <- struct{}{} },
+			Every: 20 * time.Millisecond, Quiet: quiet,
+			OnChange: func(p int) { sets <- p },
+			Release:  func() { releases <- struct{}{} },
 		})
 	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-done
+			runtime.KeepAlive(kept)
+		}
+	}
+	t.Cleanup(func() { stop(); debug.SetGCPercent(before) })
+	return sets, releases, stop
+}
+
+// TestTheTunerFollowsTheLoad: a process that keeps a large heap and
+// allocates nothing gets the least headroom; one that allocates fast gets
+// the most; at the end the percent is the most again.
+func TestTheTunerFollowsTheLoad(t *testing.T) {
+	set, released, stop := tuned(t, 100*time.Millisecond)
 	deadline := time.Now().Add(20 * time.Second)
 	// Quiet: no allocation to speak of.
 	for p := 0; p != 10; {
@@ -86,37 +103,17 @@ func TestTheTunerFollowsTheLoad(t *testing.T) {
 			t.Fatal("a busy process never got Go's own headroom")
 		}
 	}
-	cancel()
-	<-done
+	stop()
 	if p := debug.SetGCPercent(100); p != 100 {
 		t.Fatalf("the percent after the tuner stopped is %d, want 100", p)
 	}
-	runtime.KeepAlive(kept)
 }
 
 // TestAProcessQuietAgainGivesBackMuchFreeMemory: a process that goes
 // quiet again soon after it last gave memory back gives back the heap's
 // free pages once more if they are many, without waiting for Quiet.
 func TestAProcessQuietAgainGivesBackMuchFreeMemory(t *testing.T) {
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	kept := make([][]byte, 64)
-	for i := range kept {
-		kept[i] = make([]byte, 1<<20)
-	}
-	set := make(chan int, 1000)
-	released := make(chan struct{}, 1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		Run(ctx, Config{
-			Every: 20 * time.Millisecond, Quiet: time.Hour,
-			OnChange: func(p int) { set <- p },
-			Release:  func() { released <- struct{}{} },
-		})
-	}()
-	defer func() { cancel(); <-done }()
+	set, released, _ := tuned(t, time.Hour)
 	deadline := time.Now().Add(20 * time.Second)
 	waitFor := func(want int) {
 		t.Helper()
@@ -153,5 +150,4 @@ func TestAProcessQuietAgainGivesBackMuchFreeMemory(t *testing.T) {
 	case <-time.After(time.Until(deadline)):
 		t.Fatal("quiet again with the garbage of a busy spell freed, it gave nothing back")
 	}
-	runtime.KeepAlive(kept)
 }
