@@ -107,7 +107,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if !r.quietDue {
-				return // stopped, or put off by a change, after it went off
+				return // stopped after it went off
 			}
 			r.setQuietDue(h, false)
 			if size := r.log.Bytes(); !r.saving && !r.evicted && r.savable() && size-r.saveTried > size/savedQuietShare {
