@@ -133,6 +133,10 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_integrity_total",
 		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",
 	}, []string{"event"})
+	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
+	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
+	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
+	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
 	saves := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_saves_total",
 		Help: "Large documents saved as automerge saves a document, for new readers (Config.SaveDocument), by outcome: saved, failed (the readers are sent the changes).",
@@ -142,10 +146,6 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_saves_pending",
 		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the save worker's turn, or under way.",
 	})
-	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
-	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
-	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
-	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves, h.savesPending,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
