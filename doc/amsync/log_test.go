@@ -365,3 +365,39 @@ func TestAFullLogRefusesAChange(t *testing.T) {
 		t.Fatalf("the refused change left a trace: held %v, %d bytes", l.Has(Hash{2}), l.Bytes())
 	}
 }
+
+// The index finds every change it was given and none it was not, through
+// the table's doublings and its wrap from the last slot to the first.
+func TestTheIndexFindsWhatItHolds(t *testing.T) {
+	l := NewLog()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var held []Hash
+	for i := range 10_000 {
+		var h Hash
+		for k := range h {
+			h[k] = byte(rnd.Uint32())
+		}
+		if i%7 == 0 {
+			for k := range 8 { // the table's last slot, whatever its size
+				h[k] = 0xff
+			}
+		}
+		var deps []Hash
+		if i > 0 {
+			deps = []Hash{held[i-1]}
+		}
+		if ok, err := l.Add(h, deps, []byte{byte(i)}); !ok || err != nil {
+			t.Fatalf("add %d: %v %v", i, ok, err)
+		}
+		held = append(held, h)
+	}
+	for i, h := range held {
+		if at, ok := l.IndexOf(h); !ok || at != int32(i) {
+			t.Fatalf("change %d found at %d (%v)", i, at, ok)
+		}
+		h[31]++
+		if l.Has(h) {
+			t.Fatalf("a hash never added, one bit from change %d, is found", i)
+		}
+	}
+}
