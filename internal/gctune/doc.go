@@ -14,13 +14,15 @@
 // collector keeps within Config.CPU of a core (2%), between Config.Min (10)
 // and Config.Max (GOGC, 100): a busy node keeps Max, a quiet one gives the
 // memory back. The rate it goes by rises with the load's at once and falls
-// over a few seconds; when the percent reaches Min, the heap's free pages
-// go back to the system at once (once a minute at most, unless they are
-// many: 8 MiB and an eighth of the live heap), which the runtime would do
-// over minutes, and Config.Release gives back what is held
-// outside Go's heap: at the next look, once the finalizers of that
-// collection have run, and then once a minute while the process stays
-// quiet.
+// over a few seconds. When the percent reaches Min, the heap's free pages
+// go back to the system at once (once a minute at most), which the
+// runtime would do over minutes; and while it stays there they go back
+// again whenever free pages and garbage reach 1 MiB and an eighth of the
+// live heap, no more often than keeps those releases (each a collection)
+// within half of Config.CPU. Config.Release gives back what is held
+// outside Go's heap: at the look after a release, once the finalizers of
+// that collection have run, and then once a minute while the process
+// stays quiet.
 //
 // Files: gctune.go, the choice of percent and the loop that applies it.
 package gctune

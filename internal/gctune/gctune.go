@@ -31,7 +31,10 @@ type Config struct {
 	Release func()
 	// Quiet is how often a quiet process gives memory back; default 1
 	// minute.
-	Quiet  time.Duration
+	Quiet time.Duration
+	// Settle is how fast the rate the tuner goes by falls with the
+	// load's: by a factor e each Settle; default 3s.
+	Settle time.Duration
 	Logger *slog.Logger
 }
 
@@ -50,6 +53,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Quiet <= 0 {
 		c.Quiet = time.Minute
+	}
+	if c.Settle <= 0 {
+		c.Settle = 3 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -70,9 +76,6 @@ func Percent(allocRate, cost, cpu float64, lo, hi int) int {
 	// In steps of 5, so that small swings of the rate change nothing.
 	return min(hi, max(lo, 5*int(math.Ceil(p/5))))
 }
-
-// settle is how fast the rate the tuner goes by falls with the load's.
-const settle = 3 * time.Second
 
 // defaultCost is the collector's cost per live byte until one is measured:
 // a mark rate of 500 MB a second, on the slow side.
@@ -123,7 +126,7 @@ func Run(ctx context.Context, cfg Config) {
 		if inst >= rate {
 			rate = inst
 		} else {
-			keep := math.Exp(-cfg.Every.Seconds() / settle.Seconds())
+			keep := math.Exp(-cfg.Every.Seconds() / cfg.Settle.Seconds())
 			rate = keep*rate + (1-keep)*inst
 		}
 		p := Percent(rate, cost, cfg.CPU, cfg.Min, cfg.Max)
@@ -132,16 +135,28 @@ func Run(ctx context.Context, cfg Config) {
 			released = now.at
 			cfg.Release()
 		}
-		if p == current {
+		wentQuiet := false
+		if p != current {
+			cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(now.live), "ns_per_live_kb", int64(cost*1e12))
+			wentQuiet = p == cfg.Min
+			current = p
+			set(p)
+		}
+		if current != cfg.Min {
 			continue
 		}
-		cfg.Logger.Debug("gc: percent set", "percent", p, "alloc_rate", int64(rate), "live", int64(now.live), "ns_per_live_kb", int64(cost*1e12))
-		current = p
-		set(p)
-		if p == cfg.Min && (now.at.Sub(freed) > cfg.Quiet || now.spare >= max(muchFree, now.live/8)) {
-			// The node went quiet: what its busy spell left the heap
-			// goes back to the system now. The runtime's own scavenger
-			// would take minutes over it.
+		// A release costs a collection: cost × live seconds of CPU. It is
+		// worth it when the process goes quiet after a busy spell (once
+		// per Quiet, or whenever that spell left much to give back), and
+		// while it stays quiet whenever the heap holds much it could give
+		// back, no more often than keeps those releases within half the
+		// collector's share of a core.
+		much := now.spare >= max(muchFree, now.live/8)
+		gap := time.Duration(cost * now.live / (cfg.CPU / 2) * float64(time.Second))
+		if wentQuiet && (much || now.at.Sub(freed) > cfg.Quiet) || much && now.at.Sub(freed) >= gap {
+			// What the busy spell left the heap goes back to the system
+			// now. The runtime's own scavenger would take minutes over
+			// it, and keeps a tenth above the heap's goal besides.
 			freed = now.at
 			debug.FreeOSMemory()
 			releaseDue = true
@@ -149,18 +164,17 @@ func Run(ctx context.Context, cfg Config) {
 	}
 }
 
-// muchFree: a process that goes quiet again within Config.Quiet of its
-// last release gives back its heap's spare memory (free pages, and garbage
-// not yet collected) at once if it is at least this, and an eighth of the
-// live heap: a release costs a collection, which so much is worth.
-const muchFree = 8 << 20
+// muchFree: a quiet process gives back its heap's spare memory (free
+// pages, and garbage not yet collected) once it is at least this, and an
+// eighth of the live heap.
+const muchFree = 1 << 20
 
 // stats is what the tuner reads of the runtime at each look.
 type stats struct {
 	at     time.Time
 	allocs float64 // bytes allocated since the start
 	live   float64 // the heap live after the last collection
-	spare  float64 // the heap's memory not yet given back, less the live heap
+	spare  float64 // what a release would give back: free pages and garbage
 	cycles float64 // collections since the start
 	gcCPU  float64 // CPU seconds of collection since the start, idle marking left out
 }
@@ -172,7 +186,6 @@ var statNames = []string{
 	"/cpu/classes/gc/total:cpu-seconds",
 	"/cpu/classes/gc/mark/idle:cpu-seconds",
 	"/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes",
 	"/memory/classes/heap/free:bytes",
 }
 
@@ -185,5 +198,5 @@ func readStats() stats {
 	u := func(i int) float64 { return float64(samples[i].Value.Uint64()) }
 	f := func(i int) float64 { return samples[i].Value.Float64() }
 	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4),
-		spare: u(5) + u(6) + u(7) - u(1)}
+		spare: u(5) + u(6) - u(1)}
 }
