@@ -50,7 +50,7 @@ type conn struct {
 	reason   string        // the reason's Name, set once by close (read after awaitShut)
 	movedTo  string        // the node a newer connection of this peer is on (claims)
 
-	// The lossless lane's bytes, bounded by SendQueueBytes: the payloads
+	// The lossless lane's bytes, bounded by SendQueueBytes: the frames
 	// in out, and those of the lossless frames the writer took and is
 	// writing. Both count in the server's tandem_send_queue_bytes.
 	outBytes, writingBytes int64
@@ -222,8 +222,23 @@ func (c *conn) SendSync(documentID string, data []byte) {
 		return // stock clients throw on empty data
 	}
 	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(data)))
-	c.sendMessage(&wire.Message{Type: wire.TypeSync, DocumentID: documentID, Data: data})
+	m := &wire.Message{Type: wire.TypeSync, SenderID: c.srv.cfg.PeerID, DocumentID: documentID, Data: data}
+	if len(data) < largeData {
+		c.sendMessage(m)
+		return
+	}
+	p, err := wire.Prepare(m)
+	if err != nil {
+		c.srv.log.Error("encode sync", "err", err)
+		return
+	}
+	head, tail := p.To(c.peerID)
+	c.queue(head, tail, c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
 }
+
+// largeData is the size from which a sync message is written from its
+// own bytes, not copied into its frame (wire.Prepared).
+const largeData = 16 << 10
 
 // SendSharedSync implements doc.SharedSender: the message is encoded once,
 // for the first peer it goes to; the others only get their targetId
@@ -240,7 +255,8 @@ func (c *conn) SendSharedSync(documentID string, s *doc.SharedSync) {
 		s.Frame = p
 	}
 	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(s.Data)))
-	c.queue(p.To(c.peerID), c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
+	head, tail := p.To(c.peerID)
+	c.queue(head, tail, c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
 }
 
 // SendDocUnavailable implements doc.Peer.
@@ -280,7 +296,7 @@ func (c *conn) SendPresence(documentID string, m awareness.Message) {
 		}
 		m.Shared.Frame = p
 	}
-	c.pushPresence(keyOf(documentID, m), metaOf(m), p.To(c.peerID), nil)
+	c.pushPresence(keyOf(documentID, m), metaOf(m), p.Frame(c.peerID), nil)
 }
 
 // PresenceBatches implements awareness.Batcher: the client asked for
@@ -326,7 +342,7 @@ func (c *conn) sendMessage(m *wire.Message) {
 		c.srv.log.Error("encode message", "type", m.Type, "err", err)
 		return
 	}
-	c.queue(b, c.srv.metrics.sent.WithLabelValues(m.Type))
+	c.queue(b, nil, c.srv.metrics.sent.WithLabelValues(m.Type))
 }
 
 // pingDelay is the ping interval jittered by ±10%, so that many

@@ -660,6 +660,41 @@ func TestPresenceCannotCutSync(t *testing.T) {
 	t.Logf("%d presence frames arrived for %d updates", frames, 2*rounds)
 }
 
+// Sync messages large and small, sent alone or shared by several peers,
+// arrive whole and in order: a large one is written from its own bytes
+// (its frame's head, then the data), which must frame exactly as a
+// copied one.
+func TestLargeSyncMessagesArriveWhole(t *testing.T) {
+	s := newTestServer(t, Config{})
+	a, b := dial(t, s.url), dial(t, s.url)
+	join(t, a, "a")
+	join(t, b, "b")
+	ca, cb := serverConn(t, s, "a"), serverConn(t, s, "b")
+	sizes := []int{1, largeData - 1, largeData, 65535, 65536, maxBatch + 1, 3 << 20, 2}
+	var want [][]byte
+	for i, n := range sizes {
+		data := bytes.Repeat([]byte{byte(i + 1)}, n)
+		data[n-1] = 0xff // the last byte arrives too
+		want = append(want, data)
+		if i%2 == 0 {
+			ca.SendSync(testDoc, data)
+			cb.SendSync(testDoc, data)
+		} else {
+			shared := &doc.SharedSync{Data: data}
+			ca.SendSharedSync(testDoc, shared)
+			cb.SendSharedSync(testDoc, shared)
+		}
+	}
+	for _, ws := range []*websocket.Conn{a, b} {
+		for i, w := range want {
+			m := recv(t, ws)
+			if m.Type != wire.TypeSync || m.DocumentID != testDoc || !bytes.Equal(m.Data, w) {
+				t.Fatalf("message %d: a %s of %d bytes, want the sync of %d", i, m.Type, len(m.Data), len(w))
+			}
+		}
+	}
+}
+
 // While the store is down a peer may keep typing only so far: past the
 // room's bound of unstored changes, its next change gets an error and the
 // connection closes with 1013 (try again later), so that its client comes

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"encoding/binary"
+	"net"
 	"sync"
 	"time"
 
@@ -34,6 +35,7 @@ const closeWait = time.Second
 type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
+	tail    []byte           // the rest of the payload, written from where it is: a large message's data
 	at      time.Time        // when it was queued
 	key     presKey          // in the presence lane: what the frame is the newest of
 	meta    presMeta         // in the presence lane: what a single frame replaces
@@ -78,11 +80,11 @@ func (c *conn) ping() {
 	}
 }
 
-// queue hands a message to the writer, counting it in sent; a connection
-// whose lossless lane is full (SendQueue frames or SendQueueBytes) is too
-// slow to keep and is closed.
-func (c *conn) queue(b []byte, sent prometheus.Counter) {
-	if c.push(outFrame{op: websocket.BinaryMessage, payload: b}) {
+// queue hands a message to the writer, counting it in sent: its frame is
+// b followed by tail. A connection whose lossless lane is full (SendQueue
+// frames or SendQueueBytes) is too slow to keep and is closed.
+func (c *conn) queue(b, tail []byte, sent prometheus.Counter) {
+	if c.push(outFrame{op: websocket.BinaryMessage, payload: b, tail: tail}) {
 		sent.Inc()
 	}
 }
@@ -98,7 +100,7 @@ func (c *conn) push(f outFrame) bool {
 	// A message is refused past the byte bound unless the lane is empty
 	// (one larger than the bound, a whole document, still goes out);
 	// control frames, of 125 bytes at most, count but are not refused.
-	size := int64(len(f.payload))
+	size := int64(len(f.payload) + len(f.tail))
 	held := c.outBytes + c.writingBytes
 	overBytes := f.op == websocket.BinaryMessage && held > 0 && held+size > c.srv.cfg.SendQueueBytes
 	if n := len(c.out); n >= c.srv.cfg.SendQueue || overBytes {
@@ -215,9 +217,10 @@ func (c *conn) write() {
 		buf := (*bp)[:0]
 		closing := false
 		for i, f := range batch {
-			buf = appendFrame(buf, f.op, f.payload)
+			buf = appendFrameHead(buf, f.op, len(f.payload)+len(f.tail))
+			buf = append(buf, f.payload...)
 			closing = f.op == websocket.CloseMessage
-			if len(buf) < maxBatch && !closing && i < len(batch)-1 {
+			if len(buf) < maxBatch && f.tail == nil && !closing && i < len(batch)-1 {
 				continue
 			}
 			wait := c.srv.cfg.WriteTimeout
@@ -226,7 +229,12 @@ func (c *conn) write() {
 			}
 			if err == nil {
 				nc.SetWriteDeadline(time.Now().Add(wait))
-				_, err = nc.Write(buf)
+				if f.tail == nil {
+					_, err = nc.Write(buf)
+				} else { // one system call, the tail not copied
+					bufs := net.Buffers{buf, f.tail}
+					_, err = bufs.WriteTo(nc)
+				}
 			}
 			buf = buf[:0]
 			if closing {
@@ -264,18 +272,17 @@ func (c *conn) wrote() {
 	c.writingBytes = 0
 }
 
-// appendFrame appends payload as one unmasked WebSocket frame of opcode op
-// (RFC 6455 section 5.2), as a server sends them.
-func appendFrame(buf []byte, op int, payload []byte) []byte {
+// appendFrameHead appends the head of an unmasked WebSocket frame of
+// opcode op and n bytes of payload (RFC 6455 section 5.2), as a server
+// sends them.
+func appendFrameHead(buf []byte, op, n int) []byte {
 	fin := byte(0x80 | op)
-	switch n := len(payload); {
+	switch {
 	case n <= 125:
-		buf = append(buf, fin, byte(n))
+		return append(buf, fin, byte(n))
 	case n <= 0xffff:
-		buf = append(buf, fin, 126, byte(n>>8), byte(n))
-	default:
-		buf = append(buf, fin, 127)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(n))
+		return append(buf, fin, 126, byte(n>>8), byte(n))
 	}
-	return append(buf, payload...)
+	buf = append(buf, fin, 127)
+	return binary.BigEndian.AppendUint64(buf, uint64(n))
 }

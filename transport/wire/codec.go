@@ -73,61 +73,95 @@ func Encode(m *Message) ([]byte, error) {
 
 // Prepared is a message encoded once for many recipients: everything but
 // its targetId, which To adds for each. A CBOR map's keys have no order,
-// so the targetId pair goes first and the rest is copied as it is.
+// so the targetId pair goes first, then the rest as it was encoded, and
+// the data pair last: its bytes are the message's own, never copied, so
+// that a document's worth of sync message is held once however many
+// peers it goes to.
 type Prepared struct {
-	pairs int    // key/value pairs in body
-	body  []byte // the pairs, without the map's header
+	pairs int    // key/value pairs in body, the data pair included
+	body  []byte // the pairs but data's, without the map's header
+	data  []byte // Data; nil if empty
 }
 
-// Prepare encodes m, whose TargetID must be empty, for To.
+// Prepare encodes m, whose TargetID must be empty, for To. m.Data is
+// kept, not copied: it must not change while the frames are in use.
 func Prepare(m *Message) (*Prepared, error) {
 	if m.TargetID != "" {
 		return nil, errors.New("wire: prepare a message without its targetId")
 	}
-	b, err := encMode.Marshal(m)
+	rest := *m
+	rest.Data = nil
+	b, err := encMode.Marshal(&rest)
 	if err != nil {
 		return nil, err
 	}
+	var p *Prepared
 	// A message has a handful of fields: its header is one byte for up to
 	// 23 pairs (major type 5), two for more.
 	switch h := b[0]; {
 	case h >= 0xa0 && h <= 0xb7:
-		return &Prepared{pairs: int(h - 0xa0), body: b[1:]}, nil
+		p = &Prepared{pairs: int(h - 0xa0), body: b[1:]}
 	case h == 0xb8:
-		return &Prepared{pairs: int(b[1]), body: b[2:]}, nil
+		p = &Prepared{pairs: int(b[1]), body: b[2:]}
+	default:
+		return nil, fmt.Errorf("wire: unexpected map header 0x%x", b[0])
 	}
-	return nil, fmt.Errorf("wire: unexpected map header 0x%x", b[0])
+	if len(m.Data) > 0 {
+		p.pairs++
+		p.data = m.Data
+	}
+	return p, nil
 }
 
-const targetKey = "targetId"
+const (
+	targetKey = "targetId"
+	dataKey   = "data"
+)
 
-// To returns the frame of the prepared message addressed to targetID.
-func (p *Prepared) To(targetID string) []byte {
+// To returns the frame of the prepared message addressed to targetID, in
+// two parts: the frame is head followed by data, which is the message's
+// Data itself.
+func (p *Prepared) To(targetID string) (head, data []byte) {
 	n := p.pairs + 1
-	out := make([]byte, 0, 2+1+len(targetKey)+9+len(targetID)+len(p.body))
+	head = make([]byte, 0, 2+1+len(targetKey)+9+len(targetID)+len(p.body)+1+len(dataKey)+9)
 	if n <= 23 {
-		out = append(out, 0xa0+byte(n))
+		head = append(head, 0xa0+byte(n))
 	} else {
-		out = append(out, 0xb8, byte(n))
+		head = append(head, 0xb8, byte(n))
 	}
-	out = appendText(out, targetKey)
-	out = appendText(out, targetID)
-	return append(out, p.body...)
+	head = appendText(head, targetKey)
+	head = appendText(head, targetID)
+	head = append(head, p.body...)
+	if p.data != nil {
+		head = appendText(head, dataKey)
+		head = appendHead(head, 0x40, uint64(len(p.data))) // a byte string
+	}
+	return head, p.data
+}
+
+// Frame returns the prepared message addressed to targetID as one slice.
+func (p *Prepared) Frame(targetID string) []byte {
+	head, data := p.To(targetID)
+	return append(head, data...)
 }
 
 // appendText appends s as a CBOR text string (major type 3).
 func appendText(b []byte, s string) []byte {
-	switch n := uint64(len(s)); {
+	return append(appendHead(b, 0x60, uint64(len(s))), s...)
+}
+
+// appendHead appends the head of a CBOR item of major type major (its
+// top three bits, as 0x40 for a byte string) and argument n.
+func appendHead(b []byte, major byte, n uint64) []byte {
+	switch {
 	case n <= 23:
-		b = append(b, 0x60+byte(n))
+		return append(b, major+byte(n))
 	case n <= 0xff:
-		b = append(b, 0x78, byte(n))
+		return append(b, major+24, byte(n))
 	case n <= 0xffff:
-		b = append(b, 0x79, byte(n>>8), byte(n))
+		return append(b, major+25, byte(n>>8), byte(n))
 	case n <= 0xffffffff:
-		b = append(b, 0x7a, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	default:
-		b = append(b, 0x7b, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+		return append(b, major+26, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	}
-	return append(b, s...)
+	return append(b, major+27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }

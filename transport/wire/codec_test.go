@@ -253,21 +253,27 @@ func equalMessages(a, b *Message) bool {
 }
 
 // A prepared message addressed to a target decodes to the message with
-// that targetId, whatever the lengths of the target and the fields.
+// that targetId, whatever the lengths of the target and the fields; its
+// data is the message's own bytes, not a copy.
 func TestPreparedTo(t *testing.T) {
 	msgs := []*Message{
 		{Type: TypeEphemeral, SenderID: "alice", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", SessionID: "s", Count: 7, Data: Bytes{0xa1, 0x61, 0x61, 0x01}},
-		{Type: TypeSync, SenderID: "server", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", Data: bytes.Repeat([]byte{1}, 300)},
 		{Type: TypePeer, SenderID: "server", PeerMetadata: &PeerMetadata{StorageID: "x"}, SelectedProtocolVersion: ProtocolV1},
+	}
+	for _, n := range []int{1, 23, 24, 255, 256, 65535, 65536, 70000} {
+		msgs = append(msgs, &Message{Type: TypeSync, SenderID: "server", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", Data: bytes.Repeat([]byte{1}, n)})
 	}
 	for _, m := range msgs {
 		p, err := Prepare(m)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, data := p.To("t"); len(m.Data) > 0 && &data[0] != &m.Data[0] {
+			t.Fatalf("%s of %d bytes of data: the data was copied", m.Type, len(m.Data))
+		}
 		for _, n := range []int{0, 1, 23, 24, 255, 256, 70000} {
 			target := strings.Repeat("t", n)
-			got, err := Decode(p.To(target))
+			got, err := Decode(p.Frame(target))
 			if err != nil {
 				t.Fatalf("%s to a %d-byte target: %v", m.Type, n, err)
 			}
