@@ -18,8 +18,10 @@
 // go back to the system at once (once a minute at most), which the
 // runtime would do over minutes; and while it stays there they go back
 // again whenever free pages and garbage reach 1 MiB and an eighth of the
-// live heap, no more often than keeps those releases (each a collection)
-// within half of Config.CPU. Config.Release gives back what is held
+// live heap. At any percent, free pages of that much that the heap holds
+// beyond a quarter over its goal (a burst's, such as a large document's
+// first sync) go back too. Releases not owed to going quiet come no more
+// often than keeps them (each a collection) within half of Config.CPU. Config.Release gives back what is held
 // outside Go's heap: at the look after a release, once the finalizers of
 // that collection have run, and then once a minute while the process
 // stays quiet.

@@ -142,26 +142,37 @@ func Run(ctx context.Context, cfg Config) {
 			current = p
 			set(p)
 		}
-		if current != cfg.Min {
-			continue
-		}
-		// A release costs a collection: cost × live seconds of CPU. It is
-		// worth it when the process goes quiet after a busy spell (once
-		// per Quiet, or whenever that spell left much to give back), and
-		// while it stays quiet whenever the heap holds much it could give
-		// back, no more often than keeps those releases within half the
-		// collector's share of a core.
-		much := now.spare >= max(muchFree, now.live/8)
+		// A release costs a collection: cost × live seconds of CPU; those
+		// not owed to going quiet come no more often than keeps them
+		// within half the collector's share of a core.
 		gap := time.Duration(cost * now.live / (cfg.CPU / 2) * float64(time.Second))
-		if wentQuiet && (much || now.at.Sub(freed) > cfg.Quiet) || much && now.at.Sub(freed) >= gap {
-			// What the busy spell left the heap goes back to the system
-			// now. The runtime's own scavenger would take minutes over
-			// it, and keeps a tenth above the heap's goal besides.
+		if shouldFree(now, current == cfg.Min, wentQuiet, now.at.Sub(freed), gap, cfg.Quiet) {
+			// The runtime's own scavenger would take minutes over it, and
+			// keeps a tenth above the heap's goal besides.
 			freed = now.at
 			debug.FreeOSMemory()
 			releaseDue = true
 		}
 	}
+}
+
+// shouldFree says whether the heap's spare memory goes back to the system
+// now: s is the look's reading, atMin whether the percent is Min (and
+// wentQuiet whether it just became so), since the time since the last
+// release, gap the least time between releases, quiet Config.Quiet.
+func shouldFree(s stats, atMin, wentQuiet bool, since, gap, quiet time.Duration) bool {
+	much := max(muchFree, s.live/8)
+	switch {
+	case atMin && wentQuiet:
+		// What the busy spell left: once per Quiet, or whenever it is much.
+		return s.spare >= much || since > quiet
+	case atMin:
+		return s.spare >= much && since >= gap
+	}
+	// Busy: the free pages are what the next collections' cycles reuse, up
+	// to the heap's goal; far beyond it (a burst's, a first sync's) they
+	// are not.
+	return s.free >= much && s.retained > s.goal+s.goal/4 && since >= gap
 }
 
 // muchFree: a quiet process gives back its heap's spare memory (free
@@ -171,12 +182,15 @@ const muchFree = 1 << 20
 
 // stats is what the tuner reads of the runtime at each look.
 type stats struct {
-	at     time.Time
-	allocs float64 // bytes allocated since the start
-	live   float64 // the heap live after the last collection
-	spare  float64 // what a release would give back: free pages and garbage
-	cycles float64 // collections since the start
-	gcCPU  float64 // CPU seconds of collection since the start, idle marking left out
+	at       time.Time
+	allocs   float64 // bytes allocated since the start
+	live     float64 // the heap live after the last collection
+	spare    float64 // what a release would give back: free pages and garbage
+	free     float64 // the heap's free pages not yet given back
+	retained float64 // the heap's memory not given back: objects, unused and free
+	goal     float64 // the heap's goal for the collection under way or next
+	cycles   float64 // collections since the start
+	gcCPU    float64 // CPU seconds of collection since the start, idle marking left out
 }
 
 var statNames = []string{
@@ -187,6 +201,8 @@ var statNames = []string{
 	"/cpu/classes/gc/mark/idle:cpu-seconds",
 	"/memory/classes/heap/objects:bytes",
 	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/gc/heap/goal:bytes",
 }
 
 func readStats() stats {
@@ -198,5 +214,5 @@ func readStats() stats {
 	u := func(i int) float64 { return float64(samples[i].Value.Uint64()) }
 	f := func(i int) float64 { return samples[i].Value.Float64() }
 	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4),
-		spare: u(5) + u(6) - u(1)}
+		spare: u(5) + u(6) - u(1), free: u(6), retained: u(5) + u(6) + u(7), goal: u(8)}
 }

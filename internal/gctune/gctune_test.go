@@ -29,6 +29,40 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+// When a release is worth it: going quiet, staying quiet with much to
+// give back, and busy only with free pages far beyond the heap's goal.
+func TestShouldFree(t *testing.T) {
+	const mb = 1 << 20
+	live := stats{live: 40 * mb, goal: 44 * mb, retained: 46 * mb}
+	with := func(spare, free, retained float64) stats {
+		s := live
+		s.spare, s.free, s.retained = spare, free, retained
+		return s
+	}
+	const sec = time.Second
+	for _, c := range []struct {
+		name             string
+		s                stats
+		atMin, wentQuiet bool
+		since            time.Duration
+		want             bool
+	}{
+		{"went quiet with little, a release not long ago", with(2*mb, 2*mb, 46*mb), true, true, 10 * sec, false},
+		{"went quiet with little, none for a Quiet", with(2*mb, 2*mb, 46*mb), true, true, 61 * sec, true},
+		{"went quiet with much", with(6*mb, 1*mb, 46*mb), true, true, 0, true},
+		{"quiet with much, past the gap", with(6*mb, 6*mb, 52*mb), true, false, 2 * sec, true},
+		{"quiet with much, within the gap", with(6*mb, 6*mb, 52*mb), true, false, sec / 2, false},
+		{"quiet with little", with(4*mb, 4*mb, 50*mb), true, false, time.Hour, false},
+		{"busy, free pages the goal will use", with(20*mb, 6*mb, 50*mb), false, false, time.Hour, false},
+		{"busy, a burst's free pages far past the goal", with(30*mb, 20*mb, 66*mb), false, false, 2 * sec, true},
+		{"busy, a burst's, within the gap", with(30*mb, 20*mb, 66*mb), false, false, sec / 2, false},
+	} {
+		if got := shouldFree(c.s, c.atMin, c.wentQuiet, c.since, sec, time.Minute); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 var sink [][]byte
 
 // tuned runs a tuner that looks every 20 ms and settles in 300 ms, with
