@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -17,20 +18,24 @@ import (
 
 // staticFiles serves the embedded demo page and its bundle. The bundle is
 // large (Automerge's wasm is inlined), so text files are served gzipped to
-// clients that accept it, compressed once on first request, and every file
-// carries an ETag so that a reload costs a 304.
+// clients that accept it, and every file carries an ETag so that a reload
+// costs a 304. A file is read on its first request, not at start: a node
+// that never serves the page holds none of it, and one that does holds
+// only the compressed copy (the plain bytes are read from the binary each
+// time, as they are sent).
 type staticFiles struct {
+	fsys  fs.FS
 	files map[string]*staticFile
 }
 
 type staticFile struct {
-	name  string
-	data  []byte
+	name string
+
+	once  sync.Once
+	err   error
 	etag  string
 	ctype string
-
-	gzOnce sync.Once
-	gz     []byte // nil if not worth compressing
+	gz    []byte // nil if not worth compressing
 }
 
 // startTime is the Last-Modified of every embedded file: they change only
@@ -38,21 +43,12 @@ type staticFile struct {
 var startTime = time.Now()
 
 func newStaticFiles(fsys fs.FS) (*staticFiles, error) {
-	s := &staticFiles{files: map[string]*staticFile{}}
+	s := &staticFiles{fsys: fsys, files: map[string]*staticFile{}}
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		data, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return err
-		}
-		sum := sha256.Sum256(data)
-		ctype := mime.TypeByExtension(path.Ext(p))
-		if ctype == "" {
-			ctype = http.DetectContentType(data)
-		}
-		s.files["/"+p] = &staticFile{name: p, data: data, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, ctype: ctype}
+		s.files["/"+p] = &staticFile{name: p}
 		return nil
 	})
 	return s, err
@@ -68,41 +64,68 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	f.once.Do(func() { f.err = f.prepare(s.fsys) })
+	if f.err != nil {
+		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", f.ctype)
 	h.Set("Cache-Control", "no-cache") // revalidate: names are not content-hashed
 	h.Set("Vary", "Accept-Encoding")
-	body, etag := f.data, f.etag
-	if acceptsGzip(r) {
-		if gz := f.gzipped(); gz != nil {
-			h.Set("Content-Encoding", "gzip")
-			body, etag = gz, strings.TrimSuffix(f.etag, `"`)+`-gz"`
-			// ServeContent leaves the length of an encoded body unset;
-			// ranges of a compressed body are not offered.
-			h.Set("Content-Length", strconv.Itoa(len(gz)))
-			r.Header.Del("Range")
-		}
+	if f.gz != nil && acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		h.Set("ETag", strings.TrimSuffix(f.etag, `"`)+`-gz"`)
+		// ServeContent leaves the length of an encoded body unset;
+		// ranges of a compressed body are not offered.
+		h.Set("Content-Length", strconv.Itoa(len(f.gz)))
+		r.Header.Del("Range")
+		http.ServeContent(w, r, f.name, startTime, bytes.NewReader(f.gz))
+		return
 	}
-	h.Set("ETag", etag)
-	http.ServeContent(w, r, f.name, startTime, bytes.NewReader(body))
-}
-
-// gzipped returns the file compressed, or nil for files that do not shrink
-// (images) or are too small to bother.
-func (f *staticFile) gzipped() []byte {
-	f.gzOnce.Do(func() {
-		if len(f.data) < 1024 || !compressible(f.ctype) {
+	h.Set("ETag", f.etag)
+	file, err := s.fsys.Open(f.name)
+	if err != nil {
+		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
+		return
+	}
+	defer file.Close()
+	body, ok := file.(io.ReadSeeker)
+	if !ok {
+		data, err := io.ReadAll(file)
+		if err != nil {
+			http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
 			return
 		}
-		var b bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&b, gzip.DefaultCompression)
-		zw.Write(f.data)
-		zw.Close()
-		if b.Len() < len(f.data) {
-			f.gz = b.Bytes()
-		}
-	})
-	return f.gz
+		body = bytes.NewReader(data)
+	}
+	http.ServeContent(w, r, f.name, startTime, body)
+}
+
+// prepare reads the file once: its ETag, its type, and its compressed
+// copy if it is text of 1 KiB or more that shrinks.
+func (f *staticFile) prepare(fsys fs.FS) error {
+	data, err := fs.ReadFile(fsys, f.name)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	f.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+	f.ctype = mime.TypeByExtension(path.Ext(f.name))
+	if f.ctype == "" {
+		f.ctype = http.DetectContentType(data)
+	}
+	if len(data) < 1024 || !compressible(f.ctype) {
+		return nil
+	}
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.DefaultCompression)
+	zw.Write(data)
+	zw.Close()
+	if b.Len() < len(data) {
+		f.gz = bytes.Clone(b.Bytes())
+	}
+	return nil
 }
 
 func compressible(ctype string) bool {

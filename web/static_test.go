@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,25 @@ func TestDemoPageIsServedAtRoot(t *testing.T) {
 	}
 	if res := get(t, h, "/../routes.go", nil); res.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /../routes.go = %d, want 404", res.StatusCode)
+	}
+}
+
+// A router holds none of the bundle until it is asked for: a node that
+// never serves the page does not pay for its megabytes.
+func TestTheBundleIsReadOnlyWhenAskedFor(t *testing.T) {
+	info, err := fs.Stat(static, "static/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	h := NewRouter(Config{})
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n >= uint64(info.Size())/4 {
+		t.Fatalf("making a router allocated %d bytes; the bundle is %d", n, info.Size())
+	}
+	if res := get(t, h, "/app.js", nil); res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /app.js = %d", res.StatusCode)
 	}
 }
 
