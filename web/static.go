@@ -31,8 +31,8 @@ type staticFiles struct {
 type staticFile struct {
 	name string
 
-	once  sync.Once
-	err   error
+	mu    sync.Mutex
+	ready bool // read: etag, ctype and gz are set
 	etag  string
 	ctype string
 	gz    []byte // nil if not worth compressing
@@ -64,8 +64,7 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	f.once.Do(func() { f.err = f.prepare(s.fsys) })
-	if f.err != nil {
+	if err := f.prepare(s.fsys); err != nil {
 		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
 		return
 	}
@@ -85,30 +84,39 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("ETag", f.etag)
 	file, err := s.fsys.Open(f.name)
+	if err == nil {
+		defer file.Close()
+	}
+	body, ok := file.(io.ReadSeeker)
+	if err == nil && !ok {
+		var data []byte
+		data, err = io.ReadAll(file)
+		body = bytes.NewReader(data)
+	}
 	if err != nil {
+		for _, k := range []string{"ETag", "Cache-Control", "Vary"} {
+			h.Del(k)
+		}
 		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
 		return
-	}
-	defer file.Close()
-	body, ok := file.(io.ReadSeeker)
-	if !ok {
-		data, err := io.ReadAll(file)
-		if err != nil {
-			http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
-			return
-		}
-		body = bytes.NewReader(data)
 	}
 	http.ServeContent(w, r, f.name, startTime, body)
 }
 
-// prepare reads the file once: its ETag, its type, and its compressed
-// copy if it is text of 1 KiB or more that shrinks.
+// prepare reads the file on its first request: its ETag, its type, and
+// its compressed copy if it is text of 1 KiB or more that shrinks. A read
+// that fails is tried again at the next request.
 func (f *staticFile) prepare(fsys fs.FS) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ready {
+		return nil
+	}
 	data, err := fs.ReadFile(fsys, f.name)
 	if err != nil {
 		return err
 	}
+	f.ready = true
 	sum := sha256.Sum256(data)
 	f.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
 	f.ctype = mime.TypeByExtension(path.Ext(f.name))

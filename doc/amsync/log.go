@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 )
@@ -53,14 +54,16 @@ type Log struct {
 	n     int32
 	deps  []int32
 	// index finds a change by its hash: a table of log indices plus one
-	// (0: free), at most half full, probed from the hash's first 8
-	// bytes on. A map of the same would hold 20-40 bytes a change; this
-	// holds 8-16.
+	// (0: free), at most half full, probed from a slot the hash's first
+	// 8 bytes pick through a seeded hash (hashes are a client's to
+	// choose: unseeded, changes made to share low bits would pile up in
+	// one cluster). A map of the same would hold 20-40 bytes a change;
+	// this holds 8-16.
 	index  []int32
 	blocks [][]byte
-	tail     int     // the block small changes go into; -1 before the first
-	heads    []int32 // sorted by hash
-	bytes    int64
+	tail   int     // the block small changes go into; -1 before the first
+	heads  []int32 // sorted by hash
+	bytes  int64
 	// saved is the log's first savedLen changes as automerge saves a
 	// document (SetSaved); nil if none.
 	saved    []byte
@@ -93,13 +96,21 @@ func (l *Log) at(i int32) *entry { return &l.pages[i>>pageBits][i&(1<<pageBits-1
 
 func prefix(h *Hash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
 
+// indexSeed seeds the index's slots, per process.
+var indexSeed = maphash.MakeSeed()
+
+// slot is where the probe for h starts in a table of mask+1 slots.
+func slot(h *Hash, mask uint64) uint64 {
+	return maphash.Comparable(indexSeed, prefix(h)) & mask
+}
+
 // find returns the log index of a change.
 func (l *Log) find(h *Hash) (int32, bool) {
 	if len(l.index) == 0 {
 		return 0, false
 	}
 	mask := uint64(len(l.index) - 1)
-	for k := prefix(h) & mask; ; k = (k + 1) & mask {
+	for k := slot(h, mask); ; k = (k + 1) & mask {
 		v := l.index[k]
 		if v == 0 {
 			return 0, false
@@ -127,7 +138,7 @@ func (l *Log) indexAdd(i int32) {
 
 func (l *Log) indexPut(i int32) {
 	mask := uint64(len(l.index) - 1)
-	k := prefix(&l.at(i).hash) & mask
+	k := slot(&l.at(i).hash, mask)
 	for l.index[k] != 0 {
 		k = (k + 1) & mask
 	}

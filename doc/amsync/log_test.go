@@ -401,3 +401,32 @@ func TestTheIndexFindsWhatItHolds(t *testing.T) {
 		}
 	}
 }
+
+// Hashes made to share their first bytes, as a client could make its
+// changes' hashes, still spread over the index: the probes stay short.
+func TestHashesSharingLowBitsDoNotPileUp(t *testing.T) {
+	l := NewLog()
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var prev []Hash
+	const n = 20_000
+	for i := range n {
+		var h Hash
+		for k := 4; k < len(h); k++ { // the first 4 bytes all zero
+			h[k] = byte(rnd.Uint32())
+		}
+		if ok, err := l.Add(h, prev, []byte{1}); !ok || err != nil {
+			t.Fatalf("add %d: %v %v", i, ok, err)
+		}
+		prev = []Hash{h}
+	}
+	mask := uint64(len(l.index) - 1)
+	total := uint64(0)
+	for k, v := range l.index {
+		if v != 0 {
+			total += (uint64(k) - slot(&l.at(v-1).hash, mask)) & mask
+		}
+	}
+	if mean := float64(total) / n; mean > 2 {
+		t.Fatalf("a change is found %.1f slots past where its probe starts, on average", mean)
+	}
+}

@@ -14,17 +14,19 @@
 // collector keeps within Config.CPU of a core (2%), between Config.Min (10)
 // and Config.Max (GOGC, 100): a busy node keeps Max, a quiet one gives the
 // memory back. The rate it goes by rises with the load's at once and falls
-// over a few seconds. When the percent reaches Min, the heap's free pages
-// go back to the system at once (once a minute at most), which the
-// runtime would do over minutes; and while it stays there they go back
-// again whenever free pages and garbage reach 1 MiB and an eighth of the
-// live heap. At any percent, free pages of that much that the heap holds
-// beyond a quarter over its goal (a burst's, such as a large document's
-// first sync) go back too. Releases not owed to going quiet come no more
-// often than keeps them (each a collection) within half of Config.CPU. Config.Release gives back what is held
-// outside Go's heap: at the look after a release, once the finalizers of
-// that collection have run, and then once a minute while the process
-// stays quiet.
+// over a few seconds.
+//
+// When the percent reaches Min, the heap's free pages go back to the
+// system at once (which the runtime would do over minutes), if the busy
+// spell left much (1 MiB and an eighth of the live heap) or none went back
+// for a minute; while it stays there, whenever its free pages are that
+// much again. At any percent, that much free memory held beyond a quarter
+// over the heap's goal (a burst's, such as a large document's first sync)
+// goes back too. Each release is a collection: those not owed to going
+// quiet come no more often than keeps them within half of Config.CPU.
+// Config.Release gives back what is held outside Go's heap, only at Min:
+// at the look after a release, once the finalizers of that collection
+// have run, and then once a minute while the process stays quiet.
 //
 // Files: gctune.go, the choice of percent and the loop that applies it.
 package gctune

@@ -25,9 +25,10 @@ type Config struct {
 	// OnChange, when set, receives each percent set.
 	OnChange func(percent int)
 	// Release, when set, gives back memory held outside Go's heap (C):
-	// called at the look after the heap's free pages went back, when the
-	// finalizers of that collection have freed what they hold, and then
-	// every Quiet while the process stays at Min.
+	// called at the look after the heap's free pages went back at Min,
+	// when the finalizers of that collection have freed what they hold,
+	// and then every Quiet while the process stays at Min; never while
+	// it is busier.
 	Release func()
 	// Quiet is how often a quiet process gives memory back; default 1
 	// minute.
@@ -105,6 +106,9 @@ func Run(ctx context.Context, cfg Config) {
 	defer t.Stop()
 	last := readStats()
 	cost := defaultCost
+	// forcedCost is what a collection costs per live byte with its idle
+	// marking counted: a forced one, in a quiet process, is mostly that.
+	forcedCost := defaultCost
 	var rate float64 // up at once, down over a few seconds
 	var freed, released time.Time
 	releaseDue := false // the look after a collection that gave memory back
@@ -121,6 +125,7 @@ func Run(ctx context.Context, cfg Config) {
 			// the idle-priority mark workers use CPU nothing else wanted.
 			measured := (now.gcCPU - last.gcCPU) / (cycles * now.live)
 			cost = (cost + measured) / 2
+			forcedCost = (forcedCost + (now.gcCPUAll-last.gcCPUAll)/(cycles*now.live)) / 2
 		}
 		last = now
 		if inst >= rate {
@@ -142,16 +147,18 @@ func Run(ctx context.Context, cfg Config) {
 			current = p
 			set(p)
 		}
-		// A release costs a collection: cost × live seconds of CPU; those
-		// not owed to going quiet come no more often than keeps them
-		// within half the collector's share of a core.
-		gap := time.Duration(cost * now.live / (cfg.CPU / 2) * float64(time.Second))
+		// A release costs a collection: forcedCost × live seconds of CPU;
+		// those not owed to going quiet come no more often than keeps
+		// them within half the collector's share of a core.
+		gap := time.Duration(max(cost, forcedCost) * now.live / (cfg.CPU / 2) * float64(time.Second))
 		if shouldFree(now, current == cfg.Min, wentQuiet, now.at.Sub(freed), gap, cfg.Quiet) {
 			// The runtime's own scavenger would take minutes over it, and
 			// keeps a tenth above the heap's goal besides.
 			freed = now.at
 			debug.FreeOSMemory()
-			releaseDue = true
+			// What is outside the heap goes back only from a quiet
+			// process: Release may stall what allocates there.
+			releaseDue = current == cfg.Min
 		}
 	}
 }
@@ -167,7 +174,9 @@ func shouldFree(s stats, atMin, wentQuiet bool, since, gap, quiet time.Duration)
 		// What the busy spell left: once per Quiet, or whenever it is much.
 		return s.spare >= much || since > quiet
 	case atMin:
-		return s.spare >= much && since >= gap
+		// Free pages, not garbage: at Min, garbage up to a tenth of the
+		// live heap is what the next collection is for.
+		return s.free >= much && since >= gap
 	}
 	// Busy: the free pages are what the next collections' cycles reuse, up
 	// to the heap's goal; far beyond it (a burst's, a first sync's) they
@@ -191,6 +200,7 @@ type stats struct {
 	goal     float64 // the heap's goal for the collection under way or next
 	cycles   float64 // collections since the start
 	gcCPU    float64 // CPU seconds of collection since the start, idle marking left out
+	gcCPUAll float64 // the same with idle marking
 }
 
 var statNames = []string{
@@ -213,6 +223,6 @@ func readStats() stats {
 	metrics.Read(samples)
 	u := func(i int) float64 { return float64(samples[i].Value.Uint64()) }
 	f := func(i int) float64 { return samples[i].Value.Float64() }
-	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4),
+	return stats{at: time.Now(), allocs: u(0), live: u(1), cycles: u(2), gcCPU: f(3) - f(4), gcCPUAll: f(3),
 		spare: u(5) + u(6) - u(1), free: u(6), retained: u(5) + u(6) + u(7), goal: u(8)}
 }

@@ -53,6 +53,7 @@ func TestShouldFree(t *testing.T) {
 		{"quiet with much, past the gap", with(6*mb, 6*mb, 52*mb), true, false, 2 * sec, true},
 		{"quiet with much, within the gap", with(6*mb, 6*mb, 52*mb), true, false, sec / 2, false},
 		{"quiet with little", with(4*mb, 4*mb, 50*mb), true, false, time.Hour, false},
+		{"quiet with much garbage, few free pages", with(8*mb, 1*mb, 47*mb), true, false, time.Hour, false},
 		{"busy, free pages the goal will use", with(20*mb, 6*mb, 50*mb), false, false, time.Hour, false},
 		{"busy, a burst's free pages far past the goal", with(30*mb, 20*mb, 66*mb), false, false, 2 * sec, true},
 		{"busy, a burst's, within the gap", with(30*mb, 20*mb, 66*mb), false, false, sec / 2, false},

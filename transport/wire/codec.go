@@ -122,9 +122,22 @@ const (
 // two parts: the frame is head followed by data, which is the message's
 // Data itself.
 func (p *Prepared) To(targetID string) (head, data []byte) {
-	n := p.pairs + 1
-	head = make([]byte, 0, 2+1+len(targetKey)+9+len(targetID)+len(p.body)+1+len(dataKey)+9)
-	if n <= 23 {
+	return p.appendHead(make([]byte, 0, p.headLen(targetID)), targetID), p.data
+}
+
+// Frame returns the prepared message addressed to targetID as one slice.
+func (p *Prepared) Frame(targetID string) []byte {
+	b := p.appendHead(make([]byte, 0, p.headLen(targetID)+len(p.data)), targetID)
+	return append(b, p.data...)
+}
+
+// headLen bounds the length of the head for targetID.
+func (p *Prepared) headLen(targetID string) int {
+	return 2 + 1 + len(targetKey) + 9 + len(targetID) + len(p.body) + 1 + len(dataKey) + 9
+}
+
+func (p *Prepared) appendHead(head []byte, targetID string) []byte {
+	if n := p.pairs + 1; n <= 23 {
 		head = append(head, 0xa0+byte(n))
 	} else {
 		head = append(head, 0xb8, byte(n))
@@ -136,13 +149,7 @@ func (p *Prepared) To(targetID string) (head, data []byte) {
 		head = appendText(head, dataKey)
 		head = appendHead(head, 0x40, uint64(len(p.data))) // a byte string
 	}
-	return head, p.data
-}
-
-// Frame returns the prepared message addressed to targetID as one slice.
-func (p *Prepared) Frame(targetID string) []byte {
-	head, data := p.To(targetID)
-	return append(head, data...)
+	return head
 }
 
 // appendText appends s as a CBOR text string (major type 3).
