@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 // hangEnv makes this test binary, as a worker, hang instead of working.
@@ -197,5 +200,30 @@ func TestJobsTakeTheirShareOfACore(t *testing.T) {
 	cancel()
 	if _, err := s.Save(ctx, given(changes)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that gave up while the job paused: %v", err)
+	}
+}
+
+// A document dropped is freed before the worker loads the next: its
+// memory is in the C heap, freed by a finalizer, which awaitFreed waits
+// for.
+func TestALoadedDocumentIsFreedBeforeTheNext(t *testing.T) {
+	before, _, ok := cmalloc.Stats()
+	if !ok {
+		t.Skip("no C heap figures on this platform") // glibc has them: CI runs there
+	}
+	_, changes := typed(t, 5_000)
+	d, err := automerge.Load(changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, _, _ := cmalloc.Stats()
+	if loaded < before+1<<20 {
+		t.Fatalf("a loaded document of 5,000 changes takes %d bytes of C heap", loaded-before)
+	}
+	runtime.KeepAlive(d)
+	d = nil
+	awaitFreed(before+(loaded-before)/2, true)
+	if now, _, _ := cmalloc.Stats(); now >= before+(loaded-before)/2 {
+		t.Fatalf("the dropped document still holds %d of its %d bytes", now-before, loaded-before)
 	}
 }
