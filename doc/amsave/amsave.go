@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
-
-	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 const (
@@ -198,11 +196,13 @@ func serve(in io.Reader, out io.Writer) error {
 	}
 	saved := d.Save()
 	heads := d.Heads()
-	// The loaded document goes before the saved one is loaded back: the
-	// job then holds one at a time (its peak nearly halves).
-	inUse, _, ok := cmalloc.Stats()
-	d, changes = nil, nil
-	awaitFreed(inUse/2, ok)
+	// A large loaded document goes before the saved one is loaded back:
+	// the job then holds one at a time. (A small one is not worth the
+	// collections.)
+	if len(changes) >= 1<<20 {
+		d, changes = nil, nil
+		awaitFinalizers()
+	}
 	// A saved document is sent to peers that load it in place of the
 	// changes: one that does not load back to the same heads (a change
 	// automerge would write otherwise than it came) must not leave here.
@@ -217,21 +217,30 @@ func serve(in io.Reader, out io.Writer) error {
 	return err
 }
 
-// awaitFreed collects the garbage and waits, a second at most, until the
-// C heap in use is below below: automerge-go frees a document's memory in
-// a finalizer, which runs after the collection, on its own goroutine.
-// Without the C heap's figures (ok false) it only collects.
-func awaitFreed(below uint64, ok bool) {
-	runtime.GC()
-	if !ok {
-		return
-	}
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if n, _, _ := cmalloc.Stats(); n < below {
+// awaitFinalizers collects the garbage and waits, a second at most, for
+// the finalizers that collection queued: automerge-go frees a document's
+// memory in one. The runtime runs what is queued in batches, each whole
+// before the next, so a sentinel queued by a second collection runs after
+// everything the first queued.
+func awaitFinalizers() {
+	for range 2 {
+		done := make(chan struct{})
+		s := &sentinel{}
+		runtime.SetFinalizer(s, func(*sentinel) { close(done) })
+		s = nil
+		runtime.GC()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
 			return
 		}
 	}
 }
+
+// sentinel is an object whose finalizer says the finalizers queued with
+// it have run. It holds a pointer: the runtime batches tiny objects
+// without pointers, whose finalizers may never run.
+type sentinel struct{ _ *int }
 
 // lowestPriority gives every thread of the process the lowest priority.
 // Linux keeps a nice value per thread, and a thread starts with its
