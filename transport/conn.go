@@ -232,13 +232,25 @@ func (c *conn) SendSync(documentID string, data []byte) {
 		c.srv.log.Error("encode sync", "err", err)
 		return
 	}
-	head, tail := p.To(c.peerID)
-	c.queue(head, tail, c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
+	c.queueSync(p, len(data))
 }
 
 // largeData is the size from which a sync message is written from its
 // own bytes, not copied into its frame (wire.Prepared).
 const largeData = 16 << 10
+
+// queueSync queues a prepared sync message of n bytes: from largeData on
+// its data is written from where it is; a smaller one is copied into its
+// frame, which then joins the writer's batches.
+func (c *conn) queueSync(p *wire.Prepared, n int) {
+	sent := c.srv.metrics.sent.WithLabelValues(wire.TypeSync)
+	if n < largeData {
+		c.queue(p.Frame(c.peerID), nil, sent)
+		return
+	}
+	head, tail := p.To(c.peerID)
+	c.queue(head, tail, sent)
+}
 
 // SendSharedSync implements doc.SharedSender: the message is encoded once,
 // for the first peer it goes to; the others only get their targetId
@@ -255,8 +267,7 @@ func (c *conn) SendSharedSync(documentID string, s *doc.SharedSync) {
 		s.Frame = p
 	}
 	c.srv.metrics.syncBytes.WithLabelValues("out").Add(float64(len(s.Data)))
-	head, tail := p.To(c.peerID)
-	c.queue(head, tail, c.srv.metrics.sent.WithLabelValues(wire.TypeSync))
+	c.queueSync(p, len(s.Data))
 }
 
 // SendDocUnavailable implements doc.Peer.
