@@ -68,37 +68,35 @@ func (s *staticFiles) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
 		return
 	}
+	gzipped := f.gz != nil && acceptsGzip(r)
+	var body io.ReadSeeker = bytes.NewReader(f.gz)
+	if !gzipped {
+		// The plain bytes are the file itself: an embedded file seeks.
+		file, err := s.fsys.Open(f.name)
+		if err != nil {
+			http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
+			return
+		}
+		defer file.Close()
+		rs, ok := file.(io.ReadSeeker)
+		if !ok {
+			http.Error(w, "cannot seek "+f.name, http.StatusInternalServerError)
+			return
+		}
+		body = rs
+	}
 	h := w.Header()
 	h.Set("Content-Type", f.ctype)
 	h.Set("Cache-Control", "no-cache") // revalidate: names are not content-hashed
 	h.Set("Vary", "Accept-Encoding")
-	if f.gz != nil && acceptsGzip(r) {
+	h.Set("ETag", f.etag)
+	if gzipped {
 		h.Set("Content-Encoding", "gzip")
 		h.Set("ETag", strings.TrimSuffix(f.etag, `"`)+`-gz"`)
 		// ServeContent leaves the length of an encoded body unset;
 		// ranges of a compressed body are not offered.
 		h.Set("Content-Length", strconv.Itoa(len(f.gz)))
 		r.Header.Del("Range")
-		http.ServeContent(w, r, f.name, startTime, bytes.NewReader(f.gz))
-		return
-	}
-	h.Set("ETag", f.etag)
-	file, err := s.fsys.Open(f.name)
-	if err == nil {
-		defer file.Close()
-	}
-	body, ok := file.(io.ReadSeeker)
-	if err == nil && !ok {
-		var data []byte
-		data, err = io.ReadAll(file)
-		body = bytes.NewReader(data)
-	}
-	if err != nil {
-		for _, k := range []string{"ETag", "Cache-Control", "Vary"} {
-			h.Del(k)
-		}
-		http.Error(w, "cannot read "+f.name, http.StatusInternalServerError)
-		return
 	}
 	http.ServeContent(w, r, f.name, startTime, body)
 }

@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config) {
 		// A release costs a collection: forcedCost × live seconds of CPU;
 		// those not owed to going quiet come no more often than keeps
 		// them within half the collector's share of a core.
-		gap := time.Duration(max(cost, forcedCost) * now.live / (cfg.CPU / 2) * float64(time.Second))
+		gap := time.Duration(forcedCost * now.live / (cfg.CPU / 2) * float64(time.Second))
 		if shouldFree(now, current == cfg.Min, wentQuiet, now.at.Sub(freed), gap, cfg.Quiet) {
 			// The runtime's own scavenger would take minutes over it, and
 			// keeps a tenth above the heap's goal besides.
@@ -184,8 +184,7 @@ func shouldFree(s stats, atMin, wentQuiet bool, since, gap, quiet time.Duration)
 	return s.free >= much && s.retained > s.goal+s.goal/4 && since >= gap
 }
 
-// muchFree: a quiet process gives back its heap's spare memory (free
-// pages, and garbage not yet collected) once it is at least this, and an
+// muchFree: memory worth a release (shouldFree) is at least this, and an
 // eighth of the live heap.
 const muchFree = 1 << 20
 
