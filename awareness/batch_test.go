@@ -1,8 +1,7 @@
 package awareness
 
 import (
-	"context"
-	"fmt"
+		"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -21,11 +20,23 @@ type batchPeer struct {
 
 func (p *batchPeer) PresenceBatches() bool { return true }
 
-func (p *batchPeer) SendPresence(string, Message) {
-	panic("a peer that takes batches was sent a message alone")
+func (p *batchPeer) PresenceReady(f *Feed) {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	p.got(f.Document(), f.Take(p))
 }
 
-func (p *batchPeer) SendPresenceBatch(doc string, b *Batch) {
+// got records what a take delivered.
+func (p *batchPeer) got(doc string, d Delivery) {
+	if d.Batch == nil && len(d.Messages) > 0 {
+		panic("a peer that takes batches was sent messages alone")
+	}
+	if d.Batch != nil {
+		p.batch(doc, d.Batch) // records d.Messages
+	}
+}
+
+func (p *batchPeer) batch(doc string, b *Batch) {
 	p.bmu.Lock()
 	p.batches = append(p.batches, b)
 	p.bmu.Unlock()
@@ -49,26 +60,24 @@ func (p *batchPeer) takeBatches() []*Batch {
 // others one message each, in the same order under the same counts.
 func TestQueuedPresenceGoesAsOneBatch(t *testing.T) {
 	f := newFixture(t)
-	gate := &gatedPeer{fakePeer: fakePeer{id: "gate"}}
-	b1, b2, plain := &batchPeer{fakePeer: fakePeer{id: "b1"}}, &batchPeer{fakePeer: fakePeer{id: "b2"}}, &fakePeer{id: "plain"}
+	b1, b2 := &slowBatchPeer{batchPeer: batchPeer{fakePeer: fakePeer{id: "b1"}}}, &slowBatchPeer{batchPeer: batchPeer{fakePeer: fakePeer{id: "b2"}}}
+	plain := &slowPeer{fakePeer: fakePeer{id: "plain"}}
 	senders := []*fakePeer{{id: "s1"}, {id: "s2"}, {id: "s3"}}
-	for _, p := range []Peer{gate, b1, b2, plain} {
+	for _, p := range []Peer{b1, b2, plain} {
 		f.hub.Join(p, doc1)
 	}
 	for _, s := range senders {
-		f.update(s, "user", s.id) // greeted: no room snapshot for them breaks the run below
+		f.update(s, "user", s.id)
 	}
-	waitDispatched(t, f.hub)
-	gate.close()
-	done := make(chan struct{})
-	go func() { defer close(done); f.update(senders[0], "cursor", 0) }() // sticks on the gate
-	<-gate.entered
+	b1.hold()
+	b2.hold()
+	plain.hold()
 	for _, s := range senders {
-		f.update(s, "selection", s.id) // queued behind the stuck dispatcher
+		f.update(s, "selection", s.id) // waits while the members cannot take
 	}
-	gate.open()
-	<-done
-	waitDispatched(t, f.hub)
+	b1.release()
+	b2.release()
+	plain.release()
 
 	last1, last2 := b1.takeBatches(), b2.takeBatches()
 	if len(last1) == 0 || len(last1) != len(last2) {
@@ -101,7 +110,6 @@ func TestANewcomerGetsTheRoomInOneBatch(t *testing.T) {
 	}
 	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
 	f.hub.Join(b, doc1)
-	waitDispatched(t, f.hub)
 	got := b.takeBatches()
 	if len(got) != 1 || len(got[0].Messages) != 5 {
 		t.Fatalf("newcomer got %d batches (%v): want the 5 peers in one", len(got), got)
@@ -126,7 +134,6 @@ func TestNoBatchOfOnlyOnesOwnMessages(t *testing.T) {
 	if _, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); err != nil {
 		t.Fatal(err)
 	}
-	waitDispatched(t, f.hub)
 	if got := a.takeBatches(); len(got) != 0 {
 		t.Errorf("a was sent %d batches of its own cursor", len(got))
 	}
@@ -163,8 +170,7 @@ func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
 		wg.Wait()
 		f.clock.Advance(time.Second)
 		f.hub.Tick() // the trailing edges
-		waitDispatched(t, f.hub)
-		for _, p := range []*fakePeer{&b.fakePeer, plain} {
+			for _, p := range []*fakePeer{&b.fakePeer, plain} {
 			got := p.take()
 			for s := range senders {
 				c := cursors(t, got, fmt.Sprintf("s%d", s))
@@ -200,13 +206,11 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 		f.update(p, "cursor", 1) // the leading edge
 		f.update(p, "cursor", 2) // held back
 	}
-	waitDispatched(t, f.hub)
 	w.take()
 	got := map[string]int{}
 	for tick := 1; tick <= 3+holdTicks; tick++ {
 		f.hub.Tick()
-		waitDispatched(t, f.hub)
-		n, heard := 0, w.take()
+			n, heard := 0, w.take()
 		for _, p := range peers {
 			for _, c := range cursors(t, heard, p.id) {
 				if c != uint64(2) {
@@ -240,7 +244,6 @@ func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	for range 6 {
 		f.hub.Tick()
 	}
-	waitDispatched(t, f.hub)
 	w.take()
 	r := f.hub.rooms[doc1]
 	seq := 0
@@ -248,13 +251,11 @@ func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	move := func() []any {
 		seq++
 		f.update(a, "cursor", seq)
-		waitDispatched(t, f.hub)
-		return cursors(t, w.take(), "a")
+			return cursors(t, w.take(), "a")
 	}
 	tick := func() []any {
 		f.hub.Tick()
-		waitDispatched(t, f.hub)
-		return cursors(t, w.take(), "a")
+			return cursors(t, w.take(), "a")
 	}
 	for round := range 20 {
 		if got := move(); len(got) != 1 || got[0] != uint64(seq) {
@@ -306,76 +307,33 @@ func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	}
 }
 
-// With a send window, what is queued within it goes out together: one
-// batch for the three senders. Close sends what a window still holds.
-func TestASendWindowJoinsWhatComesWithinIt(t *testing.T) {
-	f := newFixture(t)
-	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
-	f.hub.Join(b, doc1)
-	senders := []*fakePeer{{id: "s1"}, {id: "s2"}, {id: "s3"}}
-	for _, s := range senders {
-		f.update(s, "user", s.id) // sent at once: no window yet
-	}
-	b.take()
-	b.takeBatches()
-	// Far longer than the three updates take, however loaded the machine;
-	// Close ends it and sends what it holds.
-	f.hub.cfg.SendWindow = time.Hour
-	for _, s := range senders {
-		f.update(s, "cursor", 1)
-	}
-	if got := b.takeBatches(); len(got) != 0 {
-		t.Fatalf("%d batches went out before the window ended", len(got))
-	}
-	if err := f.hub.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got := b.takeBatches()
-	if len(got) != 1 || len(got[0].Messages) != 3 {
-		t.Fatalf("after Close: %d batches, want the three cursors in one", len(got))
-	}
+// slowBatchPeer is a batchPeer that, while held, only notes the feeds it
+// is told of (slowPeer).
+type slowBatchPeer struct {
+	batchPeer
+	mu    sync.Mutex
+	held  bool
+	feeds []*Feed
 }
 
-// A tick that sends trailing edges ends a send window at once: those
-// values waited their period already, and what the window held goes with
-// them in one batch. A tick with nothing to send leaves the window be.
-func TestATickWithTrailingEdgesEndsTheSendWindow(t *testing.T) {
-	f := newFixture(t)
-	b := &batchPeer{fakePeer: fakePeer{id: "b"}}
-	f.hub.Join(b, doc1)
-	s1, s2, s3 := &fakePeer{id: "s1"}, &fakePeer{id: "s2"}, &fakePeer{id: "s3"}
-	for _, s := range []*fakePeer{s1, s2, s3} {
-		f.update(s, "user", s.id) // sent at once: no window yet
+func (p *slowBatchPeer) PresenceReady(f *Feed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held {
+		p.feeds = append(p.feeds, f)
+		return
 	}
-	f.hub.Tick()
-	waitDispatched(t, f.hub)
-	b.take()
-	b.takeBatches()
-	f.hub.cfg.SendWindow = time.Hour // only a tick or Close ends it here
-	f.update(s1, "cursor", 1)        // a leading edge: the window starts
-	f.update(s2, "cursor", 1)        // a leading edge
-	f.update(s2, "cursor", 2)        // pending for the tick
-	if got := b.takeBatches(); len(got) != 0 {
-		t.Fatalf("%d batches went out within the window", len(got))
+	p.batchPeer.got(f.Document(), f.Take(p))
+}
+
+func (p *slowBatchPeer) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
+
+func (p *slowBatchPeer) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	for _, f := range p.feeds {
+		p.batchPeer.got(f.Document(), f.Take(p))
 	}
-	f.hub.Tick()
-	waitDispatched(t, f.hub)
-	got := b.takeBatches()
-	if len(got) != 1 || len(got[0].Messages) != 2 {
-		t.Fatalf("after the tick: %d batches, want one with s1's and s2's cursors", len(got))
-	}
-	if c := cursors(t, b.take(), "s2"); len(c) != 1 || c[0] != uint64(2) {
-		t.Fatalf("s2's cursors after the tick: %v, want [2]", c)
-	}
-	f.update(s3, "cursor", 1) // a leading edge: a new window
-	f.hub.Tick()              // nothing pending: the window runs on
-	if got := b.takeBatches(); len(got) != 0 {
-		t.Fatalf("a tick with nothing to send ended the window: %d batches", len(got))
-	}
-	if err := f.hub.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.takeBatches(); len(got) != 1 || len(got[0].Messages) != 1 {
-		t.Fatalf("after Close: %d batches, want s3's cursor in one", len(got))
-	}
+	p.feeds = nil
 }

@@ -14,7 +14,7 @@ import (
 type nopPeer struct{ id string }
 
 func (p nopPeer) ID() string                   { return p.id }
-func (p nopPeer) SendPresence(string, Message) {}
+func (p nopPeer) PresenceReady(f *Feed) { f.Take(p) }
 
 // BenchmarkMerge measures the CRDT's register write and state merge.
 func BenchmarkMerge(b *testing.B) {

@@ -23,13 +23,6 @@ type Config struct {
 	// after two ticks (forward.go).
 	RoomTickPeers int
 	MaxRoomTick   time.Duration
-	// SendWindow, when set, holds what is queued for the other peers
-	// this long, so that what comes within it goes out together: in one
-	// batch per document for clients that take them, and in one write per
-	// connection for all. It adds up to that much latency; default 0,
-	// which sends at once. A tick that sends trailing edges ends it at
-	// once (they waited their period already), and so does Close.
-	SendWindow time.Duration
 	// TTL removes a peer not heard from (no pong, no message) for this
 	// long; default 17.5s (3.5 pings at the default ping interval).
 	TTL time.Duration

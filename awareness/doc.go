@@ -11,14 +11,15 @@
 //
 // A Hub speaks automerge-repo's Presence protocol (ephemeral messages whose
 // payload is {"__presence": ...}) on top of that CRDT: it tells newcomers
-// the state of every live peer at once, coalesces each peer's updates per
-// channel to one per period (newest wins; a room's period is one
+// the state of every live peer, forwards at most a leading and a
+// trailing edge of each peer's channels per period (a room's period is one
 // Config.Tick, longer by a tick per Config.RoomTickPeers peers, and each
 // peer's period ends at a tick of its own: forward.go), drives status and
 // typing expiry from one heartbeat/TTL table swept every Config.Sweep, and
-// speaks goodbye for peers that vanish. What is to be sent waits in one
-// outbox (outbox.go), where a newer value of a queued channel replaces the
-// older one.
+// speaks goodbye for peers that vanish. What is forwarded goes to the
+// room's feed (feed.go), from which each member's connection takes when it
+// can write: what piled up meanwhile, the newest value of each channel
+// only, or the whole room for a member that fell far behind.
 //
 // In a cluster the hub publishes its own peers' presence (after
 // coalescing) and merges what other nodes publish into the same CRDT; the
@@ -34,7 +35,7 @@
 // the hub: merging a message is quick, so one lock costs less than a lock
 // per room (the document layer, whose guard checks each change against
 // the document, has one per room). Peer methods are called outside that
-// lock, by one dispatcher at a time (outbox.go), and must not block. Watch
+// lock, and must not block; a feed's lock is taken after the hub's. Watch
 // callbacks (subscription lists) and Replicator methods are called with
 // the lock held: they must only queue.
 package awareness

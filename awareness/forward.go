@@ -80,8 +80,8 @@ func (h *Hub) schedule(r *room, peer string, channels ...string) {
 // held, it sends its next move as it makes it, at nearly the same pace.
 // A peer that stopped sends its last value holdTicks late. Periods of
 // one tick (small rooms) are never held: their pending values are at
-// most a tick old. It reports whether it sent anything.
-func (h *Hub) flush(r *room, k int) (sent bool) {
+// most a tick old.
+func (h *Hub) flush(r *room, k int) {
 	r.ticks++
 	ends := func(peer string) bool { return k == 1 || (r.ticks+slot(peer))%uint64(k) == 0 }
 	for peer := range r.sent {
@@ -103,9 +103,7 @@ func (h *Hub) flush(r *room, k int) (sent bool) {
 			continue
 		}
 		h.sendPending(r, peer)
-		sent = true
 	}
-	return sent
 }
 
 // holdTicks is how many ticks a peer held at the end of its period waits
@@ -170,7 +168,7 @@ func (h *Hub) forward(r *room, peer string, channels []string) {
 	default:
 		m = &presenceMessage{Type: TypeSnapshot, State: rawState(state), whole: len(state) == visibleChannels(p)}
 	}
-	h.enqueue(r, peer, m)
+	r.feed.post(peer, m)
 }
 
 // visibleChannels counts the channels of p that have a value.
@@ -191,34 +189,7 @@ func (h *Hub) sendGoodbye(r *room, peer string) {
 	delete(r.held, peer)
 	delete(r.sent, peer)
 	h.publish(r, peer, nil, false)
-	h.enqueue(r, peer, &presenceMessage{Type: TypeGoodbye})
-}
-
-// sendRoomTo sends a newcomer a snapshot of every other live peer. Updates
-// queued before the snapshot keep their values: a newer one goes after it.
-func (h *Hub) sendRoomTo(r *room, to Peer) {
-	if n := len(h.out.queue); n > 0 && n+len(r.state) > maxOutbox {
-		// The outbox is far behind: the newcomer is sent the room at its
-		// next presence message (a stock client's heartbeat comes within
-		// seconds) rather than with a snapshot per peer queued now. An
-		// empty outbox takes any room.
-		delete(r.greeted, to.ID())
-		h.metrics.updates.WithLabelValues("deferred").Add(float64(len(r.state)))
-		return
-	}
-	h.newEpoch(r)
-	for id, p := range r.state {
-		if id == to.ID() || !p.Visible() {
-			continue
-		}
-		state := make(map[string][]byte, len(p.Channels))
-		for ch := range p.Channels {
-			if v, ok := p.Get(ch); ok {
-				state[ch] = v
-			}
-		}
-		h.enqueueTo(r, id, to, &presenceMessage{Type: TypeSnapshot, State: rawState(state), whole: true})
-	}
+	r.feed.post(peer, &presenceMessage{Type: TypeGoodbye})
 }
 
 func rawState(s map[string][]byte) map[string]cbor.RawMessage {

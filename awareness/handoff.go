@@ -73,7 +73,6 @@ func (h *Hub) handoff(pi *peerInfo, node string, fx *effects) {
 			continue
 		}
 		r.drop(pi.id)
-		h.newEpoch(r)
 		if st := r.state[pi.id]; st == nil || !st.Visible() {
 			pi.docs.Delete(id) // a remote peer is in the documents that show it
 		}

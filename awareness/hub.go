@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -13,12 +14,14 @@ import (
 	"github.com/tandemhq/tandem/internal/smallmap"
 )
 
-// Peer is one connection's peer as presence sees it. SendPresence queues an
-// ephemeral message to the peer and must not block: the outbox's one
-// dispatcher calls it for every member, outside the hub's lock.
+// Peer is one connection's peer as presence sees it. PresenceReady tells
+// it that a document's feed has presence for it, which it takes
+// (Feed.Take) as soon as it can send it (feed.go). PresenceReady is
+// called outside the hub's lock and must not block; Take may be called
+// from it.
 type Peer interface {
 	ID() string
-	SendPresence(documentID string, m Message)
+	PresenceReady(f *Feed)
 }
 
 // Hub holds the presence of every document in use on this node.
@@ -29,13 +32,10 @@ type Hub struct {
 	dec     cbor.DecMode // presence payloads, bounded by MaxNesting
 	loop    lifecycle.Loop
 	asked   asking // when each document's state was last asked for (cluster.go)
-	// handoffs are the outbox dispatchers that went on on a goroutine of
-	// their own (outbox.go); Close waits for them. Once closing is set
-	// (under mu), a dispatcher drains the outbox itself instead.
-	handoffs sync.WaitGroup
+	// hasReady is set while ready holds peers to tell (notify).
+	hasReady atomic.Bool
 
 	mu       sync.Mutex           // guards everything below
-	closing  bool                 // Close has begun (outbox.go)
 	rooms    map[string]*room     // by document id
 	peers    map[string]*peerInfo // by peer id
 	users    map[string]*userInfo // by user id
@@ -43,24 +43,23 @@ type Hub struct {
 	rostered map[string]bool // nodes that sent a roster: their peers expire by RemoteTTL
 	swept    time.Time       // when Tick last went over the peers (Config.Sweep)
 	seen     *lastSeenWriter
-	out      outbox
-
-	// Owned by the dispatcher (outbox.go), not guarded by mu: the count
-	// of the last message sent under RelaySession.
+	// ready holds the peers a feed has something new for, to be told
+	// once the lock is released (notify).
+	ready []readyPeer
+	// relayCount is the count of the last message sent under
+	// RelaySession.
 	relayCount uint64
 }
 
 // effects are what a section under h.mu leaves to do once the lock is
-// released (run): send what it queued in the outbox, and store last-seen
-// times.
+// released (run): tell peers of what it posted to feeds, and store
+// last-seen times.
 type effects struct {
 	lastSeen []UserStatus
 	// moved holds users whose peer here went on as a connection on
 	// another node: if this node loses sight of them, they were not seen
 	// leaving, and no last-seen is stored.
 	moved map[string]bool
-	// now dispatches at once, ending a send window (a tick's flush).
-	now bool
 }
 
 func (fx *effects) move(userID string) {
@@ -71,11 +70,7 @@ func (fx *effects) move(userID string) {
 }
 
 func (fx *effects) run(h *Hub) {
-	if fx.now {
-		h.dispatchNow()
-	} else {
-		h.dispatch()
-	}
+	h.notify()
 	for _, us := range fx.lastSeen {
 		h.seen.add(us) // stored by the last-seen writer (lastseen.go), off this path
 	}
@@ -132,20 +127,9 @@ func (h *Hub) Run(ctx context.Context) error {
 }
 
 // Close stops Run, which writes the last-seen times still queued, and
-// waits for it and for the outbox's dispatcher, or ctx. Safe to call twice.
+// waits for it, or ctx. Safe to call twice.
 func (h *Hub) Close(ctx context.Context) error {
 	_, err := h.loop.Stop(ctx)
-	h.mu.Lock()
-	h.closing = true // from now on the dispatcher never hands over
-	h.mu.Unlock()
-	h.dispatchNow() // what a send window holds goes now
-	done := make(chan struct{})
-	go func() { h.handoffs.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	return err
 }
 
@@ -194,16 +178,14 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	}
 	r := h.rooms[documentID]
 	if r == nil {
-		r = newRoom(documentID)
+		r = newRoom(h, documentID)
 		h.rooms[documentID] = r
 	}
 	if r.members[pi.id] != p {
 		r.members[pi.id] = p
-		r.list = nil
-		h.newEpoch(r)
 		delete(r.greeted, pi.id) // greeted again at its first presence message
 		pi.docs.Set(documentID, struct{}{})
-		h.sendRoomTo(r, p)
+		r.feed.join(p)
 	}
 	return pi, r
 }
@@ -276,7 +258,6 @@ func (h *Hub) LeaveDocument(p Peer, documentID string) {
 				h.sendGoodbye(r, pi.id)
 			}
 			r.drop(pi.id)
-			h.newEpoch(r)
 			if len(r.members) == 0 {
 				h.dropRoom(r, &fx)
 			}
@@ -300,7 +281,6 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 		if pi.conn == nil {
 			r.guessed[pi.id] = true
 		}
-		h.newEpoch(r)
 		if len(r.members) == 0 {
 			h.dropRoom(r, fx)
 		}

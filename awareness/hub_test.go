@@ -41,11 +41,31 @@ type received struct {
 
 type fakePeer struct {
 	id  string
+	tmu sync.Mutex // held while taking and recording, as a connection's one writer does
 	mu  sync.Mutex
 	got []received
 }
 
 func (p *fakePeer) ID() string { return p.id }
+
+// PresenceReady takes what the feed has at once, as a connection whose
+// writer is idle does.
+func (p *fakePeer) PresenceReady(f *Feed) {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	p.record(f.Document(), f.Take(p))
+}
+
+// record keeps what a take delivered.
+func (p *fakePeer) record(doc string, d Delivery) {
+	if d.Batch != nil {
+		panic("a peer that takes no batches was sent one")
+	}
+	for _, m := range d.Messages {
+		p.SendPresence(doc, m)
+	}
+}
+
 func (p *fakePeer) SendPresence(doc string, m Message) {
 	var env envelope
 	if err := cbor.Unmarshal(m.Data, &env); err != nil || env.Presence == nil {
@@ -95,14 +115,14 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // send delivers a presence message from p with its next clock.
-func (f *fixture) send(p *fakePeer, m presenceMessage) {
+func (f *fixture) send(p Peer, m presenceMessage) {
 	f.t.Helper()
-	f.count[p.id]++
+	f.count[p.ID()]++
 	data, err := cbor.Marshal(map[string]any{"__presence": m})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ok, err := f.hub.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s-" + p.id, Count: f.count[p.id], Data: data})
+	ok, err := f.hub.Receive(p, doc1, Message{SenderID: p.ID(), SessionID: "s-" + p.ID(), Count: f.count[p.ID()], Data: data})
 	if !ok || err != nil {
 		f.t.Fatalf("Receive: %v %v", ok, err)
 	}
@@ -116,12 +136,12 @@ func enc(v any) cbor.RawMessage {
 	return b
 }
 
-func (f *fixture) update(p *fakePeer, channel string, v any) {
+func (f *fixture) update(p Peer, channel string, v any) {
 	f.t.Helper()
 	f.send(p, presenceMessage{Type: TypeUpdate, Channel: channel, Value: enc(v)})
 }
 
-func (f *fixture) snapshot(p *fakePeer, state map[string]any) {
+func (f *fixture) snapshot(p Peer, state map[string]any) {
 	f.t.Helper()
 	raw := map[string]cbor.RawMessage{}
 	for k, v := range state {
@@ -270,15 +290,24 @@ func TestLeaveSaysGoodbyeOnce(t *testing.T) {
 // first (the channels of a snapshot come in no fixed order).
 func TestASnapshotLeavesAsOneSnapshot(t *testing.T) {
 	f := newFixture(t)
-	b := &fakePeer{id: "b"}
+	b := &slowPeer{fakePeer: fakePeer{id: "b"}}
 	f.hub.Join(b, doc1)
 	state := map[string]any{
 		"user": map[string]any{"id": "ana", "name": "Ana"}, "cursor": "1@x",
 		"selection": nil, "typing": false, "status": "online",
 	}
+	// last is the feed's newest entry, held while b takes nothing.
+	last := func(do func()) entry {
+		b.hold()
+		do()
+		fd := f.hub.rooms[doc1].feed
+		e := fd.entries[len(fd.entries)-1]
+		b.release()
+		return e
+	}
 	for round := range 50 {
 		a := &fakePeer{id: "a"}
-		f.snapshot(a, state)
+		e := last(func() { f.snapshot(a, state) })
 		got := b.take()
 		if len(got) != 1 || got[0].body.Type != TypeSnapshot || got[0].msg.SenderID != "a" {
 			t.Fatalf("round %d: b got %+v, want one snapshot from a", round, got)
@@ -288,11 +317,11 @@ func TestASnapshotLeavesAsOneSnapshot(t *testing.T) {
 				t.Fatalf("round %d: the snapshot lacks %q: %+v", round, ch, got[0].body.State)
 			}
 		}
-		if !got[0].msg.Whole || got[0].msg.Goodbye || got[0].msg.Channels != nil {
-			t.Fatalf("round %d: a snapshot of all of a's channels is not marked whole: %+v", round, got[0].msg)
+		if !e.whole || e.goodbye || e.channels != nil {
+			t.Fatalf("round %d: a snapshot of all of a's channels is not marked whole: %+v", round, e)
 		}
-		f.hub.Leave(a)
-		if got := b.take(); len(got) != 1 || got[0].body.Type != TypeGoodbye || !got[0].msg.Whole || !got[0].msg.Goodbye {
+		e = last(func() { f.hub.Leave(a) })
+		if got := b.take(); len(got) != 1 || got[0].body.Type != TypeGoodbye || !e.whole || !e.goodbye {
 			t.Fatalf("round %d: b got %+v, want a's goodbye", round, got)
 		}
 	}
@@ -304,13 +333,15 @@ func TestASnapshotLeavesAsOneSnapshot(t *testing.T) {
 	f.clock.Advance(time.Second)
 	f.hub.Tick()
 	b.take()
-	f.snapshot(a, map[string]any{"cursor": "2@x", "selection": map[string]any{"anchor": "1@x", "head": "2@x"}})
+	e := last(func() {
+		f.snapshot(a, map[string]any{"cursor": "2@x", "selection": map[string]any{"anchor": "1@x", "head": "2@x"}})
+	})
 	got := b.take()
 	if len(got) != 1 || got[0].body.Type != TypeSnapshot || len(got[0].body.State) != 2 {
 		t.Fatalf("b got %+v, want one snapshot of a's cursor and selection", got)
 	}
-	if m := got[0].msg; m.Whole || m.Goodbye || !slices.Equal(slices.Sorted(slices.Values(m.Channels)), []string{"cursor", "selection"}) {
-		t.Fatalf("the partial snapshot says it replaces %+v, want just cursor and selection", m)
+	if e.whole || e.goodbye || !slices.Equal(e.channels, []string{"cursor", "selection"}) {
+		t.Fatalf("the partial snapshot says it replaces %+v, want just cursor and selection", e)
 	}
 }
 
@@ -364,7 +395,6 @@ func TestTTLsAreSweptOncePerSweep(t *testing.T) {
 		f.hub.Touch(b)
 		before := f.hub.swept
 		f.hub.Tick()
-		waitDispatched(t, f.hub)
 		n := goodbyes()
 		if f.hub.swept == before {
 			if n != 0 {

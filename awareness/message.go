@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -15,20 +16,6 @@ type Message struct {
 	SessionID string
 	Count     uint64
 	Data      []byte
-	// What a message the hub sends replaces, for a transport that cannot
-	// send at once and keeps only the newest message per document, sender
-	// and channel. Channel is the channel of an update (a heartbeat's is
-	// its own pseudo-channel). Channels are those of a snapshot of some of
-	// the sender's channels, sorted: receivers merge it into what they
-	// hold, so it replaces older messages of just these channels (and an
-	// older snapshot of the same channels). Whole marks a
-	// goodbye (also Goodbye) or a snapshot of all of the sender's state:
-	// it replaces everything of the sender before it, but a snapshot never
-	// replaces a goodbye (the peer left, then came back).
-	Channel  string
-	Channels []string
-	Whole    bool
-	Goodbye  bool
 	// Shared is the same for every recipient of one message the hub
 	// sends: a transport may keep there what it derives from the message
 	// once for all of them (its encoded frame). Nil on received messages.
@@ -36,26 +23,25 @@ type Message struct {
 }
 
 // Shared carries what a transport computes once per message sent to many
-// peers. The hub calls its peers' SendPresence one after another, never
-// concurrently, for one message.
+// peers. Peers may take the same message at once: Once guards Frame.
 type Shared struct {
+	Once  sync.Once
 	Frame any
 }
 
 // Batcher is a Peer that may take many presence messages of one document
-// in one frame. PresenceBatches says whether this one does (a client asks
-// for it when it joins); SendPresenceBatch queues a batch and must not
-// block, as SendPresence.
+// in one frame (Delivery.Batch). PresenceBatches says whether this one
+// does (a client asks for it when it joins).
 type Batcher interface {
 	Peer
 	PresenceBatches() bool
-	SendPresenceBatch(documentID string, b *Batch)
 }
 
-// Batch is presence messages of one document, in the order sent, that the
-// hub sends as one to every member that takes batches: the same Batch,
-// and so the same frame, for all of them. It may hold messages in the
-// recipient's own name, which the recipient ignores.
+// Batch is presence messages of one document, in the order sent, that
+// members that take batches are sent as one: the same Batch, and so the
+// same frame, for every member that takes the same messages at once. It
+// may hold messages in the recipient's own name, which the recipient
+// ignores.
 type Batch struct {
 	Messages []Message
 	Shared   *Shared
@@ -108,7 +94,7 @@ type presenceMessage struct {
 	Value   cbor.RawMessage            `cbor:"value,omitempty"`
 	State   map[string]cbor.RawMessage `cbor:"state,omitempty"`
 	// whole marks a snapshot the hub sends that holds every channel of
-	// its peer (Message.Whole). Not encoded.
+	// its peer (feed.go). Not encoded.
 	whole bool
 }
 

@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"type"}),
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_updates_not_forwarded_total",
-			Help: "Channel updates not forwarded at once: coalesced into a later one in a tick (coalesced) or while queued to be sent (superseded), unchanged, or stale.",
+			Help: "Channel updates not forwarded at once: coalesced into a later one in a tick (coalesced), unchanged, or stale; and, per member, messages a newer one replaced before the member took them (superseded), dropped from a feed before some member took them (behind), and rooms sent to a member that fell behind instead (resent_room).",
 		}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_refused_total",

@@ -107,7 +107,7 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 	}
 	if !r.greeted[pi.id] {
 		r.greeted[pi.id] = true
-		h.sendRoomTo(r, p)
+		r.feed.greet(pi.id)
 	}
 	// What the message changed is forwarded together (schedule).
 	var buf [8]string

@@ -7,7 +7,7 @@ type room struct {
 	id      string
 	state   State
 	members map[string]Peer      // by peer id
-	list    []Peer               // members as a list, nil until asked for; never changed, only replaced
+	feed    *Feed                // what the members are sent (feed.go)
 	typing  map[string]time.Time // peer id → when its typing flag expires
 	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
 	// peer's current period; pending those waiting for its trailing edge.
@@ -31,17 +31,12 @@ type room struct {
 	// node died, went silent or left them out of a roster): the tombstone
 	// it wrote gives way to the peer's own node, which knows better.
 	guessed map[string]bool
-	// epoch changes whenever the room's members change or a newcomer is
-	// sent the room: a queued update may take a newer value only within
-	// one epoch (outbox.go). Epochs come from the hub and only rise, so a
-	// room dropped and made again never repeats one.
-	epoch uint64
 	// ticks counts the hub's ticks seen by the room (flush).
 	ticks uint64
 }
 
-func newRoom(id string) *room {
-	return &room{
+func newRoom(h *Hub, id string) *room {
+	r := &room{
 		id:      id,
 		state:   State{},
 		members: make(map[string]Peer),
@@ -54,23 +49,13 @@ func newRoom(id string) *room {
 		present: make(map[string]bool),
 		guessed: make(map[string]bool),
 	}
-}
-
-// memberList returns the room's members. Deliveries queued until the
-// members change share it.
-func (r *room) memberList() []Peer {
-	if r.list == nil {
-		r.list = make([]Peer, 0, len(r.members))
-		for _, p := range r.members {
-			r.list = append(r.list, p)
-		}
-	}
-	return r.list
+	r.feed = newFeed(h, r)
+	return r
 }
 
 func (r *room) drop(peer string) {
 	if _, ok := r.members[peer]; ok {
-		r.list = nil
+		r.feed.leave(peer)
 	}
 	delete(r.members, peer)
 	delete(r.typing, peer)

@@ -25,9 +25,7 @@ func (h *Hub) Tick() {
 				h.schedule(r, peer, ChannelTyping)
 			}
 		}
-		if h.flush(r, h.roomTicks(r)) {
-			fx.now = true // trailing edges, which waited their period
-		}
+		h.flush(r, h.roomTicks(r))
 	}
 	h.mu.Unlock()
 	fx.run(h)

@@ -35,14 +35,16 @@ type conn struct {
 	pollID    uint64 // the poller's name for it; 0 when not watched
 	unwatched bool   // the socket is closing: it never parks again
 
-	// The writer (writer.go). wmu guards out, pres, writing, closing,
-	// shut, shutDone, the timers, movedTo and the lane's bytes below.
+	// The writer (writer.go). wmu guards out, feeds, feedsAt, writing,
+	// closing, shut, shutDone, the timers, movedTo and the lane's bytes
+	// below.
 	wmu      sync.Mutex
-	out      []outFrame // the lossless lane: frames for the writer, bounded by SendQueue
-	pres     presLane   // the presence lane: the newest frame per document, sender and channel
-	writing  bool       // a writer goroutine runs
-	closing  bool       // the close frame is queued: nothing more is
-	shut     bool       // the writer closed the socket
+	out      []outFrame        // the lossless lane: frames for the writer, bounded by SendQueue
+	feeds    []*awareness.Feed // the presence feeds with something for this connection (presence.go)
+	feedsAt  time.Time         // when the first of feeds was added
+	writing  bool              // a writer goroutine runs
+	closing  bool              // the close frame is queued: nothing more is
+	shut     bool              // the writer closed the socket
 	pinger   *time.Timer
 	expiry   *time.Timer
 	shutDone chan struct{} // made by the first to wait for shut (awaitShut); closed with it
@@ -280,65 +282,6 @@ func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
 	c.sendMessage(&wire.Message{
 		Type: wire.TypeEphemeral, SenderID: e.SenderID, DocumentID: documentID,
 		SessionID: e.SessionID, Count: e.Count, Data: e.Data,
-	})
-}
-
-// SendPresence implements awareness.Peer. A message the hub sends to many
-// peers is encoded once, for the first of them; the others only get their
-// targetId spliced in.
-func (c *conn) SendPresence(documentID string, m awareness.Message) {
-	if m.Shared == nil {
-		c.sendMessage(&wire.Message{
-			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
-			SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-		})
-		return
-	}
-	p, _ := m.Shared.Frame.(*wire.Prepared)
-	if p == nil {
-		var err error
-		p, err = wire.Prepare(&wire.Message{
-			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
-			SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-		})
-		if err != nil {
-			c.srv.log.Error("encode presence", "err", err)
-			return
-		}
-		m.Shared.Frame = p
-	}
-	c.pushPresence(keyOf(documentID, m), metaOf(m), p.Frame(c.peerID), nil)
-}
-
-// PresenceBatches implements awareness.Batcher: the client asked for
-// batches in its join.
-func (c *conn) PresenceBatches() bool { return c.batches }
-
-// SendPresenceBatch implements awareness.Batcher. The frame is encoded once,
-// for the first of the document's members to get it, and sent as it is to
-// all of them (unless the presence lane freshens it for a lagging one).
-func (c *conn) SendPresenceBatch(documentID string, b *awareness.Batch) {
-	frame, _ := b.Shared.Frame.([]byte)
-	if frame == nil {
-		var err error
-		if frame, err = c.srv.encodeBatch(documentID, b.Messages); err != nil {
-			c.srv.log.Error("encode presence batch", "err", err)
-			return
-		}
-		b.Shared.Frame = frame
-	}
-	c.pushPresence(presKey{doc: documentID}, presMeta{}, frame, b)
-}
-
-// encodeBatch encodes presence messages of a document as one batch frame.
-func (s *Server) encodeBatch(documentID string, msgs []awareness.Message) ([]byte, error) {
-	entries := make([]wire.BatchEntry, len(msgs))
-	for i, m := range msgs {
-		entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
-	}
-	return wire.Encode(&wire.Message{
-		Type: wire.TypePresenceBatch, SenderID: s.cfg.PeerID, DocumentID: documentID,
-		SessionID: msgs[0].SessionID, Batch: entries,
 	})
 }
 

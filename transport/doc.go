@@ -10,14 +10,14 @@
 // it alone writes to the socket, every waiting frame in one write. Pings
 // run on a timer.
 //
-// Outbound frames wait in two lanes (preslane.go). Document sync, errors
-// and relayed ephemerals take the lossless lane, in order and bounded in
-// frames and in bytes (Config.SendQueue, Config.SendQueueBytes); a peer
-// too slow to drain it is disconnected as a slow consumer (4001), because
-// document sync must never drop a message. Presence takes a lane of its
-// own that keeps only the newest frame per document, sender and channel,
-// drops the oldest past its bounds and never closes the connection, so a
-// burst of cursors cannot cut a peer's sync.
+// Document sync, errors and relayed ephemerals wait in the lossless lane
+// (writer.go), in order and bounded in frames and in bytes
+// (Config.SendQueue, Config.SendQueueBytes); a peer too slow to drain it
+// is disconnected as a slow consumer (4001), because document sync must
+// never drop a message. Presence waits in its documents' feeds, which
+// presence owns (awareness/feed.go): the writer takes from them when it is
+// about to write, after the lossless lane (presence.go), so a burst of
+// cursors can neither cut a peer's sync nor close its connection.
 //
 // Two subpackages: wire is the wire format (wire/PROTOCOL.md says what
 // Tandem accepts and sends), and redisbus joins nodes into a cluster over

@@ -22,7 +22,6 @@ type metrics struct {
 	denied      prometheus.Counter
 	syncBytes   *prometheus.CounterVec
 	sendWait    prometheus.Histogram
-	presLane    *prometheus.CounterVec
 
 	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
 
@@ -64,10 +63,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_connections_refused_total",
 			Help: "Connections refused before the WebSocket upgrade, by reason.",
 		}, []string{"reason"}),
-		presLane: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "tandem_presence_lane_total",
-			Help: "Presence a connection's presence lane did not send: messages superseded by a newer one for the same document, sender and channel (a frame of its own, or one message cut out of a batch), or frames dropped, oldest first, past the lane's bound.",
-		}, []string{"outcome"}),
 		sendWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_send_wait_seconds",
 			Help:    "How long the oldest frame of each write waited in its connection's queue: the server's own share of delivery latency.",
@@ -87,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.docsRefused, m.denied, m.syncBytes, m.sendWait, m.presLane)
+		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.docsRefused, m.denied, m.syncBytes, m.sendWait)
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_read_buffer_bytes",
 			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a plain TCP socket is quiet.",

@@ -38,8 +38,6 @@ type Server struct {
 
 	wg          sync.WaitGroup // one per connection, until it is finished
 	closePoller sync.Once
-
-	freshenAfter time.Duration // see freshenAfter in preslane.go; tests lower it
 }
 
 // noteSendWait records how long one write's oldest frame waited.
@@ -73,8 +71,6 @@ func NewServer(cfg Config) (*Server, error) {
 		peers: make(map[string]*conn),
 		conns: make(map[*conn]struct{}),
 		perIP: make(map[string]int),
-
-		freshenAfter: freshenAfter,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.members = newMembers(&s.cfg)

@@ -16,12 +16,10 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
-	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
@@ -604,60 +602,6 @@ func serverConn(t *testing.T, s *testServer, peer string) *conn {
 		t.Fatalf("no connection for %s", peer)
 	}
 	return c
-}
-
-// A peer that reads slowly is sent far more presence than its socket
-// takes: the presence lane keeps only the newest frame per document,
-// sender and channel, so the peer is never closed as a slow consumer, its
-// sync messages all arrive, and so does every channel's final value.
-func TestPresenceCannotCutSync(t *testing.T) {
-	s := newTestServer(t, Config{SendQueue: 8})
-	ws := dial(t, s.url)
-	join(t, ws, "slow")
-	c := serverConn(t, s, "slow")
-	big := bytes.Repeat([]byte{'x'}, 32<<10) // enough to fill the socket's buffers many times over
-	const rounds = 400
-	for i := 1; i <= rounds; i++ {
-		for _, ch := range []string{"cursor", "selection"} {
-			data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": ch, "value": fmt.Sprint(i, string(big))}})
-			c.SendPresence(testDoc, awareness.Message{SenderID: "fast", SessionID: "relay", Count: uint64(i), Data: data, Channel: ch, Shared: &awareness.Shared{}})
-		}
-		if i%100 == 0 {
-			c.SendSync(testDoc, []byte{0x42, byte(i / 100)})
-		}
-	}
-	if n := testutil.ToFloat64(s.metrics.disconnects.WithLabelValues(ReasonSlow.Name)); n != 0 {
-		t.Fatalf("presence closed the connection as a slow consumer")
-	}
-	// Read until both channels' final values are in: the presence lane
-	// goes after the lossless one, so nothing sent there may be missing
-	// by then.
-	var syncs []byte
-	last := map[string]string{}
-	frames := 0
-	for last["cursor"] != fmt.Sprint(rounds) || last["selection"] != fmt.Sprint(rounds) {
-		m := recv(t, ws)
-		switch m.Type {
-		case wire.TypeSync:
-			syncs = append(syncs, m.Data[1])
-		case wire.TypeEphemeral:
-			frames++
-			var env struct {
-				P struct{ Channel, Value string } `cbor:"__presence"`
-			}
-			if err := cbor.Unmarshal(m.Data, &env); err != nil {
-				t.Fatal(err)
-			}
-			last[env.P.Channel] = strings.TrimSuffix(env.P.Value, string(big))
-		}
-	}
-	if string(syncs) != "\x01\x02\x03\x04" {
-		t.Fatalf("sync messages arrived as %v, want all four in order", syncs)
-	}
-	if frames >= 2*rounds {
-		t.Fatalf("%d presence frames for %d updates: nothing was superseded", frames, 2*rounds)
-	}
-	t.Logf("%d presence frames arrived for %d updates", frames, 2*rounds)
 }
 
 // Sync messages large and small, sent alone or shared by several peers,

@@ -8,8 +8,6 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tandemhq/tandem/awareness"
 )
 
 // The writer. Frames for a connection wait in its out queue; a goroutine
@@ -35,11 +33,8 @@ const closeWait = time.Second
 type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
-	tail    []byte           // the rest of the payload, written from where it is: a large message's data
-	at      time.Time        // when it was queued
-	key     presKey          // in the presence lane: what the frame is the newest of
-	meta    presMeta         // in the presence lane: what a single frame replaces
-	batch   *awareness.Batch // in the presence lane: what a batch frame holds
+	tail    []byte    // the rest of the payload, written from where it is: a large message's data
+	at      time.Time // when it was queued
 }
 
 var batchPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -189,27 +184,26 @@ func (c *conn) write() {
 	for {
 		c.wmu.Lock()
 		c.wrote()
-		batch, pres := c.out, c.pres.take()
+		batch, feeds, oldest := c.out, c.feeds, c.feedsAt
 		if c.closing {
-			pres = nil // the close frame ends what is written
+			feeds = nil // the close frame ends what is written
 		}
-		if len(batch) == 0 && len(pres) == 0 {
+		if len(batch) == 0 && len(feeds) == 0 {
 			c.writing = false
 			c.wmu.Unlock()
 			return
 		}
-		c.out = nil
+		c.out, c.feeds = nil, nil
 		c.writingBytes, c.outBytes = c.outBytes, 0
 		c.wmu.Unlock()
-		if len(pres) > 1 && time.Since(pres[0].at) >= c.srv.freshenAfter {
-			pres = c.freshen(pres)
+		if len(feeds) > 0 { // after the lossless lane
+			n := len(batch)
+			batch = c.takePresence(feeds, batch)
+			c.srv.metrics.sentEphemeral.Add(float64(len(batch) - n))
+		} else {
+			oldest = time.Time{}
 		}
-		batch = append(batch, pres...) // the lossless lane first
-		if len(pres) > 0 {
-			c.srv.metrics.sentEphemeral.Add(float64(len(pres))) // counted when written, not when superseded
-		}
-		var oldest time.Time // of the frames that say when they were queued
-		for _, f := range batch {
+		for _, f := range batch { // the oldest of the frames that say when they were queued
 			if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
 				oldest = f.at
 			}

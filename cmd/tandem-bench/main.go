@@ -60,7 +60,7 @@ func main() {
 	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster: the nodes' shared PostgreSQL")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
-	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--presence-window 0\")")
+	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--presence-tick 100ms\")")
 	stockDir := flag.String("stock-dir", "cmd/tandem-bench/stock", "compare: the stock server's folder")
 	soak := flag.Bool("soak", false, soakHelp)
 	ghostBound := flag.Duration("ghost-bound", 15*time.Second, "soak: how long after a peer left a node may still show it (node TTL plus three rosters, with a margin)")

@@ -13,7 +13,7 @@
 //   node cmd/tandem-bench/repo-typing.mjs [--typists 4] [--readers 20]
 //     [--rate 5] [--duration 10] [--history 0] [--tandem-bin bin/tandem]
 //     [--stock-dir cmd/tandem-bench/stock] [--only tandem|stock]
-//     [--tandem-flags=--presence-window=0]
+//     [--tandem-flags=--presence-tick=100ms]
 import { parseArgs } from "node:util"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"

@@ -148,7 +148,6 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,
-		SendWindow: cfg.PresenceWindow,
 		TTL:        cfg.PingInterval * 7 / 2, // three missed pings, as the socket's read deadline
 		AwayAfter:  cfg.AwayAfter,
 		MaxNesting: cfg.MaxPresenceDepth,

@@ -24,7 +24,6 @@ type config struct {
 	MaxMessageBytes int64
 	SendQueueBytes  int64
 	PresenceTick    time.Duration
-	PresenceWindow  time.Duration
 	AwayAfter       time.Duration
 
 	DebugAddr   string
@@ -96,8 +95,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"an idle connection gives up its reader goroutine and waits on an epoll set (Linux); false keeps a reader per connection")
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
 		"the garbage collector's headroom follows the load: the least GOGC, from 10 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
-	fs.DurationVar(&c.PresenceWindow, "presence-window", 15*time.Millisecond,
-		"presence waits this long for more updates to send with the first, in one batch and one write (a tick's trailing edges end the wait); 0 sends each at once")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
@@ -182,9 +179,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.PingInterval < 100*time.Millisecond {
 		return c, fmt.Errorf("--ping-interval %v is too short (minimum 100ms)", c.PingInterval)
-	}
-	if c.PresenceWindow < 0 || c.PresenceWindow > time.Second {
-		return c, fmt.Errorf("--presence-window %v is out of range (0 to 1s)", c.PresenceWindow)
 	}
 	if c.PresenceTick < time.Millisecond || c.PresenceTick > 10*time.Second {
 		return c, fmt.Errorf("--presence-tick %v is out of range (1ms to 10s)", c.PresenceTick)

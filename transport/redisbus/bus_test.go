@@ -40,9 +40,9 @@ func (r *recorder) ephemerals() []doc.Ephemeral {
 	return append([]doc.Ephemeral(nil), r.ep...)
 }
 func (r *recorder) SendSync(_ string, d []byte) { r.mu.Lock(); r.sy = append(r.sy, d); r.mu.Unlock() }
-func (r *recorder) SendPresence(_ string, m awareness.Message) {
+func (r *recorder) PresenceReady(f *awareness.Feed) {
 	r.mu.Lock()
-	r.pr = append(r.pr, m)
+	r.pr = append(r.pr, f.Take(r).Messages...)
 	r.mu.Unlock()
 }
 func (r *recorder) syncs() [][]byte {

@@ -1,0 +1,467 @@
+package awareness
+
+import (
+	"maps"
+	"slices"
+	"sync"
+)
+
+// The feed: how presence reaches a room's members.
+//
+// What the hub forwards in a peer's name is appended to its room's feed,
+// encoded once, under the next relay count (message.go). Every local
+// member reads the feed from where it last stopped: the hub tells the
+// member's peer that something is there (Peer.PresenceReady), and the
+// peer takes it (Feed.Take) when it can send it: a connection, the moment
+// its writer is free. Nothing waits for company. A member that keeps up
+// takes each message as it comes; what piles up while a member cannot
+// take (a write in progress, a full socket, a busy core) is taken
+// together, as one batch for a peer that takes batches. So batches grow
+// with the load, and latency does not.
+//
+// Newest wins here, and only here (replaces): of what a member takes at
+// once, a message that a later one replaces is left out. A member that
+// falls further behind than the feed holds (maxFeedEntries, maxFeedBytes)
+// is not sent what it missed, nor is a newcomer sent the feed's past:
+// either is sent the room (Hub.sendRoom), a goodbye for each peer that left
+// since it last took and a snapshot of every live peer, when it can take
+// it. The feed holds what some member has yet to take, and nothing once
+// every member has taken everything.
+
+// What a feed holds at most. A member further behind is sent the room.
+const (
+	maxFeedEntries = 4096
+	maxFeedBytes   = 512 << 10
+)
+
+// entry is one message in a feed, and what it replaces of its sender's
+// older messages (replaces).
+type entry struct {
+	msg      Message
+	typ      string   // the presence message's type, for the sent metric
+	channel  string   // an update's channel; a heartbeat's pseudo-channel
+	channels []string // the channels of a snapshot of some of the sender's channels
+	whole    bool     // a goodbye, or a snapshot of every channel of the sender
+	goodbye  bool
+	alone    *Batch // the entry as a batch of its own, made when first taken as one
+}
+
+// size is what an entry holds, for maxFeedBytes.
+func (e *entry) size() int {
+	n := 128 + len(e.msg.Data) + len(e.msg.SenderID)
+	for _, ch := range e.channels {
+		n += 16 + len(ch)
+	}
+	return n
+}
+
+// reader is one member's place in a feed.
+type reader struct {
+	peer Peer
+	next uint64 // the first entry it has not taken
+	// signaled is set while the member has something to take that it
+	// was told of (PresenceReady) and has not taken; first is the first
+	// entry it was told of then. A signaled member whose first entry the
+	// feed dropped has fallen behind and is sent the room.
+	signaled bool
+	first    uint64
+	greet    bool // it is sent the room at its next take
+}
+
+// Feed is a room's outgoing presence: what the hub forwards there, for
+// each local member to take.
+type Feed struct {
+	hub  *Hub
+	room *room // guarded by hub.mu: the state a member is sent as the room
+
+	mu      sync.Mutex // guards what follows; taken after hub.mu, never before
+	base    uint64     // the sequence number of entries[0]
+	entries []entry
+	bytes   int // of entries, and of gone
+	readers map[string]*reader
+	waiting int // readers signaled and not yet taken
+	// gone holds the senders whose goodbye the feed has held since every
+	// member last took everything: the sequence number of the newest one.
+	gone map[string]uint64
+	// shared is the batch of the range taken last by a member that takes
+	// batches: members that take the same range share it, and its frame.
+	shared struct {
+		from, to uint64
+		batch    *Batch
+	}
+}
+
+// readyPeer is a peer to tell that a feed has something for it.
+type readyPeer struct {
+	peer Peer
+	feed *Feed
+}
+
+func newFeed(h *Hub, r *room) *Feed {
+	return &Feed{hub: h, room: r, readers: make(map[string]*reader)}
+}
+
+// Document is the id of the feed's document.
+func (f *Feed) Document() string { return f.room.id }
+
+// end is the sequence number of the next entry. The caller holds f.mu.
+func (f *Feed) end() uint64 { return f.base + uint64(len(f.entries)) }
+
+// signal marks rd as having something to take and queues the word to its
+// peer. The caller holds h.mu and f.mu.
+func (f *Feed) signal(rd *reader, first uint64) {
+	if rd.signaled {
+		return
+	}
+	rd.signaled, rd.first = true, first
+	f.waiting++
+	f.hub.ready = append(f.hub.ready, readyPeer{rd.peer, f})
+	f.hub.hasReady.Store(true)
+}
+
+// join makes p a member that reads the feed from now on, and sends it the
+// room. A newer connection of a member's peer takes its place. The caller
+// holds h.mu.
+func (f *Feed) join(p Peer) {
+	f.mu.Lock()
+	rd := f.readers[p.ID()]
+	if rd == nil || rd.peer != p {
+		if rd != nil && rd.signaled {
+			f.waiting--
+		}
+		rd = &reader{peer: p, next: f.end()}
+		f.readers[p.ID()] = rd
+	}
+	rd.greet = true
+	f.signal(rd, f.end())
+	f.mu.Unlock()
+}
+
+// greet sends member peer the room at its next take. The caller holds
+// h.mu.
+func (f *Feed) greet(peer string) {
+	f.mu.Lock()
+	if rd := f.readers[peer]; rd != nil {
+		rd.greet = true
+		f.signal(rd, f.end())
+	}
+	f.mu.Unlock()
+}
+
+// leave forgets a member. The caller holds h.mu.
+func (f *Feed) leave(peer string) {
+	f.mu.Lock()
+	if rd := f.readers[peer]; rd != nil {
+		delete(f.readers, peer)
+		if rd.signaled {
+			f.waiting--
+		}
+		f.settle()
+	}
+	f.mu.Unlock()
+}
+
+// post appends m, sent in sender's name, for every member but the sender.
+// The caller holds h.mu.
+func (f *Feed) post(sender string, m *presenceMessage) {
+	if len(f.readers) == 0 || len(f.readers) == 1 && f.readers[sender] != nil {
+		return // nobody to read it
+	}
+	h := f.hub
+	h.relayCount++
+	e := entry{
+		msg: Message{SenderID: sender, SessionID: h.cfg.RelaySession, Count: h.relayCount,
+			Data: encodePresence(m), Shared: &Shared{}},
+		typ: m.Type,
+	}
+	switch m.Type {
+	case TypeUpdate:
+		e.channel = m.Channel
+	case TypeHeartbeat:
+		e.channel = heartbeatChannel
+	case TypeGoodbye:
+		e.whole, e.goodbye = true, true
+	case TypeSnapshot:
+		if m.whole {
+			e.whole = true
+			break
+		}
+		e.channels = slices.Sorted(maps.Keys(m.State))
+	}
+	f.mu.Lock()
+	seq := f.end()
+	f.entries = append(f.entries, e)
+	f.bytes += e.size()
+	if e.goodbye {
+		if f.gone == nil {
+			f.gone = make(map[string]uint64)
+		}
+		if _, ok := f.gone[sender]; !ok {
+			f.bytes += 16 + len(sender)
+		}
+		f.gone[sender] = seq
+	}
+	for id, rd := range f.readers {
+		if id != sender {
+			f.signal(rd, seq)
+		}
+	}
+	if len(f.entries) > maxFeedEntries || f.bytes > maxFeedBytes {
+		// The members that have not taken the oldest half are sent the
+		// room instead, when they take.
+		n := len(f.entries) / 2
+		for i := range f.entries[:n] {
+			f.bytes -= f.entries[i].size()
+		}
+		clear(f.entries[:n])
+		f.entries = f.entries[n:]
+		f.base += uint64(n)
+		h.metrics.updates.WithLabelValues("behind").Add(float64(n))
+	}
+	f.mu.Unlock()
+}
+
+// settle drops what the feed holds once no member has anything left to
+// take. The caller holds f.mu.
+func (f *Feed) settle() {
+	if f.waiting > 0 {
+		return
+	}
+	f.base = f.end()
+	if cap(f.entries) > 64 {
+		f.entries = nil // a burst's array goes with it
+	} else {
+		clear(f.entries)
+		f.entries = f.entries[:0]
+	}
+	f.gone, f.bytes = nil, 0
+	f.shared.batch = nil
+}
+
+// Delivery is what a member takes from a feed at once: Messages, in order,
+// never in the member's own name. For a member that takes batches, Batch
+// holds them too, to be sent as one frame; it may hold messages in the
+// member's own name besides, so that members that take the same messages
+// at once share it.
+type Delivery struct {
+	Messages []Message
+	Batch    *Batch
+}
+
+// Take returns what the feed holds for p since p last took: the newest
+// value of each peer's channels, in the order sent; or the room, for a
+// newcomer or for a member that fell behind further than the feed holds.
+// A peer calls it when it can send, after PresenceReady; it is empty for a
+// peer that is not (or no longer) a member.
+func (f *Feed) Take(p Peer) Delivery {
+	f.mu.Lock()
+	rd := f.readers[p.ID()]
+	if rd == nil || rd.peer != p {
+		f.mu.Unlock()
+		return Delivery{}
+	}
+	if rd.greet || rd.signaled && rd.first < f.base {
+		f.mu.Unlock()
+		return f.hub.sendRoom(f, p)
+	}
+	from, to := max(rd.next, f.base), f.end()
+	rd.next = to
+	if rd.signaled {
+		rd.signaled = false
+		f.waiting--
+	}
+	d := f.deliver(p, from, to)
+	f.settle()
+	f.mu.Unlock()
+	return d
+}
+
+// deliver returns the entries from..to for p. The caller holds f.mu.
+func (f *Feed) deliver(p Peer, from, to uint64) Delivery {
+	es := f.entries[from-f.base : to-f.base]
+	if len(es) == 1 {
+		e := &es[0]
+		if e.msg.SenderID == p.ID() {
+			return Delivery{}
+		}
+		f.hub.metrics.sentBy(e.typ).Inc()
+		if !takesBatches(p) {
+			return Delivery{Messages: []Message{e.msg}}
+		}
+		if e.alone == nil {
+			e.alone = &Batch{Messages: []Message{e.msg}, Shared: &Shared{}}
+		}
+		return Delivery{Messages: e.alone.Messages, Batch: e.alone}
+	}
+	live := newest(es)
+	var d Delivery
+	superseded := 0
+	for i, e := range es {
+		switch {
+		case e.msg.SenderID == p.ID():
+		case !live[i]:
+			superseded++
+		default:
+			d.Messages = append(d.Messages, e.msg)
+			f.hub.metrics.sentBy(e.typ).Inc()
+		}
+	}
+	if superseded > 0 {
+		f.hub.metrics.updates.WithLabelValues("superseded").Add(float64(superseded))
+	}
+	if len(d.Messages) == 0 || !takesBatches(p) {
+		return d
+	}
+	if f.shared.batch == nil || f.shared.from != from || f.shared.to != to {
+		// The batch holds the messages in any member's name, so that
+		// every member that takes this range shares it; each ignores
+		// its own.
+		b := &Batch{Shared: &Shared{}}
+		for i, e := range es {
+			if live[i] {
+				b.Messages = append(b.Messages, e.msg)
+			}
+		}
+		f.shared.from, f.shared.to, f.shared.batch = from, to, b
+	}
+	d.Batch = f.shared.batch
+	return d
+}
+
+func takesBatches(p Peer) bool {
+	b, ok := p.(Batcher)
+	return ok && b.PresenceBatches()
+}
+
+// newest reports, for each of es, whether no later one of them replaces
+// it (replaces).
+func newest(es []entry) []bool {
+	live := make([]bool, len(es))
+	var r replaced
+	for i := len(es) - 1; i >= 0; i-- {
+		live[i] = !r.stale(&es[i])
+	}
+	return live
+}
+
+// replaced is what newest has met, walking entries from the newest back:
+// the (sender, channel) pairs with a newer value, and the senders whose
+// newer whole message replaces all their older ones (true if that was a
+// goodbye).
+//
+// The rule, its only statement: a message replaces an older one of the
+// same sender whose channels it all carries: an update or heartbeat the
+// same channel's, a partial snapshot its channels' and an older snapshot
+// of the same channels, a whole message (a goodbye or a snapshot of every
+// channel) everything; except that a goodbye is replaced by a goodbye
+// only, as a peer that left and came back must be seen to leave.
+type replaced struct {
+	seen  map[[2]string]struct{}
+	ended map[string]bool
+}
+
+// stale reports whether a newer entry met already replaces e, and records
+// what e replaces of the older ones.
+func (r *replaced) stale(e *entry) bool {
+	if r.seen == nil {
+		r.seen, r.ended = make(map[[2]string]struct{}), make(map[string]bool)
+	}
+	sender := e.msg.SenderID
+	if byGoodbye, ok := r.ended[sender]; ok {
+		if e.goodbye && !byGoodbye {
+			r.ended[sender] = true // it left, then came back: the leave stays
+			return false
+		}
+		return true
+	}
+	switch {
+	case e.whole:
+		r.ended[sender] = e.goodbye
+		return false
+	case len(e.channels) > 0:
+		all := true
+		for _, ch := range e.channels {
+			k := [2]string{sender, ch}
+			if _, ok := r.seen[k]; !ok {
+				all = false
+				r.seen[k] = struct{}{}
+			}
+		}
+		return all
+	}
+	k := [2]string{sender, e.channel}
+	if _, ok := r.seen[k]; ok {
+		return true
+	}
+	r.seen[k] = struct{}{}
+	return false
+}
+
+// sendRoom sends p the room of f's document: a goodbye in the name of each
+// peer that left since p last took, then a snapshot of every other live
+// peer, and p reads on from there. It takes h.mu, for the room's state.
+func (h *Hub) sendRoom(f *Feed, p Peer) Delivery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rd := f.readers[p.ID()]
+	if rd == nil || rd.peer != p {
+		return Delivery{}
+	}
+	var d Delivery
+	send := func(sender string, m *presenceMessage) {
+		h.relayCount++
+		d.Messages = append(d.Messages, Message{SenderID: sender, SessionID: h.cfg.RelaySession,
+			Count: h.relayCount, Data: encodePresence(m)})
+		h.metrics.sentBy(m.Type).Inc()
+	}
+	for _, sender := range slices.Sorted(maps.Keys(f.gone)) {
+		if f.gone[sender] >= rd.next && sender != p.ID() {
+			send(sender, &presenceMessage{Type: TypeGoodbye})
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(f.room.state)) {
+		ps := f.room.state[id]
+		if id == p.ID() || !ps.Visible() {
+			continue
+		}
+		state := make(map[string][]byte, len(ps.Channels))
+		for ch := range ps.Channels {
+			if v, ok := ps.Get(ch); ok {
+				state[ch] = v
+			}
+		}
+		send(id, &presenceMessage{Type: TypeSnapshot, State: rawState(state)})
+	}
+	if !rd.greet {
+		h.metrics.updates.WithLabelValues("resent_room").Inc()
+	}
+	rd.greet = false
+	rd.next = f.end()
+	if rd.signaled {
+		rd.signaled = false
+		f.waiting--
+	}
+	f.settle()
+	if len(d.Messages) > 0 && takesBatches(p) {
+		d.Batch = &Batch{Messages: d.Messages, Shared: &Shared{}}
+	}
+	return d
+}
+
+// notify tells the peers that a feed has something for them. Call it
+// without h.mu, after a section that may have posted.
+func (h *Hub) notify() {
+	if !h.hasReady.Load() {
+		return
+	}
+	h.mu.Lock()
+	ready := h.ready
+	h.ready = nil
+	h.hasReady.Store(false)
+	h.mu.Unlock()
+	for _, r := range ready {
+		r.peer.PresenceReady(r.feed)
+	}
+}

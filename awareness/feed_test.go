@@ -1,0 +1,362 @@
+package awareness
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fxamacker/cbor/v2"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// slowPeer is a fakePeer that, while held, only notes the feeds it is
+// told of, as a connection whose writer is busy; release takes from them.
+type slowPeer struct {
+	fakePeer
+	mu    sync.Mutex
+	held  bool
+	feeds []*Feed
+}
+
+func (p *slowPeer) PresenceReady(f *Feed) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.held {
+		p.feeds = append(p.feeds, f)
+		return
+	}
+	p.fakePeer.record(f.Document(), f.Take(p))
+}
+
+func (p *slowPeer) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
+
+// release takes what the feeds it was told of hold, and keeps up again.
+func (p *slowPeer) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.held = false
+	for _, f := range p.feeds {
+		p.fakePeer.record(f.Document(), f.Take(p))
+	}
+	p.feeds = nil
+}
+
+// cursors returns the cursor values p got from sender, in order, and
+// fails if the relay counts did not rise.
+func cursors(t *testing.T, got []received, sender string) []any {
+	t.Helper()
+	var out []any
+	var last uint64
+	for _, g := range got {
+		if g.msg.Count <= last {
+			t.Fatalf("count %d after %d: a receiver would drop it", g.msg.Count, last)
+		}
+		last = g.msg.Count
+		if g.msg.SenderID != sender {
+			continue
+		}
+		switch {
+		case g.body.Type == TypeUpdate && g.body.Channel == "cursor":
+			out = append(out, value(t, g.body.Value))
+		case g.body.Type == TypeSnapshot && g.body.State["cursor"] != nil:
+			out = append(out, value(t, g.body.State["cursor"]))
+		}
+	}
+	return out
+}
+
+// receiveNumbered hands the hub p's update of channel to the value i under
+// the count i, from any goroutine; it reports false, having failed t, if
+// the hub refused it.
+func (f *fixture) receiveNumbered(t *testing.T, p Peer, channel string, i int) bool {
+	data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: channel, Value: enc(i)}})
+	if _, err := f.hub.Receive(p, doc1, Message{SenderID: p.ID(), SessionID: "s", Count: uint64(i), Data: data}); err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+// A member that keeps up gets every value as it is forwarded; one that
+// cannot take for a while gets, when it takes, the newest value once
+// instead of the backlog.
+func TestAMemberThatLagsTakesTheNewestValueOnce(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := &fakePeer{id: "a"}, &slowPeer{fakePeer: fakePeer{id: "b"}}, &fakePeer{id: "c"}
+	f.hub.Join(b, doc1)
+	f.hub.Join(c, doc1)
+	f.update(a, "user", "ana")
+	f.hub.Tick()
+	f.update(a, "cursor", 0)
+	b.take()
+	b.hold()
+	for i := 1; i <= 10; i++ {
+		f.clock.Advance(50 * time.Millisecond)
+		f.hub.Tick()
+		f.update(a, "cursor", i) // a leading edge each: forwarded at once
+	}
+	if got := cursors(t, c.take(), "a"); fmt.Sprint(got) != "[0 1 2 3 4 5 6 7 8 9 10]" {
+		t.Errorf("c, which keeps up, got cursors %v, want every one at once", got)
+	}
+	if got := b.take(); len(got) != 0 {
+		t.Fatalf("b got %d messages while it could not take", len(got))
+	}
+	b.release()
+	if got := cursors(t, b.take(), "a"); fmt.Sprint(got) != "[10]" {
+		t.Errorf("b got cursors %v after its lag, want [10]: the newest, not the backlog", got)
+	}
+	if n := testutil.ToFloat64(f.hub.metrics.updates.WithLabelValues("superseded")); n != 9 {
+		t.Errorf("superseded = %v, want 9 (cursors 1-9, for b)", n)
+	}
+	if fd := f.hub.rooms[doc1].feed; len(fd.entries) != 0 || fd.bytes != 0 {
+		t.Errorf("the feed holds %d entries (%d bytes) once every member took everything", len(fd.entries), fd.bytes)
+	}
+}
+
+// A member that falls further behind than the feed holds is sent the room
+// when it takes again: a goodbye for a peer that left meanwhile, and each
+// live peer's newest state, in rising counts; nothing older.
+func TestAMemberFarBehindIsSentTheRoom(t *testing.T) {
+	f := newFixture(t)
+	a, b, c := &fakePeer{id: "a"}, &slowPeer{fakePeer: fakePeer{id: "b"}}, &fakePeer{id: "c"}
+	for _, p := range []Peer{a, b, c} {
+		f.hub.Join(p, doc1)
+	}
+	f.update(a, "user", "ana")
+	f.update(c, "user", "cy")
+	b.take()
+	b.hold()
+	f.hub.Leave(c)
+	for i := 1; i <= maxFeedEntries+10; i++ {
+		f.clock.Advance(50 * time.Millisecond)
+		f.hub.Tick()
+		f.hub.Touch(b) // its pongs keep it
+		f.update(a, "cursor", i)
+	}
+	if fd := f.hub.rooms[doc1].feed; len(fd.entries) > maxFeedEntries {
+		t.Fatalf("the feed holds %d entries, over its bound of %d", len(fd.entries), maxFeedEntries)
+	}
+	b.release()
+	got := b.take()
+	if len(got) != 2 {
+		t.Fatalf("b got %d messages after falling behind, want c's goodbye and a's snapshot", len(got))
+	}
+	if got[0].msg.SenderID != "c" || got[0].body.Type != TypeGoodbye {
+		t.Errorf("first: %s from %s, want c's goodbye", got[0].body.Type, got[0].msg.SenderID)
+	}
+	if got[1].msg.SenderID != "a" || got[1].body.Type != TypeSnapshot || value(t, got[1].body.State["cursor"]) != uint64(maxFeedEntries+10) {
+		t.Errorf("second: %s from %s (%v), want a's snapshot with the newest cursor", got[1].body.Type, got[1].msg.SenderID, got[1].body.State)
+	}
+	if got[1].msg.Count <= got[0].msg.Count {
+		t.Error("the room's counts do not rise")
+	}
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", "after")
+	if c := cursors(t, append(got, b.take()...), "a"); c[len(c)-1] != "after" {
+		t.Errorf("b's cursors of a end %v, want the update after the room", c)
+	}
+	if n := testutil.ToFloat64(f.hub.metrics.updates.WithLabelValues("resent_room")); n != 1 {
+		t.Errorf("resent_room = %v, want 1", n)
+	}
+}
+
+// A peer that joins while a member lags gets the room as it is at its
+// first take, and every value after it: never an older one.
+func TestANewcomerNeverGetsAnOlderValue(t *testing.T) {
+	f := newFixture(t)
+	a, b, d := &fakePeer{id: "a"}, &slowPeer{fakePeer: fakePeer{id: "b"}}, &slowPeer{fakePeer: fakePeer{id: "d"}}
+	f.hub.Join(b, doc1)
+	f.update(a, "user", "ana")
+	f.update(a, "cursor", 0)
+	b.hold()
+	d.hold()
+	f.update(a, "cursor", 1) // held for the tick's trailing edge
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.hub.Join(d, doc1) // d is sent the room when it takes
+	f.update(a, "cursor", 2)
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 3)
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	d.release()
+	b.release()
+	for _, p := range []*slowPeer{b, d} {
+		got := cursors(t, p.take(), "a")
+		if len(got) == 0 || got[len(got)-1] != uint64(3) {
+			t.Fatalf("%s got cursors %v, want the last to be 3", p.id, got)
+		}
+	}
+}
+
+// A peer's first presence message brings it the room again (a stock
+// client may not have listened when it joined by syncing), after what it
+// took before, in rising counts and never an older value.
+func TestTheGreetingKeepsOrder(t *testing.T) {
+	f := newFixture(t)
+	a, n := &fakePeer{id: "a"}, &slowPeer{fakePeer: fakePeer{id: "n"}}
+	f.hub.Join(n, doc1) // joined by syncing: not greeted yet
+	f.update(a, "user", "ana")
+	f.update(a, "cursor", 0)
+	n.hold()
+	f.update(a, "cursor", 1) // held for the trailing edge
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 2)
+	f.update(n, "cursor", "n-1") // n speaks: the room, at its next take
+	f.update(a, "cursor", 3)
+	n.release()
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	f.update(a, "cursor", 4)
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	got := cursors(t, n.take(), "a")
+	for i := 1; i < len(got); i++ {
+		if got[i].(uint64) < got[i-1].(uint64) {
+			t.Fatalf("n got cursors %v: an older value after a newer one", got)
+		}
+	}
+	if len(got) == 0 || got[len(got)-1] != uint64(4) {
+		t.Fatalf("n got cursors %v, want the last to be 4", got)
+	}
+}
+
+// A member of a room that was dropped (its last member left) takes
+// nothing from it; the room made again for the next member reaches it.
+func TestARoomMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	x, y := &slowPeer{fakePeer: fakePeer{id: "x"}}, &fakePeer{id: "y"}
+	remote := func(count uint64, v any) {
+		f.hub.ApplyRemote("node1", doc1, Delta{Peer: "a", Registers: map[string]Register{
+			"cursor": {Clock: Clock{Count: count, Session: "s"}, Value: enc(v)},
+		}})
+	}
+	f.hub.Join(x, doc1)
+	remote(1, 1)
+	x.take()
+	x.hold()
+	f.clock.Advance(50 * time.Millisecond)
+	f.hub.Tick()
+	remote(3, 3)   // for x, which does not take it
+	f.hub.Leave(x) // the room is dropped
+	f.hub.Join(y, doc1)
+	remote(4, 4) // must reach y
+	x.release()
+	if got := x.take(); len(got) != 0 {
+		t.Errorf("x took %d messages after it left", len(got))
+	}
+	if got := cursors(t, y.take(), "a"); len(got) == 0 || got[len(got)-1] != uint64(4) {
+		t.Fatalf("y got cursors %v, want the last to be 4", got)
+	}
+}
+
+// Many peers updating at once while the hub ticks and members take at
+// their own pace: every member sees relay counts rise, and ends with every
+// peer's last value of every channel.
+func TestFeedOrderUnderConcurrency(t *testing.T) {
+	f := newFixture(t)
+	const senders, updates = 8, 300
+	fast, slow := &fakePeer{id: "w1"}, &slowPeer{fakePeer: fakePeer{id: "w2"}}
+	f.hub.Join(fast, doc1)
+	f.hub.Join(slow, doc1)
+	stop := make(chan struct{})
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				// The clock stands still: ticks as fast as this loop would
+				// otherwise carry it past the peers' TTL.
+				f.hub.Tick()
+				if i%3 == 0 {
+					slow.hold()
+				} else {
+					slow.release()
+				}
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := &fakePeer{id: fmt.Sprintf("s%d", s)}
+			for i := 1; i <= updates; i++ {
+				ch := []string{"cursor", "selection"}[i%2] // the last, 300, a cursor
+				if !f.receiveNumbered(t, p, ch, i) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-ticked
+	slow.release()
+	for range 2 { // the trailing edges
+		f.clock.Advance(time.Second)
+		f.hub.Tick()
+	}
+	for _, w := range []*fakePeer{fast, &slow.fakePeer} {
+		last := map[string]any{}
+		var count uint64
+		for _, g := range w.take() {
+			if g.msg.Count <= count {
+				t.Fatalf("%s: count %d after %d", w.id, g.msg.Count, count)
+			}
+			count = g.msg.Count
+			switch g.body.Type {
+			case TypeUpdate:
+				last[g.msg.SenderID+"/"+g.body.Channel] = value(t, g.body.Value)
+			case TypeSnapshot:
+				for ch, v := range g.body.State {
+					last[g.msg.SenderID+"/"+ch] = value(t, v)
+				}
+			}
+		}
+		for s := range senders {
+			if v := last[fmt.Sprintf("s%d/cursor", s)]; v != uint64(updates) {
+				t.Errorf("%s: last cursor of s%d = %v, want %d", w.id, s, v, updates)
+			}
+			if v := last[fmt.Sprintf("s%d/selection", s)]; v != uint64(updates-1) {
+				t.Errorf("%s: last selection of s%d = %v, want %d", w.id, s, v, updates-1)
+			}
+		}
+	}
+}
+
+// The rule of what replaces what, on its own: a goodbye is never replaced
+// by a later snapshot (the peer left, then came back), a partial snapshot
+// replaces the updates of its channels only, and a whole message all of
+// its sender's older ones.
+func TestWhatReplacesWhat(t *testing.T) {
+	up := func(s, ch string) entry { return entry{msg: Message{SenderID: s}, channel: ch} }
+	part := func(s string, chs ...string) entry { return entry{msg: Message{SenderID: s}, channels: chs} }
+	whole := entry{msg: Message{SenderID: "a"}, whole: true}
+	bye := entry{msg: Message{SenderID: "a"}, whole: true, goodbye: true}
+	for _, tc := range []struct {
+		name string
+		es   []entry
+		want string
+	}{
+		{"an update replaces the same channel's", []entry{up("a", "x"), up("a", "y"), up("a", "x")}, "[false true true]"},
+		{"not another sender's", []entry{up("a", "x"), up("b", "x")}, "[true true]"},
+		{"a partial snapshot its channels'", []entry{up("a", "x"), up("a", "z"), part("a", "x", "y")}, "[false true true]"},
+		{"an update not a partial snapshot", []entry{part("a", "x", "y"), up("a", "x")}, "[true true]"},
+		{"a whole message everything", []entry{up("a", "x"), part("a", "x", "y"), whole}, "[false false true]"},
+		{"a snapshot not a goodbye", []entry{up("a", "x"), bye, whole}, "[false true true]"},
+		{"a goodbye a goodbye", []entry{bye, up("a", "x"), bye}, "[false false true]"},
+	} {
+		if got := fmt.Sprint(newest(tc.es)); got != tc.want {
+			t.Errorf("%s: kept %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// Presence frames. What a connection is to be sent of a document's
+// presence waits in the document's feed (awareness/feed.go), which decides
+// what replaces what. The connection only notes which feeds have
+// something for it, and its writer takes from them when it is about to
+// write: at once when it is idle; when it is busy (a write in progress, a
+// full socket, a busy core), after that, all that piled up meanwhile in
+// the same write, as one batch frame per document for a client that takes
+// batches. Presence so never waits for company, and never fills the
+// lossless lane: a connection cannot be closed for the presence it is
+// sent, and holds none of it itself.
+
+// PresenceReady implements awareness.Peer: f has presence for this
+// connection, which the writer takes.
+func (c *conn) PresenceReady(f *awareness.Feed) {
+	c.wmu.Lock()
+	if c.closing {
+		c.wmu.Unlock()
+		return
+	}
+	if len(c.feeds) == 0 {
+		c.feedsAt = time.Now()
+	}
+	c.feeds = append(c.feeds, f)
+	start := !c.writing
+	c.writing = true
+	c.wmu.Unlock()
+	if start {
+		go c.write()
+	}
+}
+
+// PresenceBatches implements awareness.Batcher: the client asked for
+// batches in its join.
+func (c *conn) PresenceBatches() bool { return c.batches }
+
+// takePresence takes what the feeds hold for this connection, as frames
+// appended to out. It runs in the writer, without c.wmu.
+func (c *conn) takePresence(feeds []*awareness.Feed, out []outFrame) []outFrame {
+	for _, f := range feeds {
+		d := f.Take(c)
+		doc := f.Document()
+		if d.Batch != nil { // it holds d.Messages
+			if frame := c.srv.batchFrame(doc, d.Batch); frame != nil {
+				out = append(out, outFrame{op: websocket.BinaryMessage, payload: frame})
+			}
+			continue
+		}
+		for _, m := range d.Messages {
+			if frame := c.presenceFrame(doc, m); frame != nil {
+				out = append(out, outFrame{op: websocket.BinaryMessage, payload: frame})
+			}
+		}
+	}
+	return out
+}
+
+// presenceFrame encodes one presence message for this connection. One the
+// feed sends to many peers is encoded once, by the first of them to take
+// it; the others only get their targetId spliced in.
+func (c *conn) presenceFrame(documentID string, m awareness.Message) []byte {
+	msg := &wire.Message{
+		Type: wire.TypeEphemeral, SenderID: m.SenderID, TargetID: c.peerID, DocumentID: documentID,
+		SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+	}
+	if m.Shared == nil {
+		b, err := wire.Encode(msg)
+		if err != nil {
+			c.srv.log.Error("encode presence", "err", err)
+			return nil
+		}
+		return b
+	}
+	m.Shared.Once.Do(func() {
+		msg.TargetID = ""
+		p, err := wire.Prepare(msg)
+		if err != nil {
+			c.srv.log.Error("encode presence", "err", err)
+			return
+		}
+		m.Shared.Frame = p
+	})
+	p, _ := m.Shared.Frame.(*wire.Prepared)
+	if p == nil {
+		return nil
+	}
+	return p.Frame(c.peerID)
+}
+
+// batchFrame returns the frame of a batch of presence messages, encoded
+// once for every connection that takes it.
+func (s *Server) batchFrame(documentID string, b *awareness.Batch) []byte {
+	b.Shared.Once.Do(func() {
+		frame, err := s.encodeBatch(documentID, b.Messages)
+		if err != nil {
+			s.log.Error("encode presence batch", "err", err)
+			return
+		}
+		b.Shared.Frame = frame
+	})
+	frame, _ := b.Shared.Frame.([]byte)
+	return frame
+}
+
+// encodeBatch encodes presence messages of a document as one batch frame.
+func (s *Server) encodeBatch(documentID string, msgs []awareness.Message) ([]byte, error) {
+	entries := make([]wire.BatchEntry, len(msgs))
+	for i, m := range msgs {
+		entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
+	}
+	return wire.Encode(&wire.Message{
+		Type: wire.TypePresenceBatch, SenderID: s.cfg.PeerID, DocumentID: documentID,
+		SessionID: msgs[0].SessionID, Batch: entries,
+	})
+}
