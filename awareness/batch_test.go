@@ -1,7 +1,7 @@
 package awareness
 
 import (
-		"fmt"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -170,7 +170,7 @@ func TestBatchesKeepOrderUnderConcurrency(t *testing.T) {
 		wg.Wait()
 		f.clock.Advance(time.Second)
 		f.hub.Tick() // the trailing edges
-			for _, p := range []*fakePeer{&b.fakePeer, plain} {
+		for _, p := range []*fakePeer{&b.fakePeer, plain} {
 			got := p.take()
 			for s := range senders {
 				c := cursors(t, got, fmt.Sprintf("s%d", s))
@@ -210,7 +210,7 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	got := map[string]int{}
 	for tick := 1; tick <= 3+holdTicks; tick++ {
 		f.hub.Tick()
-			n, heard := 0, w.take()
+		n, heard := 0, w.take()
 		for _, p := range peers {
 			for _, c := range cursors(t, heard, p.id) {
 				if c != uint64(2) {
@@ -251,11 +251,11 @@ func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	move := func() []any {
 		seq++
 		f.update(a, "cursor", seq)
-			return cursors(t, w.take(), "a")
+		return cursors(t, w.take(), "a")
 	}
 	tick := func() []any {
 		f.hub.Tick()
-			return cursors(t, w.take(), "a")
+		return cursors(t, w.take(), "a")
 	}
 	for round := range 20 {
 		if got := move(); len(got) != 1 || got[0] != uint64(seq) {

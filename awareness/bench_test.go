@@ -13,7 +13,7 @@ import (
 // nopPeer drops what it is sent: the benchmarks measure the hub alone.
 type nopPeer struct{ id string }
 
-func (p nopPeer) ID() string                   { return p.id }
+func (p nopPeer) ID() string            { return p.id }
 func (p nopPeer) PresenceReady(f *Feed) { f.Take(p) }
 
 // BenchmarkMerge measures the CRDT's register write and state merge.
