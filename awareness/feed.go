@@ -38,10 +38,11 @@ const (
 // older messages (replaces).
 type entry struct {
 	msg      Message
-	typ      string   // the presence message's type, for the sent metric
-	channel  string   // an update's channel; a heartbeat's pseudo-channel
-	channels []string // the channels of a snapshot of some of the sender's channels
-	whole    bool     // a goodbye, or a snapshot of every channel of the sender
+	one      []Message // msg alone, for every member that takes just it
+	typ      string    // the presence message's type, for the sent metric
+	channel  string    // an update's channel; a heartbeat's pseudo-channel
+	channels []string  // the channels of a snapshot of some of the sender's channels
+	whole    bool      // a goodbye, or a snapshot of every channel of the sender
 	goodbye  bool
 	alone    *Batch // the entry as a batch of its own, made when first taken as one
 }
@@ -188,6 +189,7 @@ func (f *Feed) post(sender string, m *presenceMessage) {
 		}
 		e.channels = slices.Sorted(maps.Keys(m.State))
 	}
+	e.one = []Message{e.msg}
 	f.mu.Lock()
 	seq := f.end()
 	f.entries = append(f.entries, e)
@@ -270,29 +272,39 @@ func (f *Feed) Take(p Peer) Delivery {
 		rd.signaled = false
 		f.waiting--
 	}
-	d := f.deliver(p, from, to)
+	var d Delivery
+	if to-from == 1 {
+		d = f.deliverOne(p, &f.entries[from-f.base])
+	} else if to > from {
+		d = f.deliver(p, from, to)
+	}
 	f.settle()
 	f.mu.Unlock()
 	return d
 }
 
-// deliver returns the entries from..to for p. The caller holds f.mu.
+// deliverOne returns e for p: the common case of a member that keeps up,
+// which takes each message as it comes. The caller holds f.mu.
+func (f *Feed) deliverOne(p Peer, e *entry) Delivery {
+	if e.msg.SenderID == p.ID() {
+		return Delivery{}
+	}
+	f.hub.metrics.sentBy(e.typ).Inc()
+	if !takesBatches(p) {
+		return Delivery{Messages: e.one}
+	}
+	if e.alone == nil {
+		e.alone = &Batch{Messages: e.one, Shared: &Shared{}}
+	}
+	return Delivery{Messages: e.one, Batch: e.alone}
+}
+
+// deliver returns the entries from..to for p, of which there are more
+// than one. The caller holds f.mu.
+//
+//go:noinline
 func (f *Feed) deliver(p Peer, from, to uint64) Delivery {
 	es := f.entries[from-f.base : to-f.base]
-	if len(es) == 1 {
-		e := &es[0]
-		if e.msg.SenderID == p.ID() {
-			return Delivery{}
-		}
-		f.hub.metrics.sentBy(e.typ).Inc()
-		if !takesBatches(p) {
-			return Delivery{Messages: []Message{e.msg}}
-		}
-		if e.alone == nil {
-			e.alone = &Batch{Messages: []Message{e.msg}, Shared: &Shared{}}
-		}
-		return Delivery{Messages: e.alone.Messages, Batch: e.alone}
-	}
 	live := newest(es)
 	var d Delivery
 	superseded := 0

@@ -40,7 +40,7 @@ func (c *conn) wake() {
 	c.parked = false
 	c.parkMu.Unlock()
 	c.srv.metrics.parked.Dec()
-	go c.run(true)
+	c.srv.turns.run(turn{c: c, read: true})
 }
 
 // unwatch takes the socket from the poller for good, before the writer

@@ -36,7 +36,7 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 	c.writing = true
 	c.wmu.Unlock()
 	if start {
-		go c.write()
+		c.srv.turns.run(turn{c: c})
 	}
 }
 
@@ -48,57 +48,79 @@ func (c *conn) PresenceBatches() bool { return c.batches }
 // appended to out. It runs in the writer, without c.wmu.
 func (c *conn) takePresence(feeds []*awareness.Feed, out []outFrame) []outFrame {
 	for _, f := range feeds {
-		d := f.Take(c)
-		doc := f.Document()
-		if d.Batch != nil { // it holds d.Messages
-			if frame := c.srv.batchFrame(doc, d.Batch); frame != nil {
-				out = append(out, outFrame{op: websocket.BinaryMessage, payload: frame})
-			}
-			continue
-		}
-		for _, m := range d.Messages {
-			if frame := c.presenceFrame(doc, m); frame != nil {
-				out = append(out, outFrame{op: websocket.BinaryMessage, payload: frame})
-			}
+		out = c.appendDelivery(out, f.Document(), f.Take(c))
+	}
+	return out
+}
+
+// appendDelivery appends the frames of d to out: its batch, or each of
+// its messages. A message the feed sends to many peers is encoded once,
+// by the first of them to take it; the writer splices in each one's
+// targetId.
+func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Delivery) []outFrame {
+	if d.Batch != nil { // it holds d.Messages
+		return appendPresence(out, c.srv.batchFrame(documentID, d.Batch), nil)
+	}
+	for i := range d.Messages {
+		if m := &d.Messages[i]; m.Shared == nil {
+			out = appendPresence(out, c.encodePresence(documentID, m), nil)
+		} else {
+			out = appendPresence(out, nil, c.srv.prepared(documentID, m))
 		}
 	}
 	return out
 }
 
-// presenceFrame encodes one presence message for this connection. One the
-// feed sends to many peers is encoded once, by the first of them to take
-// it; the others only get their targetId spliced in.
-func (c *conn) presenceFrame(documentID string, m awareness.Message) []byte {
-	msg := &wire.Message{
+// appendPresence appends a presence frame, its payload or a message
+// prepared for many peers, unless encoding it failed (neither is set).
+//
+//go:noinline
+func appendPresence(out []outFrame, payload []byte, p *wire.Prepared) []outFrame {
+	if payload == nil && p == nil {
+		return out
+	}
+	return append(out, outFrame{op: websocket.BinaryMessage, payload: payload, prep: p})
+}
+
+// encodePresence encodes a presence message sent to this peer alone.
+//
+//go:noinline
+func (c *conn) encodePresence(documentID string, m *awareness.Message) []byte {
+	b, err := wire.Encode(&wire.Message{
 		Type: wire.TypeEphemeral, SenderID: m.SenderID, TargetID: c.peerID, DocumentID: documentID,
 		SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+	})
+	if err != nil {
+		c.srv.log.Error("encode presence", "err", err)
+		return nil
 	}
-	if m.Shared == nil {
-		b, err := wire.Encode(msg)
-		if err != nil {
-			c.srv.log.Error("encode presence", "err", err)
-			return nil
-		}
-		return b
-	}
+	return b
+}
+
+// prepared returns a presence message sent to many peers as encoded once
+// for all of them, in m.Shared, by the first to ask.
+//
+//go:noinline
+func (s *Server) prepared(documentID string, m *awareness.Message) *wire.Prepared {
 	m.Shared.Once.Do(func() {
-		msg.TargetID = ""
-		p, err := wire.Prepare(msg)
+		p, err := wire.Prepare(&wire.Message{
+			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
+			SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+		})
 		if err != nil {
-			c.srv.log.Error("encode presence", "err", err)
+			s.log.Error("encode presence", "err", err)
 			return
 		}
 		m.Shared.Frame = p
 	})
 	p, _ := m.Shared.Frame.(*wire.Prepared)
-	if p == nil {
-		return nil
-	}
-	return p.Frame(c.peerID)
+	return p
 }
 
 // batchFrame returns the frame of a batch of presence messages, encoded
 // once for every connection that takes it.
+//
+//go:noinline
 func (s *Server) batchFrame(documentID string, b *awareness.Batch) []byte {
 	b.Shared.Once.Do(func() {
 		frame, err := s.encodeBatch(documentID, b.Messages)

@@ -29,6 +29,7 @@ type Server struct {
 	cancel  context.CancelFunc
 	members *members // who is in which document
 	poller  *poller  // watches parked connections; nil where they cannot park
+	turns   *turns   // the goroutines that run connections' turns (turns.go)
 
 	mu      sync.Mutex       // guards peers, conns, closing and perIP
 	peers   map[string]*conn // joined connections by peer id
@@ -74,6 +75,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.members = newMembers(&s.cfg)
+	s.turns = newTurns()
 	if !cfg.KeepReaders {
 		if p, err := newPoller(s.log); err == nil {
 			s.poller = p
@@ -251,12 +253,14 @@ func (s *Server) Close(ctx context.Context) error {
 	select {
 	case <-done:
 		s.cancel()
+		s.turns.close()
 		if s.poller != nil {
 			s.closePoller.Do(s.poller.close)
 		}
 		return nil
 	case <-ctx.Done():
 		s.cancel() // what the connections still do gives up
+		s.turns.close()
 		if s.poller != nil {
 			// Every connection is closing, so none parks again.
 			s.closePoller.Do(s.poller.close)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandemhq/tandem/transport/wire"
 )
 
 // The writer. Frames for a connection wait in its out queue; a goroutine
@@ -33,8 +35,9 @@ const closeWait = time.Second
 type outFrame struct {
 	op      int // websocket.BinaryMessage, PingMessage, PongMessage or CloseMessage
 	payload []byte
-	tail    []byte    // the rest of the payload, written from where it is: a large message's data
-	at      time.Time // when it was queued
+	tail    []byte         // the rest of the payload, written from where it is: a large message's data
+	prep    *wire.Prepared // instead of payload: a message shared with other peers, addressed to this one as it is written
+	at      time.Time      // when it was queued
 }
 
 var batchPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -117,7 +120,7 @@ func (c *conn) push(f outFrame) bool {
 	c.writing = true
 	c.wmu.Unlock()
 	if start {
-		go c.write()
+		c.srv.turns.run(turn{c: c})
 	}
 	return true
 }
@@ -154,7 +157,7 @@ func (c *conn) close(r CloseReason, drain bool) {
 		c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
 	}
 	if start {
-		go c.write()
+		c.srv.turns.run(turn{c: c})
 	}
 	c.wake() // a parked reader runs to finish the connection
 }
@@ -176,68 +179,20 @@ func (c *conn) awaitShut() {
 
 // write is the writer goroutine: it writes what is queued until the queue
 // is empty, or until the close frame, after which it closes the socket.
+// Its goroutine starts afresh at each wake-up, on the smallest stack: the
+// taking and the writing are functions of their own, so that neither
+// calls the other and the stack rarely has to grow.
 func (c *conn) write() {
 	bp := batchPool.Get().(*[]byte)
 	defer batchPool.Put(bp)
-	nc := c.ws.UnderlyingConn()
 	var err error // once a write failed, nothing more is written
 	for {
-		c.wmu.Lock()
-		c.wrote()
-		batch, feeds, oldest := c.out, c.feeds, c.feedsAt
-		if c.closing {
-			feeds = nil // the close frame ends what is written
-		}
-		if len(batch) == 0 && len(feeds) == 0 {
-			c.writing = false
-			c.wmu.Unlock()
+		batch, oldest := c.take()
+		if batch == nil {
 			return
 		}
-		c.out, c.feeds = nil, nil
-		c.writingBytes, c.outBytes = c.outBytes, 0
-		c.wmu.Unlock()
-		if len(feeds) > 0 { // after the lossless lane
-			n := len(batch)
-			batch = c.takePresence(feeds, batch)
-			c.srv.metrics.sentEphemeral.Add(float64(len(batch) - n))
-		} else {
-			oldest = time.Time{}
-		}
-		for _, f := range batch { // the oldest of the frames that say when they were queued
-			if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
-				oldest = f.at
-			}
-		}
-		buf := (*bp)[:0]
 		closing := false
-		for i, f := range batch {
-			buf = appendFrameHead(buf, f.op, len(f.payload)+len(f.tail))
-			buf = append(buf, f.payload...)
-			closing = f.op == websocket.CloseMessage
-			if len(buf) < maxBatch && f.tail == nil && !closing && i < len(batch)-1 {
-				continue
-			}
-			wait := c.srv.cfg.WriteTimeout
-			if closing {
-				wait = closeWait
-			}
-			if err == nil {
-				nc.SetWriteDeadline(time.Now().Add(wait))
-				if f.tail == nil {
-					_, err = nc.Write(buf)
-				} else { // one system call, the tail not copied
-					bufs := net.Buffers{buf, f.tail}
-					_, err = bufs.WriteTo(nc)
-				}
-			}
-			buf = buf[:0]
-			if closing {
-				break
-			}
-		}
-		if cap(buf) <= 2*maxBatch {
-			*bp = buf
-		}
+		closing, err = c.send(bp, batch, err)
 		if !oldest.IsZero() {
 			c.srv.noteSendWait(time.Since(oldest))
 		}
@@ -257,6 +212,88 @@ func (c *conn) write() {
 			c.close(ReasonWriteFailed, false)
 		}
 	}
+}
+
+// take takes what is to be written: the lossless lane, then what the
+// feeds hold for this connection, and when the oldest of it was queued.
+// It reports nil, having ended the writer's turn, when there is nothing.
+//
+//go:noinline
+func (c *conn) take() ([]outFrame, time.Time) {
+	c.wmu.Lock()
+	c.wrote()
+	batch, feeds, oldest := c.out, c.feeds, c.feedsAt
+	if c.closing {
+		feeds = nil // the close frame ends what is written
+	}
+	if len(batch) == 0 && len(feeds) == 0 {
+		c.writing = false
+		c.wmu.Unlock()
+		return nil, time.Time{}
+	}
+	c.out, c.feeds = nil, nil
+	c.writingBytes, c.outBytes = c.outBytes, 0
+	c.wmu.Unlock()
+	if len(feeds) > 0 { // after the lossless lane
+		n := len(batch)
+		batch = c.takePresence(feeds, batch)
+		c.srv.metrics.sentEphemeral.Add(float64(len(batch) - n))
+		if len(batch) == 0 {
+			batch = []outFrame{} // nothing after all: the writer looks again
+		}
+	} else {
+		oldest = time.Time{}
+	}
+	for _, f := range batch { // the oldest of the frames that say when they were queued
+		if !f.at.IsZero() && (oldest.IsZero() || f.at.Before(oldest)) {
+			oldest = f.at
+		}
+	}
+	return batch, oldest
+}
+
+// send writes batch, joining frames into writes of up to maxBatch bytes,
+// unless err says an earlier write failed. It reports whether batch ended
+// with the close frame, and the first error.
+//
+//go:noinline
+func (c *conn) send(bp *[]byte, batch []outFrame, err error) (closing bool, _ error) {
+	nc := c.ws.UnderlyingConn()
+	buf := (*bp)[:0]
+	for i, f := range batch {
+		if f.prep != nil {
+			buf = appendFrameHead(buf, f.op, f.prep.Len(c.peerID))
+			buf = f.prep.AppendFrame(buf, c.peerID)
+		} else {
+			buf = appendFrameHead(buf, f.op, len(f.payload)+len(f.tail))
+			buf = append(buf, f.payload...)
+		}
+		closing = f.op == websocket.CloseMessage
+		if len(buf) < maxBatch && f.tail == nil && !closing && i < len(batch)-1 {
+			continue
+		}
+		wait := c.srv.cfg.WriteTimeout
+		if closing {
+			wait = closeWait
+		}
+		if err == nil {
+			nc.SetWriteDeadline(time.Now().Add(wait))
+			if f.tail == nil {
+				_, err = nc.Write(buf)
+			} else { // one system call, the tail not copied
+				bufs := net.Buffers{buf, f.tail}
+				_, err = bufs.WriteTo(nc)
+			}
+		}
+		buf = buf[:0]
+		if closing {
+			break
+		}
+	}
+	if cap(buf) <= 2*maxBatch {
+		*bp = buf
+	}
+	return closing, err
 }
 
 // wrote gives back the bytes of the lossless frames the writer took, now

@@ -122,18 +122,50 @@ const (
 // two parts: the frame is head followed by data, which is the message's
 // Data itself.
 func (p *Prepared) To(targetID string) (head, data []byte) {
-	return p.appendHead(make([]byte, 0, p.headLen(targetID)), targetID), p.data
+	return p.appendHead(make([]byte, 0, p.Len(targetID)-len(p.data)), targetID), p.data
 }
 
 // Frame returns the prepared message addressed to targetID as one slice.
 func (p *Prepared) Frame(targetID string) []byte {
-	b := p.appendHead(make([]byte, 0, p.headLen(targetID)+len(p.data)), targetID)
-	return append(b, p.data...)
+	return p.AppendFrame(make([]byte, 0, p.Len(targetID)), targetID)
 }
 
-// headLen bounds the length of the head for targetID.
-func (p *Prepared) headLen(targetID string) int {
-	return 2 + 1 + len(targetKey) + 9 + len(targetID) + len(p.body) + 1 + len(dataKey) + 9
+// AppendFrame appends the prepared message addressed to targetID to b:
+// Len(targetID) bytes.
+func (p *Prepared) AppendFrame(b []byte, targetID string) []byte {
+	return append(p.appendHead(b, targetID), p.data...)
+}
+
+// Len is the length of the prepared message addressed to targetID.
+func (p *Prepared) Len(targetID string) int {
+	n := 1
+	if p.pairs+1 > 23 {
+		n = 2
+	}
+	n += textLen(targetKey) + textLen(targetID) + len(p.body)
+	if p.data != nil {
+		n += textLen(dataKey) + headLen(uint64(len(p.data))) + len(p.data)
+	}
+	return n
+}
+
+// textLen is the length of s as a CBOR text string.
+func textLen(s string) int { return headLen(uint64(len(s))) + len(s) }
+
+// headLen is the length of the head of a CBOR item whose argument is n
+// (appendHead).
+func headLen(n uint64) int {
+	switch {
+	case n <= 23:
+		return 1
+	case n <= 0xff:
+		return 2
+	case n <= 0xffff:
+		return 3
+	case n <= 0xffffffff:
+		return 5
+	}
+	return 9
 }
 
 func (p *Prepared) appendHead(head []byte, targetID string) []byte {

@@ -273,7 +273,11 @@ func TestPreparedTo(t *testing.T) {
 		}
 		for _, n := range []int{0, 1, 23, 24, 255, 256, 70000} {
 			target := strings.Repeat("t", n)
-			got, err := Decode(p.Frame(target))
+			frame := p.Frame(target)
+			if len(frame) != p.Len(target) || cap(frame) != len(frame) {
+				t.Fatalf("%s to a %d-byte target: %d bytes (room for %d), Len says %d", m.Type, n, len(frame), cap(frame), p.Len(target))
+			}
+			got, err := Decode(frame)
 			if err != nil {
 				t.Fatalf("%s to a %d-byte target: %v", m.Type, n, err)
 			}
