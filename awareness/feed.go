@@ -358,8 +358,9 @@ func newest(es []entry) []bool {
 
 // replaced is what newest has met, walking entries from the newest back:
 // the (sender, channel) pairs with a newer value, and the senders whose
-// newer whole message replaces all their older ones (true if that was a
-// goodbye).
+// newer whole message replaces all their older ones (bye: if that was a
+// goodbye). Most takes hold a few entries: it looks them up in slices,
+// and in maps only past manyKeys.
 //
 // The rule, its only statement: a message replaces an older one of the
 // same sender whose channels it all carries: an update or heartbeat the
@@ -368,45 +369,105 @@ func newest(es []entry) []bool {
 // channel) everything; except that a goodbye is replaced by a goodbye
 // only, as a peer that left and came back must be seen to leave.
 type replaced struct {
-	seen  map[[2]string]struct{}
-	ended map[string]bool
+	seen  []senderChannel
+	ended []senderEnd
+	seenM map[senderChannel]struct{}
+	endM  map[string]bool
 }
+
+type senderChannel struct{ sender, channel string }
+
+type senderEnd struct {
+	sender string
+	bye    bool
+}
+
+// manyKeys is how many keys replaced looks up in a slice.
+const manyKeys = 32
 
 // stale reports whether a newer entry met already replaces e, and records
 // what e replaces of the older ones.
 func (r *replaced) stale(e *entry) bool {
-	if r.seen == nil {
-		r.seen, r.ended = make(map[[2]string]struct{}), make(map[string]bool)
-	}
 	sender := e.msg.SenderID
-	if byGoodbye, ok := r.ended[sender]; ok {
-		if e.goodbye && !byGoodbye {
-			r.ended[sender] = true // it left, then came back: the leave stays
+	if bye, ok := r.endOf(sender); ok {
+		if e.goodbye && !bye {
+			r.end(sender, true) // it left, then came back: the leave stays
 			return false
 		}
 		return true
 	}
 	switch {
 	case e.whole:
-		r.ended[sender] = e.goodbye
+		r.end(sender, e.goodbye)
 		return false
 	case len(e.channels) > 0:
 		all := true
 		for _, ch := range e.channels {
-			k := [2]string{sender, ch}
-			if _, ok := r.seen[k]; !ok {
+			if !r.see(senderChannel{sender, ch}) {
 				all = false
-				r.seen[k] = struct{}{}
 			}
 		}
 		return all
 	}
-	k := [2]string{sender, e.channel}
-	if _, ok := r.seen[k]; ok {
-		return true
+	return r.see(senderChannel{sender, e.channel})
+}
+
+// see records k and reports whether it was met before.
+func (r *replaced) see(k senderChannel) bool {
+	if r.seenM != nil {
+		_, ok := r.seenM[k]
+		r.seenM[k] = struct{}{}
+		return ok
 	}
-	r.seen[k] = struct{}{}
+	for _, s := range r.seen {
+		if s == k {
+			return true
+		}
+	}
+	r.seen = append(r.seen, k)
+	if len(r.seen) > manyKeys {
+		r.seenM = make(map[senderChannel]struct{}, 2*len(r.seen))
+		for _, s := range r.seen {
+			r.seenM[s] = struct{}{}
+		}
+	}
 	return false
+}
+
+// endOf reports whether sender's older messages are replaced, and by a
+// goodbye or not.
+func (r *replaced) endOf(sender string) (bye, ok bool) {
+	if r.endM != nil {
+		bye, ok = r.endM[sender]
+		return bye, ok
+	}
+	for _, e := range r.ended {
+		if e.sender == sender {
+			return e.bye, true
+		}
+	}
+	return false, false
+}
+
+// end records that sender's older messages are replaced.
+func (r *replaced) end(sender string, bye bool) {
+	if r.endM != nil {
+		r.endM[sender] = bye
+		return
+	}
+	for i := range r.ended {
+		if r.ended[i].sender == sender {
+			r.ended[i].bye = bye
+			return
+		}
+	}
+	r.ended = append(r.ended, senderEnd{sender, bye})
+	if len(r.ended) > manyKeys {
+		r.endM = make(map[string]bool, 2*len(r.ended))
+		for _, e := range r.ended {
+			r.endM[e.sender] = e.bye
+		}
+	}
 }
 
 // sendRoom sends p the room of f's document: a goodbye in the name of each

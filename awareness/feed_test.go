@@ -2,6 +2,8 @@ package awareness
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -357,6 +359,71 @@ func TestWhatReplacesWhat(t *testing.T) {
 	} {
 		if got := fmt.Sprint(newest(tc.es)); got != tc.want {
 			t.Errorf("%s: kept %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// newest agrees with the rule stated directly, on takes small and large
+// (past manyKeys its lookups are maps).
+func TestNewestFollowsTheRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	covered := func(es []entry, i int, ch string) bool {
+		for _, e := range es[i+1:] {
+			if e.msg.SenderID == es[i].msg.SenderID && (e.channel == ch || slices.Contains(e.channels, ch)) {
+				return true
+			}
+		}
+		return false
+	}
+	want := func(es []entry, i int) bool { // live
+		for _, e := range es[i+1:] {
+			if e.msg.SenderID == es[i].msg.SenderID && e.whole && (!es[i].goodbye || e.goodbye) {
+				return false
+			}
+		}
+		switch {
+		case es[i].whole:
+			return true
+		case len(es[i].channels) > 0:
+			for _, ch := range es[i].channels {
+				if !covered(es, i, ch) {
+					return true
+				}
+			}
+			return false
+		}
+		return !covered(es, i, es[i].channel)
+	}
+	for round := range 2000 {
+		n := 1 + rng.IntN(120)
+		senders, channels := 1+rng.IntN(10), 1+rng.IntN(6)
+		es := make([]entry, n)
+		for i := range es {
+			e := entry{msg: Message{SenderID: fmt.Sprint("p", rng.IntN(senders))}}
+			switch k := rng.IntN(10); {
+			case k == 0:
+				e.whole, e.goodbye = true, true
+			case k == 1:
+				e.whole = true
+			case k < 4:
+				for c := range channels {
+					if rng.IntN(2) == 0 {
+						e.channels = append(e.channels, fmt.Sprint("c", c))
+					}
+				}
+				if len(e.channels) == 0 {
+					e.channels = []string{"c0"}
+				}
+			default:
+				e.channel = fmt.Sprint("c", rng.IntN(channels))
+			}
+			es[i] = e
+		}
+		got := newest(es)
+		for i := range es {
+			if got[i] != want(es, i) {
+				t.Fatalf("round %d, entry %d of %d (%+v): live %v, want %v", round, i, n, es[i], got[i], !got[i])
+			}
 		}
 	}
 }

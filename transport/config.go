@@ -111,7 +111,8 @@ type Config struct {
 	// PingInterval is the mean time between WebSocket pings, jittered by
 	// ±10%; default 5s. A connection that misses three pongs is closed.
 	PingInterval time.Duration
-	// WriteTimeout bounds every write to a socket; default 10s.
+	// WriteTimeout bounds every write to a socket, within a factor of two
+	// (writer.go, setWriteDeadline); default 10s.
 	WriteTimeout time.Duration
 	// Auth verifies the token of every connection before the upgrade;
 	// nil runs open (anyone may connect, read and write).

@@ -42,6 +42,7 @@ type conn struct {
 	out      []outFrame        // the lossless lane: frames for the writer, bounded by SendQueue
 	feeds    []*awareness.Feed // the presence feeds with something for this connection (presence.go)
 	feedsAt  time.Time         // when the first of feeds was added
+	deadline time.Time         // the socket's write deadline: the writer's own, unguarded
 	writing  bool              // a writer goroutine runs
 	closing  bool              // the close frame is queued: nothing more is
 	shut     bool              // the writer closed the socket

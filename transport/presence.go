@@ -64,8 +64,8 @@ func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Del
 	for i := range d.Messages {
 		if m := &d.Messages[i]; m.Shared == nil {
 			out = appendPresence(out, c.encodePresence(documentID, m), nil)
-		} else {
-			out = appendPresence(out, nil, c.srv.prepared(documentID, m))
+		} else if sh := c.srv.shared(documentID, m); sh != nil {
+			out = appendPresence(out, nil, sh.prep)
 		}
 	}
 	return out
@@ -97,11 +97,19 @@ func (c *conn) encodePresence(documentID string, m *awareness.Message) []byte {
 	return b
 }
 
-// prepared returns a presence message sent to many peers as encoded once
-// for all of them, in m.Shared, by the first to ask.
+// shared is a presence message encoded once for every peer it goes to:
+// as a message of its own, whose targetId the writer splices in, and as an
+// entry of any batch.
+type shared struct {
+	prep  *wire.Prepared
+	entry []byte
+}
+
+// shared returns m encoded once for all its recipients, in m.Shared, by
+// the first to ask; nil if it could not be encoded.
 //
 //go:noinline
-func (s *Server) prepared(documentID string, m *awareness.Message) *wire.Prepared {
+func (s *Server) shared(documentID string, m *awareness.Message) *shared {
 	m.Shared.Once.Do(func() {
 		p, err := wire.Prepare(&wire.Message{
 			Type: wire.TypeEphemeral, SenderID: m.SenderID, DocumentID: documentID,
@@ -111,37 +119,37 @@ func (s *Server) prepared(documentID string, m *awareness.Message) *wire.Prepare
 			s.log.Error("encode presence", "err", err)
 			return
 		}
-		m.Shared.Frame = p
+		m.Shared.Frame = &shared{prep: p, entry: wire.AppendBatchEntry(nil, m.SenderID, m.Count, m.Data)}
 	})
-	p, _ := m.Shared.Frame.(*wire.Prepared)
-	return p
+	sh, _ := m.Shared.Frame.(*shared)
+	return sh
 }
 
-// batchFrame returns the frame of a batch of presence messages, encoded
-// once for every connection that takes it.
+// batchFrame returns the frame of a batch of presence messages, made once
+// for every connection that takes it, of entries each encoded once for
+// every batch it is in.
 //
 //go:noinline
 func (s *Server) batchFrame(documentID string, b *awareness.Batch) []byte {
 	b.Shared.Once.Do(func() {
-		frame, err := s.encodeBatch(documentID, b.Messages)
-		if err != nil {
-			s.log.Error("encode presence batch", "err", err)
-			return
+		entries := make([][]byte, 0, len(b.Messages))
+		size := 0
+		for i := range b.Messages {
+			m := &b.Messages[i]
+			var e []byte
+			if m.Shared == nil {
+				e = wire.AppendBatchEntry(nil, m.SenderID, m.Count, m.Data)
+			} else if sh := s.shared(documentID, m); sh != nil {
+				e = sh.entry
+			} else {
+				continue
+			}
+			entries = append(entries, e)
+			size += len(e)
 		}
-		b.Shared.Frame = frame
+		b.Shared.Frame = wire.AppendBatch(make([]byte, 0, size+128+len(documentID)+len(s.cfg.PeerID)+len(b.Messages[0].SessionID)),
+			s.cfg.PeerID, documentID, b.Messages[0].SessionID, entries)
 	})
 	frame, _ := b.Shared.Frame.([]byte)
 	return frame
-}
-
-// encodeBatch encodes presence messages of a document as one batch frame.
-func (s *Server) encodeBatch(documentID string, msgs []awareness.Message) ([]byte, error) {
-	entries := make([]wire.BatchEntry, len(msgs))
-	for i, m := range msgs {
-		entries[i] = wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data}
-	}
-	return wire.Encode(&wire.Message{
-		Type: wire.TypePresenceBatch, SenderID: s.cfg.PeerID, DocumentID: documentID,
-		SessionID: msgs[0].SessionID, Batch: entries,
-	})
 }

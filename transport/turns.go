@@ -14,51 +14,44 @@ import (
 // stack and, as a write goes deep into the runtime, grows it on nearly
 // every turn: under steady presence traffic that copy cost more than the
 // turn's own work. So turns run on goroutines that stay, with the stack
-// they grew, for turnIdle after their last turn, and take the next one
-// that comes; past it they end, so a quiet node keeps none.
+// they grew, for about turnIdle after their last turn (one to two), and
+// take the next turn that comes; then they end, so a quiet node keeps
+// none.
 
-// turnIdle is how long a goroutine waits for another turn before it ends.
+// turnIdle is how long a goroutine waits for another turn, at least.
 const turnIdle = time.Second
 
 // turn is one turn of a connection: its writer's, or its reader's after
-// the poller woke it.
+// the poller woke it. The zero turn ends the goroutine that gets it.
 type turn struct {
 	c    *conn
 	read bool
 }
 
-func (t turn) run() {
-	if t.read {
-		t.c.run(true)
-	} else {
-		t.c.write()
-	}
-}
-
 // turns is the server's pool of goroutines for turns.
 type turns struct {
-	mu     sync.Mutex
-	idle   []*turner // waiting for a turn, the most recently busy last
-	closed bool
-	quit   chan struct{} // closed by close: the idle end
+	mu      sync.Mutex
+	idle    []*turner // waiting for a turn, the longest waiting first
+	sweeper bool      // a goroutine ends those waiting past turnIdle
+	closed  bool
 }
 
 // turner is one goroutine of the pool.
 type turner struct {
-	next chan turn
-	at   int // its index in idle while there, else -1
+	next  chan turn
+	since time.Time // when it began to wait
 }
 
-func newTurns() *turns { return &turns{quit: make(chan struct{})} }
+func newTurns() *turns { return &turns{} }
 
-// run runs t on a waiting goroutine, or on a new one.
+// run runs t on a waiting goroutine, the one that waited least, or on a
+// new one.
 func (p *turns) run(t turn) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		w := p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
-		w.at = -1
 		p.mu.Unlock()
 		w.next <- t
 		return
@@ -67,55 +60,60 @@ func (p *turns) run(t turn) {
 	go p.work(t)
 }
 
-// work runs turns until none comes for turnIdle, or the pool closes.
+// work runs turns until it is given the zero turn.
 func (p *turns) work(t turn) {
-	w := &turner{next: make(chan turn, 1), at: -1}
-	var timer *time.Timer
-	for {
-		t.run()
-		t = turn{}
+	w := &turner{next: make(chan turn, 1)}
+	for t.c != nil {
+		if t.read {
+			t.c.run(true)
+		} else {
+			t.c.write()
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			return
 		}
-		w.at = len(p.idle)
+		w.since = time.Now()
 		p.idle = append(p.idle, w)
-		p.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(turnIdle)
-		} else {
-			timer.Reset(turnIdle)
-		}
-		select {
-		case t = <-w.next:
-			timer.Stop()
-			continue
-		case <-timer.C:
-		case <-p.quit:
-			timer.Stop()
-		}
-		p.mu.Lock()
-		if w.at >= 0 { // still idle: it ends
-			last := p.idle[len(p.idle)-1]
-			p.idle[w.at], last.at = last, w.at
-			p.idle[len(p.idle)-1] = nil
-			p.idle = p.idle[:len(p.idle)-1]
-			p.mu.Unlock()
-			return
+		if !p.sweeper {
+			p.sweeper = true
+			time.AfterFunc(turnIdle, p.sweep)
 		}
 		p.mu.Unlock()
-		t = <-w.next // given a turn meanwhile: it is on its way
+		t = <-w.next
 	}
+}
+
+// sweep ends the goroutines that have waited turnIdle or longer, and
+// comes again while any waits.
+func (p *turns) sweep() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	n := 0
+	for n < len(p.idle) && (p.closed || now.Sub(p.idle[n].since) >= turnIdle) {
+		p.idle[n].next <- turn{}
+		p.idle[n] = nil
+		n++
+	}
+	p.idle = p.idle[n:]
+	if len(p.idle) == 0 {
+		p.idle = nil
+		p.sweeper = false
+		return
+	}
+	time.AfterFunc(turnIdle, p.sweep)
 }
 
 // close ends the waiting goroutines, and each busy one after its turn.
 // Turns run after it each have a goroutine of their own.
 func (p *turns) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		close(p.quit)
+	p.closed = true
+	for _, w := range p.idle {
+		w.next <- turn{}
 	}
+	p.idle = nil
+	p.mu.Unlock()
 }

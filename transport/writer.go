@@ -272,12 +272,8 @@ func (c *conn) send(bp *[]byte, batch []outFrame, err error) (closing bool, _ er
 		if len(buf) < maxBatch && f.tail == nil && !closing && i < len(batch)-1 {
 			continue
 		}
-		wait := c.srv.cfg.WriteTimeout
-		if closing {
-			wait = closeWait
-		}
 		if err == nil {
-			nc.SetWriteDeadline(time.Now().Add(wait))
+			c.setWriteDeadline(nc, closing)
 			if f.tail == nil {
 				_, err = nc.Write(buf)
 			} else { // one system call, the tail not copied
@@ -294,6 +290,22 @@ func (c *conn) send(bp *[]byte, batch []outFrame, err error) (closing bool, _ er
 		*bp = buf
 	}
 	return closing, err
+}
+
+// setWriteDeadline bounds the next write: the close frame's by closeWait,
+// any other by WriteTimeout. Setting a deadline costs a timer's update, so
+// one that still has half of WriteTimeout to run is kept: a write may so
+// block for between half of WriteTimeout and all of it.
+func (c *conn) setWriteDeadline(nc net.Conn, closing bool) {
+	now := time.Now()
+	if closing {
+		nc.SetWriteDeadline(now.Add(closeWait))
+		return
+	}
+	if wait := c.srv.cfg.WriteTimeout; c.deadline.Sub(now) < wait/2 {
+		c.deadline = now.Add(wait)
+		nc.SetWriteDeadline(c.deadline)
+	}
 }
 
 // wrote gives back the bytes of the lossless frames the writer took, now

@@ -204,3 +204,42 @@ func appendHead(b []byte, major byte, n uint64) []byte {
 	}
 	return append(b, major+27, byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 }
+
+// AppendBatchEntry appends one entry of a presence batch, as Encode
+// writes a BatchEntry: a message encoded once can so join many batches.
+func AppendBatchEntry(b []byte, senderID string, count uint64, data []byte) []byte {
+	b = append(b, 0x83) // an array of three
+	b = appendText(b, senderID)
+	b = appendHead(b, 0x00, count)
+	b = appendHead(b, 0x40, uint64(len(data)))
+	return append(b, data...)
+}
+
+// AppendBatch appends a presence batch (TypePresenceBatch) from senderID
+// about documentID under sessionID, whose entries are each encoded by
+// AppendBatchEntry: what Encode writes for the same message.
+func AppendBatch(b []byte, senderID, documentID, sessionID string, entries [][]byte) []byte {
+	pairs := 1 // type
+	for _, s := range []string{senderID, documentID, sessionID} {
+		if s != "" {
+			pairs++
+		}
+	}
+	if len(entries) > 0 {
+		pairs++
+	}
+	b = append(b, 0xa0+byte(pairs))
+	b = appendText(appendText(b, "type"), TypePresenceBatch)
+	for _, kv := range [][2]string{{"senderId", senderID}, {"documentId", documentID}, {"sessionId", sessionID}} {
+		if kv[1] != "" {
+			b = appendText(appendText(b, kv[0]), kv[1])
+		}
+	}
+	if len(entries) > 0 {
+		b = appendHead(appendText(b, "batch"), 0x80, uint64(len(entries)))
+		for _, e := range entries {
+			b = append(b, e...)
+		}
+	}
+	return b
+}

@@ -292,3 +292,30 @@ func TestPreparedTo(t *testing.T) {
 		t.Fatal("Prepare took a message with a targetId")
 	}
 }
+
+// A batch assembled from entries encoded one by one decodes as the same
+// message Encode writes.
+func TestAppendBatchIsEncode(t *testing.T) {
+	for _, n := range []int{1, 2, 23, 24, 300} {
+		m := &Message{Type: TypePresenceBatch, SenderID: "server", DocumentID: "3bNqoT3cGWVe5GkGk7oYsi5xGUiS", SessionID: "relay"}
+		var entries [][]byte
+		for i := range n {
+			e := BatchEntry{SenderID: strings.Repeat("p", i%40), Count: uint64(i) * 1000003, Data: bytes.Repeat([]byte{byte(i)}, i%300)}
+			m.Batch = append(m.Batch, e)
+			entries = append(entries, AppendBatchEntry(nil, e.SenderID, e.Count, e.Data))
+		}
+		want, err := Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := AppendBatch(nil, m.SenderID, m.DocumentID, m.SessionID, entries)
+		a, err := Decode(got)
+		if err != nil {
+			t.Fatalf("%d entries: %v", n, err)
+		}
+		b, _ := Decode(want)
+		if !reflect.DeepEqual(a, b) || len(got) != len(want) {
+			t.Fatalf("%d entries: assembled %d bytes (%+v), Encode %d bytes", n, len(got), a.Batch[:1], len(want))
+		}
+	}
+}
