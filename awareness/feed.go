@@ -67,6 +67,7 @@ type reader struct {
 	signaled bool
 	first    uint64
 	greet    bool // it is sent the room at its next take
+	heard    bool // it has spoken presence here (Feed.heard)
 }
 
 // Feed is a room's outgoing presence: what the hub forwards there, for
@@ -79,6 +80,8 @@ type Feed struct {
 	base    uint64     // the sequence number of entries[0]
 	entries []entry
 	bytes   int // of entries, and of gone
+	// readers are the room's local members, by peer id. They change
+	// under hub.mu and f.mu both, so either lock reads them.
 	readers map[string]*reader
 	waiting int // readers signaled and not yet taken
 	// gone holds the senders whose goodbye the feed has held since every
@@ -120,6 +123,19 @@ func (f *Feed) signal(rd *reader, first uint64) {
 	f.hub.hasReady.Store(true)
 }
 
+// member returns the local member with the peer id, if any. The caller
+// holds h.mu.
+func (f *Feed) member(peer string) Peer {
+	if rd := f.readers[peer]; rd != nil {
+		return rd.peer
+	}
+	return nil
+}
+
+// empty reports whether the room has no local member. The caller holds
+// h.mu.
+func (f *Feed) empty() bool { return len(f.readers) == 0 }
+
 // join makes p a member that reads the feed from now on, and sends it the
 // room. A newer connection of a member's peer takes its place. The caller
 // holds h.mu.
@@ -138,12 +154,16 @@ func (f *Feed) join(p Peer) {
 	f.mu.Unlock()
 }
 
-// greet sends member peer the room at its next take. The caller holds
-// h.mu.
-func (f *Feed) greet(peer string) {
+// heard notes that member peer spoke presence here, and at its first
+// message sends it the room again. This is the one place of the greeting
+// race: a member is sent the room when it joins, but a stock client joins
+// by syncing the document and starts listening to presence only once it
+// has it, so that room may go unheard; its first presence message says
+// that it listens now. The caller holds h.mu.
+func (f *Feed) heard(peer string) {
 	f.mu.Lock()
-	if rd := f.readers[peer]; rd != nil {
-		rd.greet = true
+	if rd := f.readers[peer]; rd != nil && !rd.heard {
+		rd.heard, rd.greet = true, true
 		f.signal(rd, f.end())
 	}
 	f.mu.Unlock()

@@ -76,7 +76,7 @@ func (h *Hub) handoff(pi *peerInfo, node string, fx *effects) {
 		if st := r.state[pi.id]; st == nil || !st.Visible() {
 			pi.docs.Delete(id) // a remote peer is in the documents that show it
 		}
-		if len(r.members) == 0 {
+		if r.feed.empty() {
 			h.dropRoom(r, fx) // forgets pi when no document shows it any more
 		}
 	}

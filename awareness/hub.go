@@ -181,9 +181,7 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 		r = newRoom(h, documentID)
 		h.rooms[documentID] = r
 	}
-	if r.members[pi.id] != p {
-		r.members[pi.id] = p
-		delete(r.greeted, pi.id) // greeted again at its first presence message
+	if r.feed.member(pi.id) != p {
 		pi.docs.Set(documentID, struct{}{})
 		r.feed.join(p)
 	}
@@ -258,7 +256,7 @@ func (h *Hub) LeaveDocument(p Peer, documentID string) {
 				h.sendGoodbye(r, pi.id)
 			}
 			r.drop(pi.id)
-			if len(r.members) == 0 {
+			if r.feed.empty() {
 				h.dropRoom(r, &fx)
 			}
 		}
@@ -281,7 +279,7 @@ func (h *Hub) remove(pi *peerInfo, fx *effects) {
 		if pi.conn == nil {
 			r.guessed[pi.id] = true
 		}
-		if len(r.members) == 0 {
+		if r.feed.empty() {
 			h.dropRoom(r, fx)
 		}
 	}

@@ -105,10 +105,7 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 	if pi.clock.Less(c) {
 		pi.clock = c
 	}
-	if !r.greeted[pi.id] {
-		r.greeted[pi.id] = true
-		r.feed.greet(pi.id)
-	}
+	r.feed.heard(pi.id)
 	// What the message changed is forwarded together (schedule).
 	var buf [8]string
 	changed := buf[:0]

@@ -4,11 +4,10 @@ import "time"
 
 // room is the presence of one document.
 type room struct {
-	id      string
-	state   State
-	members map[string]Peer      // by peer id
-	feed    *Feed                // what the members are sent (feed.go)
-	typing  map[string]time.Time // peer id → when its typing flag expires
+	id     string
+	state  State
+	feed   *Feed                // its local members, and what they are sent (feed.go)
+	typing map[string]time.Time // peer id → when its typing flag expires
 	// Coalescing: sent holds the (peer, channel) pairs forwarded in the
 	// peer's current period; pending those waiting for its trailing edge.
 	// changed is the tick (of ticks) in which each pending peer last
@@ -18,11 +17,6 @@ type room struct {
 	pending map[string]map[string]struct{}
 	changed map[string]uint64
 	held    map[string]int
-	// greeted holds the peers that were sent the room after their first
-	// presence message. A stock client starts its Presence only after it
-	// has the document, so the room sent at its first sync can go unheard.
-	// A peer that never speaks presence has no entry.
-	greeted map[string]bool
 	// present holds the peers that speak presence here and have not said
 	// goodbye: the server keeps their status channel, so a peer with an
 	// empty state is still seen.
@@ -39,13 +33,11 @@ func newRoom(h *Hub, id string) *room {
 	r := &room{
 		id:      id,
 		state:   State{},
-		members: make(map[string]Peer),
 		typing:  make(map[string]time.Time),
 		sent:    make(map[string]map[string]struct{}),
 		pending: make(map[string]map[string]struct{}),
 		changed: make(map[string]uint64),
 		held:    make(map[string]int),
-		greeted: make(map[string]bool),
 		present: make(map[string]bool),
 		guessed: make(map[string]bool),
 	}
@@ -54,15 +46,11 @@ func newRoom(h *Hub, id string) *room {
 }
 
 func (r *room) drop(peer string) {
-	if _, ok := r.members[peer]; ok {
-		r.feed.leave(peer)
-	}
-	delete(r.members, peer)
+	r.feed.leave(peer)
 	delete(r.typing, peer)
 	delete(r.sent, peer)
 	delete(r.pending, peer)
 	delete(r.changed, peer)
 	delete(r.held, peer)
-	delete(r.greeted, peer)
 	delete(r.present, peer)
 }

@@ -40,7 +40,7 @@ func (c *conn) wake() {
 	c.parked = false
 	c.parkMu.Unlock()
 	c.srv.metrics.parked.Dec()
-	c.srv.turns.run(turn{c: c, read: true})
+	go c.run(true)
 }
 
 // unwatch takes the socket from the poller for good, before the writer

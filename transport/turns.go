@@ -5,27 +5,26 @@ import (
 	"time"
 )
 
-// Turns: the goroutines that run connections' turns.
+// Turns: the goroutines that run connections' writers.
 //
 // A connection holds no goroutine while it is idle: its writer runs only
-// while there is something to write (writer.go), and its reader, once
-// parked, only when the socket has something (park.go). Each wake-up is
-// a turn. A goroutine started afresh for each turn begins on the smallest
-// stack and, as a write goes deep into the runtime, grows it on nearly
-// every turn: under steady presence traffic that copy cost more than the
-// turn's own work. So turns run on goroutines that stay, with the stack
-// they grew, for about turnIdle after their last turn (one to two), and
-// take the next turn that comes; then they end, so a quiet node keeps
-// none.
+// while there is something to write (writer.go). Each run is a turn. A
+// goroutine started afresh for each turn begins on the smallest stack
+// and, as a write goes deep into the runtime, grows it on nearly every
+// turn: under steady presence traffic that copy cost more than the turn's
+// own work. So turns run on goroutines that stay, with the stack they
+// grew, for about turnIdle after their last turn (one to two), and take
+// the next turn that comes; then they end, so a quiet node keeps none.
+// A woken reader (park.go) starts a goroutine of its own: it stays up to
+// parkGrace, long enough for a pool to hold hundreds of them idle.
 
 // turnIdle is how long a goroutine waits for another turn, at least.
 const turnIdle = time.Second
 
-// turn is one turn of a connection: its writer's, or its reader's after
-// the poller woke it. The zero turn ends the goroutine that gets it.
+// turn is one turn of a connection's writer. The zero turn ends the
+// goroutine that gets it.
 type turn struct {
-	c    *conn
-	read bool
+	c *conn
 }
 
 // turns is the server's pool of goroutines for turns.
@@ -64,11 +63,7 @@ func (p *turns) run(t turn) {
 func (p *turns) work(t turn) {
 	w := &turner{next: make(chan turn, 1)}
 	for t.c != nil {
-		if t.read {
-			t.c.run(true)
-		} else {
-			t.c.write()
-		}
+		t.c.write()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

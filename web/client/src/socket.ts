@@ -270,8 +270,9 @@ export class TandemSocket extends NetworkAdapter {
         cbor.encode({
           type: "join",
           senderId: this.peerId,
-          // Presence in batches: one frame per document and server tick
-          // instead of one per peer's update (unpacked in #receive).
+          // Presence in batches: what piled up for this connection while
+          // the server was writing comes in one frame instead of one per
+          // peer's update (unpacked in #receive).
           peerMetadata: { ...this.peerMetadata, tandemPresenceBatch: true },
           supportedProtocolVersions: ["1"],
         }),
