@@ -36,7 +36,7 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 	c.writing = true
 	c.wmu.Unlock()
 	if start {
-		c.srv.turns.run(turn{c: c})
+		c.srv.turns.run(c)
 	}
 }
 

@@ -21,17 +21,17 @@ import (
 // turnIdle is how long a goroutine waits for another turn, at least.
 const turnIdle = time.Second
 
-// turn is one turn of a connection's writer. The zero turn ends the
+// turn is one turn: a connection's writer. The nil turn ends the
 // goroutine that gets it.
-type turn struct {
-	c *conn
-}
+type turn interface{ write() }
 
 // turns is the server's pool of goroutines for turns.
 type turns struct {
+	idleFor time.Duration // turnIdle; shorter in tests
+
 	mu      sync.Mutex
 	idle    []*turner // waiting for a turn, the longest waiting first
-	sweeper bool      // a goroutine ends those waiting past turnIdle
+	sweeper bool      // a goroutine ends those waiting past idleFor
 	closed  bool
 }
 
@@ -41,7 +41,7 @@ type turner struct {
 	since time.Time // when it began to wait
 }
 
-func newTurns() *turns { return &turns{} }
+func newTurns() *turns { return &turns{idleFor: turnIdle} }
 
 // run runs t on a waiting goroutine, the one that waited least, or on a
 // new one.
@@ -59,11 +59,11 @@ func (p *turns) run(t turn) {
 	go p.work(t)
 }
 
-// work runs turns until it is given the zero turn.
+// work runs turns until it is given the nil turn.
 func (p *turns) work(t turn) {
 	w := &turner{next: make(chan turn, 1)}
-	for t.c != nil {
-		t.c.write()
+	for t != nil {
+		t.write()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -73,22 +73,22 @@ func (p *turns) work(t turn) {
 		p.idle = append(p.idle, w)
 		if !p.sweeper {
 			p.sweeper = true
-			time.AfterFunc(turnIdle, p.sweep)
+			time.AfterFunc(p.idleFor, p.sweep)
 		}
 		p.mu.Unlock()
 		t = <-w.next
 	}
 }
 
-// sweep ends the goroutines that have waited turnIdle or longer, and
+// sweep ends the goroutines that have waited idleFor or longer, and
 // comes again while any waits.
 func (p *turns) sweep() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	n := 0
-	for n < len(p.idle) && (p.closed || now.Sub(p.idle[n].since) >= turnIdle) {
-		p.idle[n].next <- turn{}
+	for n < len(p.idle) && (p.closed || now.Sub(p.idle[n].since) >= p.idleFor) {
+		p.idle[n].next <- nil
 		p.idle[n] = nil
 		n++
 	}
@@ -98,7 +98,7 @@ func (p *turns) sweep() {
 		p.sweeper = false
 		return
 	}
-	time.AfterFunc(turnIdle, p.sweep)
+	time.AfterFunc(p.idleFor, p.sweep)
 }
 
 // close ends the waiting goroutines, and each busy one after its turn.
@@ -107,7 +107,7 @@ func (p *turns) close() {
 	p.mu.Lock()
 	p.closed = true
 	for _, w := range p.idle {
-		w.next <- turn{}
+		w.next <- nil
 	}
 	p.idle = nil
 	p.mu.Unlock()

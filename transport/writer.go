@@ -120,7 +120,7 @@ func (c *conn) push(f outFrame) bool {
 	c.writing = true
 	c.wmu.Unlock()
 	if start {
-		c.srv.turns.run(turn{c: c})
+		c.srv.turns.run(c)
 	}
 	return true
 }
@@ -157,7 +157,7 @@ func (c *conn) close(r CloseReason, drain bool) {
 		c.ws.UnderlyingConn().SetWriteDeadline(time.Now())
 	}
 	if start {
-		c.srv.turns.run(turn{c: c})
+		c.srv.turns.run(c)
 	}
 	c.wake() // a parked reader runs to finish the connection
 }
