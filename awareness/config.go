@@ -36,8 +36,9 @@ type Config struct {
 	// TypingTimeout clears a typing flag not renewed for this long;
 	// default 3s.
 	TypingTimeout time.Duration
-	// RelaySession is the ephemeral session under which the hub sends
-	// presence in peers' names; default random per hub. See forward.go.
+	// RelaySession names the ephemeral sessions under which the hub sends
+	// presence in peers' names, one per room (forward.go); default random
+	// per hub.
 	RelaySession string
 	// MaxNesting bounds how deeply a presence payload may nest: 0 for
 	// DefaultMaxNesting (16), else MinNesting to MaxNesting (4 to 64);

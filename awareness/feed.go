@@ -73,8 +73,9 @@ type reader struct {
 // Feed is a room's outgoing presence: what the hub forwards there, for
 // each local member to take.
 type Feed struct {
-	hub  *Hub
-	room *room // guarded by hub.mu: the state a member is sent as the room
+	hub     *Hub
+	room    *room  // guarded by hub.mu: the state a member is sent as the room
+	session string // the session of its messages (forward.go)
 
 	mu      sync.Mutex // guards what follows; taken after hub.mu, never before
 	base    uint64     // the sequence number of entries[0]
@@ -84,6 +85,10 @@ type Feed struct {
 	// under hub.mu and f.mu both, so either lock reads them.
 	readers map[string]*reader
 	waiting int // readers signaled and not yet taken
+	// compactAt is the length at which post next drops what no member
+	// needs (trim): twice what was left the last time, so that the
+	// readers it looks over cost little per post.
+	compactAt int
 	// gone holds the senders whose goodbye the feed has held since every
 	// member last took everything: the sequence number of the newest one.
 	gone map[string]uint64
@@ -101,8 +106,8 @@ type readyPeer struct {
 	feed *Feed
 }
 
-func newFeed(h *Hub, r *room) *Feed {
-	return &Feed{hub: h, room: r, readers: make(map[string]*reader)}
+func newFeed(h *Hub, r *room, session string) *Feed {
+	return &Feed{hub: h, room: r, session: session, readers: make(map[string]*reader), compactAt: minCompact}
 }
 
 // Document is the id of the feed's document.
@@ -143,10 +148,14 @@ func (f *Feed) join(p Peer) {
 	f.mu.Lock()
 	rd := f.readers[p.ID()]
 	if rd == nil || rd.peer != p {
-		if rd != nil && rd.signaled {
-			f.waiting--
+		next := f.end()
+		if rd != nil { // a newer connection of the peer: the room tells it who left since
+			next = rd.next
+			if rd.signaled {
+				f.waiting--
+			}
 		}
-		rd = &reader{peer: p, next: f.end()}
+		rd = &reader{peer: p, next: next}
 		f.readers[p.ID()] = rd
 	}
 	rd.greet = true
@@ -191,7 +200,7 @@ func (f *Feed) post(sender string, m *presenceMessage) {
 	h := f.hub
 	h.relayCount++
 	e := entry{
-		msg: Message{SenderID: sender, SessionID: h.cfg.RelaySession, Count: h.relayCount,
+		msg: Message{SenderID: sender, SessionID: f.session, Count: h.relayCount,
 			Data: encodePresence(m), Shared: &Shared{}},
 		typ: m.Type,
 	}
@@ -228,19 +237,52 @@ func (f *Feed) post(sender string, m *presenceMessage) {
 			f.signal(rd, seq)
 		}
 	}
-	if len(f.entries) > maxFeedEntries || f.bytes > maxFeedBytes {
-		// The members that have not taken the oldest half are sent the
-		// room instead, when they take.
-		n := len(f.entries) / 2
-		for i := range f.entries[:n] {
-			f.bytes -= f.entries[i].size()
-		}
-		clear(f.entries[:n])
-		f.entries = f.entries[n:]
-		f.base += uint64(n)
-		h.metrics.updates.WithLabelValues("behind").Add(float64(n))
+	if len(f.entries) >= f.compactAt || f.bytes > maxFeedBytes {
+		f.trim()
 	}
 	f.mu.Unlock()
+}
+
+// minCompact is the least compactAt.
+const minCompact = 64
+
+// trim makes room in a feed that grew to compactAt or past its bounds.
+// First what no member needs goes: the entries and goodbyes before the first entry any member has
+// yet to take (a member that is not signaled has only its own messages
+// left). If that is not enough, the oldest half goes, and the members
+// that had not taken it are sent the room instead, when they take. The
+// caller holds f.mu.
+func (f *Feed) trim() {
+	need := f.end()
+	for _, rd := range f.readers {
+		if rd.signaled {
+			need = min(need, rd.first)
+		}
+	}
+	f.drop(int(min(need, f.end()) - min(need, f.base)))
+	for sender, seq := range f.gone {
+		if seq < need {
+			delete(f.gone, sender)
+			f.bytes -= 16 + len(sender)
+		}
+	}
+	if len(f.entries) > maxFeedEntries || f.bytes > maxFeedBytes {
+		n := max(len(f.entries)/2, 1)
+		f.drop(n)
+		f.hub.metrics.updates.WithLabelValues("behind").Add(float64(n))
+	}
+	f.compactAt = max(minCompact, 2*len(f.entries))
+}
+
+// drop drops the oldest n entries. The caller holds f.mu.
+func (f *Feed) drop(n int) {
+	n = min(n, len(f.entries))
+	for i := range f.entries[:n] {
+		f.bytes -= f.entries[i].size()
+	}
+	clear(f.entries[:n])
+	f.entries = f.entries[n:]
+	f.base += uint64(n)
 }
 
 // settle drops what the feed holds once no member has anything left to
@@ -505,7 +547,7 @@ func (h *Hub) sendRoom(f *Feed, p Peer) Delivery {
 	var d Delivery
 	send := func(sender string, m *presenceMessage) {
 		h.relayCount++
-		d.Messages = append(d.Messages, Message{SenderID: sender, SessionID: h.cfg.RelaySession,
+		d.Messages = append(d.Messages, Message{SenderID: sender, SessionID: f.session,
 			Count: h.relayCount, Data: encodePresence(m)})
 		h.metrics.sentBy(m.Type).Inc()
 	}

@@ -427,3 +427,130 @@ func TestNewestFollowsTheRule(t *testing.T) {
 		}
 	}
 }
+
+// sendIn hands the hub p's update of channel in a document, under p's next
+// count.
+func (f *fixture) sendIn(p Peer, documentID, channel string, v any) {
+	f.t.Helper()
+	f.count[p.ID()]++
+	data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: channel, Value: enc(v)}})
+	if _, err := f.hub.Receive(p, documentID, Message{SenderID: p.ID(), SessionID: "s-" + p.ID(), Count: f.count[p.ID()], Data: data}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// risingPerSource fails unless the counts got rise per (senderId,
+// sessionId), as a stock client requires: it drops any other message.
+func risingPerSource(t *testing.T, got []received) {
+	t.Helper()
+	last := map[string]uint64{}
+	for _, g := range got {
+		k := g.msg.SenderID + ":" + g.msg.SessionID
+		if c, ok := last[k]; ok && g.msg.Count <= c {
+			t.Fatalf("%s: count %d after %d: a stock client drops it", k, g.msg.Count, c)
+		}
+		last[k] = g.msg.Count
+	}
+}
+
+// A member of two documents takes from their feeds in turn, so messages
+// of the two reach it out of their counts' order: each document's come
+// under a session of its own, in which they rise.
+func TestCountsRisePerSessionAcrossDocuments(t *testing.T) {
+	const doc2 = "jN3pd9agHvY1zVqDCHrDTE3fDh1"
+	for round := range 50 {
+		f := newFixture(t)
+		r := &slowPeer{fakePeer: fakePeer{id: "r"}}
+		s, u := &fakePeer{id: "s"}, &fakePeer{id: "u"}
+		f.hub.Join(r, doc1)
+		f.hub.Join(r, doc2)
+		f.sendIn(s, doc1, "user", "sam")
+		f.sendIn(s, doc2, "user", "sam")
+		f.sendIn(u, doc2, "user", "uma")
+		r.hold()
+		f.clock.Advance(time.Second)
+		f.hub.Tick()
+		f.sendIn(u, doc2, "cursor", round) // doc2's feed is the first r is told of
+		f.sendIn(s, doc1, "cursor", 1)
+		f.sendIn(s, doc2, "cursor", 2)
+		r.release()
+		got := r.take()
+		risingPerSource(t, got)
+		if c := cursors(t, filterDoc(got, doc1), "s"); fmt.Sprint(c) != "[1]" {
+			t.Fatalf("round %d: s's cursors in doc1: %v, want [1]", round, c)
+		}
+	}
+}
+
+// filterDoc keeps what was received about one document.
+func filterDoc(got []received, documentID string) []received {
+	var out []received
+	for _, g := range got {
+		if g.doc == documentID {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// A connection replaced by a newer one of its peer, which joins only some
+// of its documents, leaves the others' feeds: what it would never take
+// does not stay there.
+func TestAReplacedConnectionLeavesTheFeeds(t *testing.T) {
+	const doc2 = "jN3pd9agHvY1zVqDCHrDTE3fDh1"
+	f := newFixture(t)
+	old, repl := &slowPeer{fakePeer: fakePeer{id: "p"}}, &fakePeer{id: "p"}
+	other := &fakePeer{id: "o"}
+	f.hub.Join(old, doc1)
+	f.hub.Join(old, doc2)
+	f.hub.Join(other, doc2)
+	old.hold() // it is closing: it takes nothing more
+	f.hub.Join(repl, doc1)
+	f.hub.Leave(old) // ignored: the peer went on as repl
+	f.sendIn(&fakePeer{id: "w"}, doc2, "cursor", 1)
+	other.take()
+	fd := f.hub.rooms[doc2].feed
+	if len(fd.entries) != 0 || fd.waiting != 0 {
+		t.Fatalf("doc2's feed holds %d entries, %d members waiting, after every live member took", len(fd.entries), fd.waiting)
+	}
+}
+
+// A feed drops what no member needs as it goes: with members that each
+// take every other message, always one of them waiting, it stays small,
+// and none is sent the room for falling behind.
+func TestAFeedKeepsOnlyWhatAMemberNeeds(t *testing.T) {
+	f := newFixture(t)
+	b, c := &slowPeer{fakePeer: fakePeer{id: "b"}}, &slowPeer{fakePeer: fakePeer{id: "c"}}
+	f.hub.Join(b, doc1)
+	f.hub.Join(c, doc1)
+	w := &fakePeer{id: "w"}
+	f.update(w, "user", "wu")
+	b.hold()
+	c.hold()
+	fd := f.hub.rooms[doc1].feed
+	most := 0
+	for i := 1; i <= 2*maxFeedEntries; i++ {
+		f.clock.Advance(50 * time.Millisecond)
+		f.hub.Tick()
+		f.hub.Touch(b)
+		f.hub.Touch(c)
+		f.update(w, "cursor", i)
+		p := []*slowPeer{b, c}[i%2]
+		p.release() // takes what it was told of, then waits again
+		p.hold()
+		most = max(most, len(fd.entries))
+	}
+	b.release()
+	c.release()
+	if most > 256 {
+		t.Errorf("the feed held up to %d entries; members were never more than two behind", most)
+	}
+	if n := testutil.ToFloat64(f.hub.metrics.updates.WithLabelValues("resent_room")); n != 0 {
+		t.Errorf("the room was resent %v times to members that kept up", n)
+	}
+	for _, p := range []*slowPeer{b, c} {
+		if got := cursors(t, p.take(), "w"); len(got) == 0 || got[len(got)-1] != uint64(2*maxFeedEntries) {
+			t.Errorf("%s's last cursor of w is not the last sent", p.id)
+		}
+	}
+}

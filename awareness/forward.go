@@ -10,8 +10,13 @@ import "github.com/fxamacker/cbor/v2"
 // typing flag), and the server speaks for peers (goodbye, status, typing
 // cleared), so forwarding the peer's own clock would get messages dropped
 // or poison the peer's session. Instead the hub sends every presence
-// message under its own RelaySession, with one counter that only grows:
-// each receiver sees one ordered stream per peer, whatever the reordering.
+// message under a session of its own per room (RelaySession, a dot and
+// the room's number: Feed.session), with one counter that only grows: each
+// receiver sees one ordered stream per peer and document, whatever the
+// reordering. The session is the room's because a connection takes from
+// each of its documents' feeds in turn (feed.go), so messages of two
+// documents reach it in no order of their counts; within one feed they
+// come in the order counted.
 // Application ephemerals that are not presence keep their own clock and
 // are relayed untouched by the document layer.
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +47,11 @@ type Hub struct {
 	// ready holds the peers a feed has something new for, to be told
 	// once the lock is released (notify).
 	ready []readyPeer
-	// relayCount is the count of the last message sent under
-	// RelaySession.
+	// relayCount is the count of the last message sent in a peer's
+	// name, under any room's session (forward.go).
 	relayCount uint64
+	// rooms made, for their sessions' names
+	roomsMade uint64
 }
 
 // effects are what a section under h.mu leaves to do once the lock is
@@ -172,13 +175,22 @@ func (h *Hub) join(p Peer, documentID string, fx *effects) (*peerInfo, *room) {
 	case pi.conn == nil:
 		pi = h.adopt(pi, p, now, fx) // known as another node's peer
 	}
-	if pi.conn != p {
+	if old := pi.conn; old != p {
 		pi.conn = p // a newer connection of the same peer
 		pi.lastHeard = now
+		// The old connection's place in documents the new one has not
+		// joined goes: the old one takes nothing more, and what it left
+		// untaken would stay in those feeds.
+		for id := range pi.docs.Keys() {
+			if r := h.rooms[id]; r != nil && old != nil && r.feed.member(pi.id) == old {
+				r.feed.leave(pi.id)
+			}
+		}
 	}
 	r := h.rooms[documentID]
 	if r == nil {
-		r = newRoom(h, documentID)
+		h.roomsMade++
+		r = newRoom(h, documentID, h.cfg.RelaySession+"."+strconv.FormatUint(h.roomsMade, 36))
 		h.rooms[documentID] = r
 	}
 	if r.feed.member(pi.id) != p {

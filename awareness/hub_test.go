@@ -171,7 +171,7 @@ func TestNewcomerGetsEveryLivePeerAtOnce(t *testing.T) {
 		t.Fatalf("newcomer got %d messages, want a snapshot from each of a and b", len(got))
 	}
 	for _, g := range got {
-		if g.body.Type != TypeSnapshot || g.msg.SessionID != "relay" {
+		if g.body.Type != TypeSnapshot || !strings.HasPrefix(g.msg.SessionID, "relay.") {
 			t.Fatalf("got %+v", g)
 		}
 		want := map[string]string{"a": "1@x", "b": "2@y"}[g.msg.SenderID]

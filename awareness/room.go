@@ -29,7 +29,7 @@ type room struct {
 	ticks uint64
 }
 
-func newRoom(h *Hub, id string) *room {
+func newRoom(h *Hub, id, session string) *room {
 	r := &room{
 		id:      id,
 		state:   State{},
@@ -41,7 +41,7 @@ func newRoom(h *Hub, id string) *room {
 		present: make(map[string]bool),
 		guessed: make(map[string]bool),
 	}
-	r.feed = newFeed(h, r)
+	r.feed = newFeed(h, r, session)
 	return r
 }
 
