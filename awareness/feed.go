@@ -124,8 +124,12 @@ func (f *Feed) signal(rd *reader, first uint64) {
 	}
 	rd.signaled, rd.first = true, first
 	f.waiting++
-	f.hub.ready = append(f.hub.ready, readyPeer{rd.peer, f})
-	f.hub.hasReady.Store(true)
+	h := f.hub
+	if h.ready == nil {
+		h.ready = (*readyPool.Get().(*[]readyPeer))[:0]
+	}
+	h.ready = append(h.ready, readyPeer{rd.peer, f})
+	h.hasReady.Store(true)
 }
 
 // member returns the local member with the peer id, if any. The caller
@@ -599,4 +603,12 @@ func (h *Hub) notify() {
 	for _, r := range ready {
 		r.peer.PresenceReady(r.feed)
 	}
+	if cap(ready) <= 1024 {
+		clear(ready)
+		ready = ready[:0]
+		readyPool.Put(&ready)
+	}
 }
+
+// readyPool holds the lists of peers to tell that notify is done with.
+var readyPool = sync.Pool{New: func() any { return new([]readyPeer) }}

@@ -35,13 +35,14 @@ type conn struct {
 	pollID    uint64 // the poller's name for it; 0 when not watched
 	unwatched bool   // the socket is closing: it never parks again
 
-	// The writer (writer.go). wmu guards out, feeds, feedsAt, writing,
+	// The writer (writer.go). wmu guards out, feed, feeds, feedsAt, writing,
 	// closing, shut, shutDone, the timers, movedTo and the lane's bytes
 	// below.
 	wmu      sync.Mutex
 	out      []outFrame        // the lossless lane: frames for the writer, bounded by SendQueue
-	feeds    []*awareness.Feed // the presence feeds with something for this connection (presence.go)
-	feedsAt  time.Time         // when the first of feeds was added
+	feed     *awareness.Feed   // the first presence feed with something for this connection (presence.go)
+	feeds    []*awareness.Feed // the others, when more have something
+	feedsAt  time.Time         // when feed was set
 	deadline time.Time         // the socket's write deadline: the writer's own, unguarded
 	writing  bool              // a writer goroutine runs
 	closing  bool              // the close frame is queued: nothing more is

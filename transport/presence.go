@@ -28,10 +28,11 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 		c.wmu.Unlock()
 		return
 	}
-	if len(c.feeds) == 0 {
-		c.feedsAt = time.Now()
+	if c.feed == nil {
+		c.feed, c.feedsAt = f, time.Now()
+	} else {
+		c.feeds = append(c.feeds, f)
 	}
-	c.feeds = append(c.feeds, f)
 	start := !c.writing
 	c.writing = true
 	c.wmu.Unlock()
@@ -45,8 +46,10 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 func (c *conn) PresenceBatches() bool { return c.batches }
 
 // takePresence takes what the feeds hold for this connection, as frames
-// appended to out. It runs in the writer, without c.wmu.
-func (c *conn) takePresence(feeds []*awareness.Feed, out []outFrame) []outFrame {
+// appended to out: feed's, then those of feeds. It runs in the writer,
+// without c.wmu.
+func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out []outFrame) []outFrame {
+	out = c.appendDelivery(out, feed.Document(), feed.Take(c))
 	for _, f := range feeds {
 		out = c.appendDelivery(out, f.Document(), f.Take(c))
 	}

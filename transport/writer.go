@@ -40,7 +40,10 @@ type outFrame struct {
 	at      time.Time      // when it was queued
 }
 
-var batchPool = sync.Pool{New: func() any { return new([]byte) }}
+var (
+	batchPool  = sync.Pool{New: func() any { return new([]byte) }}
+	framesPool = sync.Pool{New: func() any { return new([]outFrame) }}
+)
 
 // startTimers arms the ping and the token's expiry, and makes the reader
 // answer pings through the writer.
@@ -185,14 +188,20 @@ func (c *conn) awaitShut() {
 func (c *conn) write() {
 	bp := batchPool.Get().(*[]byte)
 	defer batchPool.Put(bp)
+	fp := framesPool.Get().(*[]outFrame)
+	defer framesPool.Put(fp)
 	var err error // once a write failed, nothing more is written
 	for {
-		batch, oldest := c.take()
-		if batch == nil {
+		batch, oldest, ok := c.take((*fp)[:0])
+		if !ok {
 			return
 		}
 		closing := false
 		closing, err = c.send(bp, batch, err)
+		clear(batch) // what they point to is written
+		if cap(batch) <= 256 {
+			*fp = batch[:0]
+		}
 		if !oldest.IsZero() {
 			c.srv.noteSendWait(time.Since(oldest))
 		}
@@ -214,32 +223,36 @@ func (c *conn) write() {
 	}
 }
 
-// take takes what is to be written: the lossless lane, then what the
-// feeds hold for this connection, and when the oldest of it was queued.
-// It reports nil, having ended the writer's turn, when there is nothing.
+// take takes what is to be written, appended to batch: the lossless
+// lane, then what the feeds hold for this connection; and when the oldest
+// of it was queued. It reports false, having ended the writer's turn,
+// when there is nothing.
 //
 //go:noinline
-func (c *conn) take() ([]outFrame, time.Time) {
+func (c *conn) take(batch []outFrame) ([]outFrame, time.Time, bool) {
 	c.wmu.Lock()
 	c.wrote()
-	batch, feeds, oldest := c.out, c.feeds, c.feedsAt
+	feed, feeds, oldest := c.feed, c.feeds, c.feedsAt
 	if c.closing {
-		feeds = nil // the close frame ends what is written
+		feed, feeds = nil, nil // the close frame ends what is written
 	}
-	if len(batch) == 0 && len(feeds) == 0 {
+	if len(c.out) == 0 && feed == nil {
 		c.writing = false
 		c.wmu.Unlock()
-		return nil, time.Time{}
+		return nil, time.Time{}, false
 	}
-	c.out, c.feeds = nil, nil
-	c.writingBytes, c.outBytes = c.outBytes, 0
+	batch = append(batch, c.out...)
+	clear(c.out)
+	c.out, c.feed, c.feeds = nil, nil, nil
+	if c.writingBytes != 0 || c.outBytes != 0 {
+		c.writingBytes, c.outBytes = c.outBytes, 0
+	}
 	c.wmu.Unlock()
-	if len(feeds) > 0 { // after the lossless lane
+	if feed != nil { // after the lossless lane
 		n := len(batch)
-		batch = c.takePresence(feeds, batch)
-		c.srv.metrics.sentEphemeral.Add(float64(len(batch) - n))
-		if len(batch) == 0 {
-			batch = []outFrame{} // nothing after all: the writer looks again
+		batch = c.takePresence(feed, feeds, batch)
+		if len(batch) > n {
+			c.srv.metrics.sentEphemeral.Add(float64(len(batch) - n))
 		}
 	} else {
 		oldest = time.Time{}
@@ -249,7 +262,7 @@ func (c *conn) take() ([]outFrame, time.Time) {
 			oldest = f.at
 		}
 	}
-	return batch, oldest
+	return batch, oldest, true
 }
 
 // send writes batch, joining frames into writes of up to maxBatch bytes,
@@ -311,8 +324,10 @@ func (c *conn) setWriteDeadline(nc net.Conn, closing bool) {
 // wrote gives back the bytes of the lossless frames the writer took, now
 // written (or failed). The caller holds c.wmu.
 func (c *conn) wrote() {
-	c.srv.metrics.queuedBytes.Add(-c.writingBytes)
-	c.writingBytes = 0
+	if c.writingBytes != 0 {
+		c.srv.metrics.queuedBytes.Add(-c.writingBytes)
+		c.writingBytes = 0
+	}
 }
 
 // appendFrameHead appends the head of an unmasked WebSocket frame of
