@@ -125,8 +125,9 @@ func (f *Feed) signal(rd *reader, first uint64) {
 	rd.signaled, rd.first = true, first
 	f.waiting++
 	h := f.hub
-	if h.ready == nil {
-		h.ready = (*readyPool.Get().(*[]readyPeer))[:0]
+	if h.readyBuf == nil {
+		h.readyBuf = readyPool.Get().(*[]readyPeer)
+		h.ready = (*h.readyBuf)[:0]
 	}
 	h.ready = append(h.ready, readyPeer{rd.peer, f})
 	h.hasReady.Store(true)
@@ -371,7 +372,8 @@ func (f *Feed) deliverOne(p Peer, e *entry) Delivery {
 //go:noinline
 func (f *Feed) deliver(p Peer, from, to uint64) Delivery {
 	es := f.entries[from-f.base : to-f.base]
-	live := newest(es)
+	var buf [32]bool
+	live := newest(es, buf[:0])
 	var d Delivery
 	superseded := 0
 	for i, e := range es {
@@ -412,10 +414,13 @@ func takesBatches(p Peer) bool {
 }
 
 // newest reports, for each of es, whether no later one of them replaces
-// it (replaces).
-func newest(es []entry) []bool {
-	live := make([]bool, len(es))
+// it (replaces), in live (appended to, from its length 0).
+func newest(es []entry, live []bool) []bool {
+	live = append(live[:0], make([]bool, len(es))...)
 	var r replaced
+	var seen [manyKeys]senderChannel
+	var ended [manyKeys]senderEnd
+	r.seen, r.ended = seen[:0], ended[:0]
 	for i := len(es) - 1; i >= 0; i-- {
 		live[i] = !r.stale(&es[i])
 	}
@@ -596,17 +601,17 @@ func (h *Hub) notify() {
 		return
 	}
 	h.mu.Lock()
-	ready := h.ready
-	h.ready = nil
+	ready, buf := h.ready, h.readyBuf
+	h.ready, h.readyBuf = nil, nil
 	h.hasReady.Store(false)
 	h.mu.Unlock()
 	for _, r := range ready {
 		r.peer.PresenceReady(r.feed)
 	}
-	if cap(ready) <= 1024 {
+	if buf != nil && cap(ready) <= 1024 {
 		clear(ready)
-		ready = ready[:0]
-		readyPool.Put(&ready)
+		*buf = ready[:0]
+		readyPool.Put(buf)
 	}
 }
 

@@ -357,7 +357,7 @@ func TestWhatReplacesWhat(t *testing.T) {
 		{"a snapshot not a goodbye", []entry{up("a", "x"), bye, whole}, "[false true true]"},
 		{"a goodbye a goodbye", []entry{bye, up("a", "x"), bye}, "[false false true]"},
 	} {
-		if got := fmt.Sprint(newest(tc.es)); got != tc.want {
+		if got := fmt.Sprint(newest(tc.es, nil)); got != tc.want {
 			t.Errorf("%s: kept %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -419,7 +419,7 @@ func TestNewestFollowsTheRule(t *testing.T) {
 			}
 			es[i] = e
 		}
-		got := newest(es)
+		got := newest(es, nil)
 		for i := range es {
 			if got[i] != want(es, i) {
 				t.Fatalf("round %d, entry %d of %d (%+v): live %v, want %v", round, i, n, es[i], got[i], !got[i])

@@ -46,7 +46,8 @@ type Hub struct {
 	seen     *lastSeenWriter
 	// ready holds the peers a feed has something new for, to be told
 	// once the lock is released (notify).
-	ready []readyPeer
+	ready    []readyPeer
+	readyBuf *[]readyPeer // ready's array, from readyPool
 	// relayCount is the count of the last message sent in a peer's
 	// name, under any room's session (forward.go).
 	relayCount uint64

@@ -140,16 +140,17 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 	if err := dm.Wellformed(data); err != nil {
 		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, dm.DecOptions().MaxNestedLevels, err)
 	}
-	var probe map[string]cbor.RawMessage
-	if err := dm.Unmarshal(data, &probe); err != nil {
-		return nil, nil // not a map with string keys: not presence
+	if len(data) == 0 || data[0]>>5 != 5 {
+		return nil, nil // not a map: not presence
 	}
-	raw, ok := probe["__presence"]
-	if !ok {
-		return nil, nil
+	var probe struct {
+		Presence rawRef `cbor:"__presence"`
+	}
+	if err := dm.Unmarshal(data, &probe); err != nil || probe.Presence == nil {
+		return nil, nil // a map without __presence: not presence (keys that are not text are skipped)
 	}
 	var m presenceMessage
-	if err := dm.Unmarshal(raw, &m); err != nil {
+	if err := dm.Unmarshal(probe.Presence, &m); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
 	}
 	switch m.Type {
@@ -166,6 +167,15 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 		return nil, fmt.Errorf("%w: unknown type %q", ErrBadPresence, m.Type)
 	}
 	return &m, nil
+}
+
+// rawRef is a CBOR item as it lies in the data decoded, not copied: for
+// data that outlives it.
+type rawRef []byte
+
+func (r *rawRef) UnmarshalCBOR(b []byte) error {
+	*r = b
+	return nil
 }
 
 // encodePresence returns the payload of an outbound presence message.

@@ -138,6 +138,9 @@ func (f *frameConn) await(park func() bool) (parked bool, err error) {
 }
 
 func isTimeout(err error) bool {
+	if err == nil {
+		return false // before the target below, which escapes
+	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -101,11 +102,18 @@ func (c *conn) encodePresence(documentID string, m *awareness.Message) []byte {
 }
 
 // shared is a presence message encoded once for every peer it goes to:
-// as a message of its own, whose targetId the writer splices in, and as an
-// entry of any batch.
+// as a message of its own, whose targetId the writer splices in, and, once
+// a batch holds it, as an entry of any batch.
 type shared struct {
-	prep  *wire.Prepared
-	entry []byte
+	prep      *wire.Prepared
+	entryOnce sync.Once
+	entry     []byte
+}
+
+// batchEntry returns m as an entry of a batch, encoded once.
+func (sh *shared) batchEntry(m *awareness.Message) []byte {
+	sh.entryOnce.Do(func() { sh.entry = wire.AppendBatchEntry(nil, m.SenderID, m.Count, m.Data) })
+	return sh.entry
 }
 
 // shared returns m encoded once for all its recipients, in m.Shared, by
@@ -122,7 +130,7 @@ func (s *Server) shared(documentID string, m *awareness.Message) *shared {
 			s.log.Error("encode presence", "err", err)
 			return
 		}
-		m.Shared.Frame = &shared{prep: p, entry: wire.AppendBatchEntry(nil, m.SenderID, m.Count, m.Data)}
+		m.Shared.Frame = &shared{prep: p}
 	})
 	sh, _ := m.Shared.Frame.(*shared)
 	return sh
@@ -143,7 +151,7 @@ func (s *Server) batchFrame(documentID string, b *awareness.Batch) []byte {
 			if m.Shared == nil {
 				e = wire.AppendBatchEntry(nil, m.SenderID, m.Count, m.Data)
 			} else if sh := s.shared(documentID, m); sh != nil {
-				e = sh.entry
+				e = sh.batchEntry(m)
 			} else {
 				continue
 			}
