@@ -307,33 +307,12 @@ func TestAStaleValueWaitsForAFresherOne(t *testing.T) {
 	}
 }
 
-// slowBatchPeer is a batchPeer that, while held, only notes the feeds it
-// is told of (slowPeer).
+// slowBatchPeer is a batchPeer behind a gate.
 type slowBatchPeer struct {
 	batchPeer
-	mu    sync.Mutex
-	held  bool
-	feeds []*Feed
+	gate
 }
 
-func (p *slowBatchPeer) PresenceReady(f *Feed) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held {
-		p.feeds = append(p.feeds, f)
-		return
-	}
-	p.batchPeer.got(f.Document(), f.Take(p))
-}
-
-func (p *slowBatchPeer) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
-
-func (p *slowBatchPeer) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.held = false
-	for _, f := range p.feeds {
-		p.batchPeer.got(f.Document(), f.Take(p))
-	}
-	p.feeds = nil
-}
+func (p *slowBatchPeer) PresenceReady(f *Feed) { p.gate.ready(f, p.takeFrom) }
+func (p *slowBatchPeer) release()              { p.gate.release(p.takeFrom) }
+func (p *slowBatchPeer) takeFrom(f *Feed)      { p.batchPeer.got(f.Document(), f.Take(p)) }

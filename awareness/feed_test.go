@@ -12,37 +12,48 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// slowPeer is a fakePeer that, while held, only notes the feeds it is
-// told of, as a connection whose writer is busy; release takes from them.
-type slowPeer struct {
-	fakePeer
+// gate keeps the feeds a peer is told of while it is held, as a
+// connection whose writer is busy; release takes from them.
+type gate struct {
 	mu    sync.Mutex
 	held  bool
 	feeds []*Feed
 }
 
-func (p *slowPeer) PresenceReady(f *Feed) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.held {
-		p.feeds = append(p.feeds, f)
+// ready takes from f at once unless the gate is held.
+func (g *gate) ready(f *Feed, take func(*Feed)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held {
+		g.feeds = append(g.feeds, f)
 		return
 	}
-	p.fakePeer.record(f.Document(), f.Take(p))
+	take(f)
 }
 
-func (p *slowPeer) hold() { p.mu.Lock(); p.held = true; p.mu.Unlock() }
+func (g *gate) hold() { g.mu.Lock(); g.held = true; g.mu.Unlock() }
 
-// release takes what the feeds it was told of hold, and keeps up again.
-func (p *slowPeer) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.held = false
-	for _, f := range p.feeds {
-		p.fakePeer.record(f.Document(), f.Take(p))
+// release takes what the feeds it was told of hold, and lets the peer
+// keep up again.
+func (g *gate) release(take func(*Feed)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = false
+	for _, f := range g.feeds {
+		take(f)
 	}
-	p.feeds = nil
+	g.feeds = nil
 }
+
+// slowPeer is a fakePeer behind a gate.
+type slowPeer struct {
+	fakePeer
+	gate
+}
+
+func (p *slowPeer) PresenceReady(f *Feed) { p.gate.ready(f, p.takeFrom) }
+func (p *slowPeer) release()              { p.gate.release(p.takeFrom) }
+func (p *slowPeer) takeFrom(f *Feed)      { p.fakePeer.record(f.Document(), f.Take(p)) }
 
 // cursors returns the cursor values p got from sender, in order, and
 // fails if the relay counts did not rise.
