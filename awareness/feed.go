@@ -164,7 +164,7 @@ func (f *Feed) join(p Peer) {
 		f.readers[p.ID()] = rd
 	}
 	rd.greet = true
-	f.signal(rd, f.end())
+	f.signal(rd, rd.next) // what it has yet to take begins there: the goodbyes since
 	f.mu.Unlock()
 }
 
@@ -252,11 +252,11 @@ func (f *Feed) post(sender string, m *presenceMessage) {
 const minCompact = 64
 
 // trim makes room in a feed that grew to compactAt or past its bounds.
-// First what no member needs goes: the entries and goodbyes before the first entry any member has
-// yet to take (a member that is not signaled has only its own messages
-// left). If that is not enough, the oldest half goes, and the members
-// that had not taken it are sent the room instead, when they take. The
-// caller holds f.mu.
+// First what no member needs goes: the entries and goodbyes before the
+// first entry any member has yet to take (a member that is not signaled
+// has only its own messages left). If that is not enough, the oldest half
+// goes, and the members that had not taken it are sent the room instead,
+// when they take. The caller holds f.mu.
 func (f *Feed) trim() {
 	need := f.end()
 	for _, rd := range f.readers {
