@@ -605,13 +605,35 @@ func (h *Hub) notify() {
 	h.ready, h.readyBuf = nil, nil
 	h.hasReady.Store(false)
 	h.mu.Unlock()
-	for _, r := range ready {
-		r.peer.PresenceReady(r.feed)
+	// Peers may send at once in PresenceReady: past h.tellAtOnce, the
+	// rest are told on goroutines of their own, so that a big room's
+	// fan-out neither holds up the caller (a connection's reader, the
+	// cluster's receiver, the tick) nor runs on one core.
+	now := ready
+	if k := h.tellAtOnce; len(ready) > k {
+		now = ready[:k]
+		for rest := slices.Clone(ready[k:]); len(rest) > 0; {
+			n := min(len(rest), k)
+			go tell(rest[:n])
+			rest = rest[n:]
+		}
 	}
+	tell(now)
 	if buf != nil && cap(ready) <= 1024 {
 		clear(ready)
 		*buf = ready[:0]
 		readyPool.Put(buf)
+	}
+}
+
+// tellAtOnce is how many peers notify tells on the caller's goroutine
+// (Hub.tellAtOnce, which tests raise).
+const tellAtOnce = 32
+
+// tell tells each peer that its feed has something for it.
+func tell(ready []readyPeer) {
+	for _, r := range ready {
+		r.peer.PresenceReady(r.feed)
 	}
 }
 

@@ -3,6 +3,7 @@ package awareness
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -563,5 +564,42 @@ func TestAFeedKeepsOnlyWhatAMemberNeeds(t *testing.T) {
 		if got := cursors(t, p.take(), "w"); len(got) == 0 || got[len(got)-1] != uint64(2*maxFeedEntries) {
 			t.Errorf("%s's last cursor of w is not the last sent", p.id)
 		}
+	}
+}
+
+// Past tellAtOnce members, the rest are told on goroutines of their own:
+// every member still gets every final value, in rising counts.
+func TestABigRoomIsToldOnSeveralGoroutines(t *testing.T) {
+	f := newFixture(t)
+	f.hub.tellAtOnce = 3
+	members := make([]*fakePeer, 20)
+	for i := range members {
+		members[i] = &fakePeer{id: fmt.Sprint("m", i)}
+		f.hub.Join(members[i], doc1)
+	}
+	w := &fakePeer{id: "w"}
+	for i := 1; i <= 50; i++ {
+		f.clock.Advance(50 * time.Millisecond)
+		f.hub.Tick()
+		for _, m := range members {
+			f.hub.Touch(m)
+		}
+		f.update(w, "cursor", i)
+	}
+	for _, m := range members {
+		var got []received
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			m.mu.Lock()
+			got = append([]received(nil), m.got...)
+			m.mu.Unlock()
+			if c := cursors(t, got, "w"); len(c) > 0 && c[len(c)-1] == uint64(50) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never got w's last cursor", m.id)
+			}
+			runtime.Gosched()
+		}
+		risingPerSource(t, got)
 	}
 }

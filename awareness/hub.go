@@ -18,8 +18,9 @@ import (
 // Peer is one connection's peer as presence sees it. PresenceReady tells
 // it that a document's feed has presence for it, which it takes
 // (Feed.Take) as soon as it can send it (feed.go). PresenceReady is
-// called outside the hub's lock and must not block; Take may be called
-// from it.
+// called outside the hub's lock, by the goroutine that posted, and must
+// not block: it may take and send at once what it can send without
+// waiting.
 type Peer interface {
 	ID() string
 	PresenceReady(f *Feed)
@@ -35,6 +36,8 @@ type Hub struct {
 	asked   asking // when each document's state was last asked for (cluster.go)
 	// hasReady is set while ready holds peers to tell (notify).
 	hasReady atomic.Bool
+	// tellAtOnce is how many peers notify tells on the caller's goroutine.
+	tellAtOnce int
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id
@@ -110,15 +113,16 @@ func New(cfg Config) (*Hub, error) {
 		return nil, fmt.Errorf("awareness: %w", err)
 	}
 	h := &Hub{
-		cfg:      cfg,
-		dec:      dec,
-		log:      cfg.Logger,
-		metrics:  newMetrics(cfg.Registerer),
-		rooms:    make(map[string]*room),
-		peers:    make(map[string]*peerInfo),
-		users:    make(map[string]*userInfo),
-		watchers: make(map[string]map[*watcher]struct{}),
-		rostered: make(map[string]bool),
+		cfg:        cfg,
+		dec:        dec,
+		log:        cfg.Logger,
+		metrics:    newMetrics(cfg.Registerer),
+		rooms:      make(map[string]*room),
+		peers:      make(map[string]*peerInfo),
+		users:      make(map[string]*userInfo),
+		watchers:   make(map[string]map[*watcher]struct{}),
+		rostered:   make(map[string]bool),
+		tellAtOnce: tellAtOnce,
 	}
 	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, func(n int) { h.metrics.lastSeenLost.Add(float64(n)) })
 	return h, nil

@@ -111,6 +111,7 @@ func newFixture(t *testing.T) *fixture {
 		Now: clock.Now, LastSeen: seen, RelaySession: "relay",
 		Logger: testenv.QuietLogger(),
 	})
+	h.tellAtOnce = 1 << 30 // every member is told before the hub's call returns
 	return &fixture{t: t, hub: h, clock: clock, seen: seen, count: map[string]uint64{}}
 }
 

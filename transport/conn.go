@@ -44,6 +44,7 @@ type conn struct {
 	feeds    []*awareness.Feed // the others, when more have something
 	feedsAt  time.Time         // when feed was set
 	deadline time.Time         // the socket's write deadline: the writer's own, unguarded
+	leftover *leftover         // what a write at once left for the writer's turn: the writer's own
 	writing  bool              // a writer goroutine runs
 	closing  bool              // the close frame is queued: nothing more is
 	shut     bool              // the writer closed the socket
@@ -86,6 +87,7 @@ var (
 func newConn(s *Server, ws *websocket.Conn, fr *frameConn, ip string, grant *auth.Grant) *conn {
 	c := &conn{srv: s, ws: ws, fr: fr, ip: ip, grant: grant}
 	fr.control = c
+	fr.initRaw()
 	return c
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -49,8 +50,9 @@ type frameConn struct {
 	mustRead bool         // set on waking: read the socket before parking again
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
-	control controlHandler // takes the pings and pongs read between frames; nil drops them
-	held    *atomic.Int64  // counts the bytes of the buffer while taken; may be nil
+	control controlHandler  // takes the pings and pongs read between frames; nil drops them
+	held    *atomic.Int64   // counts the bytes of the buffer while taken; may be nil
+	raw     syscall.RawConn // the socket, for the writer's tryWrite; nil when not a plain one
 }
 
 // controlHandler takes the control frames frameConn reads itself.

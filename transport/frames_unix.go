@@ -53,3 +53,42 @@ func (f *frameConn) readWhenReady() (int, error) {
 	}
 	return n, nil
 }
+
+// initRaw keeps the socket's raw connection for tryWrite, if it is a
+// plain one. It runs before the connection is served.
+func (f *frameConn) initRaw() {
+	if sc, ok := f.Conn.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			f.raw = rc
+		}
+	}
+}
+
+// tryWrite writes b without waiting for the socket to take more: it
+// reports how much the socket took (nothing when its buffer is full), and
+// an error that ends the connection. ok is false for a socket that is not
+// a plain one (TLS), which it leaves alone. Only the writer calls it.
+func (f *frameConn) tryWrite(b []byte) (n int, ok bool, err error) {
+	if f.raw == nil {
+		return 0, false, nil
+	}
+	var werr error
+	err = f.raw.Write(func(fd uintptr) bool {
+		for {
+			n, werr = unix.Write(int(fd), b)
+			if werr != unix.EINTR {
+				break
+			}
+		}
+		return true // never wait: what is left is the writer's turn's
+	})
+	switch {
+	case err != nil:
+		return 0, true, err
+	case werr == unix.EAGAIN:
+		return 0, true, nil
+	case werr != nil:
+		return 0, true, &net.OpError{Op: "write", Net: f.LocalAddr().Network(), Source: f.LocalAddr(), Addr: f.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
+	}
+	return max(n, 0), true, nil
+}

@@ -14,15 +14,17 @@ import (
 // presence waits in the document's feed (awareness/feed.go), which decides
 // what replaces what. The connection only notes which feeds have
 // something for it, and its writer takes from them when it is about to
-// write: at once when it is idle; when it is busy (a write in progress, a
-// full socket, a busy core), after that, all that piled up meanwhile in
-// the same write, as one batch frame per document for a client that takes
-// batches. Presence so never waits for company, and never fills the
+// write: at once when it is idle, on the goroutine that posted, as far as
+// the socket takes it without waiting (writeNow); when it is busy (a write
+// in progress, a full socket, a busy core), after that, all that piled up
+// meanwhile in the same write, as one batch frame per document for a
+// client that takes batches. Presence so never waits for company, and never fills the
 // lossless lane: a connection cannot be closed for the presence it is
 // sent, and holds none of it itself.
 
 // PresenceReady implements awareness.Peer: f has presence for this
-// connection, which the writer takes.
+// connection, which the writer takes; if no writer runs, the caller
+// writes what it can at once (writeNow).
 func (c *conn) PresenceReady(f *awareness.Feed) {
 	c.wmu.Lock()
 	if c.closing {
@@ -38,7 +40,7 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 	c.writing = true
 	c.wmu.Unlock()
 	if start {
-		c.srv.turns.run(c)
+		c.writeNow()
 	}
 }
 

@@ -3,6 +3,7 @@ package transport
 import (
 	"encoding/binary"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -190,9 +191,19 @@ func (c *conn) write() {
 	defer batchPool.Put(bp)
 	fp := framesPool.Get().(*[]outFrame)
 	defer framesPool.Put(fp)
-	var err error // once a write failed, nothing more is written
+	var err error          // once a write failed, nothing more is written
+	var pending []outFrame // what a write at once left, before anything taken
+	if l := c.leftover; l != nil {
+		c.leftover = nil
+		if len(l.bytes) > 0 {
+			c.setWriteDeadline(c.ws.UnderlyingConn(), false)
+			_, err = c.ws.UnderlyingConn().Write(l.bytes)
+		}
+		pending = l.frames
+	}
 	for {
-		batch, oldest, ok := c.take((*fp)[:0])
+		batch, oldest, ok := c.take(append((*fp)[:0], pending...))
+		pending = nil
 		if !ok {
 			return
 		}
@@ -223,10 +234,10 @@ func (c *conn) write() {
 	}
 }
 
-// take takes what is to be written, appended to batch: the lossless
-// lane, then what the feeds hold for this connection; and when the oldest
-// of it was queued. It reports false, having ended the writer's turn,
-// when there is nothing.
+// take takes what is to be written, appended to batch (which may hold
+// frames already): the lossless lane, then what the feeds hold for this
+// connection; and when the oldest of it was queued. It reports false,
+// having ended the writer's turn, when there is nothing.
 //
 //go:noinline
 func (c *conn) take(batch []outFrame) ([]outFrame, time.Time, bool) {
@@ -236,7 +247,7 @@ func (c *conn) take(batch []outFrame) ([]outFrame, time.Time, bool) {
 	if c.closing {
 		feed, feeds = nil, nil // the close frame ends what is written
 	}
-	if len(c.out) == 0 && feed == nil {
+	if len(batch) == 0 && len(c.out) == 0 && feed == nil {
 		c.writing = false
 		c.wmu.Unlock()
 		return nil, time.Time{}, false
@@ -274,13 +285,7 @@ func (c *conn) send(bp *[]byte, batch []outFrame, err error) (closing bool, _ er
 	nc := c.ws.UnderlyingConn()
 	buf := (*bp)[:0]
 	for i, f := range batch {
-		if f.prep != nil {
-			buf = appendFrameHead(buf, f.op, f.prep.Len(c.peerID))
-			buf = f.prep.AppendFrame(buf, c.peerID)
-		} else {
-			buf = appendFrameHead(buf, f.op, len(f.payload)+len(f.tail))
-			buf = append(buf, f.payload...)
-		}
+		buf = c.appendFrame(buf, f)
 		closing = f.op == websocket.CloseMessage
 		if len(buf) < maxBatch && f.tail == nil && !closing && i < len(batch)-1 {
 			continue
@@ -303,6 +308,80 @@ func (c *conn) send(bp *[]byte, batch []outFrame, err error) (closing bool, _ er
 		*bp = buf
 	}
 	return closing, err
+}
+
+// appendFrame appends f to buf as a WebSocket frame: its head, then its
+// payload, or the message prepared for many addressed to this peer. A
+// tail is not appended: it is written from where it is.
+func (c *conn) appendFrame(buf []byte, f outFrame) []byte {
+	if f.prep != nil {
+		buf = appendFrameHead(buf, f.op, f.prep.Len(c.peerID))
+		return f.prep.AppendFrame(buf, c.peerID)
+	}
+	buf = appendFrameHead(buf, f.op, len(f.payload)+len(f.tail))
+	return append(buf, f.payload...)
+}
+
+// leftover is what a write at once (writeNow) could not write without
+// waiting: the rest of its bytes, then frames it did not try. The writer's
+// next turn writes it first.
+type leftover struct {
+	bytes  []byte
+	frames []outFrame
+}
+
+// writeNow is a writer's turn taken at once by the goroutine that made
+// presence ready for an idle connection (PresenceReady), without the
+// hand-over to a goroutine of the pool: most turns write a frame or two,
+// and the hand-over cost a third again as much as the write. It writes
+// only what the socket takes without waiting; what is left (a full
+// socket, a large message's tail, the close frame, more than maxBatch) and
+// anything queued meanwhile go to a turn on the pool, which may wait.
+func (c *conn) writeNow() {
+	fp := framesPool.Get().(*[]outFrame)
+	defer framesPool.Put(fp)
+	batch, oldest, ok := c.take((*fp)[:0])
+	if !ok {
+		return
+	}
+	bp := batchPool.Get().(*[]byte)
+	defer batchPool.Put(bp)
+	buf := (*bp)[:0]
+	i := 0
+	for ; i < len(batch) && len(buf) < maxBatch; i++ {
+		f := batch[i]
+		if f.tail != nil || f.op == websocket.CloseMessage {
+			break
+		}
+		buf = c.appendFrame(buf, f)
+	}
+	n, ok, err := 0, true, error(nil)
+	if len(buf) > 0 {
+		n, ok, err = c.fr.tryWrite(buf)
+	}
+	if !ok || err != nil {
+		n = 0 // the turn writes it all, and meets the error itself
+	}
+	if n < len(buf) || i < len(batch) {
+		c.leftover = &leftover{bytes: slices.Clone(buf[n:]), frames: slices.Clone(batch[i:])}
+	}
+	clear(batch)
+	*fp = batch[:0]
+	if cap(buf) <= 2*maxBatch {
+		*bp = buf
+	}
+	if c.leftover == nil && !oldest.IsZero() {
+		c.srv.noteSendWait(time.Since(oldest))
+	}
+	c.wmu.Lock()
+	if c.leftover == nil && len(c.out) == 0 && c.feed == nil {
+		c.wrote()
+		c.writing = false
+		c.wmu.Unlock()
+		return
+	}
+	c.wmu.Unlock()
+	c.srv.turns.run(c) // the rest: writing stays set
 }
 
 // setWriteDeadline bounds the next write: the close frame's by closeWait,
