@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,17 +20,13 @@ import (
 // deadline, as net.Conn's Read does. A socket that is not a plain one
 // (TLS) is read as before.
 func (f *frameConn) readWhenReady() (int, error) {
-	sc, ok := f.Conn.(syscall.Conn)
-	if !ok {
-		return f.getBufferAndRead()
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := f.raw
+	if rc == nil {
 		return f.getBufferAndRead()
 	}
 	var n int
 	var rerr error
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		f.getBuffer()
 		for {
 			n, rerr = unix.Read(int(fd), *f.buf)
@@ -54,6 +51,32 @@ func (f *frameConn) readWhenReady() (int, error) {
 	return n, nil
 }
 
+// rawWrite is one non-blocking write through a raw connection. fn is its
+// write method, bound once: a closure made for each write would be an
+// allocation for each.
+type rawWrite struct {
+	b   []byte
+	n   int
+	err error
+	fn  func(fd uintptr) bool
+}
+
+var rawWrites = sync.Pool{New: func() any {
+	w := new(rawWrite)
+	w.fn = w.write
+	return w
+}}
+
+func (w *rawWrite) write(fd uintptr) bool {
+	for {
+		w.n, w.err = unix.Write(int(fd), w.b)
+		if w.err != unix.EINTR {
+			break
+		}
+	}
+	return true // never wait: what is left is the writer's turn's
+}
+
 // initRaw keeps the socket's raw connection for tryWrite, if it is a
 // plain one. It runs before the connection is served.
 func (f *frameConn) initRaw() {
@@ -72,16 +95,12 @@ func (f *frameConn) tryWrite(b []byte) (n int, ok bool, err error) {
 	if f.raw == nil {
 		return 0, false, nil
 	}
-	var werr error
-	err = f.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = unix.Write(int(fd), b)
-			if werr != unix.EINTR {
-				break
-			}
-		}
-		return true // never wait: what is left is the writer's turn's
-	})
+	w := rawWrites.Get().(*rawWrite)
+	w.b = b
+	err = f.raw.Write(w.fn)
+	n, werr := w.n, w.err
+	*w = rawWrite{fn: w.fn}
+	rawWrites.Put(w)
 	switch {
 	case err != nil:
 		return 0, true, err
