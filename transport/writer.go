@@ -181,11 +181,11 @@ func (c *conn) awaitShut() {
 	<-done
 }
 
-// write is the writer goroutine: it writes what is queued until the queue
-// is empty, or until the close frame, after which it closes the socket.
-// Its goroutine starts afresh at each wake-up, on the smallest stack: the
-// taking and the writing are functions of their own, so that neither
-// calls the other and the stack rarely has to grow.
+// write is a writer's turn on the pool (turns.go): it writes what a write
+// at once left (writeNow), then what is queued until the queue is empty,
+// or until the close frame, after which it closes the socket. The taking
+// and the writing are functions of their own, so that neither calls the
+// other and a turn's stack rarely has to grow.
 func (c *conn) write() {
 	bp := batchPool.Get().(*[]byte)
 	defer batchPool.Put(bp)
