@@ -311,3 +311,39 @@ func TestALaggingReaderIsToldWhoLeft(t *testing.T) {
 		t.Fatal("the reader was never told that gone left")
 	}
 }
+
+// A room of more peers than a batch may hold (a cluster's nodes together)
+// reaches a client that takes batches as several, each one Decode reads.
+func TestARoomLargerThanABatchComesInSeveral(t *testing.T) {
+	presence, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServer(t, Config{Presence: presence})
+	presence.Join(&presenceSender{"here"}, testDoc) // the room exists while remote peers come
+	const peers = wire.MaxBatchEntries + 500
+	for i := range peers {
+		presence.ApplyRemote("node-2", testDoc, awareness.Delta{Peer: fmt.Sprint("remote-", i), Registers: map[string]awareness.Register{
+			"cursor": {Clock: awareness.Clock{Era: 1, Count: 1, Session: "s"}, Value: []byte{0x01}},
+		}})
+	}
+	ws := dial(t, s.url)
+	joinPresence(t, ws, "late", true) // sent the room: every remote peer
+	seen, batches := map[string]bool{}, 0
+	for len(seen) < peers {
+		m := recv(t, ws) // fails on a frame Decode refuses
+		if m.Type != wire.TypePresenceBatch {
+			continue
+		}
+		batches++
+		if len(m.Batch) > wire.MaxBatchEntries {
+			t.Fatalf("a batch of %d entries", len(m.Batch))
+		}
+		for _, e := range m.Batch {
+			seen[e.SenderID] = true
+		}
+	}
+	if batches < 2 {
+		t.Fatalf("%d peers came in %d batch", peers, batches)
+	}
+}

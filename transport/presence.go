@@ -65,6 +65,17 @@ func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out [
 // targetId.
 func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Delivery) []outFrame {
 	if d.Batch != nil { // it holds d.Messages
+		if msgs := d.Batch.Messages; len(msgs) > wire.MaxBatchEntries {
+			// A room of more peers than a batch may hold (a cluster's
+			// nodes together): several batches, for this peer alone.
+			for len(msgs) > 0 {
+				n := min(len(msgs), wire.MaxBatchEntries)
+				part := &awareness.Batch{Messages: msgs[:n], Shared: &awareness.Shared{}}
+				out = appendPresence(out, c.srv.batchFrame(documentID, part), nil)
+				msgs = msgs[n:]
+			}
+			return out
+		}
 		return appendPresence(out, c.srv.batchFrame(documentID, d.Batch), nil)
 	}
 	for i := range d.Messages {

@@ -37,7 +37,7 @@ func init() {
 	var err error
 	decMode, err = cbor.DecOptions{
 		MaxNestedLevels:  MaxNesting,
-		MaxArrayElements: 4096,
+		MaxArrayElements: MaxBatchEntries,
 		MaxMapPairs:      4096,
 		// A protocol message is a map with string keys; anything else is
 		// rejected instead of coerced.
@@ -65,6 +65,10 @@ func Decode(frame []byte) (*Message, error) {
 	}
 	return &m, nil
 }
+
+// MaxBatchEntries bounds the entries of a presence batch, as Decode bounds
+// every array: a sender splits more into several batches.
+const MaxBatchEntries = 4096
 
 // Encode returns the CBOR encoding of m.
 func Encode(m *Message) ([]byte, error) {
