@@ -614,7 +614,11 @@ func (h *Hub) notify() {
 		now = ready[:k]
 		for rest := slices.Clone(ready[k:]); len(rest) > 0; {
 			n := min(len(rest), k)
-			go tell(rest[:n])
+			h.telling.Add(1)
+			go func(ready []readyPeer) {
+				defer h.telling.Done()
+				tell(ready)
+			}(rest[:n])
 			rest = rest[n:]
 		}
 	}

@@ -1,9 +1,9 @@
 package awareness
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -567,8 +567,9 @@ func TestAFeedKeepsOnlyWhatAMemberNeeds(t *testing.T) {
 	}
 }
 
-// Past tellAtOnce members, the rest are told on goroutines of their own:
-// every member still gets every final value, in rising counts.
+// Past tellAtOnce members, the rest are told on goroutines of their own,
+// which Close waits for: every member has then got every final value, in
+// rising counts.
 func TestABigRoomIsToldOnSeveralGoroutines(t *testing.T) {
 	f := newFixture(t)
 	f.hub.tellAtOnce = 3
@@ -586,20 +587,14 @@ func TestABigRoomIsToldOnSeveralGoroutines(t *testing.T) {
 		}
 		f.update(w, "cursor", i)
 	}
+	if err := f.hub.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range members {
-		var got []received
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			m.mu.Lock()
-			got = append([]received(nil), m.got...)
-			m.mu.Unlock()
-			if c := cursors(t, got, "w"); len(c) > 0 && c[len(c)-1] == uint64(50) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never got w's last cursor", m.id)
-			}
-			runtime.Gosched()
-		}
+		got := m.take()
 		risingPerSource(t, got)
+		if c := cursors(t, got, "w"); len(c) == 0 || c[len(c)-1] != uint64(50) {
+			t.Fatalf("%s had not got w's last cursor when Close returned", m.id)
+		}
 	}
 }

@@ -36,8 +36,10 @@ type Hub struct {
 	asked   asking // when each document's state was last asked for (cluster.go)
 	// hasReady is set while ready holds peers to tell (notify).
 	hasReady atomic.Bool
-	// tellAtOnce is how many peers notify tells on the caller's goroutine.
+	// tellAtOnce is how many peers notify tells on the caller's goroutine;
+	// telling counts the goroutines that tell the rest, which Close waits for.
 	tellAtOnce int
+	telling    sync.WaitGroup
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id
@@ -135,9 +137,17 @@ func (h *Hub) Run(ctx context.Context) error {
 }
 
 // Close stops Run, which writes the last-seen times still queued, and
-// waits for it, or ctx. Safe to call twice.
+// waits for it and for the goroutines telling peers of presence (notify),
+// or ctx. Safe to call twice.
 func (h *Hub) Close(ctx context.Context) error {
 	_, err := h.loop.Stop(ctx)
+	done := make(chan struct{})
+	go func() { h.telling.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return err
 }
 

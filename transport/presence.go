@@ -18,9 +18,9 @@ import (
 // the socket takes it without waiting (writeNow); when it is busy (a write
 // in progress, a full socket, a busy core), after that, all that piled up
 // meanwhile in the same write, as one batch frame per document for a
-// client that takes batches. Presence so never waits for company, and never fills the
-// lossless lane: a connection cannot be closed for the presence it is
-// sent, and holds none of it itself.
+// client that takes batches. Presence so never waits for company, and
+// never fills the lossless lane: a connection cannot be closed for the
+// presence it is sent, and holds none of it itself.
 
 // PresenceReady implements awareness.Peer: f has presence for this
 // connection, which the writer takes; if no writer runs, the caller

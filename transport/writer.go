@@ -255,9 +255,7 @@ func (c *conn) take(batch []outFrame) ([]outFrame, time.Time, bool) {
 	batch = append(batch, c.out...)
 	clear(c.out)
 	c.out, c.feed, c.feeds = nil, nil, nil
-	if c.writingBytes != 0 || c.outBytes != 0 {
-		c.writingBytes, c.outBytes = c.outBytes, 0
-	}
+	c.writingBytes, c.outBytes = c.outBytes, 0
 	c.wmu.Unlock()
 	if feed != nil { // after the lossless lane
 		n := len(batch)
