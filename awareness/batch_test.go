@@ -231,6 +231,58 @@ func TestABigRoomSpreadsItsPeersOverTheTicks(t *testing.T) {
 	}
 }
 
+// Peers of a big room that all start moving at once lead at the pace of
+// the room's periods: each tick lets a tick's share of leading edges go
+// (120 peers over a period of three: 40), and every other first move goes
+// at its peer's slot, once, within the period and its hold.
+func TestABigRoomsPeersLeadAtThePaceOfItsPeriods(t *testing.T) {
+	f := newFixture(t)
+	w := &fakePeer{id: "w"}
+	f.hub.Join(w, doc1)
+	var peers []*fakePeer
+	for i := range 119 {
+		p := &fakePeer{id: fmt.Sprintf("p%d", i)}
+		peers = append(peers, p)
+		f.update(p, "user", i)
+	}
+	for range 6 {
+		f.hub.Tick()
+	}
+	w.take()
+	share := (len(peers) + 2) / 3
+	got := map[string]int{}
+	count := func(heard []received) int {
+		n := 0
+		for _, p := range peers {
+			for _, c := range cursors(t, heard, p.id) {
+				if c != uint64(1) {
+					t.Fatalf("%s's cursor %v went out, want 1", p.id, c)
+				}
+				got[p.id]++
+				n++
+			}
+		}
+		return n
+	}
+	for _, p := range peers {
+		f.update(p, "cursor", 1)
+	}
+	if n := count(w.take()); n != share {
+		t.Errorf("%d leading edges went at once, want the tick's share %d", n, share)
+	}
+	for tick := 1; tick <= 3+holdTicks; tick++ {
+		f.hub.Tick()
+		if n := count(w.take()); n > 2*share {
+			t.Errorf("tick %d sent %d first moves, want at most two ticks' share %d", tick, n, 2*share)
+		}
+	}
+	for _, p := range peers {
+		if got[p.id] != 1 {
+			t.Errorf("%s's first move went out %d times, want once", p.id, got[p.id])
+		}
+	}
+}
+
 // A long period ends with a fresh value: a value that did not change
 // within the last tick of the period is held, and the next change goes out
 // the moment it comes, in its place; with no change within holdTicks, the

@@ -59,6 +59,17 @@ func (h *Hub) schedule(r *room, peer string, channels ...string) {
 		h.sendPending(r, peer)
 		return
 	}
+	if len(lead) > 0 && !h.mayLead(r) {
+		// The room's leading edges for this tick are spent: these wait
+		// for the peer's slot, as if its leading edge had gone.
+		for _, ch := range lead {
+			mark(r.sent, peer, ch)
+			mark(r.pending, peer, ch)
+		}
+		r.changed[peer] = r.ticks
+		trailing += len(lead)
+		lead = lead[:0]
+	}
 	if trailing > 0 {
 		h.metrics.updates.WithLabelValues("coalesced").Add(float64(trailing))
 	}
@@ -69,6 +80,27 @@ func (h *Hub) schedule(r *room, peer string, channels ...string) {
 		mark(r.sent, peer, ch)
 	}
 	h.forward(r, peer, lead)
+}
+
+// mayLead counts a leading edge against the room's share for this tick
+// and says whether it may go now. A room with periods of one tick has no
+// share. A longer period spreads a big room's peers over its ticks
+// (flush); the share keeps leading edges to the same pace, one tick's
+// worth of peers, so peers that all start moving at once (a class told
+// to look at the same line) reach the room at the pace of its periods
+// rather than as one flood of every peer to every member. A peer over
+// the share loses nothing: its value goes at its slot, and if it is
+// still moving then, its next move goes the moment it comes.
+func (h *Hub) mayLead(r *room) bool {
+	k := h.roomTicks(r)
+	if k == 1 {
+		return true
+	}
+	if r.leads >= (len(r.state)+k-1)/k {
+		return false
+	}
+	r.leads++
+	return true
 }
 
 // flush ends the period of the room's peers whose period ends at this
@@ -88,6 +120,7 @@ func (h *Hub) schedule(r *room, peer string, channels ...string) {
 // most a tick old.
 func (h *Hub) flush(r *room, k int) {
 	r.ticks++
+	r.leads = 0
 	ends := func(peer string) bool { return k == 1 || (r.ticks+slot(peer))%uint64(k) == 0 }
 	for peer := range r.sent {
 		if _, pending := r.pending[peer]; !pending && ends(peer) {

@@ -25,8 +25,10 @@ type room struct {
 	// node died, went silent or left them out of a roster): the tombstone
 	// it wrote gives way to the peer's own node, which knows better.
 	guessed map[string]bool
-	// ticks counts the hub's ticks seen by the room (flush).
+	// ticks counts the hub's ticks seen by the room (flush); leads the
+	// leading edges forwarded in the current tick (schedule).
 	ticks uint64
+	leads int
 }
 
 func newRoom(h *Hub, id, session string) *room {

@@ -34,6 +34,8 @@ type receiver struct {
 	mu        sync.Mutex
 	latencies []time.Duration
 	steady    []time.Duration // of cursors sent within the steady window
+	start     []time.Duration // of cursors sent before it
+	end       []time.Duration // of cursors sent after it
 	// last holds, for every peer any presence came from, the last
 	// cursor seq it sent (0 if none), written in place.
 	last map[string]*uint64
@@ -52,6 +54,7 @@ type presenceResult struct {
 	sendTime           time.Duration
 	latencies          []time.Duration // sorted
 	steady             []time.Duration // sorted: sent within the steady window
+	start, end         []time.Duration // sorted: sent before it, after it
 	missingFinal       int
 	pairs              int
 	cpu                float64 // server CPU seconds, with --server-pid
@@ -79,6 +82,7 @@ func printPresence(r presenceResult, o options) {
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
 	fmt.Printf("  steady p50/p95/p99 %v / %v / %v (sent %v after the start to %v before the end)\n",
 		pct(r.steady, 50), pct(r.steady, 95), pct(r.steady, 99), steadyTrim, steadyTrim)
+	fmt.Printf("  start p99 %v, end p99 %v (sent in the first %v, in the last)\n", pct(r.start, 99), pct(r.end, 99), steadyTrim)
 	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", r.missingFinal, r.pairs)
 	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
@@ -223,11 +227,13 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	readers.Wait()
 
-	var all, steady []time.Duration
+	var all, steady, first, last []time.Duration
 	missingFinal := 0
 	for _, m := range members {
 		all = append(all, m.recv.latencies...)
 		steady = append(steady, m.recv.steady...)
+		first = append(first, m.recv.start...)
+		last = append(last, m.recv.end...)
 		for j, other := range members {
 			if other.doc == m.doc && other != m && m.recv.lastFrom(other.p.id) != final[j] {
 				missingFinal++
@@ -240,8 +246,10 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	slices.Sort(all)
 	slices.Sort(steady)
+	slices.Sort(first)
+	slices.Sort(last)
 	return presenceResult{
-		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all, steady: steady,
+		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all, steady: steady, start: first, end: last,
 		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
 		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0,
 	}, nil
@@ -319,8 +327,13 @@ func (r *receiver) take(sender, data []byte, delivered *atomic.Int64) {
 	lat := time.Duration(time.Now().UnixNano() - c.Sent)
 	delivered.Add(1)
 	r.latencies = append(r.latencies, lat)
-	if c.Sent >= r.from && c.Sent < r.to {
+	switch {
+	case c.Sent < r.from:
+		r.start = append(r.start, lat)
+	case c.Sent < r.to:
 		r.steady = append(r.steady, lat)
+	default:
+		r.end = append(r.end, lat)
 	}
 	*last = max(*last, c.Seq)
 }
