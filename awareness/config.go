@@ -64,6 +64,14 @@ type Config struct {
 	Directory Directory
 	// LastSeen stores when users went offline; nil keeps it in memory only.
 	LastSeen LastSeenStore
+	// History, when set, records presence history (history.go): each
+	// stretch of a user's presence in a document here and of its status,
+	// written in batches off the presence path. HistoryNode names this
+	// node in it; HistoryRetention deletes intervals that ended longer ago
+	// (zero keeps them).
+	History          HistoryStore
+	HistoryNode      string
+	HistoryRetention time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Logger receives the hub's logs; default slog.Default().

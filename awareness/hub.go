@@ -49,6 +49,7 @@ type Hub struct {
 	rostered map[string]bool // nodes that sent a roster: their peers expire by RemoteTTL
 	swept    time.Time       // when Tick last went over the peers (Config.Sweep)
 	seen     *lastSeenWriter
+	hist     *historyRecorder // nil: no history (its marks are under mu)
 	// ready holds the peers a feed has something new for, to be told
 	// once the lock is released (notify).
 	ready    []readyPeer
@@ -127,6 +128,9 @@ func New(cfg Config) (*Hub, error) {
 		tellAtOnce: tellAtOnce,
 	}
 	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, func(n int) { h.metrics.lastSeenLost.Add(float64(n)) })
+	if cfg.History != nil {
+		h.hist = newHistoryRecorder(cfg, h.metrics)
+	}
 	return h, nil
 }
 
@@ -157,6 +161,10 @@ func (h *Hub) run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); h.seen.run(ctx) }()
+	if h.hist != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.runHistory(ctx) }()
+	}
 	defer wg.Wait()
 	for {
 		select {
@@ -278,6 +286,7 @@ func (h *Hub) LeaveDocument(p Peer, documentID string) {
 	h.mu.Lock()
 	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p && p != nil && pi.docs.Has(documentID) {
 		pi.docs.Delete(documentID)
+		h.histMark(pi.user)
 		if r := h.rooms[documentID]; r != nil {
 			if r.state.Remove(pi.id, h.serverClock(pi)) {
 				h.sendGoodbye(r, pi.id)

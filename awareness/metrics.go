@@ -9,7 +9,11 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	expired      prometheus.Counter
 	lastSeenLost prometheus.Counter
-	sentType     map[string]prometheus.Counter // sent by message type, resolved once
+	// presence history (history.go)
+	historyWrites *prometheus.CounterVec
+	historyLost   prometheus.Counter
+	historyPruned prometheus.Counter
+	sentType      map[string]prometheus.Counter // sent by message type, resolved once
 }
 
 // sentBy is the sent counter of a message type.
@@ -46,13 +50,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_presence_last_seen_dropped_total",
 			Help: "Last-seen times not stored because too many waited for the store.",
 		}),
+		historyWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_presence_history_writes_total",
+			Help: "Batches of presence history written to the store, by result (ok, failed: kept for the next).",
+		}, []string{"result"}),
+		historyLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_presence_history_dropped_total",
+			Help: "Presence history intervals or their ends not stored because too many waited for a failing store.",
+		}),
+		historyPruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_presence_history_pruned_total",
+			Help: "Presence history intervals deleted past the retention.",
+		}),
 	}
 	m.sentType = make(map[string]prometheus.Counter)
 	for _, t := range []string{TypeSnapshot, TypeUpdate, TypeHeartbeat, TypeGoodbye} {
 		m.sentType[t] = m.sent.WithLabelValues(t)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.sent, m.updates, m.refused, m.expired, m.lastSeenLost)
+		reg.MustRegister(m.received, m.sent, m.updates, m.refused, m.expired, m.lastSeenLost, m.historyWrites, m.historyLost, m.historyPruned)
 	}
 	return m
 }

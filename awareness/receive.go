@@ -111,6 +111,7 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 	changed := buf[:0]
 	if pm.Type != TypeGoodbye && !r.present[pi.id] {
 		r.present[pi.id] = true
+		h.histMark(pi.user)
 		if pi.identity != nil { // the verified identity, before anything else
 			if _, ok := r.state.Set(pi.id, ChannelUser, Register{Clock: h.serverClock(pi), Value: pi.identity.value()}); ok {
 				changed = append(changed, ChannelUser)
@@ -126,6 +127,7 @@ func (h *Hub) receive(p Peer, documentID string, m Message, pm *presenceMessage,
 		}
 		delete(r.typing, pi.id)
 		delete(r.present, pi.id)
+		h.histMark(pi.user)
 	case TypeUpdate:
 		if h.set(r, pi, pm.Channel, Register{Clock: c, Value: pm.Value}, fx) {
 			changed = append(changed, pm.Channel)

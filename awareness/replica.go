@@ -155,6 +155,9 @@ func (h *Hub) NodeAlive(node string) {
 func (h *Hub) NodeGone(node string) {
 	var fx effects
 	h.mu.Lock()
+	if h.hist != nil {
+		h.hist.gone = append(h.hist.gone, node) // its history is ended at its last beat
+	}
 	// h.rostered keeps the node: a delta of its that arrives late makes
 	// a peer that then expires by RemoteTTL, not one that stays for ever.
 	for _, pi := range h.peers {

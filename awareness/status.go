@@ -102,6 +102,7 @@ func (h *Hub) setUser(pi *peerInfo, userID string, fx *effects) {
 // refreshUser recomputes a user's aggregate status: online if any tab is,
 // else away if any tab is connected, else offline.
 func (h *Hub) refreshUser(id string, fx *effects) {
+	h.histMark(id) // a tab came, went or changed status: the user's history may change
 	u := h.userOf(id)
 	status, local := StatusOffline, StatusOffline
 	for _, pi := range u.peers.All() {

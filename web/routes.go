@@ -35,6 +35,9 @@ type Config struct {
 	WebSocket http.Handler
 	// Presence serves the presence API; nil serves none.
 	Presence Presence
+	// History serves presence history beside it; nil answers that this
+	// node keeps none.
+	History History
 	// Notifications serves the notification API; nil serves none.
 	Notifications Notifications
 	// Auth, when set, guards the API: a request needs a valid token, and
@@ -95,6 +98,10 @@ func NewRouter(cfg Config) http.Handler {
 				r.Get("/docs/{documentID}/presence", a.documentPresence)
 				r.Get("/users/{userID}/presence", a.userPresence)
 				r.Get("/presence/watch", a.watchPresence)
+				h := &historyAPI{store: cfg.History, now: time.Now, log: logger}
+				r.Get("/docs/{documentID}/presence/history", h.docHistory)
+				r.Get("/docs/{documentID}/presence/hourly", h.docHourly)
+				r.Get("/users/{userID}/presence/history", h.userHistory)
 			}
 			if cfg.Notifications != nil {
 				n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}

@@ -158,6 +158,11 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		Logger:        log,
 		Registerer:    reg,
 	}
+	var hist web.History
+	if n.stores.history != nil {
+		presenceCfg.History, presenceCfg.HistoryNode, presenceCfg.HistoryRetention = n.stores.history, cfg.NodeID, cfg.PresenceHistory
+		hist = n.stores.history
+	}
 	transportCfg := transport.Config{
 		PeerID:          "tandem-" + cfg.NodeID,
 		StorageID:       n.stores.storageID,
@@ -206,7 +211,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	n.endRequests = endRequests
 	n.http = &http.Server{
 		Handler: web.NewRouter(web.Config{
-			WebSocket: n.ws, Presence: n.presence, Notifications: n.notes, Auth: verifier,
+			WebSocket: n.ws, Presence: n.presence, History: hist, Notifications: n.notes, Auth: verifier,
 			Gatherer: reg, Registerer: reg, Logger: log, Ready: checks,
 			// Streams from one address are bounded as its sockets are (the
 			// flags to raise behind a proxy, which is every client's

@@ -25,6 +25,8 @@ type config struct {
 	SendQueueBytes  int64
 	PresenceTick    time.Duration
 	AwayAfter       time.Duration
+	// PresenceHistory keeps presence history this long; 0 keeps none.
+	PresenceHistory time.Duration
 
 	DebugAddr   string
 	RedisURL    string
@@ -96,6 +98,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
 		"the garbage collector's headroom follows the load: the least GOGC, from 10 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
+	c.PresenceHistory = 30 * 24 * time.Hour
+	fs.Var((*days)(&c.PresenceHistory), "presence-history",
+		"keep who was present in each document, and each user's status, this long (a Go duration, or days: 30d, 365d); 0 keeps no history")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
@@ -186,6 +191,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.AwayAfter < time.Second {
 		return c, fmt.Errorf("--away-after %v is too short (minimum 1s)", c.AwayAfter)
 	}
+	if c.PresenceHistory != 0 && c.PresenceHistory < time.Hour {
+		return c, fmt.Errorf("--presence-history %v is too short (0 for none, else at least 1h)", c.PresenceHistory)
+	}
 	for name, v := range map[string]int{
 		"--max-docs-per-conn": c.MaxDocsPerConn, "--max-peers-per-doc": c.MaxPeersPerDoc,
 		"--max-conns-per-ip": c.MaxConnsPerIP, "--max-watched-per-ip": c.MaxWatchedPerIP, "--max-ephemeral-bytes": c.MaxEphemeralBytes,
@@ -247,4 +255,32 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("--send-queue-bytes must not be negative")
 	}
 	return c, nil
+}
+
+// days is a duration flag that also takes whole days ("30d").
+type days time.Duration
+
+func (d *days) String() string {
+	v := time.Duration(*d)
+	if v != 0 && v%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(v/(24*time.Hour)), 10) + "d"
+	}
+	return v.String()
+}
+
+func (d *days) Set(s string) error {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		v, err := strconv.ParseUint(n, 10, 32)
+		if err != nil || v > 100*365 {
+			return fmt.Errorf("%q: whole days, up to 36500d", s)
+		}
+		*d = days(time.Duration(v) * 24 * time.Hour)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q: a duration (720h) or days (30d)", s)
+	}
+	*d = days(v)
+	return nil
 }

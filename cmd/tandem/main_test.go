@@ -37,6 +37,16 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 
+	if c.PresenceHistory != 30*24*time.Hour {
+		t.Errorf("presence history is kept %v by default, want 30 days", c.PresenceHistory)
+	}
+	for arg, want := range map[string]time.Duration{"365d": 365 * 24 * time.Hour, "720h": 720 * time.Hour, "0": 0} {
+		c, err := parseConfig([]string{"--presence-history", arg}, func(string) string { return "" }, io.Discard)
+		if err != nil || c.PresenceHistory != want {
+			t.Errorf("--presence-history %s: %v (%v), want %v", arg, c.PresenceHistory, err, want)
+		}
+	}
+
 	bad := []struct {
 		args []string
 		env  map[string]string
@@ -54,6 +64,9 @@ func TestParseConfig(t *testing.T) {
 		{[]string{"--mention-title-field", ""}, nil},
 		{nil, map[string]string{"GOGC": "lots"}},
 		{[]string{"--max-document-changes", "2147483648"}, nil},
+		{[]string{"--presence-history", "30m"}, nil},
+		{[]string{"--presence-history", "1.5d"}, nil},
+		{[]string{"--presence-history", "-1h"}, nil},
 	}
 	for _, b := range bad {
 		if _, err := parseConfig(b.args, func(k string) string { return b.env[k] }, io.Discard); err == nil {

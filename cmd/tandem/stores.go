@@ -6,15 +6,20 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/awareness/history"
 	"github.com/tandemhq/tandem/awareness/lastseen"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/web"
 )
 
 // stores are what a node keeps on disk, each owned by its layer: the
-// documents (doc) and when each user was last seen (presence).
+// documents (doc), when each user was last seen and presence history
+// (presence).
 type stores struct {
 	docs      doc.Store
 	lastSeen  lastSeenStore
+	history   historyStore                    // nil with --presence-history 0
 	storageID string                          // announced to clients
 	ping      func(ctx context.Context) error // PostgreSQL's, for /readyz; nil when embedded
 }
@@ -24,10 +29,35 @@ type lastSeenStore interface {
 	Close() error
 }
 
-// close closes both stores; the documents' after their hub has flushed.
+type historyStore interface {
+	awareness.HistoryStore
+	web.History
+	Close() error
+}
+
+// close closes the stores; the documents' after their hub has flushed.
 func (s *stores) close() {
+	if s.history != nil {
+		s.history.Close()
+	}
 	s.lastSeen.Close()
 	s.docs.Close()
+}
+
+// openHistory opens presence history's store beside the others: in
+// PostgreSQL when the node has one, else an SQLite file in the data
+// directory. With --presence-history 0 there is none.
+func (s *stores) openHistory(ctx context.Context, cfg config) error {
+	if cfg.PresenceHistory == 0 {
+		return nil
+	}
+	var err error
+	if cfg.PostgresURL == "" {
+		s.history, err = history.OpenSQLite(cfg.DataDir)
+	} else {
+		s.history, err = history.OpenPostgres(ctx, cfg.PostgresURL)
+	}
+	return err
 }
 
 // openStores opens PostgreSQL when configured, the embedded files
@@ -51,8 +81,13 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 			seen.Close()
 			return nil, fmt.Errorf("read storage id: %w", err)
 		}
+		st := &stores{docs: s, lastSeen: seen, storageID: id}
+		if err := st.openHistory(ctx, cfg); err != nil {
+			st.close()
+			return nil, err
+		}
 		log.Info("store: embedded", "data_dir", cfg.DataDir)
-		return &stores{docs: s, lastSeen: seen, storageID: id}, nil
+		return st, nil
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -71,6 +106,11 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		seen.Close()
 		return nil, fmt.Errorf("read storage id: %w", err)
 	}
+	st := &stores{docs: s, lastSeen: seen, storageID: id, ping: s.Ping}
+	if err := st.openHistory(octx, cfg); err != nil {
+		st.close()
+		return nil, err
+	}
 	log.Info("store: PostgreSQL")
-	return &stores{docs: s, lastSeen: seen, storageID: id, ping: s.Ping}, nil
+	return st, nil
 }

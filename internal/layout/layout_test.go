@@ -42,6 +42,7 @@ var rank = map[string]int{
 	"awareness":          1,
 	"web/notify":         1,
 	"awareness/lastseen": 2, // presence's stores, for awareness's interface
+	"awareness/history":  2, // presence history: stores for awareness's interface, and their reading
 	"transport":          2,
 	"transport/redisbus": 2,
 	"web":                3,

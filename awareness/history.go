@@ -1,0 +1,423 @@
+package awareness
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"log/slog"
+	"time"
+)
+
+// HistoryStore keeps presence history: each stretch of time a user was
+// present in a document (online or away) and each stretch of a user's
+// status, as intervals. The history subpackage has the stores.
+//
+// Intervals are written by one recorder per hub run, named by Run (random
+// per process) and Seq (counting up within the run): a run opens an
+// interval, and later closes it, by those two numbers. Doc "" names a
+// user's status interval, any other a presence in that document.
+type HistoryStore interface {
+	// WriteHistory stores a batch: the intervals opened (To zero: still
+	// open) and the ends of intervals opened in an earlier batch. A batch
+	// is written whole or not at all.
+	WriteHistory(ctx context.Context, opened []HistoryInterval, closed []HistoryEnd) error
+	// BeatHistory records that run, of node, was alive at at.
+	BeatHistory(ctx context.Context, run int64, node string, at time.Time) error
+	// CloseDeadRuns ends the open intervals of every run whose last beat
+	// is before staleBefore, at that beat, and returns how many it ended;
+	// node "" means any node's runs, else only that node's. Any node may
+	// call it, any number of times: an interval is ended once.
+	CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time) (int64, error)
+	// PruneHistory deletes up to limit intervals that ended before
+	// before, and returns how many it deleted.
+	PruneHistory(ctx context.Context, before time.Time, limit int) (int64, error)
+}
+
+// HistoryInterval is one stored interval.
+type HistoryInterval struct {
+	Run, Seq int64
+	Doc      string // "" for a user's status interval
+	User     string
+	Name     string // the user's name when it began, if known
+	Status   Status // online or away
+	From     time.Time
+	To       time.Time // zero while open
+}
+
+// HistoryEnd ends an interval written open.
+type HistoryEnd struct {
+	Run, Seq int64
+	Doc      string // as it was opened: "" for a status interval
+	To       time.Time
+}
+
+// MaxHistorySpan is the longest a stored interval lasts: a presence that
+// goes on longer is stored as intervals that touch, each at most this
+// long, so that a query for a window reads only the intervals that began
+// at most this long before it (an index on the start answers it).
+const MaxHistorySpan = time.Hour
+
+// The recorder: presence history off the presence path.
+//
+// The hub marks a user whose presence may have changed here (histMark,
+// under its lock: a map write); the recorder's goroutine reads the marked
+// users' presence every historyEvery, compares it with the intervals it
+// holds open, and writes what opened and ended in one batch. So one
+// change costs the hub a map write, and a thousand users leaving at once
+// one batch. Each interval begins or ends at the moment its user was
+// last marked before the read: within historyEvery of the change.
+//
+// Only this node's connections are recorded here; each node records its
+// own, and the stores' readers merge them (several tabs, a move between
+// nodes). A run that dies leaves its intervals open: any node ends them at
+// the run's last beat once it is stale (CloseDeadRuns), at once when the
+// cluster sees the node go (NodeGone), and every historySweep anyway.
+
+const (
+	historyEvery = 500 * time.Millisecond
+	// historyBeat is how often a run records that it is alive; a run
+	// whose beat is historyStale old is dead.
+	historyBeat  = 2 * time.Second
+	historyStale = 5 * historyBeat
+	// historySweep is how often the recorder ends dead runs' intervals
+	// and deletes those past the retention.
+	historySweep = 30 * time.Second
+	// historyPruneBatch bounds one delete.
+	historyPruneBatch = 1000
+	// maxPendingHistory bounds the intervals waiting for a store that
+	// fails; past it the newest are dropped (counted).
+	maxPendingHistory = 1 << 17
+)
+
+// historyRecorder holds this run's open intervals. Its fields past mu
+// belong to its goroutine.
+type historyRecorder struct {
+	store     HistoryStore
+	node      string
+	run       int64
+	retention time.Duration
+	log       *slog.Logger
+	metrics   *metrics
+
+	// dirty (guarded by the hub's lock) holds the users marked since the
+	// last read, with when they were last marked.
+	dirty map[string]time.Time
+	// gone (guarded by the hub's lock) holds the nodes the cluster saw
+	// go since the last read.
+	gone []string
+
+	seq    int64
+	beaten bool                                // a beat was stored: intervals written can be ended at it
+	open   map[string]map[string]*openInterval // user → doc ("" for the status) → open
+	opened []HistoryInterval                   // waiting to be written
+	closed []HistoryEnd
+	// pending indexes opened by run-local seq, so an end that comes
+	// before its interval was written closes it in place.
+	pending map[int64]int
+}
+
+type openInterval struct {
+	seq    int64
+	status Status
+	name   string
+	from   time.Time
+}
+
+// historyView is a user's presence here at a moment: its status in each
+// document it is present in, and overall.
+type historyView struct {
+	at     time.Time
+	status Status
+	docs   map[string]Status
+	name   string
+}
+
+func newHistoryRecorder(cfg Config, m *metrics) *historyRecorder {
+	var b [8]byte
+	rand.Read(b[:])
+	run := int64(binary.BigEndian.Uint64(b[:]) >> 1)
+	return &historyRecorder{
+		store: cfg.History, node: cfg.HistoryNode, run: run, retention: cfg.HistoryRetention,
+		log: cfg.Logger, metrics: m,
+		dirty: make(map[string]time.Time), open: make(map[string]map[string]*openInterval),
+		pending: make(map[int64]int),
+	}
+}
+
+// histMark notes, under the hub's lock, that user's presence here may
+// have changed.
+func (h *Hub) histMark(user string) {
+	if h.hist != nil {
+		h.hist.dirty[user] = h.cfg.Now()
+	}
+}
+
+// historyViewOf reads a user's presence here; the caller holds h.mu.
+func (h *Hub) historyViewOf(user string, at time.Time) historyView {
+	v := historyView{at: at, status: StatusOffline}
+	u := h.users[user]
+	if u == nil {
+		return v
+	}
+	v.status = u.local
+	for _, pi := range u.peers.All() {
+		if pi.conn == nil || pi.status == StatusOffline {
+			continue
+		}
+		for id := range pi.docs.Keys() {
+			r := h.rooms[id]
+			if r == nil || !r.present[pi.id] {
+				continue
+			}
+			if v.docs == nil {
+				v.docs = make(map[string]Status)
+			}
+			if pi.status.rank() > v.docs[id].rank() {
+				v.docs[id] = pi.status
+			}
+			if v.name == "" {
+				v.name = nameOf(r, pi)
+			}
+		}
+	}
+	return v
+}
+
+// nameOf is the name a peer's user channel gives in a room, if any.
+func nameOf(r *room, pi *peerInfo) string {
+	if pi.identity != nil && pi.identity.Name != "" {
+		return pi.identity.Name
+	}
+	if raw, ok := r.state.peer(pi.id).Get(ChannelUser); ok {
+		if u, ok := decodeValue(raw).(map[string]any); ok {
+			if n, ok := u["name"].(string); ok {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// runHistory records until ctx ends, then ends every interval it holds
+// open and writes them (for up to five seconds).
+func (h *Hub) runHistory(ctx context.Context) {
+	rec := h.hist
+	tick := time.NewTicker(historyEvery)
+	defer tick.Stop()
+	var lastBeat, lastSweep time.Time
+	if h.cfg.Replicator == nil {
+		// Alone on its store: every other run is dead (a SIGKILL before
+		// this start), whatever its last beat.
+		rec.closeDead(ctx, "", h.cfg.Now())
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			h.readHistory()
+			now := h.cfg.Now()
+			rec.endAll(now)
+			rec.flush(fctx, now)
+			return
+		case <-tick.C:
+		}
+		gone := h.readHistory()
+		now := h.cfg.Now()
+		if now.Sub(lastBeat) >= historyBeat {
+			lastBeat = now
+			rec.roll(now)
+			rec.beat(ctx, now)
+		}
+		rec.flush(ctx, now)
+		for _, node := range gone {
+			rec.closeDead(ctx, node, now.Add(-2*historyBeat))
+		}
+		if now.Sub(lastSweep) >= historySweep {
+			lastSweep = now
+			rec.closeDead(ctx, "", now.Add(-historyStale))
+			rec.prune(ctx, now)
+		}
+	}
+}
+
+// readHistory takes the marked users' presence under the hub's lock and
+// turns what changed into intervals; it returns the nodes seen going.
+func (h *Hub) readHistory() (gone []string) {
+	rec := h.hist
+	h.mu.Lock()
+	dirty := rec.dirty
+	if len(dirty) > 0 {
+		rec.dirty = make(map[string]time.Time, len(dirty))
+	}
+	views := make(map[string]historyView, len(dirty))
+	for user, at := range dirty {
+		views[user] = h.historyViewOf(user, at)
+	}
+	gone, rec.gone = rec.gone, nil
+	h.mu.Unlock()
+	for user, v := range views {
+		rec.apply(user, v)
+	}
+	return gone
+}
+
+// apply ends the user's intervals that v no longer has, or has with
+// another status, and opens the new ones.
+func (rec *historyRecorder) apply(user string, v historyView) {
+	open := rec.open[user]
+	for doc, iv := range open {
+		s := v.status
+		if doc != "" {
+			s = v.docs[doc]
+		}
+		if s != iv.status {
+			rec.end(doc, iv, v.at)
+			delete(open, doc)
+		}
+	}
+	want := func(doc string, s Status) {
+		if s == StatusOffline || s == "" {
+			return
+		}
+		if _, ok := open[doc]; ok {
+			return
+		}
+		if open == nil {
+			open = make(map[string]*openInterval)
+			rec.open[user] = open
+		}
+		open[doc] = rec.begin(doc, user, v.name, s, v.at)
+	}
+	want("", v.status)
+	for doc, s := range v.docs {
+		want(doc, s)
+	}
+	if len(open) == 0 {
+		delete(rec.open, user)
+	}
+}
+
+func (rec *historyRecorder) begin(doc, user, name string, s Status, at time.Time) *openInterval {
+	rec.seq++
+	if len(rec.opened) >= maxPendingHistory {
+		rec.metrics.historyLost.Inc()
+	} else {
+		rec.pending[rec.seq] = len(rec.opened)
+		rec.opened = append(rec.opened, HistoryInterval{Run: rec.run, Seq: rec.seq, Doc: doc, User: user, Name: name, Status: s, From: at})
+	}
+	return &openInterval{seq: rec.seq, status: s, name: name, from: at}
+}
+
+func (rec *historyRecorder) end(doc string, iv *openInterval, at time.Time) {
+	if at.Before(iv.from) {
+		at = iv.from
+	}
+	if i, ok := rec.pending[iv.seq]; ok {
+		rec.opened[i].To = at // not written yet: written closed
+		delete(rec.pending, iv.seq)
+		return
+	}
+	if len(rec.closed) >= maxPendingHistory {
+		rec.metrics.historyLost.Inc()
+		return
+	}
+	rec.closed = append(rec.closed, HistoryEnd{Run: rec.run, Seq: iv.seq, Doc: doc, To: at})
+}
+
+// roll ends the intervals open for nearly MaxHistorySpan and opens their
+// continuation at the same moment.
+func (rec *historyRecorder) roll(now time.Time) {
+	for user, open := range rec.open {
+		for doc, iv := range open {
+			if now.Sub(iv.from) < MaxHistorySpan-time.Minute {
+				continue
+			}
+			rec.end(doc, iv, now)
+			open[doc] = rec.begin(doc, user, iv.name, iv.status, now)
+		}
+	}
+}
+
+// endAll ends every open interval at now (a clean stop).
+func (rec *historyRecorder) endAll(now time.Time) {
+	for user, open := range rec.open {
+		for doc, iv := range open {
+			rec.end(doc, iv, now)
+		}
+		delete(rec.open, user)
+	}
+}
+
+// flush writes what waits; on failure it stays for the next flush.
+func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
+	if len(rec.opened) == 0 && len(rec.closed) == 0 {
+		return
+	}
+	if !rec.beaten {
+		// An interval of a run without a beat could not be ended if
+		// the run died.
+		if rec.beat(ctx, now); !rec.beaten {
+			return
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rec.store.WriteHistory(wctx, rec.opened, rec.closed); err != nil {
+		rec.metrics.historyWrites.WithLabelValues("failed").Inc()
+		rec.log.Error("presence: store history", "opened", len(rec.opened), "ended", len(rec.closed), "err", err)
+		return
+	}
+	rec.metrics.historyWrites.WithLabelValues("ok").Inc()
+	rec.opened, rec.closed = rec.opened[:0], rec.closed[:0]
+	clear(rec.pending)
+	// A beat at once: every interval written began before the run's last
+	// beat, so if the run dies now its intervals end after they began.
+	rec.beat(ctx, now)
+}
+
+func (rec *historyRecorder) beat(ctx context.Context, now time.Time) {
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rec.store.BeatHistory(bctx, rec.run, rec.node, now); err != nil {
+		rec.log.Error("presence: history beat", "err", err)
+		return
+	}
+	rec.beaten = true
+}
+
+// closeDead ends the open intervals of node's dead runs (any node's, for
+// "") whose last beat is before staleBefore.
+func (rec *historyRecorder) closeDead(ctx context.Context, node string, staleBefore time.Time) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := rec.store.CloseDeadRuns(cctx, node, staleBefore)
+	if err != nil {
+		rec.log.Error("presence: end dead runs' history", "node", node, "err", err)
+		return
+	}
+	if n > 0 {
+		rec.log.Info("presence: ended the history of dead runs", "node", node, "intervals", n)
+	}
+}
+
+// prune deletes intervals past the retention, a batch at a time.
+func (rec *historyRecorder) prune(ctx context.Context, now time.Time) {
+	if rec.retention <= 0 {
+		return
+	}
+	before := now.Add(-rec.retention)
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := rec.store.PruneHistory(pctx, before, historyPruneBatch)
+		cancel()
+		if err != nil {
+			rec.log.Error("presence: prune history", "err", err)
+			return
+		}
+		rec.metrics.historyPruned.Add(float64(n))
+		if n < historyPruneBatch {
+			return
+		}
+	}
+}

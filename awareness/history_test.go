@@ -1,0 +1,271 @@
+package awareness
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
+)
+
+// memoryHistory is a HistoryStore in memory, which can be made to fail.
+type memoryHistory struct {
+	mu     sync.Mutex
+	rows   map[[2]int64]*HistoryInterval
+	beats  map[int64]time.Time
+	nodes  map[int64]string
+	fail   bool
+	writes int
+}
+
+func newMemoryHistory() *memoryHistory {
+	return &memoryHistory{rows: map[[2]int64]*HistoryInterval{}, beats: map[int64]time.Time{}, nodes: map[int64]string{}}
+}
+
+var errStoreDown = errors.New("store down")
+
+func (m *memoryHistory) WriteHistory(_ context.Context, opened []HistoryInterval, closed []HistoryEnd) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return errStoreDown
+	}
+	m.writes++
+	for _, iv := range opened {
+		iv := iv
+		m.rows[[2]int64{iv.Run, iv.Seq}] = &iv
+	}
+	for _, e := range closed {
+		if iv := m.rows[[2]int64{e.Run, e.Seq}]; iv != nil && iv.To.IsZero() {
+			iv.To = e.To
+		}
+	}
+	return nil
+}
+
+func (m *memoryHistory) BeatHistory(_ context.Context, run int64, node string, at time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return errStoreDown
+	}
+	m.beats[run], m.nodes[run] = at, node
+	return nil
+}
+
+func (m *memoryHistory) CloseDeadRuns(_ context.Context, node string, staleBefore time.Time) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for _, iv := range m.rows {
+		beat, ok := m.beats[iv.Run]
+		if !ok || !iv.To.IsZero() || !beat.Before(staleBefore) || (node != "" && m.nodes[iv.Run] != node) {
+			continue
+		}
+		iv.To = beat
+		n++
+	}
+	return n, nil
+}
+
+func (m *memoryHistory) PruneHistory(_ context.Context, before time.Time, limit int) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var n int64
+	for k, iv := range m.rows {
+		if int(n) < limit && !iv.To.IsZero() && iv.To.Before(before) {
+			delete(m.rows, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// intervals lists the stored intervals of a document ("" for statuses).
+func (m *memoryHistory) intervals(doc string) []HistoryInterval {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []HistoryInterval
+	for _, iv := range m.rows {
+		if iv.Doc == doc {
+			out = append(out, *iv)
+		}
+	}
+	return out
+}
+
+func newHistoryFixture(t *testing.T) (*fixture, *memoryHistory) {
+	f := newFixture(t)
+	store := newMemoryHistory()
+	h := newHub(t, Config{
+		Now: f.clock.Now, RelaySession: "relay", Logger: testenv.QuietLogger(),
+		History: store, HistoryNode: "n1", HistoryRetention: 24 * time.Hour,
+	})
+	h.tellAtOnce = 1 << 30
+	f.hub = h
+	return f, store
+}
+
+// record is one pass of the recorder: read what changed, write it.
+func (f *fixture) record() {
+	f.hub.readHistory()
+	f.hub.hist.flush(context.Background(), f.clock.Now())
+}
+
+// A user's presence in a document is an interval from the first presence
+// message to the goodbye; going away ends it and opens an away one at
+// that moment; the user's status is recorded beside it.
+func TestHistoryRecordsPresenceAndStatus(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	t0 := f.clock.Now()
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana", "name": "Ana"})
+	f.record()
+	got := store.intervals(doc1)
+	if len(got) != 1 || got[0].User != "ana" || got[0].Name != "Ana" || got[0].Status != StatusOnline || !got[0].From.Equal(t0) || !got[0].To.IsZero() {
+		t.Fatalf("after joining: %+v, want one open online interval of ana from %v", got, t0)
+	}
+	f.clock.Advance(time.Minute)
+	t1 := f.clock.Now()
+	f.update(a, ChannelStatus, "away")
+	f.record()
+	got = store.intervals(doc1)
+	if len(got) != 2 {
+		t.Fatalf("after going away: %+v, want two intervals", got)
+	}
+	for _, iv := range got {
+		switch iv.Status {
+		case StatusOnline:
+			if !iv.To.Equal(t1) {
+				t.Errorf("online ends at %v, want %v", iv.To, t1)
+			}
+		case StatusAway:
+			if !iv.From.Equal(t1) || !iv.To.IsZero() {
+				t.Errorf("away is %v to %v, want open from %v", iv.From, iv.To, t1)
+			}
+		}
+	}
+	f.clock.Advance(time.Minute)
+	t2 := f.clock.Now()
+	f.hub.Leave(a)
+	f.record()
+	for _, iv := range append(store.intervals(doc1), store.intervals("")...) {
+		if iv.To.IsZero() || iv.To.After(t2) {
+			t.Errorf("after leaving, %+v is open or ends after %v", iv, t2)
+		}
+	}
+	if st := store.intervals(""); len(st) != 2 {
+		t.Errorf("status intervals %+v, want online then away", st)
+	}
+}
+
+// Two tabs of one user make one interval: it ends when the last leaves.
+func TestHistoryTabsOfOneUserAreOneInterval(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a, b := &fakePeer{id: "a"}, &fakePeer{id: "b"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.update(b, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	f.clock.Advance(time.Second)
+	f.hub.Leave(a)
+	f.record()
+	if got := store.intervals(doc1); len(got) != 1 || !got[0].To.IsZero() {
+		t.Fatalf("one tab left: %+v, want one open interval", got)
+	}
+	f.clock.Advance(time.Second)
+	f.hub.Leave(b)
+	f.record()
+	if got := store.intervals(doc1); len(got) != 1 || !got[0].To.Equal(f.clock.Now()) {
+		t.Fatalf("both left: %+v, want one interval ended now", got)
+	}
+}
+
+// What the store did not take is written with the next flush; an interval
+// that ended meanwhile is written ended, once.
+func TestHistoryWaitsForAFailingStore(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a := &fakePeer{id: "a"}
+	store.fail = true
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	f.clock.Advance(time.Second)
+	f.hub.Leave(a)
+	f.record()
+	if got := store.intervals(doc1); len(got) != 0 {
+		t.Fatalf("a failing store holds %+v", got)
+	}
+	store.mu.Lock()
+	store.fail = false
+	store.mu.Unlock()
+	f.record()
+	got := store.intervals(doc1)
+	if len(got) != 1 || !got[0].To.Equal(f.clock.Now()) {
+		t.Fatalf("after the store came back: %+v, want one ended interval", got)
+	}
+}
+
+// An interval open for nearly MaxHistorySpan is ended and continued at
+// the same moment: stored intervals stay short enough for the index.
+func TestHistoryRollsLongIntervals(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	for range 3 {
+		f.clock.Advance(MaxHistorySpan / 2)
+		f.hub.Touch(a)
+		f.hub.hist.roll(f.clock.Now())
+		f.record()
+	}
+	got := store.intervals(doc1)
+	if len(got) != 2 {
+		t.Fatalf("after 1.5 spans: %d intervals %+v, want 2", len(got), got)
+	}
+	var ended, open HistoryInterval
+	for _, iv := range got {
+		if iv.To.IsZero() {
+			open = iv
+		} else {
+			ended = iv
+		}
+		if !iv.To.IsZero() && iv.To.Sub(iv.From) > MaxHistorySpan {
+			t.Errorf("%+v is longer than MaxHistorySpan", iv)
+		}
+	}
+	if !ended.To.Equal(open.From) {
+		t.Errorf("the continuation begins at %v, the first ends at %v: want them to touch", open.From, ended.To)
+	}
+}
+
+// A clean stop ends every open interval; a node the cluster saw go has
+// its runs' intervals ended at their last beat.
+func TestHistoryStopAndNodeGone(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	// A dead run of another node, beaten a minute ago.
+	store.beats[7], store.nodes[7] = f.clock.Now().Add(-time.Minute), "n2"
+	store.rows[[2]int64{7, 1}] = &HistoryInterval{Run: 7, Seq: 1, Doc: doc1, User: "bo", Status: StatusOnline, From: f.clock.Now().Add(-time.Hour / 2)}
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.hub.NodeGone("n2")
+	gone := f.hub.readHistory()
+	if len(gone) != 1 || gone[0] != "n2" {
+		t.Fatalf("nodes gone %v, want [n2]", gone)
+	}
+	f.hub.hist.closeDead(context.Background(), "n2", f.clock.Now().Add(-2*historyBeat))
+	if iv := store.rows[[2]int64{7, 1}]; !iv.To.Equal(store.beats[7]) {
+		t.Errorf("the dead node's interval ends at %v, want its last beat %v", iv.To, store.beats[7])
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.hub.runHistory(ctx); close(done) }()
+	cancel()
+	<-done
+	for _, iv := range store.intervals(doc1) {
+		if iv.To.IsZero() {
+			t.Errorf("%+v is open after a clean stop", iv)
+		}
+	}
+}
