@@ -1,6 +1,7 @@
 // The demo page: a collaborative text editor on a Tandem server, with
 // remote cursors, a presence list, typing indicators, connection state and
-// a notification bell (mention someone with @<their id>).
+// a notification bell (mention someone with @<their id>) and a timeline of
+// who was in the document today.
 import { automergeSyncPlugin } from "@automerge/automerge-codemirror"
 import type { DocHandle } from "@automerge/automerge-repo"
 import { EditorView, basicSetup } from "codemirror"
@@ -15,6 +16,7 @@ import {
 } from "@tandemhq/client"
 import { largeEdits } from "./large.js"
 import { remoteCursors, setRemoteCursors, type RemoteCursor } from "./cursors.js"
+import { startTimeline } from "./timeline.js"
 
 type TextDoc = { text: string }
 
@@ -115,13 +117,34 @@ function start(handle: DocHandle<TextDoc>) {
       scheduled = false
       drawCursors(view, presence)
       renderPeople(presence)
+      watchPeople()
     })
   }
   presence.on("join", refresh)
   presence.on("leave", refresh)
   presence.on("change", refresh)
   handle.on("change", refresh)
-  setInterval(() => renderPeople(presence), 1000) // "last seen … ago"
+  setInterval(() => {
+    renderPeople(presence) // "last seen … ago"
+    watchPeople() // this page's own status
+  }, 1000)
+
+  // ?historyLimit=n reads the timeline's history n intervals a page (e.g.
+  // for tests). Who is here, and how, changing redraws it soon.
+  const timeline = startTimeline({
+    root: $("timeline"),
+    documentId: handle.documentId,
+    token: params.get("token") ?? undefined,
+    limit: Number(params.get("historyLimit")) || undefined,
+  })
+  let here = ""
+  function watchPeople() {
+    const now = [`${user.id}:${presence.local.status}`, ...presence.users().map(u => `${u.user.id}:${u.status}`)].sort().join(" ")
+    if (now !== here) {
+      here = now
+      timeline.soon()
+    }
+  }
 
   const nameInput = $<HTMLInputElement>("name")
   const colorInput = $<HTMLInputElement>("color")
@@ -138,7 +161,8 @@ function start(handle: DocHandle<TextDoc>) {
   nameInput.addEventListener("change", setUser)
   colorInput.addEventListener("change", setUser)
   renderPeople(presence)
-  Object.assign(window, { tandemDemo: { client, handle, presence, view, notes } })
+  watchPeople()
+  Object.assign(window, { tandemDemo: { client, handle, presence, view, notes, timeline } })
 }
 
 function drawCursors(view: EditorView, presence: TandemPresence) {
