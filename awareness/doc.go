@@ -26,7 +26,10 @@
 // peers of a node that stops beating are removed (replica.go). It speaks
 // that protocol itself (cluster.go) through a Replicator, which carries
 // the messages as bytes. When each user was last seen is kept through
-// LastSeenStore (the lastseen subpackage has the stores).
+// LastSeenStore (the lastseen subpackage has the stores), and presence
+// history, the intervals each user was present in each document and had
+// each status, through HistoryStore, written by a recorder off the
+// presence path (history.go; the history subpackage has the stores).
 //
 // The package knows nothing of sockets: peers are the small Peer interface,
 // time comes from Config.Now, and tests drive Hub.Tick by hand.
