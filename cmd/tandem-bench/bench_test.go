@@ -45,6 +45,22 @@ func TestPresenceScenario(t *testing.T) {
 	}
 }
 
+// TestPresenceChurn runs the presence load with users coming and going
+// beside it: every one of them came, stayed and went without a failure.
+func TestPresenceChurn(t *testing.T) {
+	url := startTestNode(t)
+	r, err := measurePresence(context.Background(), options{
+		urls: []string{url}, docs: 1, peers: 2, rate: 10, duration: time.Second, drain: 100 * time.Millisecond,
+		churnRate: 40, churnUsers: 10, churnStay: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.churn.failed != 0 || r.churn.joined < 20 {
+		t.Fatalf("churn: %d came and went, %d failed; want about 40, none failed", r.churn.joined, r.churn.failed)
+	}
+}
+
 // TestTypingScenario runs a small typing load: it must finish cleanly
 // (typists got the document, readers answered the sync loop).
 func TestTypingScenario(t *testing.T) {

@@ -30,6 +30,10 @@ type options struct {
 	pasteBytes int
 	batch      int
 	steady     time.Duration
+	// presence: users who come and go beside the load (churn.go)
+	churnRate  float64
+	churnUsers int
+	churnStay  time.Duration
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -43,6 +47,9 @@ func main() {
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
+	flag.Float64Var(&o.churnRate, "churn-rate", 0, "presence: users who come (and, --churn-stay later, go) per second beside the load, in documents of their own; 0: none")
+	flag.IntVar(&o.churnUsers, "churn-users", 10000, "presence: the user ids the churning users cycle through")
+	flag.DurationVar(&o.churnStay, "churn-stay", 5*time.Second, "presence: how long each churning user stays")
 	flag.BoolVar(&o.batches, "batches", true, "presence: peers ask for presence in batches, as Tandem's JS client does (stock servers ignore it); false: one message per update, as stock clients get")
 	flag.IntVar(&o.conns, "conns", 1000, "idle: connections")
 	flag.IntVar(&o.typists, "typists", 8, "typing: peers typing (at --rate chars/s each)")

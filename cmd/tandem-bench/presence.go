@@ -63,6 +63,7 @@ type presenceResult struct {
 	// bytes its peers received, over the load and the drain.
 	clientCPU     float64
 	frames, bytes int64
+	churn         churnResult
 }
 
 func runPresence(ctx context.Context, o options) error {
@@ -93,6 +94,10 @@ func printPresence(r presenceResult, o options) {
 		r.clientCPU, 100*r.clientCPU/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.clientCPU, 0.01))
 	fmt.Printf("frames to clients    %d (%.1f deliveries per frame), %.1f MiB\n",
 		r.frames, float64(r.delivered)/float64(max(r.frames, 1)), float64(r.bytes)/(1<<20))
+	if o.churnRate > 0 {
+		fmt.Printf("churn                %d users came and went (%.0f/s, each %v), %d failed\n",
+			r.churn.joined, float64(r.churn.joined)/r.sendTime.Seconds(), o.churnStay, r.churn.failed)
+	}
 }
 
 func measurePresence(ctx context.Context, o options) (presenceResult, error) {
@@ -196,6 +201,13 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.duration)
 	defer stopLoad()
+	var churned churnResult
+	var churnErr error
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		churned, churnErr = churn(loadCtx, o)
+	}()
 	final := make([]uint64, len(members))
 	var senders sync.WaitGroup
 	for i, m := range members {
@@ -207,6 +219,10 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	senders.Wait()
 	sendTime := time.Since(start)
+	<-churnDone
+	if churnErr != nil {
+		return presenceResult{}, churnErr
+	}
 	select {
 	case <-time.After(o.drain):
 	case <-ctx.Done():
@@ -251,7 +267,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	return presenceResult{
 		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all, steady: steady, start: first, end: last,
 		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
-		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0,
+		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0, churn: churned,
 	}, nil
 }
 
