@@ -7,6 +7,9 @@
 //	          second (automerge-repo Presence updates); reports end-to-end
 //	          latency of what is delivered, deliveries per second, and
 //	          whether every peer's final cursor reached every other peer.
+//	          --churn-rate adds users who come and go beside the load, in
+//	          documents of their own (churn.go): what presence history
+//	          records under load.
 //	typing    T typists at C characters/s and R readers on one document,
 //	          syncing with automerge; reports how long a keystroke takes
 //	          to reach the readers, the server's CPU, and the clients'
