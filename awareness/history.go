@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // HistoryStore keeps presence history: each stretch of time a user was
@@ -19,15 +21,18 @@ import (
 type HistoryStore interface {
 	// WriteHistory stores a batch: the intervals opened (To zero: still
 	// open) and the ends of intervals opened in an earlier batch. A batch
-	// is written whole or not at all.
+	// is written whole or not at all, and writing it again changes
+	// nothing (a write that failed may have been stored): an interval
+	// still open is not opened twice, an end applies to an open interval
+	// only. An interval stored ended may be stored again, the same.
 	WriteHistory(ctx context.Context, opened []HistoryInterval, closed []HistoryEnd) error
 	// BeatHistory records that run, of node, was alive at at.
 	BeatHistory(ctx context.Context, run int64, node string, at time.Time) error
-	// CloseDeadRuns ends the open intervals of every run whose last beat
-	// is before staleBefore, at that beat, and returns how many it ended;
-	// node "" means any node's runs, else only that node's. Any node may
-	// call it, any number of times: an interval is ended once.
-	CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time) (int64, error)
+	// CloseDeadRuns ends the open intervals of every run but keep whose
+	// last beat is before staleBefore, at that beat, and returns how many
+	// it ended; node "" means any node's runs, else only that node's. Any
+	// node may call it, any number of times: an interval is ended once.
+	CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time, keep int64) (int64, error)
 	// PruneHistory deletes up to limit intervals that ended before
 	// before, and returns how many it deleted.
 	PruneHistory(ctx context.Context, before time.Time, limit int) (int64, error)
@@ -62,34 +67,47 @@ const MaxHistorySpan = time.Hour
 // The hub marks a user whose presence may have changed here (histMark,
 // under its lock: a map write); the recorder's goroutine reads the marked
 // users' presence every historyEvery, compares it with the intervals it
-// holds open, and writes what opened and ended in one batch. So one
-// change costs the hub a map write, and a thousand users leaving at once
-// one batch. Each interval begins or ends at the moment its user was
-// last marked before the read: within historyEvery of the change.
+// holds open, and writes what opened and ended in batches. So one change
+// costs the hub a map write, and a thousand users leaving at once one
+// batch. Each interval begins or ends at the moment its user was last
+// marked before the read: within historyEvery of the change while the
+// store keeps up.
 //
 // Only this node's connections are recorded here; each node records its
 // own, and the stores' readers merge them (several tabs, a move between
 // nodes). A run that dies leaves its intervals open: any node ends them at
 // the run's last beat once it is stale (CloseDeadRuns), at once when the
-// cluster sees the node go (NodeGone), and every historySweep anyway.
+// cluster sees the node go (NodeGone), and every historySweep anyway. A
+// run whose beats failed for so long that others may have taken it for
+// dead continues its open intervals from its last beat (resume).
 
 const (
 	historyEvery = 500 * time.Millisecond
-	// historyBeat is how often a run records that it is alive; a run
-	// whose beat is historyStale old is dead.
+	// historyBeat is how often a run records that it is alive (and after
+	// every write); a run whose beat is historyStale old is dead. Nodes'
+	// clocks must agree well within historyStale.
 	historyBeat  = 2 * time.Second
 	historyStale = 5 * historyBeat
 	// historySweep is how often the recorder ends dead runs' intervals
-	// and deletes those past the retention.
-	historySweep = 30 * time.Second
-	// historyPruneBatch bounds one delete.
-	historyPruneBatch = 1000
+	// and deletes those past the retention, at most historyPruneBatches
+	// batches of historyPruneBatch a sweep.
+	historySweep        = 30 * time.Second
+	historyPruneBatch   = 1000
+	historyPruneBatches = 10
+	// historyChunk bounds the intervals and ends one write holds.
+	historyChunk = 4096
 	// maxPendingHistory bounds the intervals waiting for a store that
-	// fails; past it the newest are dropped (counted).
+	// fails; past it new ones are dropped (counted), and so are their
+	// ends. Ends of intervals written are kept: there are never more of
+	// them than intervals open.
 	maxPendingHistory = 1 << 17
+	// maxHistoryName and maxHistoryUser bound what an interval keeps of a
+	// name and a user id (a peer's presence may hold more).
+	maxHistoryName = 128
+	maxHistoryUser = 256
 )
 
-// historyRecorder holds this run's open intervals. Its fields past mu
+// historyRecorder holds this run's open intervals. Its fields past gone
 // belong to its goroutine.
 type historyRecorder struct {
 	store     HistoryStore
@@ -106,21 +124,22 @@ type historyRecorder struct {
 	// go since the last read.
 	gone []string
 
-	seq    int64
-	beaten bool                                // a beat was stored: intervals written can be ended at it
-	open   map[string]map[string]*openInterval // user → doc ("" for the status) → open
-	opened []HistoryInterval                   // waiting to be written
-	closed []HistoryEnd
-	// pending indexes opened by run-local seq, so an end that comes
-	// before its interval was written closes it in place.
+	seq      int64
+	lastBeat time.Time                           // the last beat stored; zero before the first
+	open     map[string]map[string]*openInterval // user → doc ("" for the status) → open
+	opened   []HistoryInterval                   // waiting to be written
+	closed   []HistoryEnd
+	// pending indexes opened by seq, so an end that comes before its
+	// interval was written closes it in place.
 	pending map[int64]int
 }
 
 type openInterval struct {
-	seq    int64
-	status Status
-	name   string
-	from   time.Time
+	seq     int64
+	status  Status
+	name    string
+	from    time.Time
+	dropped bool // never queued (maxPendingHistory): nothing to end
 }
 
 // historyView is a user's presence here at a moment: its status in each
@@ -188,7 +207,11 @@ func nameOf(r *room, pi *peerInfo) string {
 	if pi.identity != nil && pi.identity.Name != "" {
 		return pi.identity.Name
 	}
-	if raw, ok := r.state.peer(pi.id).Get(ChannelUser); ok {
+	p := r.state[pi.id]
+	if p == nil {
+		return ""
+	}
+	if raw, ok := p.Get(ChannelUser); ok {
 		if u, ok := decodeValue(raw).(map[string]any); ok {
 			if n, ok := u["name"].(string); ok {
 				return n
@@ -198,13 +221,24 @@ func nameOf(r *room, pi *peerInfo) string {
 	return ""
 }
 
+// clip cuts s to at most n bytes, at a character's start.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return strings.Clone(s[:n])
+}
+
 // runHistory records until ctx ends, then ends every interval it holds
 // open and writes them (for up to five seconds).
 func (h *Hub) runHistory(ctx context.Context) {
 	rec := h.hist
 	tick := time.NewTicker(historyEvery)
 	defer tick.Stop()
-	var lastBeat, lastSweep time.Time
+	var lastSweep time.Time
 	if h.cfg.Replicator == nil {
 		// Alone on its store: every other run is dead (a SIGKILL before
 		// this start), whatever its last beat.
@@ -224,8 +258,7 @@ func (h *Hub) runHistory(ctx context.Context) {
 		}
 		gone := h.readHistory()
 		now := h.cfg.Now()
-		if now.Sub(lastBeat) >= historyBeat {
-			lastBeat = now
+		if now.Sub(rec.lastBeat) >= historyBeat {
 			rec.roll(now)
 			rec.beat(ctx, now)
 		}
@@ -300,26 +333,29 @@ func (rec *historyRecorder) apply(user string, v historyView) {
 
 func (rec *historyRecorder) begin(doc, user, name string, s Status, at time.Time) *openInterval {
 	rec.seq++
+	iv := &openInterval{seq: rec.seq, status: s, name: clip(name, maxHistoryName), from: at}
 	if len(rec.opened) >= maxPendingHistory {
 		rec.metrics.historyLost.Inc()
-	} else {
-		rec.pending[rec.seq] = len(rec.opened)
-		rec.opened = append(rec.opened, HistoryInterval{Run: rec.run, Seq: rec.seq, Doc: doc, User: user, Name: name, Status: s, From: at})
+		iv.dropped = true
+		return iv
 	}
-	return &openInterval{seq: rec.seq, status: s, name: name, from: at}
+	rec.pending[iv.seq] = len(rec.opened)
+	rec.opened = append(rec.opened, HistoryInterval{
+		Run: rec.run, Seq: iv.seq, Doc: doc, User: clip(user, maxHistoryUser), Name: iv.name, Status: s, From: at,
+	})
+	return iv
 }
 
 func (rec *historyRecorder) end(doc string, iv *openInterval, at time.Time) {
+	if iv.dropped {
+		return
+	}
 	if at.Before(iv.from) {
 		at = iv.from
 	}
 	if i, ok := rec.pending[iv.seq]; ok {
-		rec.opened[i].To = at // not written yet: written closed
+		rec.opened[i].To = at // not written yet: written ended
 		delete(rec.pending, iv.seq)
-		return
-	}
-	if len(rec.closed) >= maxPendingHistory {
-		rec.metrics.historyLost.Inc()
 		return
 	}
 	rec.closed = append(rec.closed, HistoryEnd{Run: rec.run, Seq: iv.seq, Doc: doc, To: at})
@@ -339,6 +375,30 @@ func (rec *historyRecorder) roll(now time.Time) {
 	}
 }
 
+// resume continues every open interval from at: after beats failed for
+// so long that another node may have ended them at the last beat stored,
+// at, which the continuation touches. An interval nobody ended is ended
+// there by the recorder itself.
+func (rec *historyRecorder) resume(at, now time.Time) {
+	from := at
+	if earliest := now.Add(-(MaxHistorySpan - time.Minute)); from.Before(earliest) {
+		from = earliest // no stored interval may outlast MaxHistorySpan
+	}
+	for user, open := range rec.open {
+		for doc, iv := range open {
+			if _, waiting := rec.pending[iv.seq]; waiting || iv.dropped {
+				continue // not stored: no one could have ended it
+			}
+			at := from
+			if at.Before(iv.from) {
+				at = iv.from
+			}
+			rec.end(doc, iv, at)
+			open[doc] = rec.begin(doc, user, iv.name, iv.status, at)
+		}
+	}
+}
+
 // endAll ends every open interval at now (a clean stop).
 func (rec *historyRecorder) endAll(now time.Time) {
 	for user, open := range rec.open {
@@ -349,31 +409,49 @@ func (rec *historyRecorder) endAll(now time.Time) {
 	}
 }
 
-// flush writes what waits; on failure it stays for the next flush.
+// flush writes what waits, historyChunk at a time; what a failed write
+// held stays for the next flush.
 func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
-	if len(rec.opened) == 0 && len(rec.closed) == 0 {
-		return
-	}
-	if !rec.beaten {
-		// An interval of a run without a beat could not be ended if
-		// the run died.
-		if rec.beat(ctx, now); !rec.beaten {
+	for len(rec.opened) > 0 || len(rec.closed) > 0 {
+		if rec.lastBeat.IsZero() {
+			// An interval of a run without a beat could not be ended if
+			// the run died.
+			if rec.beat(ctx, now); rec.lastBeat.IsZero() {
+				return
+			}
+		}
+		n, m := min(len(rec.opened), historyChunk), min(len(rec.closed), historyChunk)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := rec.store.WriteHistory(wctx, rec.opened[:n], rec.closed[:m])
+		cancel()
+		if err != nil {
+			rec.metrics.historyWrites.WithLabelValues("failed").Inc()
+			rec.log.Error("presence: store history", "opened", len(rec.opened), "ended", len(rec.closed), "err", err)
 			return
 		}
+		rec.metrics.historyWrites.WithLabelValues("ok").Inc()
+		rec.written(n, m)
+		// A beat at once: every interval written began before the run's
+		// last beat, so if the run dies now its intervals end after they
+		// began.
+		rec.beat(ctx, now)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rec.store.WriteHistory(wctx, rec.opened, rec.closed); err != nil {
-		rec.metrics.historyWrites.WithLabelValues("failed").Inc()
-		rec.log.Error("presence: store history", "opened", len(rec.opened), "ended", len(rec.closed), "err", err)
-		return
+}
+
+// written drops the first n intervals and m ends, which the store has.
+func (rec *historyRecorder) written(n, m int) {
+	for seq, i := range rec.pending {
+		if i < n {
+			delete(rec.pending, seq)
+		} else {
+			rec.pending[seq] = i - n
+		}
 	}
-	rec.metrics.historyWrites.WithLabelValues("ok").Inc()
-	rec.opened, rec.closed = rec.opened[:0], rec.closed[:0]
-	clear(rec.pending)
-	// A beat at once: every interval written began before the run's last
-	// beat, so if the run dies now its intervals end after they began.
-	rec.beat(ctx, now)
+	k := copy(rec.opened, rec.opened[n:])
+	clear(rec.opened[k:]) // the strings of what was written go
+	rec.opened = rec.opened[:k]
+	k = copy(rec.closed, rec.closed[m:])
+	rec.closed = rec.closed[:k]
 }
 
 func (rec *historyRecorder) beat(ctx context.Context, now time.Time) {
@@ -383,15 +461,18 @@ func (rec *historyRecorder) beat(ctx context.Context, now time.Time) {
 		rec.log.Error("presence: history beat", "err", err)
 		return
 	}
-	rec.beaten = true
+	if !rec.lastBeat.IsZero() && now.Sub(rec.lastBeat) >= historyStale {
+		rec.resume(rec.lastBeat, now)
+	}
+	rec.lastBeat = now
 }
 
 // closeDead ends the open intervals of node's dead runs (any node's, for
-// "") whose last beat is before staleBefore.
+// "") whose last beat is before staleBefore; never this run's.
 func (rec *historyRecorder) closeDead(ctx context.Context, node string, staleBefore time.Time) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	n, err := rec.store.CloseDeadRuns(cctx, node, staleBefore)
+	n, err := rec.store.CloseDeadRuns(cctx, node, staleBefore, rec.run)
 	if err != nil {
 		rec.log.Error("presence: end dead runs' history", "node", node, "err", err)
 		return
@@ -401,13 +482,15 @@ func (rec *historyRecorder) closeDead(ctx context.Context, node string, staleBef
 	}
 }
 
-// prune deletes intervals past the retention, a batch at a time.
+// prune deletes intervals past the retention, up to historyPruneBatches
+// batches: a backlog goes over several sweeps, and the recorder keeps
+// beating meanwhile.
 func (rec *historyRecorder) prune(ctx context.Context, now time.Time) {
 	if rec.retention <= 0 {
 		return
 	}
 	before := now.Add(-rec.retention)
-	for ctx.Err() == nil {
+	for range historyPruneBatches {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		n, err := rec.store.PruneHistory(pctx, before, historyPruneBatch)
 		cancel()

@@ -55,13 +55,13 @@ func (m *memoryHistory) BeatHistory(_ context.Context, run int64, node string, a
 	return nil
 }
 
-func (m *memoryHistory) CloseDeadRuns(_ context.Context, node string, staleBefore time.Time) (int64, error) {
+func (m *memoryHistory) CloseDeadRuns(_ context.Context, node string, staleBefore time.Time, keep int64) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var n int64
 	for _, iv := range m.rows {
 		beat, ok := m.beats[iv.Run]
-		if !ok || !iv.To.IsZero() || !beat.Before(staleBefore) || (node != "" && m.nodes[iv.Run] != node) {
+		if !ok || iv.Run == keep || !iv.To.IsZero() || !beat.Before(staleBefore) || (node != "" && m.nodes[iv.Run] != node) {
 			continue
 		}
 		iv.To = beat
@@ -108,9 +108,14 @@ func newHistoryFixture(t *testing.T) (*fixture, *memoryHistory) {
 	return f, store
 }
 
-// record is one pass of the recorder: read what changed, write it.
+// record is one pass of the recorder: read what changed, write it. The
+// fake clock jumps where a real one would have let the recorder beat all
+// along: the run counts as having beaten just now.
 func (f *fixture) record() {
 	f.hub.readHistory()
+	if !f.hub.hist.lastBeat.IsZero() {
+		f.hub.hist.lastBeat = f.clock.Now()
+	}
 	f.hub.hist.flush(context.Background(), f.clock.Now())
 }
 
@@ -267,5 +272,47 @@ func TestHistoryStopAndNodeGone(t *testing.T) {
 		if iv.To.IsZero() {
 			t.Errorf("%+v is open after a clean stop", iv)
 		}
+	}
+}
+
+// A run whose beats failed for so long that another node may have ended
+// its intervals at its last beat continues them from that beat: the
+// history shows no gap, and no interval stays ended while its user is
+// still here.
+func TestHistoryResumesAfterBeatsFailed(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	lastBeat := f.clock.Now()
+	store.mu.Lock()
+	store.fail = true
+	store.mu.Unlock()
+	f.clock.Advance(time.Minute)
+	f.hub.Touch(a)
+	f.hub.hist.beat(context.Background(), f.clock.Now())
+	// Another node takes the run for dead.
+	if n, _ := store.CloseDeadRuns(context.Background(), "", f.clock.Now().Add(-historyStale), 0); n != 2 {
+		t.Fatalf("the other node ended %d intervals, want 2", n)
+	}
+	store.mu.Lock()
+	store.fail = false
+	store.mu.Unlock()
+	f.hub.hist.beat(context.Background(), f.clock.Now())
+	f.hub.hist.flush(context.Background(), f.clock.Now())
+	got := store.intervals(doc1)
+	if len(got) != 2 {
+		t.Fatalf("after the beats came back: %+v, want the ended interval and its continuation", got)
+	}
+	var ended, open HistoryInterval
+	for _, iv := range got {
+		if iv.To.IsZero() {
+			open = iv
+		} else {
+			ended = iv
+		}
+	}
+	if !ended.To.Equal(lastBeat) || !open.From.Equal(lastBeat) {
+		t.Errorf("ended at %v, continued from %v: want both at the last beat %v", ended.To, open.From, lastBeat)
 	}
 }

@@ -38,7 +38,7 @@ const (
 	maxHistoryWindow = 31 * 24 * time.Hour
 	// maxHistoryRows bounds the stored intervals one query reads; a
 	// window holding more is refused with a word to narrow it.
-	maxHistoryRows = 200_000
+	maxHistoryRows = 100_000
 	// historyPage is the intervals one answer holds unless limit says
 	// fewer; maxHistoryPage the most it may ask for.
 	historyPage    = 500
@@ -214,7 +214,9 @@ func (a *historyAPI) intervals(w http.ResponseWriter, r *http.Request, get func(
 			writeError(w, http.StatusBadRequest, "after must be the next of an earlier answer")
 			return
 		}
-		after = &c
+		// The pages of one answer read one window: the first page's
+		// (a window left to its default moves with the clock).
+		after, from, to = &c, time.Unix(0, c.winFrom).UTC(), time.Unix(0, c.winTo).UTC()
 	}
 	raw, ok := a.read(w, r, func(ctx context.Context) ([]awareness.HistoryInterval, error) { return get(ctx, from, to) })
 	if !ok {
@@ -226,33 +228,43 @@ func (a *historyAPI) intervals(w http.ResponseWriter, r *http.Request, get func(
 	merged = slices.DeleteFunc(merged, func(iv history.Interval) bool {
 		return !iv.From.Before(to) || (!iv.To.IsZero() && !iv.To.After(from))
 	})
+	// A stretch that began before the window is read only as far back as
+	// the rows read reach: it is answered from the window's start, so
+	// that its start, and the pages' order, do not depend on that.
+	for i := range merged {
+		if merged[i].From.Before(from) {
+			merged[i].From = from
+		}
+	}
+	slices.SortFunc(merged, func(a, b history.Interval) int { return cursorOf(a, from, to).compare(cursorOf(b, from, to)) })
 	start := 0
 	if after != nil {
 		start, _ = slices.BinarySearchFunc(merged, *after, func(iv history.Interval, c historyCursor) int {
-			return cursorOf(iv).compare(c)
+			return cursorOf(iv, from, to).compare(c)
 		})
-		if start < len(merged) && cursorOf(merged[start]).compare(*after) == 0 {
+		if start < len(merged) && cursorOf(merged[start], from, to).compare(*after) == 0 {
 			start++
 		}
 	}
 	page := merged[start:min(start+limit, len(merged))]
 	var next any
 	if start+len(page) < len(merged) {
-		next = cursorOf(page[len(page)-1]).String()
+		next = cursorOf(page[len(page)-1], from, to).String()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"intervals": page, "next": next})
 }
 
 // historyCursor is where a page ended: the last interval's start, user
-// and status, the order Merge sorts by.
+// and status, the order the answer is sorted by, and the window read.
 type historyCursor struct {
-	from   int64 // Unix nanoseconds
-	user   string
-	status string
+	from           int64 // Unix nanoseconds
+	user           string
+	status         string
+	winFrom, winTo int64 // Unix nanoseconds
 }
 
-func cursorOf(iv history.Interval) historyCursor {
-	return historyCursor{from: iv.From.UnixNano(), user: iv.User, status: string(iv.Status)}
+func cursorOf(iv history.Interval, from, to time.Time) historyCursor {
+	return historyCursor{from: iv.From.UnixNano(), user: iv.User, status: string(iv.Status), winFrom: from.UnixNano(), winTo: to.UnixNano()}
 }
 
 func (c historyCursor) compare(d historyCursor) int {
@@ -266,7 +278,8 @@ func (c historyCursor) compare(d historyCursor) int {
 }
 
 func (c historyCursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.from, 10) + "\x00" + c.status + "\x00" + c.user))
+	head := strconv.FormatInt(c.winFrom, 10) + "\x00" + strconv.FormatInt(c.winTo, 10) + "\x00" + strconv.FormatInt(c.from, 10)
+	return base64.RawURLEncoding.EncodeToString([]byte(head + "\x00" + c.status + "\x00" + c.user))
 }
 
 func parseHistoryCursor(s string) (historyCursor, error) {
@@ -274,13 +287,19 @@ func parseHistoryCursor(s string) (historyCursor, error) {
 	if err != nil {
 		return historyCursor{}, err
 	}
-	parts := strings.SplitN(string(b), "\x00", 3)
-	if len(parts) != 3 {
+	parts := strings.SplitN(string(b), "\x00", 5)
+	if len(parts) != 5 {
 		return historyCursor{}, errors.New("malformed cursor")
 	}
-	from, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil {
-		return historyCursor{}, err
+	var n [3]int64
+	for i := range n {
+		if n[i], err = strconv.ParseInt(parts[i], 10, 64); err != nil {
+			return historyCursor{}, err
+		}
 	}
-	return historyCursor{from: from, status: parts[1], user: parts[2]}, nil
+	c := historyCursor{winFrom: n[0], winTo: n[1], from: n[2], status: parts[3], user: parts[4]}
+	if c.winFrom >= c.winTo || time.Duration(c.winTo-c.winFrom) > maxHistoryWindow {
+		return historyCursor{}, errors.New("cursor window out of range")
+	}
+	return c, nil
 }

@@ -131,6 +131,13 @@ func TestDocHistoryAnswersMergedIntervals(t *testing.T) {
 	if bo.User != "bo" || bo.Status != "away" || bo.To == nil {
 		t.Errorf("bo: %+v, want away, ended", bo)
 	}
+	// A stretch that began before the window is answered from its start.
+	_, body = getBody(t, srv.URL+"/api/docs/"+histDoc+"/presence/history?"+window(15*time.Minute, time.Hour), "")
+	ans = historyAnswer{}
+	json.Unmarshal([]byte(body), &ans)
+	if len(ans.Intervals) != 2 || ans.Intervals[0].From != histT0.Add(15*time.Minute).Format(time.RFC3339) {
+		t.Errorf("from 9:15: %s, want ana and bo from 9:15", body)
+	}
 }
 
 // Pages of limit intervals follow next until there is none: every

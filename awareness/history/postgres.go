@@ -16,7 +16,11 @@ import (
 // Postgres keeps presence history in PostgreSQL, shared by every node of
 // a cluster, over a small pool of its own.
 type Postgres struct {
-	pool      *pgxpool.Pool
+	pool *pgxpool.Pool
+	// reads holds a token per read: they take at most all but one of
+	// the pool's connections, so reads never keep the recorder's writes
+	// and beats waiting.
+	reads     chan struct{}
 	closeOnce sync.Once
 }
 
@@ -36,9 +40,11 @@ const schemaLock = 7354123002
 // size.
 var (
 	pgInsertDocs = `INSERT INTO ` + docsTable + ` (run, seq, doc_id, user_id, name, status, from_ms, to_ms)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])`
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])
+		ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	pgInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, status, from_ms, to_ms)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])`
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
+		ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	pgCloseDocs  = pgClose(docsTable)
 	pgCloseUsers = pgClose(usersTable)
 )
@@ -75,7 +81,7 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		pool.Close()
 		return nil, fmt.Errorf("history: postgres: create tables: %w", err)
 	}
-	return &Postgres{pool: pool}, nil
+	return &Postgres{pool: pool, reads: make(chan struct{}, poolSize-1)}, nil
 }
 
 // WriteHistory stores a batch in one transaction: the opened intervals in
@@ -153,13 +159,13 @@ func (s *Postgres) BeatHistory(ctx context.Context, run int64, node string, at t
 }
 
 // CloseDeadRuns ends, at their run's last beat, the open intervals of the
-// runs (of node, or of any node if node is "") whose beat is before
-// staleBefore, and returns how many it ended.
-func (s *Postgres) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time) (int64, error) {
+// runs but keep (of node, or of any node if node is "") whose beat is
+// before staleBefore, and returns how many it ended.
+func (s *Postgres) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time, keep int64) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		for _, q := range pgQueries.closeDead {
-			tag, err := tx.Exec(ctx, q, ms(staleBefore), node)
+			tag, err := tx.Exec(ctx, q, ms(staleBefore), node, keep)
 			if err != nil {
 				return err
 			}
@@ -206,6 +212,12 @@ func (s *Postgres) UserIntervals(ctx context.Context, user string, from, to time
 }
 
 func (s *Postgres) read(ctx context.Context, query, key string, from, to time.Time, limit int) ([]awareness.HistoryInterval, error) {
+	select {
+	case s.reads <- struct{}{}:
+		defer func() { <-s.reads }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("history: read: %w", ctx.Err())
+	}
 	r, err := s.pool.Query(ctx, query, readArgs(key, from, to, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("history: read: %w", err)

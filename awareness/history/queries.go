@@ -56,7 +56,8 @@ type queries struct {
 	schema []string
 	// beat: $1 run, $2 node, $3 beat_ms.
 	beat string
-	// closeDead, one per interval table: $1 stale before (ms), $2 node or "".
+	// closeDead, one per interval table: $1 stale before (ms), $2 node or
+	// "", $3 the run kept.
 	closeDead []string
 	// pruneDocs, pruneUsers: $1 before (ms), $2 limit.
 	pruneDocs, pruneUsers string
@@ -125,7 +126,7 @@ func newQueries(d dialect) queries {
 			SET to_ms = `+d.greatest+`(r.beat_ms, `+table+`.from_ms)
 			FROM `+runsTable+` r
 			WHERE `+table+`.run = r.run AND `+table+`.to_ms IS NULL
-			AND r.beat_ms < $1 AND (CAST($2 AS text) = '' OR r.node = $2)`))
+			AND r.beat_ms < $1 AND (CAST($2 AS text) = '' OR r.node = $2) AND r.run <> $3`))
 	}
 	// An interval that ended before before began before it too, so the
 	// from_ms index finds the candidates; open rows never match.

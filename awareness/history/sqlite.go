@@ -19,7 +19,10 @@ import (
 // SQLite keeps presence history in <data dir>/presence-history.sqlite,
 // for a node of its own.
 type SQLite struct {
-	db        *sql.DB
+	db *sql.DB // writes: SQLite takes one writer at a time
+	// ro reads, over connections of its own: with the write-ahead log
+	// readers never wait for the writer, nor it for them.
+	ro        *sql.DB
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -31,9 +34,9 @@ var liteQueries = newQueries(sqliteDialect)
 // A batch's rows go in one statement each, prepared once per batch.
 var (
 	liteInsertDocs = `INSERT INTO ` + docsTable + ` (run, seq, doc_id, user_id, name, status, from_ms, to_ms)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	liteInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, status, from_ms, to_ms)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6)`
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	liteCloseDocs  = liteClose(docsTable)
 	liteCloseUsers = liteClose(usersTable)
 )
@@ -42,8 +45,12 @@ func liteClose(table string) string {
 	return `UPDATE ` + table + ` SET to_ms = MAX(?3, from_ms) WHERE run = ?1 AND seq = ?2 AND to_ms IS NULL`
 }
 
+// readConns bounds the reads at once.
+const readConns = 2
+
 // OpenSQLite opens (creating it if needed) the store in dir. SQLite allows
-// one writer at a time, so the pool has one connection.
+// one writer at a time, so the writes' pool has one connection; reads have
+// readConns of their own.
 func OpenSQLite(dir string) (*SQLite, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("history: create data dir: %w", err)
@@ -65,7 +72,14 @@ func OpenSQLite(dir string) (*SQLite, error) {
 			return nil, fmt.Errorf("history: create tables in %s: %w", path, err)
 		}
 	}
-	return &SQLite{db: db}, nil
+	q.Set("_query_only", "true")
+	ro, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("history: open %s: %w", path, err)
+	}
+	ro.SetMaxOpenConns(readConns)
+	return &SQLite{db: db, ro: ro}, nil
 }
 
 // WriteHistory stores a batch in one transaction. An end whose interval is
@@ -146,13 +160,13 @@ func (s *SQLite) BeatHistory(ctx context.Context, run int64, node string, at tim
 }
 
 // CloseDeadRuns ends, at their run's last beat, the open intervals of the
-// runs (of node, or of any node if node is "") whose beat is before
-// staleBefore, and returns how many it ended.
-func (s *SQLite) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time) (int64, error) {
+// runs but keep (of node, or of any node if node is "") whose beat is
+// before staleBefore, and returns how many it ended.
+func (s *SQLite) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time, keep int64) (int64, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		for _, q := range liteQueries.closeDead {
-			res, err := tx.ExecContext(ctx, q, ms(staleBefore), node)
+			res, err := tx.ExecContext(ctx, q, ms(staleBefore), node, keep)
 			if err != nil {
 				return err
 			}
@@ -207,7 +221,7 @@ func (s *SQLite) UserIntervals(ctx context.Context, user string, from, to time.T
 }
 
 func (s *SQLite) read(ctx context.Context, query, key string, from, to time.Time, limit int) ([]awareness.HistoryInterval, error) {
-	r, err := s.db.QueryContext(ctx, query, readArgs(key, from, to, limit)...)
+	r, err := s.ro.QueryContext(ctx, query, readArgs(key, from, to, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("history: read: %w", err)
 	}
@@ -221,6 +235,6 @@ func (s *SQLite) read(ctx context.Context, query, key string, from, to time.Time
 
 // Close closes the database; safe to call twice.
 func (s *SQLite) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
+	s.closeOnce.Do(func() { s.closeErr = errors.Join(s.ro.Close(), s.db.Close()) })
 	return s.closeErr
 }

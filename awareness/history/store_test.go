@@ -1,7 +1,6 @@
 package history
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,103 +171,41 @@ func TestOpenedAndClosedInOneBatch(t *testing.T) {
 	})
 }
 
-// A batch that fails is not written in part: the presence rows inserted
-// before the failing status row, and the ends, are not kept.
-func TestFailedBatchWritesNothing(t *testing.T) {
+// A batch written again, as after a write that failed but was stored,
+// changes nothing: an interval still open is not opened twice, and its
+// end applies once.
+func TestBatchWrittenTwiceChangesNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store) {
-		write(t, s, []awareness.HistoryInterval{
+		batch := []awareness.HistoryInterval{
 			open(3, 1, "d", "cy", awareness.StatusOnline, 0),
 			open(3, 2, "", "cy", awareness.StatusOnline, 0),
-		})
-		err := s.WriteHistory(context.Background(), []awareness.HistoryInterval{
-			open(3, 3, "d", "cy", awareness.StatusAway, 10),
-			open(3, 4, "", "cy", awareness.StatusAway, 10),
-			open(3, 2, "", "cy", awareness.StatusAway, 10), // (3, 2) is open already
-		}, []awareness.HistoryEnd{end(3, 1, "d", 10), end(3, 2, "", 10)})
-		if err == nil {
-			t.Fatal("a batch opening (3, 2) again was written")
 		}
-		err = s.WriteHistory(context.Background(), []awareness.HistoryInterval{
-			open(3, 5, "d", "cy", awareness.StatusAway, 10),
-			open(3, 5, "d", "cy", awareness.StatusAway, 10),
-		}, nil)
-		if err == nil {
-			t.Fatal("a batch opening (3, 5) twice was written")
-		}
+		write(t, s, batch)
+		write(t, s, batch)
 		wantDoc(t, s, "d", 0, 60, "3/1 d cy  online 0-…")
 		wantUser(t, s, "cy", 0, 60, "3/2  cy  online 0-…")
+		ends := []awareness.HistoryEnd{end(3, 1, "d", 10), end(3, 2, "", 10)}
+		write(t, s, []awareness.HistoryInterval{open(3, 3, "d", "cy", awareness.StatusAway, 10)}, ends...)
+		write(t, s, []awareness.HistoryInterval{open(3, 3, "d", "cy", awareness.StatusAway, 10)}, ends...)
+		wantDoc(t, s, "d", 0, 60, "3/1 d cy  online 0-10", "3/3 d cy  away 10-…")
+		wantUser(t, s, "cy", 0, 60, "3/2  cy  online 0-10")
 	})
 }
 
-// A read returns the intervals overlapping the window [0, 60), open ones
-// included, among those that began at most MaxHistorySpan before it.
-func TestReadsReturnOverlappingIntervals(t *testing.T) {
-	rows := []struct {
-		from, to int // to -1: open
-		want     bool
-	}{
-		{-120, -90, false}, // ended before
-		{-30, 0, false},    // ended as the window begins
-		{-60, 10, true},    // began MaxHistorySpan before
-		{-59, 5, true},
-		{-45, -1, true},
-		{-61, -1, false}, // longer than MaxHistorySpan: the recorder never writes it
-		{10, 20, true},
-		{50, -1, true},
-		{59, 120, true},
-		{60, 70, false}, // begins as the window ends
-	}
+// A batch that fails writes nothing.
+func TestFailedBatchWritesNothing(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store) {
-		var batch, docs, users []awareness.HistoryInterval
-		for i, r := range rows {
-			d := closed(4, int64(2*i), "d", "ana", awareness.StatusOnline, r.from, r.to)
-			u := closed(4, int64(2*i+1), "", "ana", awareness.StatusAway, r.from, r.to)
-			if r.to == -1 {
-				d.To, u.To = time.Time{}, time.Time{}
-			}
-			batch = append(batch, d, u)
-			if r.want {
-				docs, users = append(docs, d), append(users, u)
-			}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		err := s.WriteHistory(ctx, []awareness.HistoryInterval{
+			open(4, 1, "d", "dee", awareness.StatusOnline, 0),
+			open(4, 2, "", "dee", awareness.StatusOnline, 0),
+		}, nil)
+		if err == nil {
+			t.Fatal("a batch was written under a cancelled context")
 		}
-		bo := open(5, 2, "d", "bo", awareness.StatusOnline, 10)
-		docs = append(docs, bo)
-		batch = append(batch, bo,
-			open(5, 1, "e", "ana", awareness.StatusOnline, 10),
-			open(5, 3, "", "bo", awareness.StatusOnline, 10),
-		)
-		write(t, s, batch)
-		byStart := func(a, b awareness.HistoryInterval) int {
-			return cmp.Or(a.From.Compare(b.From), cmp.Compare(a.Run, b.Run), cmp.Compare(a.Seq, b.Seq))
-		}
-		slices.SortFunc(docs, byStart)
-		slices.SortFunc(users, byStart)
-		wantDoc(t, s, "d", 0, 60, show(docs)...)
-		wantUser(t, s, "ana", 0, 60, show(users)...)
-		wantDoc(t, s, "nobody's", 0, 60)
-	})
-}
-
-func TestReadsRefuseMoreThanTheLimit(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store) {
-		var batch []awareness.HistoryInterval
-		for i := range 3 {
-			batch = append(batch, open(6, int64(2*i), "d", "ana", awareness.StatusOnline, i), open(6, int64(2*i+1), "", "ana", awareness.StatusOnline, i))
-		}
-		write(t, s, batch)
-		ctx := context.Background()
-		if got, err := s.DocIntervals(ctx, "d", at(0), at(60), 3); err != nil || len(got) != 3 {
-			t.Fatalf("DocIntervals, limit 3: %d intervals, %v", len(got), err)
-		}
-		if got, err := s.UserIntervals(ctx, "ana", at(0), at(60), 3); err != nil || len(got) != 3 {
-			t.Fatalf("UserIntervals, limit 3: %d intervals, %v", len(got), err)
-		}
-		if _, err := s.DocIntervals(ctx, "d", at(0), at(60), 2); !errors.Is(err, ErrTooMany) {
-			t.Fatalf("DocIntervals, limit 2: %v, want ErrTooMany", err)
-		}
-		if _, err := s.UserIntervals(ctx, "ana", at(0), at(60), 2); !errors.Is(err, ErrTooMany) {
-			t.Fatalf("UserIntervals, limit 2: %v, want ErrTooMany", err)
-		}
+		wantDoc(t, s, "d", 0, 60)
+		wantUser(t, s, "dee", 0, 60)
 	})
 }
 
@@ -293,7 +230,7 @@ func TestCloseDeadRunsEndsStaleRunsAtTheirBeat(t *testing.T) {
 		ctx := context.Background()
 		closeDead := func(node string, want int64) {
 			t.Helper()
-			if n, err := s.CloseDeadRuns(ctx, node, at(30)); err != nil || n != want {
+			if n, err := s.CloseDeadRuns(ctx, node, at(30), 0); err != nil || n != want {
 				t.Fatalf("CloseDeadRuns(%q) = %d, %v; want %d", node, n, err, want)
 			}
 		}
@@ -316,6 +253,10 @@ func TestCloseDeadRunsEndsStaleRunsAtTheirBeat(t *testing.T) {
 			"12/1 d eve  online 0-…",
 			"10/3 d bo  online 20-20")
 
+		// The caller's own run is never taken for dead.
+		if n, err := s.CloseDeadRuns(ctx, "", at(30), 12); err != nil || n != 0 {
+			t.Fatalf("CloseDeadRuns keeping run 12 = %d, %v; want 0", n, err)
+		}
 		closeDead("", 2)
 		wantUser(t, s, "eve", 0, 60, "12/2  eve  online 0-10")
 		wantDoc(t, s, "d", 0, 60,

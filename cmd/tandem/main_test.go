@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -178,5 +182,22 @@ func TestAPIRateFlag(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A history store that cannot be opened is an error at start, with the
+// other stores closed, not a crash.
+func TestHistoryStoreThatCannotOpenIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "presence-history.sqlite"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig([]string{"--data-dir", dir}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := openStores(context.Background(), cfg, testenv.QuietLogger()); err == nil {
+		s.close()
+		t.Fatal("the stores opened beside a directory where the history file goes")
 	}
 }

@@ -51,13 +51,21 @@ func (s *stores) openHistory(ctx context.Context, cfg config) error {
 	if cfg.PresenceHistory == 0 {
 		return nil
 	}
-	var err error
+	// Set only once open: a nil store in the interface is not nil.
 	if cfg.PostgresURL == "" {
-		s.history, err = history.OpenSQLite(cfg.DataDir)
-	} else {
-		s.history, err = history.OpenPostgres(ctx, cfg.PostgresURL)
+		h, err := history.OpenSQLite(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		s.history = h
+		return nil
 	}
-	return err
+	h, err := history.OpenPostgres(ctx, cfg.PostgresURL)
+	if err != nil {
+		return err
+	}
+	s.history = h
+	return nil
 }
 
 // openStores opens PostgreSQL when configured, the embedded files
