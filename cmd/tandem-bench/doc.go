@@ -25,6 +25,16 @@
 //	          server then keeps documents on disk), and one paste of
 //	          --paste-bytes in one change: its time, RSS per character, or
 //	          the refusal.
+//	history-query
+//	          presence history in PostgreSQL (history.go): --intervals
+//	          generated over a year in a schema of its own under the
+//	          history package's tables and indexes, --history-docs
+//	          documents from busy to quiet; reports the load, the table's
+//	          and indexes' sizes, and the latency of --queries reads as
+//	          the HTTP API makes them (an hour: DocIntervals and Merge; a
+//	          day, hourly: and Hourly), for traffic and for the busiest
+//	          document, with the EXPLAIN of one. --keep-schema and
+//	          --reuse-schema skip generating again.
 //
 // With --soak it runs the fault soak instead (soak.go): a cluster under
 // random disconnects, a node killed with -9, Redis restarted and bad

@@ -34,6 +34,12 @@ type options struct {
 	churnRate  float64
 	churnUsers int
 	churnStay  time.Duration
+	// history-query: presence history in PostgreSQL (history.go)
+	intervals   int
+	historyDocs int
+	queries     int
+	keepSchema  bool
+	reuseSchema string
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -43,7 +49,7 @@ func main() {
 	var o options
 	var urls string
 	flag.StringVar(&urls, "url", "ws://127.0.0.1:8080/ws", "server WebSocket URL; several, comma-separated, spread peers over a cluster")
-	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing, idle or document")
+	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing, idle, document or history-query")
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
@@ -59,12 +65,17 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 1, "document: changes the writer may make ahead of what it sent (1: one change a message, a typist slower than a round trip)")
 	flag.IntVar(&o.pasteBytes, "paste-bytes", 1<<20, "document: bytes of text pasted in one change")
 	flag.DurationVar(&o.steady, "steady", 10*time.Second, "document: how long a typist edits on, a reader following; the steady RSS is the median of readings once a second over its second half (0: not read)")
+	flag.IntVar(&o.intervals, "intervals", 50_000_000, "history-query: presence intervals generated over a year in --postgres-url")
+	flag.IntVar(&o.historyDocs, "history-docs", 10000, "history-query: documents the intervals are spread over, the k-th busiest holding about 1/k of the busiest's")
+	flag.IntVar(&o.queries, "queries", 1000, "history-query: queries of each kind")
+	flag.BoolVar(&o.keepSchema, "keep-schema", false, "history-query: keep the generated schema, for --reuse-schema")
+	flag.StringVar(&o.reuseSchema, "reuse-schema", "", "history-query: query this schema, kept by an earlier run, instead of generating one (it is kept)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
 	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
 	var pids string
 	flag.StringVar(&pids, "server-pid", "", "server process(es), comma-separated, to read CPU and RSS of (/proc); a cluster's are summed")
 	cluster := flag.Int("cluster", 0, clusterHelp)
-	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster: the nodes' shared PostgreSQL")
+	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster and soak: the nodes' shared PostgreSQL; history-query: where it makes its schema")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
 	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--presence-tick 100ms\")")
@@ -123,6 +134,8 @@ func main() {
 		err = runIdle(ctx, o)
 	case o.scenario == "document":
 		err = runDocument(ctx, o)
+	case o.scenario == "history-query":
+		err = runHistoryQuery(ctx, o, *postgresURL)
 	default:
 		err = fmt.Errorf("unknown scenario %q", o.scenario)
 	}
