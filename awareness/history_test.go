@@ -316,3 +316,41 @@ func TestHistoryResumesAfterBeatsFailed(t *testing.T) {
 		t.Errorf("ended at %v, continued from %v: want both at the last beat %v", ended.To, open.From, lastBeat)
 	}
 }
+
+// A peer silent past its TTL ends its user's intervals when the sweep
+// removes it, at that moment.
+func TestHistoryEndsWhenAPeerExpires(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	f.clock.Advance(f.hub.cfg.TTL + time.Second)
+	f.hub.Tick() // the sweep: a is silent past its TTL
+	expired := f.clock.Now()
+	f.record()
+	for _, iv := range append(store.intervals(doc1), store.intervals("")...) {
+		if !iv.To.Equal(expired) {
+			t.Errorf("%+v: want it ended when the peer expired, %v", iv, expired)
+		}
+	}
+}
+
+// Intervals that ended longer ago than the retention are deleted.
+func TestHistoryPrunesPastTheRetention(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.record()
+	f.hub.Leave(a)
+	f.record()
+	f.clock.Advance(f.hub.hist.retention - time.Minute)
+	f.hub.hist.prune(context.Background(), f.clock.Now())
+	if got := store.intervals(doc1); len(got) != 1 {
+		t.Fatalf("within the retention: %d intervals, want 1", len(got))
+	}
+	f.clock.Advance(2 * time.Minute)
+	f.hub.hist.prune(context.Background(), f.clock.Now())
+	if got := store.intervals(doc1); len(got) != 0 {
+		t.Fatalf("past the retention: %+v, want none", got)
+	}
+}
