@@ -138,20 +138,7 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 		"sub": "bo", "docs": map[string]string{"2gzyVEWRbEhwBcRvStKvD3gBE5pp": "read"},
 		"exp": time.Now().Add(time.Hour).Unix(),
 	}).SignedString(secret)
-	get := func(path, token string) (int, string) {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		bufio.NewReader(resp.Body).WriteTo(&b)
-		return resp.StatusCode, b.String()
-	}
+	get := func(path, token string) (int, string) { return getBody(t, srv.URL+path, token) }
 	if code, _ := get("/api/users/ana/presence", ""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401", code)
 	}

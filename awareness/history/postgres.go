@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -163,15 +164,9 @@ func (s *Postgres) BeatHistory(ctx context.Context, run int64, node string, at t
 // before staleBefore, and returns how many it ended.
 func (s *Postgres) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time, keep int64) (int64, error) {
 	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		for _, q := range pgQueries.closeDead {
-			tag, err := tx.Exec(ctx, q, ms(staleBefore), node, keep)
-			if err != nil {
-				return err
-			}
-			n += tag.RowsAffected()
-		}
-		return nil
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		n, err = pgQueries.closeDeadRuns(ctx, pgExec(tx), node, staleBefore, keep)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("history: close dead runs: %w", err)
@@ -182,21 +177,17 @@ func (s *Postgres) CloseDeadRuns(ctx context.Context, node string, staleBefore t
 // PruneHistory deletes up to limit intervals that ended before before,
 // and the rows of runs with no open interval whose last beat is older.
 func (s *Postgres) PruneHistory(ctx context.Context, before time.Time, limit int) (int64, error) {
-	var n int64
-	for _, q := range []string{pgQueries.pruneDocs, pgQueries.pruneUsers} {
-		if n >= int64(limit) {
-			break
-		}
-		tag, err := s.pool.Exec(ctx, q, ms(before), int64(limit)-n)
-		if err != nil {
-			return n, fmt.Errorf("history: prune: %w", err)
-		}
-		n += tag.RowsAffected()
+	return pgQueries.prune(ctx, pgExec(s.pool), before, limit)
+}
+
+// pgExec is an execer over a pool or a transaction.
+func pgExec(db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}) execer {
+	return func(ctx context.Context, query string, args ...any) (int64, error) {
+		tag, err := db.Exec(ctx, query, args...)
+		return tag.RowsAffected(), err
 	}
-	if _, err := s.pool.Exec(ctx, pgQueries.pruneRuns, ms(before)); err != nil {
-		return n, fmt.Errorf("history: prune runs: %w", err)
-	}
-	return n, nil
 }
 
 // DocIntervals returns the intervals of presence in doc that overlap

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"time"
@@ -136,6 +137,44 @@ func newQueries(d dialect) queries {
 	}
 	q.pruneDocs, q.pruneUsers = prune(docsTable), prune(usersTable)
 	return q
+}
+
+// execer runs a statement and says how many rows it changed: what both
+// stores' connections, pools and transactions give the statements below.
+type execer func(ctx context.Context, query string, args ...any) (int64, error)
+
+// closeDeadRuns runs closeDead on each interval table: the caller gives
+// it a transaction, so both tables end together.
+func (q queries) closeDeadRuns(ctx context.Context, exec execer, node string, staleBefore time.Time, keep int64) (int64, error) {
+	var n int64
+	for _, stmt := range q.closeDead {
+		k, err := exec(ctx, stmt, ms(staleBefore), node, keep)
+		if err != nil {
+			return 0, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// prune deletes up to limit closed intervals that ended before before,
+// from both tables, then the rows of runs with nothing left open.
+func (q queries) prune(ctx context.Context, exec execer, before time.Time, limit int) (int64, error) {
+	var n int64
+	for _, stmt := range []string{q.pruneDocs, q.pruneUsers} {
+		if n >= int64(limit) {
+			break
+		}
+		k, err := exec(ctx, stmt, ms(before), int64(limit)-n)
+		if err != nil {
+			return n, fmt.Errorf("history: prune: %w", err)
+		}
+		n += k
+	}
+	if _, err := exec(ctx, q.pruneRuns, ms(before)); err != nil {
+		return n, fmt.Errorf("history: prune runs: %w", err)
+	}
+	return n, nil
 }
 
 // readArgs are the parameters of docIntervals and userIntervals: the rows

@@ -164,19 +164,9 @@ func (s *SQLite) BeatHistory(ctx context.Context, run int64, node string, at tim
 // before staleBefore, and returns how many it ended.
 func (s *SQLite) CloseDeadRuns(ctx context.Context, node string, staleBefore time.Time, keep int64) (int64, error) {
 	var n int64
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		for _, q := range liteQueries.closeDead {
-			res, err := tx.ExecContext(ctx, q, ms(staleBefore), node, keep)
-			if err != nil {
-				return err
-			}
-			k, err := res.RowsAffected()
-			if err != nil {
-				return err
-			}
-			n += k
-		}
-		return nil
+	err := s.inTx(ctx, func(tx *sql.Tx) (err error) {
+		n, err = liteQueries.closeDeadRuns(ctx, liteExec(tx), node, staleBefore, keep)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("history: close dead runs: %w", err)
@@ -187,25 +177,20 @@ func (s *SQLite) CloseDeadRuns(ctx context.Context, node string, staleBefore tim
 // PruneHistory deletes up to limit intervals that ended before before,
 // and the rows of runs with no open interval whose last beat is older.
 func (s *SQLite) PruneHistory(ctx context.Context, before time.Time, limit int) (int64, error) {
-	var n int64
-	for _, q := range []string{liteQueries.pruneDocs, liteQueries.pruneUsers} {
-		if n >= int64(limit) {
-			break
-		}
-		res, err := s.db.ExecContext(ctx, q, ms(before), int64(limit)-n)
+	return liteQueries.prune(ctx, liteExec(s.db), before, limit)
+}
+
+// liteExec is an execer over a database or a transaction.
+func liteExec(db interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}) execer {
+	return func(ctx context.Context, query string, args ...any) (int64, error) {
+		res, err := db.ExecContext(ctx, query, args...)
 		if err != nil {
-			return n, fmt.Errorf("history: prune: %w", err)
+			return 0, err
 		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return n, fmt.Errorf("history: prune: %w", err)
-		}
-		n += k
+		return res.RowsAffected()
 	}
-	if _, err := s.db.ExecContext(ctx, liteQueries.pruneRuns, ms(before)); err != nil {
-		return n, fmt.Errorf("history: prune runs: %w", err)
-	}
-	return n, nil
 }
 
 // DocIntervals returns the intervals of presence in doc that overlap

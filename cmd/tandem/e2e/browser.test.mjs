@@ -1,44 +1,26 @@
 // The demo page in a real browser (Debian's Chromium driven by
 // playwright-core): two users editing one document, remote cursors,
 // presence list, away and offline, a dead server and reconnection.
-import { test, before, after } from "node:test"
+import { test } from "node:test"
 import assert from "node:assert/strict"
 import { mkdirSync } from "node:fs"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
-import { chromium } from "playwright-core"
 import { start, defer, until } from "./server.mjs"
 import { client, connected } from "./clients.mjs"
+import { useBrowser, openDemo } from "./pages.mjs"
 
 const root = resolve(fileURLToPath(import.meta.url), "../../../..")
 const artifacts = process.env.TANDEM_ARTIFACTS ?? join(root, "test-artifacts")
 
-let browser
-before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-  })
-})
-after(() => browser?.close())
+useBrowser()
 
-// open loads the demo in a fresh browser context (its own storage, so its
-// own user) and waits until the editor is connected and showing a document.
-async function open(t, url, { name, color, query = "" }) {
-  const ctx = await browser.newContext({ viewport: { width: 1100, height: 560 } })
-  defer(t, () => ctx.close())
-  const page = await ctx.newPage()
-  const errors = []
-  page.on("pageerror", e => errors.push(e.message))
-  defer(t, () => assert.deepEqual(errors, [], "uncaught errors in the page"))
-  const u = new URL(url)
-  u.searchParams.set("name", name)
-  u.searchParams.set("color", color)
-  for (const [k, v] of new URLSearchParams(query)) u.searchParams.set(k, v)
-  await page.goto(u.toString())
-  await page.waitForSelector(".cm-content")
-  await page.waitForSelector('#connection[data-state="open"]')
-  return page
+// open loads the demo as the named user with the given color.
+function open(t, url, { name, color, query = "" }) {
+  const q = new URLSearchParams(query)
+  q.set("name", name)
+  q.set("color", color)
+  return openDemo(t, url, { query: q })
 }
 
 // people returns the presence list as {name: status}.

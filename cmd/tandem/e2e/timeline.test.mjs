@@ -2,38 +2,14 @@
 // binary's presence history: a page and a stock automerge-repo client in
 // one document, shown as the history API answers, page after page, and
 // kept up to date as they come, turn away and leave.
-import { test, before, after } from "node:test"
+import { test } from "node:test"
 import assert from "node:assert/strict"
-import { chromium } from "playwright-core"
 import { Presence } from "@automerge/automerge-repo"
 import { start, defer, until } from "./server.mjs"
 import { client, connected } from "./clients.mjs"
+import { useBrowser, openDemo } from "./pages.mjs"
 
-let browser
-before(async () => {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-  })
-})
-after(() => browser?.close())
-
-// open loads the demo in a fresh browser context and waits until the
-// editor is connected. Uncaught errors in the page fail the test.
-async function open(t, url, query) {
-  const ctx = await browser.newContext({ viewport: { width: 1100, height: 800 } })
-  defer(t, () => ctx.close())
-  const page = await ctx.newPage()
-  const errors = []
-  page.on("pageerror", e => errors.push(e.message))
-  defer(t, () => assert.deepEqual(errors, [], "uncaught errors in the page"))
-  const u = new URL(url)
-  for (const [k, v] of new URLSearchParams(query)) u.searchParams.set(k, v)
-  await page.goto(u.toString())
-  await page.waitForSelector(".cm-content")
-  await page.waitForSelector('#connection[data-state="open"]')
-  return page
-}
+useBrowser()
 
 // history reads a document's presence intervals overlapping [from, now),
 // every page of them.
@@ -99,7 +75,7 @@ test("the Today timeline shows each user's stretches online and away as the hist
   const [anaID, boID] = [`ana-${suffix}`, `bo-${suffix}`]
   // Ana's page turns away after a second without input, and reads the
   // history one interval a page, so that it has to follow next.
-  const ana = await open(t, node.http + "/", { user: anaID, name: "Ana", idle: "1000", historyLimit: "1" })
+  const ana = await openDemo(t, node.http + "/", { query: { user: anaID, name: "Ana", idle: "1000", historyLimit: "1" }, height: 800 })
   const reads = []
   ana.on("request", r => {
     if (r.url().includes("/presence/history")) reads.push(new URL(r.url()).searchParams)
