@@ -233,7 +233,8 @@ func clip(s string, n int) string {
 }
 
 // runHistory records until ctx ends, then ends every interval it holds
-// open and writes them (for up to five seconds).
+// open and writes them (for up to five seconds, and never past the
+// deadline Close was given).
 func (h *Hub) runHistory(ctx context.Context) {
 	rec := h.hist
 	tick := time.NewTicker(historyEvery)
@@ -247,7 +248,11 @@ func (h *Hub) runHistory(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			wait := 5 * time.Second
+			if by := h.closeBy.Load(); by != 0 {
+				wait = min(wait, max(time.Until(time.Unix(0, by))-100*time.Millisecond, 0))
+			}
+			fctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
 			h.readHistory()
 			now := h.cfg.Now()

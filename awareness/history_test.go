@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
+
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -18,6 +20,9 @@ type memoryHistory struct {
 	nodes  map[int64]string
 	fail   bool
 	writes int
+	// block makes a write wait for its context's end, and notes when.
+	block   bool
+	blocked time.Time
 }
 
 func newMemoryHistory() *memoryHistory {
@@ -26,8 +31,16 @@ func newMemoryHistory() *memoryHistory {
 
 var errStoreDown = errors.New("store down")
 
-func (m *memoryHistory) WriteHistory(_ context.Context, opened []HistoryInterval, closed []HistoryEnd) error {
+func (m *memoryHistory) WriteHistory(ctx context.Context, opened []HistoryInterval, closed []HistoryEnd) error {
 	m.mu.Lock()
+	if m.block {
+		m.mu.Unlock()
+		<-ctx.Done()
+		m.mu.Lock()
+		m.blocked = time.Now()
+		m.mu.Unlock()
+		return ctx.Err()
+	}
 	defer m.mu.Unlock()
 	if m.fail {
 		return errStoreDown
@@ -352,5 +365,35 @@ func TestHistoryPrunesPastTheRetention(t *testing.T) {
 	f.hub.hist.prune(context.Background(), f.clock.Now())
 	if got := store.intervals(doc1); len(got) != 0 {
 		t.Fatalf("past the retention: %+v, want none", got)
+	}
+}
+
+// The last write of a stopping hub ends before the deadline Close was
+// given: the node closes the store after it.
+func TestHistoryLastWriteKeepsCloseDeadline(t *testing.T) {
+	store := newMemoryHistory()
+	h := newHub(t, Config{Logger: testenv.QuietLogger(), History: store, HistoryNode: "n1"})
+	go h.Run(context.Background())
+	a := &fakePeer{id: "a"}
+	data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana"})}})
+	if ok, err := h.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	testenv.WaitFor(t, "the recorder's first beat", func() bool {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return len(store.beats) > 0
+	})
+	store.mu.Lock()
+	store.block = true
+	store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	h.Close(ctx)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.blocked.IsZero() || store.blocked.After(deadline) {
+		t.Fatalf("the last write ended at %v, the deadline was %v", store.blocked, deadline)
 	}
 }

@@ -40,6 +40,10 @@ type Hub struct {
 	// telling counts the goroutines that tell the rest, which Close waits for.
 	tellAtOnce int
 	telling    sync.WaitGroup
+	// closeBy is the deadline Close was given (Unix nanoseconds, 0 for
+	// none): the last history write ends before it, not after the store
+	// it writes to was closed.
+	closeBy atomic.Int64
 
 	mu       sync.Mutex           // guards everything below
 	rooms    map[string]*room     // by document id
@@ -140,10 +144,14 @@ func (h *Hub) Run(ctx context.Context) error {
 	return h.loop.Run(ctx, h.run)
 }
 
-// Close stops Run, which writes the last-seen times still queued, and
+// Close stops Run, which writes the last-seen times still queued and
+// ends presence history's open intervals (within ctx's deadline), and
 // waits for it and for the goroutines telling peers of presence (notify),
 // or ctx. Safe to call twice.
 func (h *Hub) Close(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok {
+		h.closeBy.Store(dl.UnixNano())
+	}
 	_, err := h.loop.Stop(ctx)
 	done := make(chan struct{})
 	go func() { h.telling.Wait(); close(done) }()

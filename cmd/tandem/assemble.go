@@ -283,7 +283,7 @@ func (n *tandemNode) stop(ctx context.Context) error {
 		n.http.Shutdown(ctx),
 		n.ws.Close(ctx),       // peers leave: goodbyes in their names, to presence and the bus
 		n.docs.Close(ctx),     // flushes every document; hands the last mentions over
-		n.presence.Close(ctx), // writes the queued last-seen times
+		n.presence.Close(ctx), // writes the queued last-seen times and ends history's intervals
 	}
 	if n.bus != nil {
 		errs = append(errs, n.bus.Close(ctx)) // what is queued, then the node's bye
