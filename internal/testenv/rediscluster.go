@@ -209,13 +209,20 @@ func servedBy(addr string, slot int) string {
 	defer cancel()
 	rc := redis.NewClient(&redis.Options{Addr: addr})
 	defer rc.Close()
-	slots, err := rc.ClusterSlots(ctx).Result()
+	shards, err := rc.ClusterShards(ctx).Result()
 	if err != nil {
 		return ""
 	}
-	for _, s := range slots {
-		if slot >= int(s.Start) && slot <= int(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int64(slot) < r.Start || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health != "fail" {
+					return fmt.Sprintf("%s:%d", n.IP, n.Port)
+				}
+			}
 		}
 	}
 	return ""
