@@ -33,6 +33,17 @@ type Redis struct {
 // ends.
 func StartRedis(t testing.TB, port int) *Redis {
 	t.Helper()
+	port, cmd := startRedisServer(t, port)
+	r := &Redis{Port: port, cmd: cmd}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// startRedisServer runs redis-server on port (a free one for 0) that keeps
+// nothing on disk, with the extra arguments, and returns once it accepts
+// connections. The caller stops it.
+func startRedisServer(t testing.TB, port int, extra ...string) (int, *exec.Cmd) {
+	t.Helper()
 	if port == 0 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -41,7 +52,8 @@ func StartRedis(t testing.TB, port int) *Redis {
 		port = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 	}
-	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, extra...)
+	cmd := exec.Command("redis-server", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -49,12 +61,14 @@ func StartRedis(t testing.TB, port int) *Redis {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("redis-server is required for this test: %v", err)
 	}
-	ready := make(chan bool, 1)
+	ready := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
+		said := false
+		for sc.Scan() { // read to the end: a full pipe would stall the server
+			if !said && strings.Contains(sc.Text(), "Ready to accept connections") {
+				said = true
+				close(ready)
 			}
 		}
 	}()
@@ -63,11 +77,9 @@ func StartRedis(t testing.TB, port int) *Redis {
 	case <-time.After(20 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatal("redis-server did not start")
+		t.Fatalf("redis-server %v did not start", extra)
 	}
-	r := &Redis{Port: port, cmd: cmd}
-	t.Cleanup(r.Stop)
-	return r
+	return port, cmd
 }
 
 // Addr is the server's host:port.

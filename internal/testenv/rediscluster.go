@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -118,37 +117,14 @@ func startClusterNode(t testing.TB, dir string) *ClusterNode {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+	port, cmd := startRedisServer(t, port,
 		"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
 		"--cluster-node-timeout", fmt.Sprint(clusterNodeTimeout.Milliseconds()),
 		// A replica syncs at once (not 5 s later), and may take over
 		// however long ago it last heard its master.
 		"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("redis-server is required for this test: %v", err)
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-			}
-		}
-	}()
-	n := &ClusterNode{Port: port, cmd: cmd}
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		n.Kill()
-		t.Fatal("redis-server did not start in cluster mode")
-	}
-	return n
+		"--dir", dir)
+	return &ClusterNode{Port: port, cmd: cmd}
 }
 
 // clusterOK reports whether the node at addr says the cluster is ok.
