@@ -43,8 +43,8 @@ type tandemNode struct {
 	log *slog.Logger
 
 	stores   *stores
-	redis    *redis.Client // nil alone
-	bus      *redisbus.Bus // nil alone
+	redis    redis.UniversalClient // nil alone
+	bus      *redisbus.Bus         // nil alone
 	notes    *notifications
 	docs     *doc.Hub
 	presence *awareness.Hub
@@ -101,11 +101,9 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		checks = append(checks, web.Check{Name: "postgres", Ping: n.stores.ping})
 	}
 	if cfg.RedisURL != "" {
-		opts, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("--redis-url: %w", err)
+		if n.redis, err = redisClient(cfg); err != nil {
+			return nil, err
 		}
-		n.redis = redis.NewClient(opts)
 		n.bus, err = redisbus.New(redisbus.Config{
 			Client: n.redis, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
 		})
@@ -113,7 +111,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			return nil, err
 		}
 		checks = append(checks, web.Check{Name: "redis", Ping: n.bus.Ping})
-		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL)
+		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL, "redis_cluster", cfg.RedisCluster)
 	}
 	if n.notes, err = openNotifications(ctx, cfg, log, reg, n.redis); err != nil {
 		return nil, err
@@ -336,4 +334,21 @@ func registerCHeap(reg prometheus.Registerer) {
 			return float64(inUse)
 		}))
 	}
+}
+
+// redisClient is the client of --redis-url: one Redis, or with
+// --redis-cluster a Redis Cluster.
+func redisClient(cfg config) (redis.UniversalClient, error) {
+	if cfg.RedisCluster {
+		opts, err := redis.ParseClusterURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("--redis-url (a Redis Cluster's): %w", err)
+		}
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis-url: %w", err)
+	}
+	return redis.NewClient(opts), nil
 }

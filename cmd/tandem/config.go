@@ -28,13 +28,15 @@ type config struct {
 	// PresenceHistory keeps presence history this long; 0 keeps none.
 	PresenceHistory time.Duration
 
-	DebugAddr   string
-	RedisURL    string
-	PostgresURL string
-	NodeID      string
-	SyncSpacing time.Duration
-	SaveDocs    bool
-	NodeTTL     time.Duration
+	DebugAddr string
+	RedisURL  string
+	// RedisCluster makes RedisURL a Redis Cluster's.
+	RedisCluster bool
+	PostgresURL  string
+	NodeID       string
+	SyncSpacing  time.Duration
+	SaveDocs     bool
+	NodeTTL      time.Duration
 
 	UnavailableGrace time.Duration
 	HTTPIdleTimeout  time.Duration
@@ -103,6 +105,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"keep who was present in each document, and each user's status, this long (a Go duration, or days: 30d, 365d); 0 keeps no history")
 	fs.StringVar(&c.DebugAddr, "debug-addr", "", "serve Go pprof profiles at this address (e.g. 127.0.0.1:6060); off when empty")
 	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0): replicate documents and presence with other nodes")
+	fs.BoolVar(&c.RedisCluster, "redis-cluster", false,
+		"--redis-url is a Redis Cluster's (redis://host1:port1?addr=host2:port2&addr=host3:port3): channels are sharded channels")
 	fs.StringVar(&c.PostgresURL, "postgres-url", "", "PostgreSQL URL: keep documents and last-seen there instead of --data-dir")
 	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: host name plus a random suffix)")
 	fs.DurationVar(&c.NodeTTL, "node-ttl", 5*time.Second, "a node silent this long is dead: its peers are removed everywhere")
@@ -203,6 +207,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		if v < 1 {
 			return c, fmt.Errorf("%s must be at least 1", name)
 		}
+	}
+	if c.RedisCluster && c.RedisURL == "" {
+		return c, fmt.Errorf("--redis-cluster needs --redis-url: a node of the Redis Cluster, or several")
 	}
 	if c.RedisURL != "" && c.PostgresURL == "" {
 		return c, fmt.Errorf("--redis-url needs --postgres-url: the nodes of a cluster must share one durable store")

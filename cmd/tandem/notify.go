@@ -27,7 +27,7 @@ type notifications struct {
 	mentions *notify.Mentions // the bounds on mentions, posting to the service
 }
 
-func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer, rc *redis.Client) (*notifications, error) {
+func openNotifications(ctx context.Context, cfg config, log *slog.Logger, reg prometheus.Registerer, rc redis.UniversalClient) (*notifications, error) {
 	var db *sql.DB
 	var err error
 	if cfg.PostgresURL != "" {

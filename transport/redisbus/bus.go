@@ -57,6 +57,8 @@ type PresenceReplica interface {
 
 // Config configures a Bus. Zero fields take the documented defaults.
 type Config struct {
+	// Client is one Redis (*redis.Client) or a Redis Cluster
+	// (*redis.ClusterClient): then every channel is a sharded channel.
 	Client redis.UniversalClient // required
 	NodeID string                // required
 	// NodeTTL is how long a silent node keeps its peers; default 5s.
@@ -67,6 +69,10 @@ type Config struct {
 	GossipInterval time.Duration
 	// Queue bounds the messages waiting to be published; default 8192.
 	Queue int
+	// ProbeInterval is how often each subscription connection publishes
+	// a probe to itself; one that hears none for three intervals is
+	// replaced. Default 1s.
+	ProbeInterval time.Duration
 	// AskTimeout bounds the wait for the other nodes' answers when this
 	// node looks for a document it lacks (FindDocument); default 1s.
 	AskTimeout time.Duration
@@ -89,8 +95,9 @@ type Bus struct {
 	loop     lifecycle.Loop
 	docs     DocumentReplica // set by Attach
 	presence PresenceReplica // set by Attach
-	ps       *redis.PubSub
+	sub      *subscriber
 	out      chan busOut
+	dmu      sync.Mutex // serializes dispatch: each connection has a reader
 
 	run string // this process's run (busMsg.Run)
 
@@ -103,7 +110,9 @@ type Bus struct {
 	users      map[string]bool   // users whose status channel this node follows
 	usersSub   map[string]bool   // of those, the subscribed ones
 	usersDirty map[string]bool
-	wake       chan struct{} // tells subscribeLoop that changed has entries
+	ready      []confirmation       // subscriptions confirmed, for subscribeLoop
+	byes       map[string]time.Time // runs that said bye, when
+	wake       chan struct{}        // tells subscribeLoop that changed or ready has entries
 
 	amu    sync.Mutex // guards asks and askSeq
 	asks   map[uint64]*pendingAsk
@@ -122,6 +131,14 @@ type Bus struct {
 	leavesWaiting chan struct{}
 
 	published, dropped, received prometheus.Counter
+	resubscribed                 *prometheus.CounterVec
+}
+
+// confirmation is a subscription Redis confirmed: the first time, or
+// again after it was lost.
+type confirmation struct {
+	channel string
+	resumed bool
 }
 
 // busKind names what a bus message is; BUS.md describes each.
@@ -199,6 +216,7 @@ func New(cfg Config) (*Bus, error) {
 		changed:       make(map[string]bool),
 		nodes:         make(map[string]time.Time),
 		runs:          make(map[string]string),
+		byes:          make(map[string]time.Time),
 		run:           fmt.Sprintf("%016x", rand.Uint64()),
 		users:         make(map[string]bool),
 		usersSub:      make(map[string]bool),
@@ -214,13 +232,25 @@ func New(cfg Config) (*Bus, error) {
 			Name: "tandem_redis_dropped_total", Help: "Messages not published: queue full or Redis unreachable."}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_received_total", Help: "Messages received from other nodes over Redis."}),
+		resubscribed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_redis_resubscribed_total",
+			Help: "Channels subscribed again: their connection failed (lost) or went silent (silent), their slot moved (moved), or Redis did not confirm them (unconfirmed)."},
+			[]string{"reason"}),
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(b.published, b.dropped, b.received)
+		cfg.Registerer.MustRegister(b.published, b.dropped, b.received, b.resubscribed)
+	}
+	var err error
+	b.sub, err = newSubscriber(subscriberConfig{
+		client: cfg.Client, log: cfg.Logger, probeEvery: cfg.ProbeInterval,
+		deliver: b.dispatch, ready: b.confirmed, redone: b.resubscribed,
+	})
+	if err != nil {
+		return nil, err
 	}
 	// The node channel and this node's inbox, from now: answers to this
 	// node's first questions are heard even before Run.
-	b.ps = cfg.Client.Subscribe(context.Background(), nodesChannel, inboxChannel(cfg.NodeID))
+	b.sub.add(nodesChannel, inboxChannel(cfg.NodeID))
 	return b, nil
 }
 
@@ -245,22 +275,19 @@ func (b *Bus) Run(ctx context.Context) error {
 // Close stops Run, waiting for its goodbye or ctx, and unsubscribes. Safe
 // to call twice. The Redis client is the caller's to close, after this.
 func (b *Bus) Close(ctx context.Context) error {
-	first, err := b.loop.Stop(ctx)
-	if first {
-		b.ps.Close() // Run closed it already if it ran; twice is harmless
-	}
+	_, err := b.loop.Stop(ctx)
+	b.sub.close() // Run closed it already if it ran; twice is harmless
 	return err
 }
 
 func (b *Bus) serve(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(3)
 	go func() { defer wg.Done(); b.publishLoop(ctx) }()
 	go func() { defer wg.Done(); b.subscribeLoop(ctx) }()
 	go func() { defer wg.Done(); b.beatLoop(ctx) }()
-	go func() { defer wg.Done(); b.receiveLoop(ctx) }()
 	<-ctx.Done()
-	b.ps.Close()
+	b.sub.close()
 	wg.Wait()
 	// Tell the others at once rather than letting them wait out the TTL:
 	// what is still queued (the leaves of the peers that just left), then
@@ -283,7 +310,7 @@ func (b *Bus) serve(ctx context.Context) {
 		}
 	}
 	bye, _ := b.encode(busMsg{Kind: kindBye})
-	pipe.Publish(sctx, nodesChannel, bye)
+	b.publish(sctx, pipe, nodesChannel, bye)
 	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
 	if _, err := pipe.Exec(sctx); err != nil {
 		b.dropped.Add(float64(n))
@@ -297,6 +324,15 @@ func (b *Bus) serve(ctx context.Context) {
 func (b *Bus) encode(m busMsg) ([]byte, error) {
 	m.Node, m.Run = b.cfg.NodeID, b.run
 	return cbor.Marshal(m)
+}
+
+// publish adds a message to a pipeline: to a sharded channel on a Redis
+// Cluster, which the cluster client sends to the channel's shard.
+func (b *Bus) publish(ctx context.Context, pipe redis.Pipeliner, channel string, payload []byte) *redis.IntCmd {
+	if b.sub.sharded() {
+		return pipe.SPublish(ctx, channel, payload)
+	}
+	return pipe.Publish(ctx, channel, payload)
 }
 
 // Ping reports whether Redis answers.

@@ -52,7 +52,7 @@ func (b *Bus) beatLoop(ctx context.Context) {
 // peer id claims, and expires silent nodes.
 func (b *Bus) beat(ctx context.Context, alive []byte) {
 	pipe := b.cfg.Client.Pipeline()
-	pipe.Publish(ctx, nodesChannel, alive)
+	b.publish(ctx, pipe, nodesChannel, alive)
 	pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
 	for user, st := range b.presence.LocalUserStatuses() {
 		b.writeUserStatus(ctx, pipe, user, st)
@@ -73,6 +73,11 @@ func (b *Bus) expireNodes() {
 			gone = append(gone, n)
 			delete(b.nodes, n)
 			delete(b.runs, n)
+		}
+	}
+	for run, at := range b.byes {
+		if now.Sub(at) > 2*b.cfg.NodeTTL {
+			delete(b.byes, run)
 		}
 	}
 	b.mu.Unlock()

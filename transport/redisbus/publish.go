@@ -153,14 +153,29 @@ func (b *Bus) publishLoop(ctx context.Context) {
 			}
 		}
 		pipe := b.cfg.Client.Pipeline()
-		for _, m := range batch {
-			b.queue(ctx, pipe, m)
+		cmds := make([]*redis.IntCmd, len(batch))
+		for i, m := range batch {
+			cmds[i] = b.queue(ctx, pipe, m)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			lost := b.keepLeaves(batch)
+			// On a Redis Cluster one shard may fail while the others
+			// take their part of the batch.
+			var failed []busOut
+			for i, c := range cmds {
+				if c.Err() != nil {
+					failed = append(failed, batch[i])
+				}
+			}
+			lost := b.keepLeaves(failed)
 			b.dropped.Add(float64(lost))
-			b.log.Debug("bus: publish failed", "messages", len(batch), "dropped", lost, "err", err)
-			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+			b.published.Add(float64(len(batch) - len(failed)))
+			b.log.Debug("bus: publish failed", "messages", len(failed), "dropped", lost, "err", err)
+			b.sub.suspect()
+			if len(failed) == len(batch) {
+				retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+			} else {
+				retry = 0
+			}
 			continue
 		}
 		retry = 0
@@ -192,15 +207,17 @@ func (b *Bus) keepLeaves(batch []busOut) (lost int) {
 	return lost
 }
 
-// queue adds one outgoing message to a pipeline.
-func (b *Bus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) {
-	pipe.Publish(ctx, m.channel, m.payload)
+// queue adds one outgoing message to a pipeline; the publish's command
+// tells whether it went out.
+func (b *Bus) queue(ctx context.Context, pipe redis.Pipeliner, m busOut) *redis.IntCmd {
+	cmd := b.publish(ctx, pipe, m.channel, m.payload)
 	if m.user == "" {
-		return
+		return cmd
 	}
 	if m.status == awareness.StatusOffline {
 		pipe.HDel(ctx, userKey(m.user), b.cfg.NodeID)
-		return
+		return cmd
 	}
 	b.writeUserStatus(ctx, pipe, m.user, m.status)
+	return cmd
 }

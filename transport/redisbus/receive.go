@@ -1,16 +1,16 @@
 package redisbus
 
 // Subscriptions and receiving: the document channels follow the documents
-// this node's clients watch; one loop receives every channel and hands each
-// message to its layer (BUS.md, "Receiving").
+// this node's clients watch (subscriber.go keeps them subscribed); each
+// message goes to its layer (BUS.md, "Receiving").
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
-	"github.com/redis/go-redis/v9"
 )
 
 // Join counts a local connection on a document; the first one makes the
@@ -42,7 +42,8 @@ func (b *Bus) poke() {
 }
 
 // subscribeLoop brings the subscriptions in line with the watched
-// documents, off the callers' goroutines (Redis may be slow or away).
+// documents and followed users, and acts on the subscriptions Redis
+// confirms; off the callers' goroutines (Redis may be slow or away).
 func (b *Bus) subscribeLoop(ctx context.Context) {
 	for {
 		select {
@@ -55,130 +56,115 @@ func (b *Bus) subscribeLoop(ctx context.Context) {
 		for id := range b.changed {
 			want := b.watched[id] > 0
 			if want && !b.subscribed[id] {
-				sub = append(sub, id)
+				sub = append(sub, docChannel(id))
+				b.subscribed[id] = true
 			} else if !want && b.subscribed[id] {
-				unsub = append(unsub, id)
+				unsub = append(unsub, docChannel(id))
+				delete(b.subscribed, id)
 			}
 		}
 		clear(b.changed)
-		var usub, uunsub []string
 		for id := range b.usersDirty {
 			if b.users[id] && !b.usersSub[id] {
-				usub = append(usub, id)
+				sub = append(sub, userChannel(id))
 				b.usersSub[id] = true
 			} else if !b.users[id] && b.usersSub[id] {
-				uunsub = append(uunsub, id)
+				unsub = append(unsub, userChannel(id))
 				delete(b.usersSub, id)
 			}
 		}
 		clear(b.usersDirty)
+		ready := b.ready
+		b.ready = nil
 		b.mu.Unlock()
-		b.followUsers(ctx, usub, uunsub)
-		if len(unsub) > 0 {
-			chans := make([]string, len(unsub))
-			for i, id := range unsub {
-				chans[i] = docChannel(id)
-			}
-			b.ps.Unsubscribe(ctx, chans...)
-			b.mu.Lock()
-			for _, id := range unsub {
-				delete(b.subscribed, id)
-			}
-			b.mu.Unlock()
-		}
-		if len(sub) > 0 {
-			chans := make([]string, len(sub))
-			for i, id := range sub {
-				chans[i] = docChannel(id)
-			}
-			if err := b.ps.Subscribe(ctx, chans...); err != nil {
-				b.log.Warn("bus: subscribe", "documents", len(sub), "err", err)
-			}
-			b.mu.Lock()
-			for _, id := range sub {
-				b.subscribed[id] = true // go-redis resubscribes it after a reconnect
-			}
-			b.mu.Unlock()
-			for _, id := range sub {
-				b.send(id, busMsg{Kind: kindHello})
-			}
+		b.sub.remove(unsub...)
+		b.sub.add(sub...)
+		if len(ready) > 0 {
+			b.catchUp(ctx, ready)
 		}
 	}
 }
 
-// receiveLoop dispatches what other nodes publish. After a lost
-// connection, go-redis resubscribes; this loop then greets every watched
-// document again so that all nodes catch up.
-func (b *Bus) receiveLoop(ctx context.Context) {
-	broken := false
-	for {
-		msg, err := b.ps.Receive(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			if !broken {
-				b.log.Warn("bus: Redis connection lost; serving local clients only", "err", err)
-			}
-			broken = true
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
-		}
-		if broken {
-			broken = false
-			b.log.Info("bus: Redis is back; catching up")
-			b.catchUp(ctx)
-		}
-		if m, ok := msg.(*redis.Message); ok {
-			b.dispatch(m)
-		}
-	}
-}
-
-// catchUp has the documents in memory read the store, greets every
-// watched document again (go-redis has resubscribed) and rereads the
-// statuses of followed users.
-func (b *Bus) catchUp(ctx context.Context) {
-	b.docs.Missed()
+// confirmed is the subscriber's word that a channel is subscribed: for
+// subscribeLoop to act on.
+func (b *Bus) confirmed(channel string, resumed bool) {
 	b.mu.Lock()
-	docs := make([]string, 0, len(b.watched))
-	for id := range b.watched {
-		docs = append(docs, id)
+	b.ready = append(b.ready, confirmation{channel, resumed})
+	b.mu.Unlock()
+	b.poke()
+}
+
+// catchUp acts on confirmed subscriptions. A document channel greets the
+// other nodes (hello) once it hears their answers; after a loss the
+// documents in memory also read the store, and send this node's state and
+// heads. A user's channel reads the statuses the other nodes last wrote.
+func (b *Bus) catchUp(ctx context.Context, ready []confirmation) {
+	var docs []confirmation // of document ids
+	var users []string
+	resumed := 0
+	for _, c := range ready {
+		if c.resumed {
+			resumed++
+		}
+		if id, ok := strings.CutPrefix(c.channel, "tandem:doc:"); ok {
+			docs = append(docs, confirmation{id, c.resumed})
+		} else if id, ok := strings.CutPrefix(c.channel, "tandem:user:"); ok {
+			users = append(users, id)
+		}
 	}
-	users := make([]string, 0, len(b.usersSub))
-	for id := range b.usersSub {
-		users = append(users, id)
+	if resumed > 0 {
+		b.log.Info("bus: Redis subscriptions are back; catching up", "channels", resumed)
+		b.docs.Missed()
 	}
+	b.mu.Lock()
+	users = slices.DeleteFunc(users, func(id string) bool { return !b.usersSub[id] })
 	b.mu.Unlock()
 	b.readUsers(ctx, users)
-	for _, id := range docs {
-		b.send(id, busMsg{Kind: kindHello})
-		b.presence.SendState(id)
-		b.docs.AnnounceHeads(id)
+	for _, d := range docs {
+		b.mu.Lock()
+		watched := b.watched[d.channel] > 0
+		b.mu.Unlock()
+		if !watched {
+			continue
+		}
+		b.send(d.channel, busMsg{Kind: kindHello})
+		if d.resumed {
+			b.presence.SendState(d.channel)
+			b.docs.AnnounceHeads(d.channel)
+		}
 	}
 }
 
-func (b *Bus) dispatch(rm *redis.Message) {
+// dispatch hands a message another node published to its layer. Each
+// subscription connection has a reader: dispatch takes them one at a time.
+func (b *Bus) dispatch(channel, payload string) {
 	var m busMsg
-	if err := cbor.Unmarshal([]byte(rm.Payload), &m); err != nil {
-		b.log.Warn("bus: undecodable message", "channel", rm.Channel, "err", err)
+	if err := cbor.Unmarshal([]byte(payload), &m); err != nil {
+		b.log.Warn("bus: undecodable message", "channel", channel, "err", err)
 		return
 	}
 	if m.Node == b.cfg.NodeID {
 		return // our own, echoed by Redis
 	}
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
 	b.received.Inc()
 	b.mu.Lock()
+	if _, gone := b.byes[m.Run]; gone && m.Run != "" {
+		// The run said bye on the nodes channel; on a Redis Cluster its
+		// last messages on other shards' channels may come after it.
+		b.mu.Unlock()
+		return
+	}
 	_, known := b.nodes[m.Node]
 	prev := b.runs[m.Node]
 	restarted := prev != "" && m.Run != "" && m.Run != prev
 	if m.Kind == kindBye {
 		delete(b.nodes, m.Node)
 		delete(b.runs, m.Node)
+		if m.Run != "" {
+			b.byes[m.Run] = time.Now()
+		}
 	} else {
 		b.nodes[m.Node] = time.Now()
 		if m.Run != "" {
@@ -209,18 +195,18 @@ func (b *Bus) dispatch(rm *redis.Message) {
 		b.answer(m)
 		return
 	case kindAnswer:
-		if rm.Channel == inboxChannel(b.cfg.NodeID) {
+		if channel == inboxChannel(b.cfg.NodeID) {
 			b.answered(m.Node, m.Ask, m.Doc, m.Found)
 		}
 		return
 	}
-	if user, ok := strings.CutPrefix(rm.Channel, "tandem:user:"); ok {
+	if user, ok := strings.CutPrefix(channel, "tandem:user:"); ok {
 		if m.Kind == kindUser && m.User == user {
 			b.presence.ApplyUserStatus(m.Node, user, m.Status)
 		}
 		return
 	}
-	docID, ok := strings.CutPrefix(rm.Channel, "tandem:doc:")
+	docID, ok := strings.CutPrefix(channel, "tandem:doc:")
 	if !ok {
 		return
 	}

@@ -24,29 +24,6 @@ func userChannel(id string) string { return "tandem:user:" + id }
 // expires when no node writes it any more.
 func userKey(id string) string { return "tandem:user-status:" + id }
 
-// followUsers subscribes to the status channels of newly watched users and
-// reads what the other nodes last wrote for them.
-func (b *Bus) followUsers(ctx context.Context, sub, unsub []string) {
-	if len(unsub) > 0 {
-		chans := make([]string, len(unsub))
-		for i, id := range unsub {
-			chans[i] = userChannel(id)
-		}
-		b.ps.Unsubscribe(ctx, chans...)
-	}
-	if len(sub) == 0 {
-		return
-	}
-	chans := make([]string, len(sub))
-	for i, id := range sub {
-		chans[i] = userChannel(id)
-	}
-	if err := b.ps.Subscribe(ctx, chans...); err != nil {
-		b.log.Warn("bus: subscribe users", "users", len(sub), "err", err)
-	}
-	b.readUsers(ctx, sub)
-}
-
 // UserStatus implements awareness.Directory: the best status the other
 // nodes wrote for the user and have not let expire.
 func (b *Bus) UserStatus(ctx context.Context, userID string) (awareness.Status, error) {
@@ -73,7 +50,8 @@ func (b *Bus) UserStatus(ctx context.Context, userID string) (awareness.Status, 
 	return best, nil
 }
 
-// readUsers applies the statuses other nodes last wrote for these users.
+// readUsers applies the statuses other nodes last wrote for these users
+// (their channels are subscribed: what changes from now is heard).
 func (b *Bus) readUsers(ctx context.Context, sub []string) {
 	if len(sub) == 0 {
 		return
