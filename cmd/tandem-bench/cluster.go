@@ -3,14 +3,30 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 const clusterHelp = `start a cluster of this many Tandem nodes (--tandem-bin) on a
 private redis-server and --postgres-url, spread the --scenario's peers over
 them and report their CPU and RSS summed`
+
+const redisShardsHelp = `with --cluster: run the nodes on a private Redis Cluster of this many
+masters (at least 3, no replicas) instead of one redis-server, and report
+each master's CPU and messages`
+
+// redisProc is one redis-server of a run, with what it is counted by.
+type redisProc struct {
+	srv  *server
+	addr string
+}
 
 // runCluster runs one scenario against n Tandem nodes that share a
 // redis-server of their own and PostgreSQL: peers are dealt to the nodes in
@@ -23,26 +39,31 @@ func runCluster(ctx context.Context, o options, tandemBin string, n int, postgre
 // measureCluster is runCluster that also returns a presence scenario's
 // result.
 func measureCluster(ctx context.Context, o options, tandemBin string, n int, postgresURL string) (presenceResult, error) {
-	redis, err := startServer("redis-server", "Ready to accept connections", "",
-		"redis-server", "--port", "{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err != nil {
-		return presenceResult{}, fmt.Errorf("redis-server: %w", err)
-	}
-	defer redis.stop()
-	redisURL := "redis://" + strings.TrimPrefix(redis.url, "ws://")
 	dataDir, err := os.MkdirTemp("", "tandem-bench-cluster-")
 	if err != nil {
 		return presenceResult{}, err
 	}
 	defer os.RemoveAll(dataDir)
+	redises, redisURL, err := startRedises(ctx, o.redisShards, dataDir)
+	for _, r := range redises {
+		defer r.srv.stop()
+	}
+	if err != nil {
+		return presenceResult{}, err
+	}
+	var redisFlags []string
+	if o.redisShards > 0 {
+		redisFlags = []string{"--redis-cluster"}
+	}
 	run := o
 	run.urls, run.serverPIDs = nil, nil
 	for i := range n {
-		node, err := startServer(fmt.Sprintf("node %d", i+1), "tandem serving", "/ws", tandemBin,
+		args := append([]string{tandemBin,
 			"--addr", "127.0.0.1:{port}", "--node-id", fmt.Sprintf("bench-%d", i+1),
 			"--redis-url", redisURL, "--postgres-url", postgresURL,
 			"--data-dir", filepath.Join(dataDir, fmt.Sprint(i+1)), "--log-level", "info",
-			"--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000")
+			"--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}, redisFlags...)
+		node, err := startServer(fmt.Sprintf("node %d", i+1), "tandem serving", "/ws", args...)
 		if err != nil {
 			return presenceResult{}, err
 		}
@@ -50,8 +71,7 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 		run.urls = append(run.urls, node.url)
 		run.serverPIDs = append(run.serverPIDs, node.cmd.Process.Pid)
 	}
-	redisPID := []int{redis.cmd.Process.Pid}
-	redisCPU0, _ := cpuSeconds(redisPID)
+	before := redisCounts(ctx, redises)
 	fmt.Printf("== cluster of %d nodes (CPU and RSS below are their sums)\n", n)
 	var presence presenceResult
 	switch o.scenario {
@@ -75,7 +95,106 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 	if err != nil {
 		return presenceResult{}, err
 	}
-	redisCPU1, _ := cpuSeconds(redisPID)
-	fmt.Printf("redis-server CPU     %.2f s\n", redisCPU1-redisCPU0)
+	printRedis(redises, before, redisCounts(ctx, redises))
 	return presence, nil
+}
+
+// startRedises starts one redis-server, or with shards ≥ 3 a Redis Cluster
+// of that many masters, keeping nothing on disk but the cluster's
+// configuration in dir; it returns the URL the nodes are given.
+func startRedises(ctx context.Context, shards int, dir string) ([]redisProc, string, error) {
+	base := []string{"redis-server", "--port", "{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}
+	if shards == 0 {
+		srv, err := startServer("redis-server", "Ready to accept connections", "", base...)
+		if err != nil {
+			return nil, "", fmt.Errorf("redis-server: %w", err)
+		}
+		addr := strings.TrimPrefix(srv.url, "ws://")
+		return []redisProc{{srv, addr}}, "redis://" + addr, nil
+	}
+	if shards < 3 {
+		return nil, "", fmt.Errorf("--redis-shards %d: a Redis Cluster needs at least 3 masters", shards)
+	}
+	var procs []redisProc
+	var addrs []string
+	for i := range shards {
+		srv, err := startServer(fmt.Sprintf("redis-shard-%d", i+1), "Ready to accept connections", "",
+			append(base, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-{port}.conf", "--dir", dir)...)
+		if err != nil {
+			return procs, "", fmt.Errorf("redis-server: %w", err)
+		}
+		addr := strings.TrimPrefix(srv.url, "ws://")
+		procs = append(procs, redisProc{srv, addr})
+		addrs = append(addrs, addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	if out, err := exec.CommandContext(ctx, "redis-cli", append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput(); err != nil {
+		return procs, "", fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, a := range addrs {
+		for {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			info, err := c.ClusterInfo(ctx).Result()
+			c.Close()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				return procs, "", fmt.Errorf("the Redis Cluster at %s is not ok after 30 s", a)
+			}
+			time.Sleep(100 * time.Millisecond) // polling the cluster's state
+		}
+	}
+	q := url.Values{}
+	for _, a := range addrs[1:] {
+		q.Add("addr", a)
+	}
+	return procs, "redis://" + addrs[0] + "?" + q.Encode(), nil
+}
+
+// redisCount is what one redis-server did so far.
+type redisCount struct {
+	cpu       float64 // seconds
+	published int64   // PUBLISH and SPUBLISH calls
+}
+
+func redisCounts(ctx context.Context, procs []redisProc) []redisCount {
+	out := make([]redisCount, len(procs))
+	for i, p := range procs {
+		out[i].cpu, _ = cpuSeconds([]int{p.srv.cmd.Process.Pid})
+		c := redis.NewClient(&redis.Options{Addr: p.addr})
+		stats, err := c.Info(ctx, "commandstats").Result()
+		c.Close()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(stats, "\n") {
+			for _, cmd := range []string{"cmdstat_publish:calls=", "cmdstat_spublish:calls="} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+					n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+					out[i].published += n
+				}
+			}
+		}
+	}
+	return out
+}
+
+// printRedis reports each redis-server's CPU and messages over the run,
+// and its CPU per message published to it.
+func printRedis(procs []redisProc, before, after []redisCount) {
+	for i := range procs {
+		cpu := after[i].cpu - before[i].cpu
+		msgs := after[i].published - before[i].published
+		per := 0.0
+		if msgs > 0 {
+			per = cpu / float64(msgs) * 1e6
+		}
+		name := "redis-server"
+		if len(procs) > 1 {
+			name = fmt.Sprintf("redis shard %d", i+1)
+		}
+		fmt.Printf("%-20s CPU %.2f s, %d messages published, %.1f µs CPU per message\n", name, cpu, msgs, per)
+	}
 }

@@ -13,23 +13,25 @@ import (
 )
 
 type options struct {
-	urls       []string
-	scenario   string
-	docs       int
-	peers      int
-	rate       float64
-	conns      int
-	typists    int
-	readers    int
-	history    int // typing: changes the document holds before the typing
-	duration   time.Duration
-	drain      time.Duration
-	serverPIDs []int
-	batches    bool
-	changes    int
-	pasteBytes int
-	batch      int
-	steady     time.Duration
+	urls     []string
+	scenario string
+	// redisShards > 0 runs a cluster on a Redis Cluster of that many masters.
+	redisShards int
+	docs        int
+	peers       int
+	rate        float64
+	conns       int
+	typists     int
+	readers     int
+	history     int // typing: changes the document holds before the typing
+	duration    time.Duration
+	drain       time.Duration
+	serverPIDs  []int
+	batches     bool
+	changes     int
+	pasteBytes  int
+	batch       int
+	steady      time.Duration
 	// presence: users who come and go beside the load (churn.go)
 	churnRate  float64
 	churnUsers int
@@ -75,6 +77,7 @@ func main() {
 	var pids string
 	flag.StringVar(&pids, "server-pid", "", "server process(es), comma-separated, to read CPU and RSS of (/proc); a cluster's are summed")
 	cluster := flag.Int("cluster", 0, clusterHelp)
+	flag.IntVar(&o.redisShards, "redis-shards", 0, redisShardsHelp)
 	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster and soak: the nodes' shared PostgreSQL; history-query: where it makes its schema")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")

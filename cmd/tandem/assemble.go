@@ -101,6 +101,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		checks = append(checks, web.Check{Name: "postgres", Ping: n.stores.ping})
 	}
 	if cfg.RedisURL != "" {
+		redisbus.LogTo(log)
 		if n.redis, err = redisClient(cfg); err != nil {
 			return nil, err
 		}

@@ -45,12 +45,7 @@ func StartRedis(t testing.TB, port int) *Redis {
 func startRedisServer(t testing.TB, port int, extra ...string) (int, *exec.Cmd) {
 	t.Helper()
 	if port == 0 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		port = freePort(t)
 	}
 	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, extra...)
 	cmd := exec.Command("redis-server", args...)
@@ -80,6 +75,17 @@ func startRedisServer(t testing.TB, port int, extra ...string) (int, *exec.Cmd) 
 		t.Fatalf("redis-server %v did not start", extra)
 	}
 	return port, cmd
+}
+
+// freePort is a port nothing listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is the server's host:port.

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -20,6 +19,7 @@ import (
 // channels move (MoveSlot).
 type RedisCluster struct {
 	Nodes []*ClusterNode
+	dir   string // the nodes' cluster configurations
 }
 
 // ClusterNode is one redis-server of a RedisCluster.
@@ -49,7 +49,7 @@ const clusterNodeTimeout = 2 * time.Second
 func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &RedisCluster{}
+	c := &RedisCluster{dir: dir}
 	t.Cleanup(func() {
 		for _, n := range c.Nodes {
 			n.Kill()
@@ -57,7 +57,7 @@ func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
 	})
 	var addrs []string
 	for range 2 * masters {
-		n := startClusterNode(t, dir)
+		n := startClusterNode(t, dir, 0)
 		c.Nodes = append(c.Nodes, n)
 		addrs = append(addrs, n.Addr())
 	}
@@ -109,14 +109,13 @@ func replicasKnown(addr string) int {
 	return n
 }
 
-func startClusterNode(t testing.TB, dir string) *ClusterNode {
+// startClusterNode starts a cluster node on port (a free one for 0), with
+// its cluster configuration in dir.
+func startClusterNode(t testing.TB, dir string, port int) *ClusterNode {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if port == 0 {
+		port = freePort(t) // names its configuration file
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	port, cmd := startRedisServer(t, port,
 		"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
 		"--cluster-node-timeout", fmt.Sprint(clusterNodeTimeout.Milliseconds()),
@@ -125,6 +124,28 @@ func startClusterNode(t testing.TB, dir string) *ClusterNode {
 		"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
 		"--dir", dir)
 	return &ClusterNode{Port: port, cmd: cmd}
+}
+
+// Restart kills every node and starts each again on its port with its
+// cluster configuration, as after a power cut: the cluster comes back
+// with its shards but without its keys (nothing else is kept on disk). It
+// returns once every node says the cluster is ok.
+func (c *RedisCluster) Restart(t testing.TB) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		n.Kill()
+	}
+	for i, n := range c.Nodes {
+		c.Nodes[i] = startClusterNode(t, c.dir, n.Port)
+	}
+	WaitWithin(t, "the restarted Redis Cluster to be ok on every node", 30*time.Second, func() bool {
+		for _, n := range c.Nodes {
+			if !clusterOK(n.Addr()) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // clusterOK reports whether the node at addr says the cluster is ok.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fxamacker/cbor/v2"
@@ -111,6 +112,7 @@ type Bus struct {
 	usersSub   map[string]bool   // of those, the subscribed ones
 	usersDirty map[string]bool
 	ready      []confirmation       // subscriptions confirmed, for subscribeLoop
+	asked      map[string]time.Time // questions answered: node/number, when
 	byes       map[string]time.Time // runs that said bye, when
 	wake       chan struct{}        // tells subscribeLoop that changed or ready has entries
 
@@ -125,6 +127,14 @@ type Bus struct {
 	// lose, set by tests before Run, makes the bus lose the messages it
 	// reports true for, as a lossy network or a full queue would.
 	lose func(busOut) bool
+
+	attached atomic.Bool    // docs and presence are set: dispatch hands them messages
+	writing  atomic.Bool    // a beat's writes wait for Redis
+	writes   sync.WaitGroup // the beats' writes
+
+	pmu       sync.Mutex // guards lanes
+	lanes     map[string]*lane
+	lanesDone sync.WaitGroup
 
 	lmu           sync.Mutex // guards leaves
 	leaves        []busOut   // leaves that found the queue full, oldest first
@@ -217,6 +227,8 @@ func New(cfg Config) (*Bus, error) {
 		nodes:         make(map[string]time.Time),
 		runs:          make(map[string]string),
 		byes:          make(map[string]time.Time),
+		asked:         make(map[string]time.Time),
+		lanes:         make(map[string]*lane),
 		run:           fmt.Sprintf("%016x", rand.Uint64()),
 		users:         make(map[string]bool),
 		usersSub:      make(map[string]bool),
@@ -242,15 +254,15 @@ func New(cfg Config) (*Bus, error) {
 	}
 	var err error
 	b.sub, err = newSubscriber(subscriberConfig{
-		client: cfg.Client, log: cfg.Logger, probeEvery: cfg.ProbeInterval,
+		client: cfg.Client, log: cfg.Logger, probeEvery: cfg.ProbeInterval, everyShard: []string{nodesChannel},
 		deliver: b.dispatch, ready: b.confirmed, redone: b.resubscribed,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The node channel and this node's inbox, from now: answers to this
-	// node's first questions are heard even before Run.
-	b.sub.add(nodesChannel, inboxChannel(cfg.NodeID))
+	// The nodes channel (everyShard) and this node's inbox, from now:
+	// answers to this node's first questions are heard even before Run.
+	b.sub.add(inboxChannel(cfg.NodeID))
 	return b, nil
 }
 
@@ -258,6 +270,7 @@ func New(cfg Config) (*Bus, error) {
 // are built with the bus as their replicator, hence not in Config.)
 func (b *Bus) Attach(docs DocumentReplica, presence PresenceReplica) {
 	b.docs, b.presence = docs, presence
+	b.attached.Store(true)
 }
 
 // Run serves the bus until ctx ends or Close; then it says goodbye for this
@@ -296,6 +309,10 @@ func (b *Bus) serve(ctx context.Context) {
 	defer cancel()
 	pipe := b.cfg.Client.Pipeline()
 	n := 0
+	for _, m := range b.laneLeft() {
+		b.queue(sctx, pipe, m)
+		n++
+	}
 	for _, m := range b.takeLeaves() {
 		b.queue(sctx, pipe, m)
 		n++
@@ -310,7 +327,9 @@ func (b *Bus) serve(ctx context.Context) {
 		}
 	}
 	bye, _ := b.encode(busMsg{Kind: kindBye})
-	b.publish(sctx, pipe, nodesChannel, bye)
+	for _, ch := range b.sub.onEvery(nodesChannel) {
+		b.publish(sctx, pipe, ch, bye)
+	}
 	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
 	if _, err := pipe.Exec(sctx); err != nil {
 		b.dropped.Add(float64(n))
@@ -333,6 +352,16 @@ func (b *Bus) publish(ctx context.Context, pipe redis.Pipeliner, channel string,
 		return pipe.SPublish(ctx, channel, payload)
 	}
 	return pipe.Publish(ctx, channel, payload)
+}
+
+// LogTo sends go-redis's own messages (a dial that failed, say) to log at
+// debug level: the bus says what matters in its own words.
+func LogTo(log *slog.Logger) { redis.SetLogger(goRedisLog{log}) }
+
+type goRedisLog struct{ log *slog.Logger }
+
+func (l goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+fmt.Sprintf(format, v...))
 }
 
 // Ping reports whether Redis answers.

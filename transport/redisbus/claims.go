@@ -97,7 +97,7 @@ func (b *Bus) ClaimPeer(ctx context.Context, peerID, userID string, moved func(n
 		// checks its claims now rather than at its next beat.
 		payload, err := b.encode(busMsg{Kind: kindClaim, Peer: peerID})
 		if err == nil {
-			b.enqueue(busOut{channel: nodesChannel, payload: payload})
+			b.toNodes(payload)
 		}
 	}
 	return func() { b.giveUpClaim(pc) }, false, nil

@@ -1,6 +1,7 @@
 package redisbus
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -45,12 +46,21 @@ func (b *Bus) FindDocument(documentID string, done func(found bool)) {
 		b.endAsk(id, false)
 		return
 	}
-	b.enqueue(busOut{channel: nodesChannel, payload: payload})
+	b.toNodes(payload)
 }
 
-// answer answers another node's question, when this node knows.
+// answer answers another node's question, when this node knows; once,
+// though on a Redis Cluster it comes on every shard.
 func (b *Bus) answer(m busMsg) {
 	if m.Doc == "" || m.Ask == 0 {
+		return
+	}
+	key := fmt.Sprint(m.Node, "/", m.Run, "/", m.Ask)
+	b.mu.Lock()
+	_, seen := b.asked[key]
+	b.asked[key] = time.Now()
+	b.mu.Unlock()
+	if seen {
 		return
 	}
 	b.docs.Holds(m.Doc, func(held bool) {

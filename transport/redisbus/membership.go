@@ -8,7 +8,17 @@ import (
 	"time"
 )
 
+// nodesChannel carries what every node hears: on a Redis Cluster there is
+// one per master (subscriber.onEvery), and every node publishes to each,
+// so that a shard failing over silences no node.
 const nodesChannel = "tandem:nodes"
+
+// toNodes publishes a message to every node.
+func (b *Bus) toNodes(payload []byte) {
+	for _, ch := range b.sub.onEvery(nodesChannel) {
+		b.enqueue(busOut{channel: ch, payload: payload})
+	}
+}
 
 // inboxChannel carries what is meant for one node only: the answers to
 // its questions.
@@ -30,6 +40,7 @@ func (b *Bus) NodeAlive(ctx context.Context, node string) (bool, error) {
 func (b *Bus) beatLoop(ctx context.Context) {
 	beat := time.NewTicker(b.cfg.NodeTTL / 5)
 	defer beat.Stop()
+	defer b.writes.Wait()
 	gossip := time.NewTicker(b.cfg.GossipInterval)
 	defer gossip.Stop()
 	alive, _ := b.encode(busMsg{Kind: kindAlive})
@@ -49,19 +60,29 @@ func (b *Bus) beatLoop(ctx context.Context) {
 }
 
 // beat announces this node, renews its key, its users' statuses and its
-// peer id claims, and expires silent nodes.
+// peer id claims, and expires silent nodes. The heartbeat goes through the
+// lanes and the writes on a goroutine of their own: a shard that does not
+// answer delays neither the next beat nor the other shards.
 func (b *Bus) beat(ctx context.Context, alive []byte) {
-	pipe := b.cfg.Client.Pipeline()
-	b.publish(ctx, pipe, nodesChannel, alive)
-	pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
-	for user, st := range b.presence.LocalUserStatuses() {
-		b.writeUserStatus(ctx, pipe, user, st)
-	}
-	claims := b.claimsOf("")
-	renewals := b.queueRenewals(ctx, pipe, claims)
-	pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
-	b.actOnRenewals(ctx, claims, renewals, true)
+	b.toNodes(alive)
 	b.expireNodes()
+	if !b.writing.CompareAndSwap(false, true) {
+		return // the last beat's writes still wait for Redis
+	}
+	b.writes.Add(1)
+	go func() {
+		defer b.writes.Done()
+		defer b.writing.Store(false)
+		pipe := b.cfg.Client.Pipeline()
+		pipe.Set(ctx, "tandem:node:"+b.cfg.NodeID, time.Now().UnixMilli(), b.cfg.NodeTTL)
+		for user, st := range b.presence.LocalUserStatuses() {
+			b.writeUserStatus(ctx, pipe, user, st)
+		}
+		claims := b.claimsOf("")
+		renewals := b.queueRenewals(ctx, pipe, claims)
+		pipe.Exec(ctx) // while Redis is away the others will expire us; nothing to do here
+		b.actOnRenewals(ctx, claims, renewals, true)
+	}()
 }
 
 func (b *Bus) expireNodes() {
@@ -78,6 +99,11 @@ func (b *Bus) expireNodes() {
 	for run, at := range b.byes {
 		if now.Sub(at) > 2*b.cfg.NodeTTL {
 			delete(b.byes, run)
+		}
+	}
+	for q, at := range b.asked {
+		if now.Sub(at) > 2*b.cfg.AskTimeout {
+			delete(b.asked, q)
 		}
 	}
 	b.mu.Unlock()

@@ -121,17 +121,11 @@ func (b *Bus) takeLeaves() []busOut {
 	return ls
 }
 
-// publishLoop publishes the queue, many messages per round trip.
+// publishLoop hands the queue to the shards' lanes, many messages at a
+// time; it never waits for Redis.
 func (b *Bus) publishLoop(ctx context.Context) {
-	var retry time.Duration // after a failed round trip, wait this long
+	defer b.lanesDone.Wait()
 	for {
-		if retry > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retry):
-			}
-		}
 		batch := b.takeLeaves()
 		if len(batch) == 0 {
 			select {
@@ -152,59 +146,110 @@ func (b *Bus) publishLoop(ctx context.Context) {
 				break more
 			}
 		}
+		b.route(ctx, batch)
+	}
+}
+
+// lane is what waits for one shard (the one Redis, or a cluster's
+// master), sent one pipeline at a time: a shard that fails or is slow
+// holds up its own channels only.
+type lane struct {
+	busy    bool
+	waiting []busOut
+}
+
+// route appends messages to their shards' lanes and starts the idle ones.
+// A lane holds at most Queue messages besides leaves; past it the others
+// are dropped.
+func (b *Bus) route(ctx context.Context, batch []busOut) {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	for _, m := range batch {
+		addr := b.sub.shardOf(m.channel)
+		l := b.lanes[addr]
+		if l == nil {
+			l = &lane{}
+			b.lanes[addr] = l
+		}
+		if len(l.waiting) >= b.cfg.Queue && !m.leave {
+			b.dropped.Inc()
+			continue
+		}
+		l.waiting = append(l.waiting, m)
+		if !l.busy {
+			l.busy = true
+			b.lanesDone.Add(1)
+			go func() { defer b.lanesDone.Done(); b.sendLane(ctx, l) }()
+		}
+	}
+}
+
+// sendLane publishes a lane's messages until it is empty or ctx ends.
+// Leaves that fail go back to the lane's head, in order; other messages
+// that fail are lost, repaired by the heads exchange and rosters.
+func (b *Bus) sendLane(ctx context.Context, l *lane) {
+	var retry time.Duration // after a failed round trip, wait this long
+	for {
+		if retry > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry):
+			}
+		}
+		b.pmu.Lock()
+		n := min(len(l.waiting), 256)
+		if n == 0 || ctx.Err() != nil {
+			l.busy = false // what is left is the goodbye's (serve)
+			b.pmu.Unlock()
+			return
+		}
+		batch := append([]busOut(nil), l.waiting[:n]...)
+		l.waiting = append(l.waiting[:0], l.waiting[n:]...)
+		b.pmu.Unlock()
+
 		pipe := b.cfg.Client.Pipeline()
 		cmds := make([]*redis.IntCmd, len(batch))
 		for i, m := range batch {
 			cmds[i] = b.queue(ctx, pipe, m)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			// On a Redis Cluster one shard may fail while the others
-			// take their part of the batch.
-			var failed []busOut
+		if _, err := pipe.Exec(ctx); err == nil {
+			retry = 0
+			b.published.Add(float64(len(batch)))
+			continue
+		} else {
+			var kept []busOut
+			failed := 0
 			for i, c := range cmds {
-				if c.Err() != nil {
-					failed = append(failed, batch[i])
+				if c.Err() == nil {
+					continue
+				}
+				failed++
+				if batch[i].leave {
+					kept = append(kept, batch[i])
 				}
 			}
-			lost := b.keepLeaves(failed)
-			b.dropped.Add(float64(lost))
-			b.published.Add(float64(len(batch) - len(failed)))
-			b.log.Debug("bus: publish failed", "messages", len(failed), "dropped", lost, "err", err)
+			b.pmu.Lock()
+			l.waiting = append(kept, l.waiting...)
+			b.pmu.Unlock()
+			b.dropped.Add(float64(failed - len(kept)))
+			b.published.Add(float64(len(batch) - failed))
+			b.log.Debug("bus: publish failed", "messages", failed, "dropped", failed-len(kept), "err", err)
 			b.sub.suspect()
-			if len(failed) == len(batch) {
-				retry = min(max(2*retry, 50*time.Millisecond), time.Second)
-			} else {
-				retry = 0
-			}
-			continue
+			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
 		}
-		retry = 0
-		b.published.Add(float64(len(batch)))
 	}
 }
 
-// keepLeaves puts the leaves of a batch that did not go out back before
-// the waiting ones, and reports how many other messages are lost.
-func (b *Bus) keepLeaves(batch []busOut) (lost int) {
-	var kept []busOut
-	for _, m := range batch {
-		if m.leave {
-			kept = append(kept, m)
-		} else {
-			lost++
-		}
+// laneLeft takes what the lanes still hold, for the goodbye.
+func (b *Bus) laneLeft() []busOut {
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	var left []busOut
+	for _, l := range b.lanes {
+		left = append(left, l.waiting...)
+		l.waiting = nil
 	}
-	if len(kept) == 0 {
-		return lost
-	}
-	b.lmu.Lock()
-	b.leaves = append(kept, b.leaves...)
-	if over := len(b.leaves) - maxLeaves; over > 0 {
-		b.leaves = b.leaves[:maxLeaves]
-		lost += over
-	}
-	b.lmu.Unlock()
-	return lost
+	return left
 }
 
 // queue adds one outgoing message to a pipeline; the publish's command

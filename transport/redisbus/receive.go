@@ -146,6 +146,14 @@ func (b *Bus) dispatch(channel, payload string) {
 	if m.Node == b.cfg.NodeID {
 		return // our own, echoed by Redis
 	}
+	if !b.attached.Load() {
+		// Subscribed since New, not yet given its layers: only answers
+		// to this node's questions can be taken.
+		if m.Kind == kindAnswer && channel == inboxChannel(b.cfg.NodeID) {
+			b.answered(m.Node, m.Ask, m.Doc, m.Found)
+		}
+		return
+	}
 	b.dmu.Lock()
 	defer b.dmu.Unlock()
 	b.received.Inc()

@@ -42,6 +42,9 @@ type subscriber struct {
 	// these is taken for broken and replaced.
 	probeEvery time.Duration
 	probeName  string // the probe channel's name (a cluster's add a hash tag)
+	// everyShard are channels held on every connection: on a cluster one
+	// per master, named with a hash tag of its slots (onEvery).
+	everyShard []string
 	deliver    func(channel, payload string)
 	// ready is told when a wanted channel's subscription is confirmed:
 	// the first time, or again after it was lost (resumed: messages
@@ -86,6 +89,7 @@ type shard struct {
 	client *redis.Client
 	own    bool // client made here, closed here
 	ps     *redis.PubSub
+	tag    string // a hash tag of its slots; "" on one Redis
 	probe  string
 	// heard is when the connection last brought something (unix ns):
 	// its probe, any message, or its connection; busy is set while the
@@ -101,6 +105,7 @@ type shard struct {
 
 type subscriberConfig struct {
 	client     redis.UniversalClient
+	everyShard []string
 	log        *slog.Logger
 	probeEvery time.Duration
 	deliver    func(channel, payload string)
@@ -110,7 +115,7 @@ type subscriberConfig struct {
 
 func newSubscriber(cfg subscriberConfig) (*subscriber, error) {
 	s := &subscriber{
-		log: cfg.log, probeEvery: cfg.probeEvery, deliver: cfg.deliver, ready: cfg.ready, redone: cfg.redone,
+		log: cfg.log, probeEvery: cfg.probeEvery, everyShard: cfg.everyShard, deliver: cfg.deliver, ready: cfg.ready, redone: cfg.redone,
 		probeName: "tandem:probe:" + claimToken(), // this subscriber's own
 		wake:      make(chan struct{}, 1),
 		want:      map[string]*subState{},
@@ -157,6 +162,7 @@ func (s *subscriber) suspect() {
 	if s.cluster == nil {
 		return
 	}
+	s.cluster.ReloadState(s.ctx) // the cluster client's own view, for publishing
 	s.mu.Lock()
 	s.stale = true
 	s.mu.Unlock()
@@ -246,12 +252,18 @@ func (s *subscriber) reconcile() {
 // askOrder is whom to ask for the topology: the masters last known, the
 // configured addresses, then every other node last known.
 func (s *subscriber) askOrder() []string {
-	var addrs []string
+	var addrs, failed []string
 	seen := map[string]bool{}
+	now := time.Now()
 	addAll := func(list []string) {
 		for _, a := range list {
-			if !seen[a] {
-				seen[a] = true
+			if seen[a] {
+				continue
+			}
+			seen[a] = true
+			if now.Before(s.retryAt[a]) {
+				failed = append(failed, a) // just failed us: ask it last
+			} else {
 				addrs = append(addrs, a)
 			}
 		}
@@ -260,7 +272,7 @@ func (s *subscriber) askOrder() []string {
 		addAll(s.topo.nodes)
 	}
 	addAll(s.cluster.Options().Addrs)
-	return addrs
+	return append(addrs, failed...)
 }
 
 // dial makes a client of one cluster node, configured as the cluster
@@ -273,6 +285,7 @@ func (s *subscriber) dial(addr string) *redis.Client {
 		CredentialsProvider: o.CredentialsProvider, CredentialsProviderContext: o.CredentialsProviderContext,
 		DialTimeout: min(o.DialTimeout, time.Second), ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
 		TLSConfig: o.TLSConfig, PoolSize: 2, MaxRetries: -1,
+		DialerRetries: 1, // the subscriber retries, on the topology of the moment
 	})
 }
 
@@ -280,7 +293,7 @@ func (s *subscriber) dial(addr string) *redis.Client {
 // that serve no slot any more go, and channels whose slot moved are asked
 // for again where it is now.
 func (s *subscriber) applyTopologyLocked(t *topology) {
-	s.stale = false
+	s.stale = !t.complete() // a failed master not yet replaced: read again soon
 	if !t.same(s.topo) && s.topo != nil {
 		// The cluster client finds out on its own only on a MOVED reply;
 		// publishing to a dead master would fail until then.
@@ -348,10 +361,11 @@ func (s *subscriber) connect(now time.Time) {
 			sh.ps = s.single.Subscribe(s.ctx)
 		} else {
 			sh.client, sh.own = s.dial(addr), true
-			sh.probe = s.probeName + ":{" + tagFor(s.firstSlot(addr)) + "}"
+			sh.tag = tagFor(s.firstSlot(addr))
+			sh.probe = s.probeName + ":{" + sh.tag + "}"
 			sh.ps = sh.client.SSubscribe(s.ctx)
 		}
-		err := s.send(sh, true, []string{sh.probe})
+		err := s.send(sh, true, append([]string{sh.probe}, s.shardNames(sh.tag)...))
 		s.mu.Lock()
 		if err != nil {
 			s.retryAt[addr] = time.Now().Add(redialAfter)
@@ -372,6 +386,50 @@ func (s *subscriber) connect(now time.Time) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.read(sh) }()
 	}
+}
+
+// shardOf is the address of the master that serves a channel, as last
+// read; "" on one Redis, or while no master serves it.
+func (s *subscriber) shardOf(channel string) string {
+	if s.single != nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topo == nil {
+		return ""
+	}
+	return s.topo.owner[slotOf(channel)]
+}
+
+// shardNames is the everyShard channels as named on a shard with tag.
+func (s *subscriber) shardNames(tag string) []string {
+	names := make([]string, len(s.everyShard))
+	for i, n := range s.everyShard {
+		names[i] = n
+		if tag != "" {
+			names[i] = n + ":{" + tag + "}"
+		}
+	}
+	return names
+}
+
+// onEvery is the names of an everyShard channel on each master: publish
+// to all of them, and every node hears it unless every shard fails.
+func (s *subscriber) onEvery(name string) []string {
+	if s.single != nil {
+		return []string{name}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topo == nil || len(s.topo.shards) == 0 {
+		return []string{name + ":{" + tagFor(0) + "}"}
+	}
+	names := make([]string, len(s.topo.shards))
+	for i, sh := range s.topo.shards {
+		names[i] = name + ":{" + tagFor(sh.slots[0][0]) + "}"
+	}
+	return names
 }
 
 // firstSlot is a slot the master at addr serves.

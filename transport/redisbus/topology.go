@@ -76,6 +76,16 @@ type topology struct {
 	nodes  []string // every node the cluster named, masters first
 }
 
+// complete reports whether a live master serves every slot.
+func (t *topology) complete() bool {
+	for _, a := range t.owner {
+		if a == "" {
+			return false
+		}
+	}
+	return true
+}
+
 func (t *topology) same(o *topology) bool {
 	return o != nil && t.owner == o.owner
 }
