@@ -51,7 +51,7 @@ func main() {
 	var o options
 	var urls string
 	flag.StringVar(&urls, "url", "ws://127.0.0.1:8080/ws", "server WebSocket URL; several, comma-separated, spread peers over a cluster")
-	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing, idle, document or history-query")
+	flag.StringVar(&o.scenario, "scenario", "presence", "presence, typing, idle, document, history-query or expiry")
 	flag.IntVar(&o.docs, "docs", 10, "presence: documents")
 	flag.IntVar(&o.peers, "peers", 20, "presence: peers per document")
 	flag.Float64Var(&o.rate, "rate", 10, "presence: cursor moves per second per peer")
@@ -73,11 +73,12 @@ func main() {
 	flag.BoolVar(&o.keepSchema, "keep-schema", false, "history-query: keep the generated schema, for --reuse-schema")
 	flag.StringVar(&o.reuseSchema, "reuse-schema", "", "history-query: query this schema, kept by an earlier run, instead of generating one (it is kept)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "how long to apply the load")
-	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries")
+	flag.DurationVar(&o.drain, "drain", 2*time.Second, "presence: how long to wait for the last deliveries; expiry: for the events still due (give it minutes)")
 	var pids string
 	flag.StringVar(&pids, "server-pid", "", "server process(es), comma-separated, to read CPU and RSS of (/proc); a cluster's are summed")
 	cluster := flag.Int("cluster", 0, clusterHelp)
 	flag.IntVar(&o.redisShards, "redis-shards", 0, redisShardsHelp)
+	ttlKeys := flag.Int("ttl-keys", 10000, ttlKeysHelp)
 	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster and soak: the nodes' shared PostgreSQL; history-query: where it makes its schema")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
@@ -139,6 +140,8 @@ func main() {
 		err = runDocument(ctx, o)
 	case o.scenario == "history-query":
 		err = runHistoryQuery(ctx, o, *postgresURL)
+	case o.scenario == "expiry":
+		err = runExpiry(ctx, o, *ttlKeys, o.drain)
 	default:
 		err = fmt.Errorf("unknown scenario %q", o.scenario)
 	}

@@ -127,6 +127,75 @@ export async function startRedis(t, port) {
   return redis
 }
 
+// startRedisCluster runs a private Redis Cluster: three masters, a replica
+// each, on free ports, nothing on disk but its configuration, and resolves
+// once every node says it is ok. url is for --redis-cluster --redis-url;
+// killMasterOf(key) SIGKILLs the master serving a key or sharded channel
+// and resolves once a replica serves its slot and the cluster is ok.
+export async function startRedisCluster(t) {
+  const dir = tempDir(t)
+  const nodes = []
+  for (let i = 0; i < 6; i++) {
+    const port = await freePort()
+    const proc = spawn("redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+      "--cluster-enabled", "yes", "--cluster-config-file", `nodes-${port}.conf`, "--cluster-node-timeout", "2000",
+      "--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0", "--dir", dir], { stdio: ["ignore", "pipe", "inherit"] })
+    const exited = once(proc, "exit")
+    await new Promise((resolveReady, reject) => {
+      createInterface({ input: proc.stdout }).on("line", l => { if (l.includes("Ready to accept connections")) resolveReady() })
+      proc.on("exit", code => reject(new Error(`redis-server exited (${code})`)))
+    })
+    const node = {
+      port, addr: `127.0.0.1:${port}`,
+      async kill() {
+        if (proc.exitCode !== null || proc.signalCode !== null) return
+        proc.kill("SIGKILL")
+        await exited
+      },
+      alive: () => proc.exitCode === null && proc.signalCode === null,
+    }
+    defer(t, () => node.kill())
+    nodes.push(node)
+  }
+  const cli = (node, ...args) => execFileSync("redis-cli", ["-p", String(node.port), ...args], { encoding: "utf8" }).trim()
+  execFileSync("redis-cli", ["--cluster", "create", ...nodes.map(n => n.addr), "--cluster-replicas", "1", "--cluster-yes"], { stdio: "ignore" })
+  const healthy = () => nodes.filter(n => n.alive()).every(n => {
+    try {
+      const info = cli(n, "CLUSTER", "INFO")
+      const replicas = cli(n, "CLUSTER", "NODES").split("\n").filter(l => l.split(" ")[2]?.includes("slave") && l.split(" ")[3] !== "-").length
+      return info.includes("cluster_state:ok") && replicas >= nodes.filter(x => x.alive()).length - 3
+    } catch { return false }
+  })
+  await until("the Redis Cluster to be ok", healthy, 30000)
+  // masterOf is the address of the master serving key, as a live node says.
+  const masterOf = key => {
+    const live = nodes.find(n => n.alive())
+    const slot = Number(cli(live, "CLUSTER", "KEYSLOT", key))
+    for (const line of cli(live, "CLUSTER", "NODES").split("\n")) {
+      const f = line.split(" ")
+      if (!f[2]?.includes("master") || f[2].includes("fail")) continue
+      for (const r of f.slice(8)) {
+        const [lo, hi = lo] = r.split("-").map(Number)
+        if (slot >= lo && slot <= hi) return f[1].split("@")[0]
+      }
+    }
+    return ""
+  }
+  return {
+    nodes,
+    url: `redis://${nodes[0].addr}?` + nodes.slice(1).map(n => `addr=${n.addr}`).join("&"),
+    masterOf,
+    async killMasterOf(key) {
+      const old = masterOf(key)
+      await nodes.find(n => n.addr === old).kill()
+      await until("a replica to serve the killed master's slots", () => {
+        const now = masterOf(key)
+        return now !== "" && now !== old && healthy()
+      }, 30000)
+    },
+  }
+}
+
 const postgresBase = process.env.TANDEM_TEST_POSTGRES ?? "postgres://postgres@127.0.0.1:5432/test"
 // Each test process keeps its tables in a schema of its own, dropped when
 // it exits: nodes of tests running at the same time (another suite, a
