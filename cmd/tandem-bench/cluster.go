@@ -71,7 +71,12 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 		run.urls = append(run.urls, node.url)
 		run.serverPIDs = append(run.serverPIDs, node.cmd.Process.Pid)
 	}
+	// Redis's CPU at rest first (cron, the cluster's own gossip, the
+	// nodes' heartbeats and probes), to tell what the scenario adds.
+	rest := redisCounts(ctx, redises)
+	time.Sleep(redisRest)
 	before := redisCounts(ctx, redises)
+	started := time.Now()
 	fmt.Printf("== cluster of %d nodes (CPU and RSS below are their sums)\n", n)
 	var presence presenceResult
 	switch o.scenario {
@@ -95,7 +100,7 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 	if err != nil {
 		return presenceResult{}, err
 	}
-	printRedis(redises, before, redisCounts(ctx, redises))
+	printRedis(redises, rest, before, redisCounts(ctx, redises), time.Since(started))
 	return presence, nil
 }
 
@@ -181,20 +186,31 @@ func redisCounts(ctx context.Context, procs []redisProc) []redisCount {
 	return out
 }
 
+// redisRest is how long Redis's CPU at rest is measured before a run.
+const redisRest = 3 * time.Second
+
 // printRedis reports each redis-server's CPU and messages over the run,
-// and its CPU per message published to it.
-func printRedis(procs []redisProc, before, after []redisCount) {
+// and its CPU per message published to it beyond its CPU at rest (the
+// rate measured over redisRest before the run); from that, the messages
+// a second it could take on one core.
+func printRedis(procs []redisProc, rest, before, after []redisCount, took time.Duration) {
 	for i := range procs {
 		cpu := after[i].cpu - before[i].cpu
 		msgs := after[i].published - before[i].published
+		idle := (before[i].cpu - rest[i].cpu) / redisRest.Seconds() * took.Seconds()
 		per := 0.0
 		if msgs > 0 {
-			per = cpu / float64(msgs) * 1e6
+			per = max(cpu-idle, 0) / float64(msgs)
 		}
 		name := "redis-server"
 		if len(procs) > 1 {
 			name = fmt.Sprintf("redis shard %d", i+1)
 		}
-		fmt.Printf("%-20s CPU %.2f s, %d messages published, %.1f µs CPU per message\n", name, cpu, msgs, per)
+		fmt.Printf("%-20s CPU %.2f s (%.2f s at rest), %d messages published, %.1f µs CPU per message beyond rest",
+			name, cpu, idle, msgs, per*1e6)
+		if per > 0 {
+			fmt.Printf(", ~%.0fk messages/s on one core", 1/per/1000)
+		}
+		fmt.Println()
 	}
 }

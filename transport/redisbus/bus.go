@@ -113,7 +113,7 @@ type Bus struct {
 	usersDirty map[string]bool
 	ready      []confirmation       // subscriptions confirmed, for subscribeLoop
 	asked      map[string]time.Time // questions answered: node/number, when
-	byes       map[string]time.Time // runs that said bye, when
+	ended      map[string]time.Time // runs that said bye or were replaced, when
 	wake       chan struct{}        // tells subscribeLoop that changed or ready has entries
 
 	amu    sync.Mutex // guards asks and askSeq
@@ -132,8 +132,9 @@ type Bus struct {
 	writing  atomic.Bool    // a beat's writes wait for Redis
 	writes   sync.WaitGroup // the beats' writes
 
-	pmu       sync.Mutex // guards lanes
+	pmu       sync.Mutex // guards lanes and held
 	lanes     map[string]*lane
+	held      map[string]*held
 	lanesDone sync.WaitGroup
 
 	lmu           sync.Mutex // guards leaves
@@ -226,9 +227,10 @@ func New(cfg Config) (*Bus, error) {
 		changed:       make(map[string]bool),
 		nodes:         make(map[string]time.Time),
 		runs:          make(map[string]string),
-		byes:          make(map[string]time.Time),
+		ended:         make(map[string]time.Time),
 		asked:         make(map[string]time.Time),
 		lanes:         make(map[string]*lane),
+		held:          make(map[string]*held),
 		run:           fmt.Sprintf("%016x", rand.Uint64()),
 		users:         make(map[string]bool),
 		usersSub:      make(map[string]bool),
@@ -308,35 +310,46 @@ func (b *Bus) serve(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	pipe := b.cfg.Client.Pipeline()
-	n := 0
+	var msgs []*redis.IntCmd
 	for _, m := range b.laneLeft() {
-		b.queue(sctx, pipe, m)
-		n++
+		msgs = append(msgs, b.queue(sctx, pipe, m))
 	}
 	for _, m := range b.takeLeaves() {
-		b.queue(sctx, pipe, m)
-		n++
+		msgs = append(msgs, b.queue(sctx, pipe, m))
 	}
 	for drained := false; !drained; {
 		select {
 		case m := <-b.out:
-			b.queue(sctx, pipe, m)
-			n++
+			msgs = append(msgs, b.queue(sctx, pipe, m))
 		default:
 			drained = true
 		}
 	}
 	bye, _ := b.encode(busMsg{Kind: kindBye})
+	var byes []*redis.IntCmd
 	for _, ch := range b.sub.onEvery(nodesChannel) {
-		b.publish(sctx, pipe, ch, bye)
+		byes = append(byes, b.publish(sctx, pipe, ch, bye))
 	}
 	pipe.Del(sctx, "tandem:node:"+b.cfg.NodeID)
-	if _, err := pipe.Exec(sctx); err != nil {
-		b.dropped.Add(float64(n))
-		b.log.Warn("bus: the goodbye to the cluster failed; the other nodes will wait out the node TTL", "err", err)
-		return
+	_, err := pipe.Exec(sctx)
+	// On a Redis Cluster one shard may fail while the others take theirs.
+	failed := 0
+	for _, c := range msgs {
+		if c.Err() != nil {
+			failed++
+		}
 	}
-	b.published.Add(float64(n))
+	b.dropped.Add(float64(failed))
+	b.published.Add(float64(len(msgs) - failed))
+	heard := false
+	for _, c := range byes {
+		heard = heard || c.Err() == nil
+	}
+	if !heard {
+		b.log.Warn("bus: the goodbye to the cluster failed; the other nodes will wait out the node TTL", "err", err)
+	} else if failed > 0 {
+		b.log.Warn("bus: some of the last messages to the cluster failed", "messages", failed, "err", err)
+	}
 }
 
 // encode makes a message of this node's, CBOR-encoded.

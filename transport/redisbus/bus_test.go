@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,4 +382,70 @@ func TestARestartedNodesPeersGoAtOnce(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// countingDocs is a document layer that counts NodeGone.
+type countingDocs struct {
+	holdings
+	gone atomic.Int32
+}
+
+func (d *countingDocs) NodeGone(string) { d.gone.Add(1) }
+
+// On a Redis Cluster a node's messages come over several shards, so one of
+// its last run can arrive after the first of its new run: that one late
+// message must not count as another restart.
+func TestALateMessageOfAReplacedRunIsIgnored(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { client.Close() })
+	b, err := New(Config{Client: client, NodeID: "late-run-me", Logger: testenv.QuietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	presence, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger(), Replicator: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := &countingDocs{holdings: holdings{held: map[string]bool{}}}
+	b.Attach(docs, presence)
+	from := func(run string, kind busKind) string {
+		payload, _ := cbor.Marshal(busMsg{Kind: kind, Node: "late-run-other", Run: run})
+		return string(payload)
+	}
+	b.dispatch(nodesChannel, from("r1", kindAlive))
+	b.dispatch(nodesChannel, from("r2", kindAlive)) // restarted
+	if n := docs.gone.Load(); n != 1 {
+		t.Fatalf("NodeGone %d times after the restart, want 1", n)
+	}
+	b.dispatch(docChannel("d"), from("r1", kindHello)) // late, from another shard
+	b.dispatch(nodesChannel, from("r2", kindAlive))
+	if n := docs.gone.Load(); n != 1 {
+		t.Fatalf("NodeGone %d times, want still 1: the late message of r1 was taken for another restart", n)
+	}
+}
+
+// A channel's messages wait in one lane: while some wait in the lane of
+// the shard that served it (a master failing over), the next goes there
+// too, never to the lane of the shard that serves it now.
+func TestAChannelsMessagesKeepToOneLane(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { client.Close() })
+	b, err := New(Config{Client: client, NodeID: "lanes", Logger: testenv.QuietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	old := &lane{busy: true, waiting: []busOut{{channel: "c", leave: true}}} // retrying, on a dead master
+	b.lanes["dead:1"] = old
+	b.held["c"] = &held{in: old, n: 1}
+	b.route(context.Background(), []busOut{{channel: "c"}, {channel: "other"}})
+	if len(old.waiting) != 2 || old.waiting[1].channel != "c" {
+		t.Fatalf("the old lane holds %+v: the channel's next message went elsewhere", old.waiting)
+	}
+	b.pmu.Lock()
+	defer b.pmu.Unlock()
+	if h := b.held["other"]; h == nil || h.in == old {
+		t.Fatalf("another channel went to the old lane: %+v", h)
+	}
 }

@@ -12,7 +12,10 @@
 // keys, and what is lost when and how it is repaired.
 //
 // Subscriptions follow the documents this node's clients watch (Join and
-// Leave), never the whole cluster's. Publishing never blocks the caller:
-// messages wait in a bounded queue that one loop sends in pipelines
-// (publish.go).
+// Leave), never the whole cluster's, and are kept across lost connections,
+// failovers and moved slots by a subscriber of the bus's own
+// (subscriber.go; on a Redis Cluster every channel is a sharded channel,
+// and topology.go says which master serves it). Publishing never blocks
+// the caller: messages wait in a bounded queue, then in a lane per shard
+// that sends them in pipelines (publish.go).
 package redisbus

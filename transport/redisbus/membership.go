@@ -96,9 +96,9 @@ func (b *Bus) expireNodes() {
 			delete(b.runs, n)
 		}
 	}
-	for run, at := range b.byes {
+	for run, at := range b.ended {
 		if now.Sub(at) > 2*b.cfg.NodeTTL {
-			delete(b.byes, run)
+			delete(b.ended, run)
 		}
 	}
 	for q, at := range b.asked {

@@ -158,6 +158,25 @@ type lane struct {
 	waiting []busOut
 }
 
+// held is where a channel's messages wait, and how many: a channel's next
+// message joins them there even if its shard changed meanwhile (a
+// failover), so that it never overtakes them.
+type held struct {
+	in *lane
+	n  int
+}
+
+// sentLocked forgets messages that left their lane (published or lost).
+func (b *Bus) sentLocked(ms []busOut) {
+	for _, m := range ms {
+		if h := b.held[m.channel]; h != nil {
+			if h.n--; h.n <= 0 {
+				delete(b.held, m.channel)
+			}
+		}
+	}
+}
+
 // route appends messages to their shards' lanes and starts the idle ones.
 // A lane holds at most Queue messages besides leaves; past it the others
 // are dropped.
@@ -165,17 +184,24 @@ func (b *Bus) route(ctx context.Context, batch []busOut) {
 	b.pmu.Lock()
 	defer b.pmu.Unlock()
 	for _, m := range batch {
-		addr := b.sub.shardOf(m.channel)
-		l := b.lanes[addr]
-		if l == nil {
-			l = &lane{}
-			b.lanes[addr] = l
+		h := b.held[m.channel]
+		if h == nil {
+			addr := b.sub.shardOf(m.channel)
+			l := b.lanes[addr]
+			if l == nil {
+				l = &lane{}
+				b.lanes[addr] = l
+			}
+			h = &held{in: l}
 		}
+		l := h.in
 		if len(l.waiting) >= b.cfg.Queue && !m.leave {
 			b.dropped.Inc()
 			continue
 		}
 		l.waiting = append(l.waiting, m)
+		h.n++
+		b.held[m.channel] = h
 		if !l.busy {
 			l.busy = true
 			b.lanesDone.Add(1)
@@ -215,21 +241,28 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 		if _, err := pipe.Exec(ctx); err == nil {
 			retry = 0
 			b.published.Add(float64(len(batch)))
+			b.pmu.Lock()
+			b.sentLocked(batch)
+			b.pmu.Unlock()
 			continue
 		} else {
-			var kept []busOut
+			var kept, gone []busOut
 			failed := 0
 			for i, c := range cmds {
 				if c.Err() == nil {
+					gone = append(gone, batch[i])
 					continue
 				}
 				failed++
 				if batch[i].leave {
 					kept = append(kept, batch[i])
+				} else {
+					gone = append(gone, batch[i])
 				}
 			}
 			b.pmu.Lock()
 			l.waiting = append(kept, l.waiting...)
+			b.sentLocked(gone)
 			b.pmu.Unlock()
 			b.dropped.Add(float64(failed - len(kept)))
 			b.published.Add(float64(len(batch) - failed))
@@ -249,6 +282,7 @@ func (b *Bus) laneLeft() []busOut {
 		left = append(left, l.waiting...)
 		l.waiting = nil
 	}
+	clear(b.held)
 	return left
 }
 

@@ -158,20 +158,24 @@ func (b *Bus) dispatch(channel, payload string) {
 	defer b.dmu.Unlock()
 	b.received.Inc()
 	b.mu.Lock()
-	if _, gone := b.byes[m.Run]; gone && m.Run != "" {
-		// The run said bye on the nodes channel; on a Redis Cluster its
-		// last messages on other shards' channels may come after it.
+	if _, gone := b.ended[m.Run]; gone && m.Run != "" {
+		// The run said bye, or its node was heard restarted: on a Redis
+		// Cluster its last messages on other shards' channels may come
+		// after that.
 		b.mu.Unlock()
 		return
 	}
 	_, known := b.nodes[m.Node]
 	prev := b.runs[m.Node]
 	restarted := prev != "" && m.Run != "" && m.Run != prev
+	if restarted {
+		b.ended[prev] = time.Now()
+	}
 	if m.Kind == kindBye {
 		delete(b.nodes, m.Node)
 		delete(b.runs, m.Node)
 		if m.Run != "" {
-			b.byes[m.Run] = time.Now()
+			b.ended[m.Run] = time.Now()
 		}
 	} else {
 		b.nodes[m.Node] = time.Now()

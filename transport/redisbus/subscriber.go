@@ -135,8 +135,9 @@ func newSubscriber(cfg subscriberConfig) (*subscriber, error) {
 		s.probeEvery = time.Second
 	}
 	s.ctx, s.stopped = context.WithCancel(context.Background())
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.run() }()
+	go func() { defer s.wg.Done(); s.probeLoop() }()
 	return s, nil
 }
 
@@ -245,8 +246,23 @@ func (s *subscriber) reconcile() {
 		}
 	}
 	s.connect(now)
-	s.subscribe(now)
-	s.probe(now)
+	s.subscribe(time.Now())
+}
+
+// probeLoop probes the connections on a loop of its own: a dial or a
+// topology read that waits on a dead node never makes a healthy
+// connection look silent.
+func (s *subscriber) probeLoop() {
+	t := time.NewTicker(subTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			s.probe(time.Now())
+		}
+	}
 }
 
 // askOrder is whom to ask for the topology: the masters last known, the
@@ -308,6 +324,14 @@ func (s *subscriber) applyTopologyLocked(t *topology) {
 	for addr, sh := range s.shards {
 		if !masters[addr] {
 			s.dropLocked(sh, "moved")
+			continue
+		}
+		// Its first slot is another now (a rebalance): the probe and the
+		// nodes channel go by the new tag, so the connection is made anew.
+		for _, info := range t.shards {
+			if info.addr == addr && sh.tag != "" && tagFor(info.slots[0][0]) != sh.tag {
+				s.dropLocked(sh, "moved")
+			}
 		}
 	}
 	for c, st := range s.want {
@@ -508,6 +532,12 @@ func (s *subscriber) subscribe(now time.Time) {
 			addr = s.topo.owner[st.slot]
 		}
 		sh := s.shards[addr]
+		if st.on != nil && st.on != sh && !st.on.dead {
+			// Asked on a connection that no longer serves it: leave it
+			// there, or it would deliver on unasked.
+			st.on.unsubscribed[c]++
+			offs = group(offs, st.on, st.slot, c)
+		}
 		if sh == nil || sh.dead {
 			st.on = nil
 			continue
@@ -541,6 +571,7 @@ func (s *subscriber) probe(now time.Time) {
 		if now.Sub(time.Unix(0, sh.heard.Load())) > 3*s.probeEvery && !sh.busy.Load() {
 			s.log.Warn("bus: a Redis subscription went silent; subscribing again", "addr", sh.addr)
 			s.dropLocked(sh, "silent")
+			s.poke()
 			continue
 		}
 		if !sh.probing && now.Sub(sh.probedAt) >= s.probeEvery {
@@ -588,9 +619,9 @@ func (s *subscriber) read(sh *shard) {
 			if m.Channel != sh.probe {
 				sh.busy.Store(true)
 				s.deliver(m.Channel, m.Payload)
-				sh.busy.Store(false)
 			}
 			sh.heard.Store(time.Now().UnixNano())
+			sh.busy.Store(false) // after heard: never judged on a stale heard
 		case *redis.Subscription:
 			s.confirmed(sh, m)
 		}
@@ -648,8 +679,25 @@ func (s *subscriber) refused(sh *shard, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, st := range s.want {
-		if st.on == sh && !st.confirmed && (slot < 0 || st.slot == slot) {
-			st.on = nil
+		if st.on != sh || st.confirmed {
+			continue
+		}
+		if st.slot == slot {
+			st.on = nil // refused: asked nowhere
+		} else if slot < 0 {
+			// Which command was refused is not said: ask again now, on
+			// whoever serves the slot then (subscribe leaves this one
+			// first if that is another).
+			st.sentAt = time.Time{}
+		}
+	}
+	if slot >= 0 {
+		// An unsubscription for the slot was refused too: none of ours
+		// is still to be confirmed there.
+		for c := range sh.unsubscribed {
+			if slotOf(c) == slot {
+				delete(sh.unsubscribed, c)
+			}
 		}
 	}
 	s.stale, s.dirty = true, true
