@@ -41,6 +41,12 @@ type Replicator interface {
 	// WatchUsers starts (or, with on false, stops) receiving the
 	// statuses other nodes publish for these users.
 	WatchUsers(userIDs []string, on bool)
+	// Hears reports whether this node has heard the document's channel
+	// long enough to take a remote peer's silence there for its absence:
+	// not while its subscription is being made again (a Redis failover),
+	// nor just after. A remote peer of a document not heard does not
+	// expire by RemoteTTL; its node's death still ends it.
+	Hears(documentID string) bool
 }
 
 // nodeKind names a presence message between nodes.

@@ -21,6 +21,7 @@ type fakeReplicator struct {
 	rosters [][]string
 	asked   []string
 	users   map[string]Status
+	deaf    map[string]bool // documents this node does not hear (Hears)
 }
 
 func (f *fakeReplicator) PublishPresence(_ string, payload []byte, leave bool) {
@@ -49,6 +50,11 @@ func (f *fakeReplicator) PublishUserStatus(u string, s Status) {
 	f.users[u] = s
 }
 func (f *fakeReplicator) WatchUsers([]string, bool) {}
+func (f *fakeReplicator) Hears(doc string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.deaf[doc]
+}
 
 // TestTwoNodes wires two hubs through their deltas, as the bus does.
 func TestTwoNodes(t *testing.T) {
@@ -210,6 +216,36 @@ func TestRemotePeerExpiresUnheardOf(t *testing.T) {
 	f.hub.Tick()
 	if !goodbyeFor(b, "a") {
 		t.Fatal("a did not expire after the remote TTL")
+	}
+}
+
+// While this node does not hear a document's channel (its subscription is
+// being made again after a Redis failover), a remote peer's silence there
+// proves nothing: the peer stays. Once the channel is heard, the remote
+// TTL applies again.
+func TestRemotePeerStaysWhileItsDocumentIsNotHeard(t *testing.T) {
+	f, b := remotePeerA(t)
+	r := &fakeReplicator{users: map[string]Status{}, deaf: map[string]bool{doc1: true}}
+	f.hub.cfg.Replicator = r
+	f.hub.ApplyRoster("node1", doc1, []string{"a"})
+	b.take()
+	for range 10 { // the node lives on; its rosters cannot come
+		f.clock.Advance(2 * time.Second)
+		f.hub.NodeAlive("node1")
+		f.hub.Touch(b)
+		f.hub.Tick()
+	}
+	if goodbyeFor(b, "a") {
+		t.Fatal("a expired while its document was not heard")
+	}
+	r.mu.Lock()
+	delete(r.deaf, doc1)
+	r.mu.Unlock()
+	f.clock.Advance(2 * time.Second)
+	f.hub.Touch(b)
+	f.hub.Tick()
+	if !goodbyeFor(b, "a") {
+		t.Fatal("a did not expire once its document was heard again")
 	}
 }
 

@@ -38,7 +38,7 @@ func (h *Hub) sweep(now time.Time, fx *effects) {
 		if pi.conn == nil {
 			// A remote peer: its node's rosters keep it (ApplyRoster),
 			// its node's death ends it (NodeGone).
-			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL {
+			if h.cfg.RemoteTTL > 0 && h.rostered[pi.node] && now.Sub(pi.lastHeard) > h.cfg.RemoteTTL && h.hearsAll(pi) {
 				h.log.Info("presence: remote peer unheard of past the remote TTL", "peer", pi.id, "node", pi.node)
 				h.metrics.expired.Inc()
 				h.remove(pi, fx)
@@ -53,6 +53,20 @@ func (h *Hub) sweep(now time.Time, fx *effects) {
 		}
 		h.refreshPeer(pi, fx)
 	}
+}
+
+// hearsAll reports whether this node hears every document of a remote
+// peer (Replicator.Hears).
+func (h *Hub) hearsAll(pi *peerInfo) bool {
+	if h.cfg.Replicator == nil {
+		return true // remote peers given by hand, as tests do
+	}
+	for doc := range pi.docs.Keys() {
+		if !h.cfg.Replicator.Hears(doc) {
+			return false
+		}
+	}
+	return true
 }
 
 // roomTicks is how many ticks a room's coalescing period lasts: one more

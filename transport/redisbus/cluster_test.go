@@ -28,6 +28,7 @@ func onCluster(t *testing.T, c *testenv.RedisCluster) func(*Config, *awareness.C
 		b.Client = c.Client(t)
 		b.GossipInterval = 300 * time.Millisecond
 		b.ProbeInterval = 200 * time.Millisecond
+		p.RemoteTTL = 3 * b.GossipInterval // as cmd/tandem sets it
 	}
 }
 
@@ -149,6 +150,24 @@ func heard(watcher *recorder, speaker, cursor string) bool {
 	return false
 }
 
+// twoNodes starts two nodes on the cluster with a document on master: a
+// watcher on node 2, node 1 watching too, and a writer on node 1 whose
+// first change node 2 already holds.
+func twoNodes(t *testing.T, c *testenv.RedisCluster, name string, master *testenv.ClusterNode) (n1, n2 *node, docID string, watcher *recorder, w *writer) {
+	t.Helper()
+	n1, n2 = startNode(t, name+"-1", onCluster(t, c)), startNode(t, name+"-2", onCluster(t, c))
+	docID = docOn(t, c, name, master)
+	watcher = watch(t, n2, docID, "watcher")
+	n1.bus.Join(docID)
+	testenv.WaitFor(t, "both subscribed", func() bool {
+		return confirmedOn(n1.bus, docChannel(docID)) != "" && confirmedOn(n2.bus, docChannel(docID)) != ""
+	})
+	w = newWriter("writer")
+	w.set(t, n1, docID, "k0", "v")
+	testenv.WaitFor(t, "the first change on node 2", func() bool { return sameHeads(w, docID, n2) })
+	return n1, n2, docID, watcher, w
+}
+
 // Three nodes, a document on each shard: edits and presence cross every
 // pair of nodes, each over its shard's sharded channel.
 func TestRedisClusterCarriesEditsAndPresenceAcrossShards(t *testing.T) {
@@ -189,18 +208,15 @@ func TestRedisClusterCarriesEditsAndPresenceAcrossShards(t *testing.T) {
 // while the shard was down included; presence flows again.
 func TestRedisClusterMasterKilledMidEdit(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
-	n1, n2 := startNode(t, "fo-1", onCluster(t, c)), startNode(t, "fo-2", onCluster(t, c))
-	old := masters(t, c)[0]
-	docID := docOn(t, c, "failover", old)
+	n1, n2, docID, watcher, w := twoNodes(t, c, "failover", masters(t, c)[0])
 	slot := slotOf(docChannel(docID))
-	watcher := watch(t, n2, docID, "watcher")
-	n1.bus.Join(docID)
-	testenv.WaitFor(t, "both subscribed", func() bool {
-		return confirmedOn(n1.bus, docChannel(docID)) != "" && confirmedOn(n2.bus, docChannel(docID)) != ""
-	})
-	w := newWriter("writer")
-	w.set(t, n1, docID, "k0", "v")
-	testenv.WaitFor(t, "the first change on node 2", func() bool { return sameHeads(w, docID, n2) })
+	// A peer of node 1 in the document whose shard fails: its rosters
+	// stop while the shard is down, but node 2 does not hear the channel
+	// then, so it keeps the peer rather than expiring it.
+	stayer := &recorder{id: "stayer"}
+	n1.presence.Join(stayer, docID)
+	say(n1, stayer, docID, 1, "2@a")
+	testenv.WaitFor(t, "the stayer's cursor on node 2", func() bool { return heard(watcher, "stayer", "2@a") })
 	// A peer of node 1 in a document on a shard that stays up: node 2
 	// must not take node 1 for dead while the other shard fails over.
 	other := docOn(t, c, "bystander", masters(t, c)[1])
@@ -245,6 +261,11 @@ func TestRedisClusterMasterKilledMidEdit(t *testing.T) {
 			t.Fatal("node 2 said goodbye for a peer of node 1 while a shard failed over: it took node 1 for dead")
 		}
 	}
+	for _, m := range watcher.presence() {
+		if m.SenderID == "stayer" && presenceType(m) == "goodbye" {
+			t.Fatal("node 2 said goodbye for a peer in the failed shard's document: its silence was taken for absence")
+		}
+	}
 	if got := testutil.ToFloat64(n1.bus.resubscribed.WithLabelValues("lost")); got < 1 {
 		t.Errorf("resubscribed{lost} = %v, want the document's channel counted", got)
 	}
@@ -260,17 +281,9 @@ func TestRedisClusterMasterKilledMidEdit(t *testing.T) {
 // the new one, and the edits keep flowing.
 func TestRedisClusterSlotMovedMidEdit(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
-	n1, n2 := startNode(t, "mv-1", onCluster(t, c)), startNode(t, "mv-2", onCluster(t, c))
 	ms := masters(t, c)
-	docID := docOn(t, c, "moved", ms[0])
+	n1, n2, docID, _, w := twoNodes(t, c, "moved", ms[0])
 	slot := slotOf(docChannel(docID))
-	watch(t, n2, docID, "watcher")
-	n1.bus.Join(docID)
-	testenv.WaitFor(t, "both subscribed", func() bool {
-		return confirmedOn(n1.bus, docChannel(docID)) != "" && confirmedOn(n2.bus, docChannel(docID)) != ""
-	})
-	w := newWriter("writer")
-	w.set(t, n1, docID, "k0", "v")
 	c.MoveSlot(t, slot, ms[1])
 	w.set(t, n1, docID, "k1", "v")
 	testenv.WaitWithin(t, "both subscriptions on the slot's new master", 10*time.Second, func() bool {
@@ -287,16 +300,7 @@ func TestRedisClusterSlotMovedMidEdit(t *testing.T) {
 // again and catch up, and edits and presence flow as before.
 func TestRedisClusterRestarted(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
-	n1, n2 := startNode(t, "rs-1", onCluster(t, c)), startNode(t, "rs-2", onCluster(t, c))
-	docID := docOn(t, c, "restart", masters(t, c)[2])
-	watcher := watch(t, n2, docID, "watcher")
-	n1.bus.Join(docID)
-	testenv.WaitFor(t, "both subscribed", func() bool {
-		return confirmedOn(n1.bus, docChannel(docID)) != "" && confirmedOn(n2.bus, docChannel(docID)) != ""
-	})
-	w := newWriter("writer")
-	w.set(t, n1, docID, "k0", "v")
-	testenv.WaitFor(t, "the first change on node 2", func() bool { return sameHeads(w, docID, n2) })
+	n1, n2, docID, watcher, w := twoNodes(t, c, "restart", masters(t, c)[2])
 
 	c.Restart(t)
 	w.set(t, n1, docID, "k1", "v") // may be published into the void: the heads exchange repairs it

@@ -73,3 +73,36 @@ func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
 	}
 	waitDelivered("two")
 }
+
+// On a Redis Cluster a push travels on the user's sharded channel.
+func TestNotifyPusherOnARedisCluster(t *testing.T) {
+	c := testenv.StartRedisCluster(t, 3)
+	p, err := NewNotifyPusher(c.Client(t), testenv.QuietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 100)
+	p.Attach(func(user string, push []byte) { got <- user + ":" + string(push) }, func(string) {})
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(context.Background()) }()
+	defer func() { p.Close(context.Background()); <-done }()
+	p.Follow("ana", true)
+	// Published until it arrives: the subscription is made asynchronously.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := p.Publish(context.Background(), "ana", []byte("hi")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case g := <-got:
+			if g != "ana:hi" {
+				t.Fatalf("delivered %q", g)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no push delivered over the cluster")
+		}
+	}
+}

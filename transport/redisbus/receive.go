@@ -85,6 +85,14 @@ func (b *Bus) subscribeLoop(ctx context.Context) {
 	}
 }
 
+// Hears implements awareness.Replicator: the document's channel has been
+// subscribed for three roster intervals, so a live node's roster would
+// have come.
+func (b *Bus) Hears(documentID string) bool {
+	since, ok := b.sub.heardSince(docChannel(documentID))
+	return ok && time.Since(since) >= 3*b.cfg.GossipInterval
+}
+
 // confirmed is the subscriber's word that a channel is subscribed: for
 // subscribeLoop to act on.
 func (b *Bus) confirmed(channel string, resumed bool) {

@@ -74,7 +74,8 @@ type subState struct {
 	on        *shard // the connection it was asked on; nil: not asked
 	sentAt    time.Time
 	confirmed bool
-	lost      bool // confirmed once, then lost: tell ready so when confirmed again
+	since     time.Time // when confirmed
+	lost      bool      // confirmed once, then lost: tell ready so when confirmed again
 }
 
 type leaving struct {
@@ -412,6 +413,18 @@ func (s *subscriber) connect(now time.Time) {
 	}
 }
 
+// heardSince is when a channel's subscription was last confirmed; false
+// while it is not (not yet, or lost and not yet made again).
+func (s *subscriber) heardSince(channel string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.want[channel]
+	if st == nil || !st.confirmed {
+		return time.Time{}, false
+	}
+	return st.since, true
+}
+
 // shardOf is the address of the master that serves a channel, as last
 // read; "" on one Redis, or while no master serves it.
 func (s *subscriber) shardOf(channel string) string {
@@ -647,7 +660,7 @@ func (s *subscriber) confirmed(sh *shard, m *redis.Subscription) {
 			s.mu.Unlock()
 			return
 		}
-		st.confirmed = true
+		st.confirmed, st.since = true, time.Now()
 		resumed := st.lost
 		st.lost = false
 		s.mu.Unlock()

@@ -1,5 +1,6 @@
 // Stock automerge-repo clients for the end-to-end tests.
 import { Repo } from "@automerge/automerge-repo"
+import * as A from "@automerge/automerge"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import { defer, until } from "./server.mjs"
 
@@ -53,4 +54,16 @@ export async function streamEvents(t, url, headers = {}, keep = e => e) {
     } catch { /* aborted at the end of the test */ }
   })()
   return { events, res }
+}
+
+// typeTogether has every handle type ten characters into its text at once,
+// the i-th handle the digit i, and resolves when all hold the same text.
+export async function typeTogether(handles) {
+  for (let round = 0; round < 10; round++) {
+    handles.forEach((h, i) => h.change(d => A.splice(d, ["text"], 0, 0, String(i))))
+  }
+  await until("all converge", () => {
+    const texts = handles.map(h => h.doc().text)
+    return texts[0].length === 10 * handles.length && texts.every(x => x === texts[0])
+  }, 20000)
 }

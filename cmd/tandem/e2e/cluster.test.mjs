@@ -3,12 +3,11 @@
 import { test } from "node:test"
 import assert from "node:assert/strict"
 import { Presence } from "@automerge/automerge-repo"
-import * as A from "@automerge/automerge"
 import { execFileSync, spawn } from "node:child_process"
 import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { defer, start, startRedis, postgresURL, until } from "./server.mjs"
-import { client, connected, watchStatuses } from "./clients.mjs"
+import { client, connected, typeTogether, watchStatuses } from "./clients.mjs"
 
 async function cluster(t, n, redis, extra = []) {
   const nodes = []
@@ -63,13 +62,7 @@ test("clients on three nodes edit one document concurrently and converge", async
     others.push(await repo.find(ha.url))
   }
   const handles = [ha, ...others]
-  for (let round = 0; round < 10; round++) {
-    handles.forEach((h, i) => h.change(d => A.splice(d, ["text"], 0, 0, String(i))))
-  }
-  await until("all converge", () => {
-    const texts = handles.map(h => h.doc().text)
-    return texts[0].length === 30 && texts.every(x => x === texts[0])
-  }, 20000)
+  await typeTogether(handles)
 })
 
 test("an application's ephemeral message reaches a peer on another node, and never its sender", async t => {

@@ -3,9 +3,8 @@
 // stock automerge-repo clients.
 import { test } from "node:test"
 import { Presence } from "@automerge/automerge-repo"
-import * as A from "@automerge/automerge"
 import { defer, start, startRedisCluster, postgresURL, until } from "./server.mjs"
-import { client, connected } from "./clients.mjs"
+import { client, connected, typeTogether } from "./clients.mjs"
 
 async function nodesOn(t, redis, n) {
   const nodes = []
@@ -32,13 +31,7 @@ test("three nodes on a Redis Cluster: edits and presence cross nodes", async t =
   const first = repos[0].create({ text: "" })
   const handles = [first]
   for (const repo of repos.slice(1)) handles.push(await repo.find(first.url))
-  for (let round = 0; round < 10; round++) {
-    handles.forEach((h, i) => h.change(d => A.splice(d, ["text"], 0, 0, String(i))))
-  }
-  await until("all converge", () => {
-    const texts = handles.map(h => h.doc().text)
-    return texts[0].length === 30 && texts.every(x => x === texts[0])
-  }, 20000)
+  await typeTogether(handles)
   const watchers = [await present(t, repos[1], handles[1], { user: { id: "bo" } }), await present(t, repos[2], handles[2], { user: { id: "cy" } })]
   const ana = await present(t, repos[0], handles[0], { user: { id: "ana" }, cursor: 1 })
   await until("ana's cursor on the other two nodes", () => watchers.every(w => stateOf(w, repos[0].peerId)?.cursor === 1), 10000)
