@@ -449,3 +449,23 @@ func TestAChannelsMessagesKeepToOneLane(t *testing.T) {
 		t.Fatalf("another channel went to the old lane: %+v", h)
 	}
 }
+
+// Two nodes that start watching a document at the same moment: node 1
+// publishes a cursor before node 2 is subscribed, node 2 greets before
+// node 1 is. Rosters and the heads exchange are slowed to a minute here,
+// so only what node 1 sends once its own subscription is confirmed can
+// bring the cursor across. (Subscriptions are asynchronous: the test
+// makes that order certain by joining node 1's bus last.)
+func TestNodesThatStartWatchingAtOnceHearEachOther(t *testing.T) {
+	slow := func(b *Config, p *awareness.Config) { b.GossipInterval, p.RemoteTTL = time.Minute, time.Minute }
+	n1, n2 := startNode(t, "at-once-1", slow), startNode(t, "at-once-2", slow)
+	docID := fmt.Sprint("at-once-", time.Now().UnixNano())
+	speaker := &recorder{id: "speaker"}
+	n1.presence.Join(speaker, docID)
+	data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": "1@a"}})
+	n1.presence.Receive(speaker, docID, awareness.Message{SenderID: "speaker", SessionID: "s", Count: 1, Data: data})
+	watcher := watch(t, n2, docID, "watcher")
+	testenv.WaitFor(t, "node 2 subscribed", func() bool { return confirmedOn(n2.bus, docChannel(docID)) != "" })
+	n1.bus.Join(docID)
+	testenv.WaitWithin(t, "the cursor on node 2", 5*time.Second, func() bool { return heard(watcher, "speaker", "1@a") })
+}

@@ -103,9 +103,9 @@ func (b *Bus) confirmed(channel string, resumed bool) {
 }
 
 // catchUp acts on confirmed subscriptions. A document channel greets the
-// other nodes (hello) once it hears their answers; after a loss the
-// documents in memory also read the store, and send this node's state and
-// heads. A user's channel reads the statuses the other nodes last wrote.
+// other nodes (hello) once it hears their answers, and sends this node's
+// state and heads; after a loss the documents in memory also read the
+// store. A user's channel reads the statuses the other nodes last wrote.
 func (b *Bus) catchUp(ctx context.Context, ready []confirmation) {
 	var docs []confirmation // of document ids
 	var users []string
@@ -135,11 +135,13 @@ func (b *Bus) catchUp(ctx context.Context, ready []confirmation) {
 		if !watched {
 			continue
 		}
+		// Its own state and heads too: what it published before the
+		// others' subscriptions were made (or while its own was lost) went
+		// unheard, and a hello of theirs may have come before its own
+		// subscription did.
 		b.send(d.channel, busMsg{Kind: kindHello})
-		if d.resumed {
-			b.presence.SendState(d.channel)
-			b.docs.AnnounceHeads(d.channel)
-		}
+		b.presence.SendState(d.channel)
+		b.docs.AnnounceHeads(d.channel)
 	}
 }
 
