@@ -469,3 +469,16 @@ func TestNodesThatStartWatchingAtOnceHearEachOther(t *testing.T) {
 	n1.bus.Join(docID)
 	testenv.WaitWithin(t, "the cursor on node 2", 5*time.Second, func() bool { return heard(watcher, "speaker", "1@a") })
 }
+
+// A lane over its bound loses its newest messages other than leaves
+// first, and leaves last; what stays keeps its order.
+func TestATrimmedLaneKeepsItsLeavesLongest(t *testing.T) {
+	l := &lane{waiting: []busOut{{channel: "a", leave: true}, {channel: "b"}, {channel: "c", leave: true}, {channel: "d"}}}
+	cut := trimLane(l, 2)
+	if len(cut) != 2 || cut[0].channel != "d" || cut[1].channel != "b" || len(l.waiting) != 2 || l.waiting[0].channel != "a" || l.waiting[1].channel != "c" {
+		t.Fatalf("cut %+v, kept %+v", cut, l.waiting)
+	}
+	if cut = trimLane(l, 1); len(cut) != 1 || cut[0].channel != "c" || len(l.waiting) != 1 || l.waiting[0].channel != "a" {
+		t.Fatalf("cut %+v, kept %+v", cut, l.waiting)
+	}
+}

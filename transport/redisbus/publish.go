@@ -1,8 +1,9 @@
 package redisbus
 
 // Publishing (BUS.md, "Loss and order"): what the layers hand the bus
-// waits in a bounded queue that one loop sends in pipelines; leaves are
-// never dropped for a full queue.
+// waits in a bounded queue, then in its shard's lane, sent in pipelines;
+// leaves are never dropped for a full queue, and only past their own
+// bound (maxLeaves) in a lane.
 
 import (
 	"context"
@@ -178,8 +179,8 @@ func (b *Bus) sentLocked(ms []busOut) {
 }
 
 // route appends messages to their shards' lanes and starts the idle ones.
-// A lane holds at most Queue messages besides leaves; past it the others
-// are dropped.
+// A lane holds at most Queue messages, and maxLeaves leaves more; past
+// that what comes is dropped.
 func (b *Bus) route(ctx context.Context, batch []busOut) {
 	b.pmu.Lock()
 	defer b.pmu.Unlock()
@@ -195,8 +196,8 @@ func (b *Bus) route(ctx context.Context, batch []busOut) {
 			h = &held{in: l}
 		}
 		l := h.in
-		if len(l.waiting) >= b.cfg.Queue && !m.leave {
-			b.dropped.Inc()
+		if n := len(l.waiting); (n >= b.cfg.Queue && !m.leave) || n >= b.cfg.Queue+maxLeaves {
+			b.dropped.Inc() // a leave only past maxLeaves more
 			continue
 		}
 		l.waiting = append(l.waiting, m)
@@ -238,39 +239,64 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 		for i, m := range batch {
 			cmds[i] = b.queue(ctx, pipe, m)
 		}
-		if _, err := pipe.Exec(ctx); err == nil {
+		_, err := pipe.Exec(ctx)
+		if err == nil {
 			retry = 0
 			b.published.Add(float64(len(batch)))
 			b.pmu.Lock()
 			b.sentLocked(batch)
 			b.pmu.Unlock()
 			continue
-		} else {
-			var kept, gone []busOut
-			failed := 0
-			for i, c := range cmds {
-				if c.Err() == nil {
-					gone = append(gone, batch[i])
-					continue
-				}
-				failed++
-				if batch[i].leave {
-					kept = append(kept, batch[i])
-				} else {
-					gone = append(gone, batch[i])
-				}
+		}
+		var kept, gone []busOut
+		failed := 0
+		for i, c := range cmds {
+			if c.Err() == nil {
+				gone = append(gone, batch[i])
+				continue
 			}
-			b.pmu.Lock()
-			l.waiting = append(kept, l.waiting...)
-			b.sentLocked(gone)
-			b.pmu.Unlock()
-			b.dropped.Add(float64(failed - len(kept)))
-			b.published.Add(float64(len(batch) - failed))
-			b.log.Debug("bus: publish failed", "messages", failed, "dropped", failed-len(kept), "err", err)
-			b.sub.suspect()
-			retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+			failed++
+			if batch[i].leave {
+				kept = append(kept, batch[i])
+			} else {
+				gone = append(gone, batch[i])
+			}
+		}
+		b.pmu.Lock()
+		l.waiting = append(kept, l.waiting...)
+		trimmed := trimLane(l, b.cfg.Queue+maxLeaves)
+		gone = append(gone, trimmed...)
+		b.sentLocked(gone)
+		b.pmu.Unlock()
+		lost := failed - len(kept) + len(trimmed)
+		b.dropped.Add(float64(lost))
+		b.published.Add(float64(len(batch) - failed))
+		b.log.Debug("bus: publish failed", "messages", failed, "dropped", lost, "err", err)
+		b.sub.suspect()
+		retry = min(max(2*retry, 50*time.Millisecond), time.Second)
+	}
+}
+
+// trimLane cuts a lane to limit messages, the newest other than leaves
+// first, then the newest leaves, and returns what it cut. What stays keeps
+// its order.
+func trimLane(l *lane, limit int) []busOut {
+	over := len(l.waiting) - limit
+	if over <= 0 {
+		return nil
+	}
+	var cut []busOut
+	for pass := 0; pass < 2 && over > 0; pass++ {
+		for i := len(l.waiting) - 1; i >= 0 && over > 0; i-- {
+			if pass == 0 && l.waiting[i].leave {
+				continue
+			}
+			cut = append(cut, l.waiting[i])
+			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
+			over--
 		}
 	}
+	return cut
 }
 
 // laneLeft takes what the lanes still hold, for the goodbye.
