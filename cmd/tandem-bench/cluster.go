@@ -44,7 +44,7 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 		return presenceResult{}, err
 	}
 	defer os.RemoveAll(dataDir)
-	redises, redisURL, err := startRedises(ctx, o.redisShards, dataDir)
+	redises, redisURL, err := startRedises(ctx, o.redisShards, 0, dataDir)
 	for _, r := range redises {
 		defer r.srv.stop()
 	}
@@ -105,9 +105,11 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 }
 
 // startRedises starts one redis-server, or with shards ≥ 3 a Redis Cluster
-// of that many masters, keeping nothing on disk but the cluster's
-// configuration in dir; it returns the URL the nodes are given.
-func startRedises(ctx context.Context, shards int, dir string) ([]redisProc, string, error) {
+// of that many masters with replicas replicas each (the masters first),
+// keeping nothing on disk but the cluster's configuration in dir; it
+// returns the URL the nodes are given. A cluster's nodes take a silent
+// master for failed after 2 s.
+func startRedises(ctx context.Context, shards, replicas int, dir string) ([]redisProc, string, error) {
 	base := []string{"redis-server", "--port", "{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}
 	if shards == 0 {
 		srv, err := startServer("redis-server", "Ready to accept connections", "", base...)
@@ -122,9 +124,10 @@ func startRedises(ctx context.Context, shards int, dir string) ([]redisProc, str
 	}
 	var procs []redisProc
 	var addrs []string
-	for i := range shards {
+	for i := range shards * (1 + replicas) {
 		srv, err := startServer(fmt.Sprintf("redis-shard-%d", i+1), "Ready to accept connections", "",
-			append(base, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-{port}.conf", "--dir", dir)...)
+			append(base, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-{port}.conf", "--dir", dir,
+				"--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0")...)
 		if err != nil {
 			return procs, "", fmt.Errorf("redis-server: %w", err)
 		}
@@ -133,22 +136,12 @@ func startRedises(ctx context.Context, shards int, dir string) ([]redisProc, str
 		addrs = append(addrs, addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	if out, err := exec.CommandContext(ctx, "redis-cli", append(args, "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "redis-cli", append(args, "--cluster-replicas", fmt.Sprint(replicas), "--cluster-yes")...).CombinedOutput(); err != nil {
 		return procs, "", fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
 	for _, a := range addrs {
-		for {
-			c := redis.NewClient(&redis.Options{Addr: a})
-			info, err := c.ClusterInfo(ctx).Result()
-			c.Close()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				return procs, "", fmt.Errorf("the Redis Cluster at %s is not ok after 30 s", a)
-			}
-			time.Sleep(100 * time.Millisecond) // polling the cluster's state
+		if err := clusterOK(ctx, a, 30*time.Second); err != nil {
+			return procs, "", err
 		}
 	}
 	q := url.Values{}
@@ -156,6 +149,24 @@ func startRedises(ctx context.Context, shards int, dir string) ([]redisProc, str
 		q.Add("addr", a)
 	}
 	return procs, "redis://" + addrs[0] + "?" + q.Encode(), nil
+}
+
+// clusterOK waits until the Redis Cluster node at addr says the cluster is
+// ok, or within.
+func clusterOK(ctx context.Context, addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := c.ClusterInfo(ctx).Result()
+		c.Close()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("the Redis Cluster at %s is not ok after %v", addr, within)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the cluster's state
+	}
 }
 
 // redisCount is what one redis-server did so far.

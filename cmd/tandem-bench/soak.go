@@ -30,7 +30,8 @@ import (
 const soakHelp = `run the fault soak on a cluster of this many Tandem nodes (--tandem-bin,
 private redis-server, --postgres-url): --docs × --peers peers that edit,
 move cursors and drop their connections at random, a node killed with -9
-and restarted, Redis restarted, bad input mixed in; reports ghosts past
+and restarted, Redis restarted (with --redis-shards: a Redis Cluster
+master killed, its replica taking over), bad input mixed in; reports ghosts past
 --ghost-bound, acknowledged edits lost, documents damaged or diverged, and
 errors by reason`
 
@@ -61,7 +62,7 @@ type soakPeer struct {
 type soak struct {
 	nodes     []*server
 	nodeUp    []atomic.Bool
-	redis     *server
+	redises   []redisProc // one redis-server, or a Redis Cluster's nodes
 	bound     time.Duration
 	peers     []*soakPeer
 	maxMsg    int
@@ -155,27 +156,33 @@ func runSoak(ctx context.Context, o options, tandemBin string, n int, postgresUR
 
 func measureSoak(ctx context.Context, o options, tandemBin string, n int, postgresURL string, bound time.Duration) (soakResult, error) {
 	var none soakResult
-	redis, err := startServer("redis-server", "Ready to accept connections", "",
-		"redis-server", "--port", "{port}", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err != nil {
-		return none, fmt.Errorf("redis-server: %w", err)
-	}
-	defer redis.stop()
-	redisURL := "redis://" + strings.TrimPrefix(redis.url, "ws://")
 	dataDir, err := os.MkdirTemp("", "tandem-soak-")
 	if err != nil {
 		return none, err
 	}
 	defer os.RemoveAll(dataDir)
-	s := &soak{redis: redis, bound: bound, maxMsg: 1 << 20, errors: map[string]int{}, ghosts: map[string]time.Duration{}}
+	// On a Redis Cluster each master has a replica: the fault kills a
+	// master, and its replica takes over.
+	redises, redisURL, err := startRedises(ctx, o.redisShards, 1, dataDir)
+	for _, r := range redises {
+		defer func() { r.srv.stop() }()
+	}
+	if err != nil {
+		return none, err
+	}
+	var redisFlags []string
+	if o.redisShards > 0 {
+		redisFlags = []string{"--redis-cluster"}
+	}
+	s := &soak{redises: redises, bound: bound, maxMsg: 1 << 20, errors: map[string]int{}, ghosts: map[string]time.Duration{}}
 	s.nodeUp = make([]atomic.Bool, n)
 	for i := range n {
-		node, err := startServer(fmt.Sprintf("node %d", i+1), "tandem serving", "/ws", tandemBin,
+		node, err := startServer(fmt.Sprintf("node %d", i+1), "tandem serving", "/ws", append([]string{tandemBin,
 			"--addr", "127.0.0.1:{port}", "--node-id", fmt.Sprintf("soak-%d", i+1),
 			"--redis-url", redisURL, "--postgres-url", postgresURL,
 			"--data-dir", filepath.Join(dataDir, fmt.Sprint(i+1)), "--log-level", "info",
 			"--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000",
-			"--max-message-bytes", fmt.Sprint(s.maxMsg))
+			"--max-message-bytes", fmt.Sprint(s.maxMsg)}, redisFlags...)...)
 		if err != nil {
 			return none, err
 		}
@@ -470,11 +477,26 @@ func (s *soak) faults(ctx context.Context, d time.Duration) {
 	if ctx.Err() != nil {
 		return
 	}
-	fmt.Println(time.Now().Format("15:04:05.000"), "fault: Redis restarted")
-	s.redis.kill()
-	sleepCtx(ctx, 2*time.Second)
-	if err := s.redis.restart(); err != nil {
-		s.count("soak: redis did not restart: " + err.Error())
+	if len(s.redises) > 1 {
+		// A Redis Cluster: a master is killed, its replica takes over,
+		// and the master comes back as a replica.
+		fmt.Println(time.Now().Format("15:04:05.000"), "fault: kill -9 a Redis Cluster master")
+		s.redises[0].srv.kill()
+		sleepCtx(ctx, 3*time.Second) // the cluster's node timeout (2 s) first: until then it says ok
+		if err := clusterOK(ctx, s.redises[1].addr, 30*time.Second); err != nil {
+			s.count("soak: " + err.Error())
+		}
+		fmt.Println(time.Now().Format("15:04:05.000"), "fault: its replica serves")
+		if err := s.redises[0].srv.restart(); err != nil {
+			s.count("soak: the killed master did not restart: " + err.Error())
+		}
+	} else {
+		fmt.Println(time.Now().Format("15:04:05.000"), "fault: Redis restarted")
+		s.redises[0].srv.kill()
+		sleepCtx(ctx, 2*time.Second)
+		if err := s.redises[0].srv.restart(); err != nil {
+			s.count("soak: redis did not restart: " + err.Error())
+		}
 	}
 	// Nodes reconnect and repair within their next rosters: ghosts count
 	// from when Redis is back.
