@@ -113,6 +113,7 @@ type Bus struct {
 	usersDirty map[string]bool
 	ready      []confirmation       // subscriptions confirmed, for subscribeLoop
 	asked      map[string]time.Time // questions answered: node/number, when
+	owed       map[string]bool      // users whose last status message was lost
 	ended      map[string]time.Time // runs that said bye or were replaced, when
 	wake       chan struct{}        // tells subscribeLoop that changed or ready has entries
 
@@ -229,6 +230,7 @@ func New(cfg Config) (*Bus, error) {
 		runs:          make(map[string]string),
 		ended:         make(map[string]time.Time),
 		asked:         make(map[string]time.Time),
+		owed:          make(map[string]bool),
 		lanes:         make(map[string]*lane),
 		held:          make(map[string]*held),
 		run:           fmt.Sprintf("%016x", rand.Uint64()),

@@ -482,3 +482,36 @@ func TestATrimmedLaneKeepsItsLeavesLongest(t *testing.T) {
 		t.Fatalf("cut %+v, kept %+v", cut, l.waiting)
 	}
 }
+
+// A user's status lost for a full queue is owed: the next beat sends the
+// user's status here as it is then, since no roster repairs statuses.
+func TestALostStatusIsSentAgain(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { client.Close() })
+	b, err := New(Config{Client: client, NodeID: "owed", Queue: 1, Logger: testenv.QuietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) }) // never run: the test reads the queue itself
+	presence, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger(), Replicator: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Attach(&holdings{held: map[string]bool{}}, presence)
+	b.PublishUserStatus("ana", awareness.StatusOnline)
+	b.PublishUserStatus("bo", awareness.StatusAway) // the queue is full: lost
+	if q := <-b.out; q.user != "ana" {
+		t.Fatalf("queued %+v", q)
+	}
+	b.resendStatuses()
+	q := <-b.out
+	if q.user != "bo" || q.status != awareness.StatusOffline {
+		t.Fatalf("sent again %+v, want bo as this node sees them now (offline: not here)", q)
+	}
+	b.resendStatuses()
+	select {
+	case q := <-b.out:
+		t.Fatalf("sent again twice: %+v", q)
+	default:
+	}
+}

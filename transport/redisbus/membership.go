@@ -65,6 +65,7 @@ func (b *Bus) beatLoop(ctx context.Context) {
 // answer delays neither the next beat nor the other shards.
 func (b *Bus) beat(ctx context.Context, alive []byte) {
 	b.toNodes(alive)
+	b.resendStatuses()
 	b.expireNodes()
 	if !b.writing.CompareAndSwap(false, true) {
 		return // the last beat's writes still wait for Redis

@@ -76,10 +76,8 @@ func (b *Bus) enqueue(o busOut) {
 		// wait in the list of leaves, sent before the queue.
 		select {
 		case old := <-b.out:
-			if !old.leave {
-				b.dropped.Inc()
-			} else if !b.holdLeave(old) {
-				b.dropped.Inc()
+			if !old.leave || !b.holdLeave(old) {
+				b.drop(old)
 			}
 		default:
 		}
@@ -92,7 +90,41 @@ func (b *Bus) enqueue(o busOut) {
 			return
 		}
 	}
+	b.drop(o)
+}
+
+// drop counts a message lost. A user's status is owed: the next beat
+// sends the user's status here as it is then (resendStatuses), since no
+// roster repairs statuses.
+func (b *Bus) drop(m busOut) {
 	b.dropped.Inc()
+	if m.user != "" {
+		b.mu.Lock()
+		b.owed[m.user] = true
+		b.mu.Unlock()
+	}
+}
+
+// resendStatuses publishes again the statuses of the users whose last
+// status message was lost.
+func (b *Bus) resendStatuses() {
+	b.mu.Lock()
+	owed := b.owed
+	if len(owed) > 0 {
+		b.owed = make(map[string]bool)
+	}
+	b.mu.Unlock()
+	if len(owed) == 0 {
+		return
+	}
+	statuses := b.presence.LocalUserStatuses()
+	for user := range owed {
+		st, ok := statuses[user]
+		if !ok {
+			st = awareness.StatusOffline
+		}
+		b.PublishUserStatus(user, st)
+	}
 }
 
 // holdLeave keeps a leave that found no room in the queue; it reports
@@ -197,7 +229,7 @@ func (b *Bus) route(ctx context.Context, batch []busOut) {
 		}
 		l := h.in
 		if n := len(l.waiting); (n >= b.cfg.Queue && !m.leave) || n >= b.cfg.Queue+maxLeaves {
-			b.dropped.Inc() // a leave only past maxLeaves more
+			b.drop(m) // a leave only past maxLeaves more
 			continue
 		}
 		l.waiting = append(l.waiting, m)
@@ -248,30 +280,29 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 			b.pmu.Unlock()
 			continue
 		}
-		var kept, gone []busOut
-		failed := 0
+		var kept, gone, lost []busOut
 		for i, c := range cmds {
-			if c.Err() == nil {
+			switch {
+			case c.Err() == nil:
 				gone = append(gone, batch[i])
-				continue
-			}
-			failed++
-			if batch[i].leave {
+			case batch[i].leave:
 				kept = append(kept, batch[i])
-			} else {
-				gone = append(gone, batch[i])
+			default:
+				lost = append(lost, batch[i])
 			}
 		}
+		failed := len(kept) + len(lost)
 		b.pmu.Lock()
 		l.waiting = append(kept, l.waiting...)
-		trimmed := trimLane(l, b.cfg.Queue+maxLeaves)
-		gone = append(gone, trimmed...)
+		lost = append(lost, trimLane(l, b.cfg.Queue+maxLeaves)...)
 		b.sentLocked(gone)
+		b.sentLocked(lost)
 		b.pmu.Unlock()
-		lost := failed - len(kept) + len(trimmed)
-		b.dropped.Add(float64(lost))
+		for _, m := range lost {
+			b.drop(m)
+		}
 		b.published.Add(float64(len(batch) - failed))
-		b.log.Debug("bus: publish failed", "messages", failed, "dropped", lost, "err", err)
+		b.log.Debug("bus: publish failed", "messages", failed, "dropped", len(lost), "err", err)
 		b.sub.suspect()
 		retry = min(max(2*retry, 50*time.Millisecond), time.Second)
 	}
