@@ -258,15 +258,15 @@ func New(cfg Config) (*Bus, error) {
 	}
 	var err error
 	b.sub, err = newSubscriber(subscriberConfig{
-		client: cfg.Client, log: cfg.Logger, probeEvery: cfg.ProbeInterval, everyShard: []string{nodesChannel},
-		deliver: b.dispatch, ready: b.confirmed, redone: b.resubscribed,
+		client: cfg.Client, log: cfg.Logger, probeEvery: cfg.ProbeInterval,
+		// Subscribed from now: answers to this node's first questions are
+		// heard even before Run.
+		everyShard: []string{nodesChannel, inboxChannel(cfg.NodeID)},
+		deliver:    b.dispatch, ready: b.confirmed, redone: b.resubscribed,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// The nodes channel (everyShard) and this node's inbox, from now:
-	// answers to this node's first questions are heard even before Run.
-	b.sub.add(inboxChannel(cfg.NodeID))
 	return b, nil
 }
 

@@ -66,7 +66,9 @@ func (b *Bus) answer(m busMsg) {
 	b.docs.Holds(m.Doc, func(held bool) {
 		payload, err := b.encode(busMsg{Kind: kindAnswer, Doc: m.Doc, Ask: m.Ask, Found: held})
 		if err == nil {
-			b.enqueue(busOut{channel: inboxChannel(m.Node), payload: payload})
+			for _, ch := range b.sub.onEvery(inboxChannel(m.Node)) {
+				b.enqueue(busOut{channel: ch, payload: payload})
+			}
 		}
 	})
 }

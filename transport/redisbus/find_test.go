@@ -37,8 +37,14 @@ func (h *holdings) NodeGone(string)      {}
 // document layer.
 func startFindBus(t *testing.T, addr, id string, docs DocumentReplica, askTimeout time.Duration) (*Bus, func()) {
 	t.Helper()
+	return startFindBusOn(t, redis.NewClient(&redis.Options{Addr: addr}), id, docs, askTimeout)
+}
+
+// startFindBusOn is startFindBus on a client of its caller's, which it
+// closes.
+func startFindBusOn(t *testing.T, client redis.UniversalClient, id string, docs DocumentReplica, askTimeout time.Duration) (*Bus, func()) {
+	t.Helper()
 	logger := testenv.QuietLogger()
-	client := redis.NewClient(&redis.Options{Addr: addr})
 	bus, err := New(Config{Client: client, NodeID: id, NodeTTL: time.Second, AskTimeout: askTimeout, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -134,5 +140,30 @@ func TestFindDocumentTimesOut(t *testing.T) {
 	alone, _ := startFindBus(t, testenv.StartRedis(t, 0).Addr(), "alone", &holdings{}, time.Minute)
 	if found, _ := find(t, alone, "anything"); found {
 		t.Fatal("a node alone found a document")
+	}
+}
+
+// On a Redis Cluster an ask goes to every master's nodes channel and each
+// answer to every master's copy of the asker's inbox: found as on one
+// Redis, whatever braces a node id holds (the shard's tag comes first).
+func TestFindDocumentOnARedisCluster(t *testing.T) {
+	c := testenv.StartRedisCluster(t, 3)
+	client := func() redis.UniversalClient {
+		opts, err := redis.ParseClusterURL(c.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return redis.NewClusterClient(opts)
+	}
+	asker, _ := startFindBusOn(t, client(), "asker{0}", &holdings{held: map[string]bool{}}, time.Minute)
+	startFindBusOn(t, client(), "has-it{1}", &holdings{held: map[string]bool{"created": true, "nowhere": false}}, 0)
+	testenv.WaitFor(t, "the asker sees the other node", knows(asker, "has-it{1}"))
+	for i := 0; i < 20; i++ {
+		if found, _ := find(t, asker, "created"); !found {
+			t.Fatalf("round %d: a document another node holds was not found", i)
+		}
+		if found, _ := find(t, asker, "nowhere"); found {
+			t.Fatalf("round %d: a document no node holds was found", i)
+		}
 	}
 }

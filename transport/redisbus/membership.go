@@ -5,6 +5,7 @@ package redisbus
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -21,8 +22,20 @@ func (b *Bus) toNodes(payload []byte) {
 }
 
 // inboxChannel carries what is meant for one node only: the answers to
-// its questions.
+// its questions. On a Redis Cluster, like the nodes channel, it is one per
+// master (subscriber.onEvery), and each answer goes to every one.
 func inboxChannel(node string) string { return "tandem:inbox:" + node }
+
+// isInbox reports whether a channel is this node's inbox, on any shard.
+func (b *Bus) isInbox(channel string) bool {
+	inbox := inboxChannel(b.cfg.NodeID)
+	if channel == inbox {
+		return true
+	}
+	// "{tag}" then the name (onShard)
+	_, name, ok := strings.Cut(channel, "}")
+	return ok && strings.HasPrefix(channel, "{") && name == inbox
+}
 
 // RosterInterval is how often the node lists its peers of each watched
 // document to the others (with the document's heads).

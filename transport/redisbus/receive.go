@@ -159,7 +159,7 @@ func (b *Bus) dispatch(channel, payload string) {
 	if !b.attached.Load() {
 		// Subscribed since New, not yet given its layers: only answers
 		// to this node's questions can be taken.
-		if m.Kind == kindAnswer && channel == inboxChannel(b.cfg.NodeID) {
+		if m.Kind == kindAnswer && b.isInbox(channel) {
 			b.answered(m.Node, m.Ask, m.Doc, m.Found)
 		}
 		return
@@ -217,7 +217,7 @@ func (b *Bus) dispatch(channel, payload string) {
 		b.answer(m)
 		return
 	case kindAnswer:
-		if channel == inboxChannel(b.cfg.NodeID) {
+		if b.isInbox(channel) {
 			b.answered(m.Node, m.Ask, m.Doc, m.Found)
 		}
 		return

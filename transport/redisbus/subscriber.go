@@ -387,7 +387,7 @@ func (s *subscriber) connect(now time.Time) {
 		} else {
 			sh.client, sh.own = s.dial(addr), true
 			sh.tag = tagFor(s.firstSlot(addr))
-			sh.probe = s.probeName + ":{" + sh.tag + "}"
+			sh.probe = onShard(s.probeName, sh.tag)
 			sh.ps = sh.client.SSubscribe(s.ctx)
 		}
 		err := s.send(sh, true, append([]string{sh.probe}, s.shardNames(sh.tag)...))
@@ -439,13 +439,18 @@ func (s *subscriber) shardOf(channel string) string {
 	return s.topo.owner[slotOf(channel)]
 }
 
+// onShard names a channel's copy on the shard whose slot has tag: the tag
+// comes first, so that no brace in the name (a node id's) can take its
+// place.
+func onShard(name, tag string) string { return "{" + tag + "}" + name }
+
 // shardNames is the everyShard channels as named on a shard with tag.
 func (s *subscriber) shardNames(tag string) []string {
 	names := make([]string, len(s.everyShard))
 	for i, n := range s.everyShard {
 		names[i] = n
 		if tag != "" {
-			names[i] = n + ":{" + tag + "}"
+			names[i] = onShard(n, tag)
 		}
 	}
 	return names
@@ -460,11 +465,11 @@ func (s *subscriber) onEvery(name string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.topo == nil || len(s.topo.shards) == 0 {
-		return []string{name + ":{" + tagFor(0) + "}"}
+		return []string{onShard(name, tagFor(0))}
 	}
 	names := make([]string, len(s.topo.shards))
 	for i, sh := range s.topo.shards {
-		names[i] = name + ":{" + tagFor(sh.slots[0][0]) + "}"
+		names[i] = onShard(name, tagFor(sh.slots[0][0]))
 	}
 	return names
 }
