@@ -360,13 +360,18 @@ func (b *Bus) encode(m busMsg) ([]byte, error) {
 	return cbor.Marshal(m)
 }
 
-// publish adds a message to a pipeline: to a sharded channel on a Redis
-// Cluster, which the cluster client sends to the channel's shard.
+// publish adds a message to a pipeline.
 func (b *Bus) publish(ctx context.Context, pipe redis.Pipeliner, channel string, payload []byte) *redis.IntCmd {
-	if b.sub.sharded() {
-		return pipe.SPublish(ctx, channel, payload)
+	return publishTo(ctx, pipe, b.sub.sharded(), channel, payload)
+}
+
+// publishTo publishes to a channel, or to a sharded channel (a Redis
+// Cluster's), which a cluster client sends to the channel's shard.
+func publishTo(ctx context.Context, c redis.Cmdable, sharded bool, channel string, payload any) *redis.IntCmd {
+	if sharded {
+		return c.SPublish(ctx, channel, payload)
 	}
-	return pipe.Publish(ctx, channel, payload)
+	return c.Publish(ctx, channel, payload)
 }
 
 // LogTo sends go-redis's own messages (a dial that failed, say) to log at

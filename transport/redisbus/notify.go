@@ -57,10 +57,8 @@ func (p *NotifyPusher) Close(ctx context.Context) error {
 
 // Publish implements notify.Pusher.
 func (p *NotifyPusher) Publish(ctx context.Context, user string, push []byte) error {
-	if _, sharded := p.client.(*redis.ClusterClient); sharded {
-		return p.client.SPublish(ctx, notifyPrefix+user, push).Err()
-	}
-	return p.client.Publish(ctx, notifyPrefix+user, push).Err()
+	_, sharded := p.client.(*redis.ClusterClient)
+	return publishTo(ctx, p.client, sharded, notifyPrefix+user, push).Err()
 }
 
 // Follow implements notify.Pusher: it counts a user's subscriptions and

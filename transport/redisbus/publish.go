@@ -262,8 +262,10 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 			b.pmu.Unlock()
 			return
 		}
-		batch := append([]busOut(nil), l.waiting[:n]...)
-		l.waiting = append(l.waiting[:0], l.waiting[n:]...)
+		// Resliced, not shifted: a backlog is not copied for every batch
+		// (appends past its end reallocate it without what was sent).
+		batch := l.waiting[:n:n]
+		l.waiting = l.waiting[n:]
 		b.pmu.Unlock()
 
 		pipe := b.cfg.Client.Pipeline()

@@ -65,6 +65,7 @@ type subscriber struct {
 	readAt  time.Time
 	retryAt map[string]time.Time // no new connection to this address before then
 	dirty   bool                 // some channel may need a command
+	warned  bool                 // said that the topology cannot be read
 	scanAt  time.Time
 }
 
@@ -239,7 +240,13 @@ func (s *subscriber) reconcile() {
 			s.mu.Lock()
 			if err != nil {
 				s.stale = true
-				s.log.Debug("bus: reading the Redis Cluster's shards", "err", err)
+				if s.topo == nil && !s.warned {
+					// Never read: most likely not a cluster at all.
+					s.warned = true
+					s.log.Warn("bus: cannot read the Redis Cluster's shards; nothing is subscribed until it can (is --redis-url a Redis Cluster's?)", "err", err)
+				} else {
+					s.log.Debug("bus: reading the Redis Cluster's shards", "err", err)
+				}
 			} else {
 				s.applyTopologyLocked(t)
 			}
@@ -603,11 +610,7 @@ func (s *subscriber) probe(now time.Time) {
 		go func() {
 			defer s.wg.Done()
 			ctx, cancel := context.WithTimeout(s.ctx, s.probeEvery)
-			if s.single != nil {
-				sh.client.Publish(ctx, sh.probe, "p")
-			} else {
-				sh.client.SPublish(ctx, sh.probe, "p")
-			}
+			publishTo(ctx, sh.client, s.sharded(), sh.probe, "p")
 			cancel()
 			s.mu.Lock()
 			sh.probing = false

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,5 +158,51 @@ func TestSlotOf(t *testing.T) {
 		if got := slotOf("{" + tagFor(slot) + "}x"); got != slot {
 			t.Fatalf("tagFor(%d) falls on slot %d", slot, got)
 		}
+	}
+}
+
+// syncBuffer is a log destination tests read while loggers write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A cluster client pointed at a Redis that is not a cluster (a mistaken
+// --redis-cluster): the subscriber says so, once, at warning level.
+func TestASubscriberOnARedisThatIsNoClusterSaysSo(t *testing.T) {
+	var logs syncBuffer
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{testenv.RedisAddr()}})
+	t.Cleanup(func() { client.Close() })
+	s, err := newSubscriber(subscriberConfig{
+		client: client, log: slog.New(slog.NewTextHandler(&logs, nil)),
+		deliver: func(string, string) {}, ready: func(string, bool) {},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.close)
+	s.add("some-channel")
+	testenv.WaitFor(t, "the warning", func() bool {
+		return strings.Contains(logs.String(), "is --redis-url a Redis Cluster's?")
+	})
+	readAt := func() time.Time { s.mu.Lock(); defer s.mu.Unlock(); return s.readAt }
+	for range 2 { // the second attempt has ended once a third begins
+		last := readAt()
+		testenv.WaitFor(t, "another attempt to read the shards", func() bool { return readAt().After(last) })
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings, want one:\n%s", n, logs.String())
 	}
 }
