@@ -15,7 +15,7 @@
 // Schema:
 //
 //	tandem_presence_docs  (run, seq, doc_id, user_id, name, status, from_ms, to_ms)
-//	tandem_presence_users (run, seq, user_id, status, from_ms, to_ms)
+//	tandem_presence_users (run, seq, user_id, status, from_ms, to_ms, name)
 //	tandem_presence_runs  (run PRIMARY KEY, node, beat_ms)
 //
 // to_ms is NULL while an interval is open. Each interval table has three

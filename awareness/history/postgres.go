@@ -43,8 +43,8 @@ var (
 	pgInsertDocs = `INSERT INTO ` + docsTable + ` (run, seq, doc_id, user_id, name, status, from_ms, to_ms)
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])
 		ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
-	pgInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, status, from_ms, to_ms)
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[])
+	pgInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, name, status, from_ms, to_ms)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::bigint[])
 		ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	pgCloseDocs  = pgClose(docsTable)
 	pgCloseUsers = pgClose(usersTable)
@@ -71,7 +71,7 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
 			return err
 		}
-		for _, stmt := range pgQueries.schema {
+		for _, stmt := range append(pgQueries.schema, pgQueries.usersName) {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
@@ -102,7 +102,7 @@ func (s *Postgres) WriteHistory(ctx context.Context, opened []awareness.HistoryI
 		}
 		if len(users) > 0 {
 			c := pgColumnsOf(users)
-			if _, err := tx.Exec(ctx, pgInsertUsers, c.run, c.seq, c.user, c.status, c.from, c.to); err != nil {
+			if _, err := tx.Exec(ctx, pgInsertUsers, c.run, c.seq, c.user, c.name, c.status, c.from, c.to); err != nil {
 				return err
 			}
 		}

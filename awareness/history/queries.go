@@ -22,11 +22,13 @@ const (
 type dialect struct {
 	greatest   string // the larger of two values: GREATEST or the scalar MAX
 	pruneIndex string // how the from_ms index is made: "USING brin" or ""
-	sqlite     bool
+	// ifNotExists guards ADD COLUMN where the database has the clause.
+	ifNotExists string
+	sqlite      bool
 }
 
 var (
-	postgresDialect = dialect{greatest: "GREATEST", pruneIndex: "USING brin"}
+	postgresDialect = dialect{greatest: "GREATEST", pruneIndex: "USING brin", ifNotExists: "IF NOT EXISTS "}
 	sqliteDialect   = dialect{greatest: "MAX", sqlite: true}
 )
 
@@ -55,6 +57,9 @@ func (d dialect) rowsIn(table, pick string) string {
 // each store writes its batches in its own way (postgres.go, sqlite.go).
 type queries struct {
 	schema []string
+	// usersName adds the users table's name column to a table made
+	// before it had one (PostgreSQL: each start; SQLite: when missing).
+	usersName string
 	// beat: $1 run, $2 node, $3 beat_ms.
 	beat string
 	// closeDead, one per interval table: $1 stale before (ms), $2 node or
@@ -115,7 +120,8 @@ func newQueries(d dialect) queries {
 			FROM ` + docsTable + `
 			WHERE doc_id = $1 AND from_ms >= $2 AND from_ms < $3 AND (to_ms IS NULL OR to_ms > $4)
 			ORDER BY from_ms, run, seq LIMIT $5`),
-		userIntervals: d.bind(`SELECT run, seq, '', user_id, '', status, from_ms, to_ms
+		usersName: `ALTER TABLE ` + usersTable + ` ADD COLUMN ` + d.ifNotExists + `name text NOT NULL DEFAULT ''`,
+		userIntervals: d.bind(`SELECT run, seq, '', user_id, name, status, from_ms, to_ms
 			FROM ` + usersTable + `
 			WHERE user_id = $1 AND from_ms >= $2 AND from_ms < $3 AND (to_ms IS NULL OR to_ms > $4)
 			ORDER BY from_ms, run, seq LIMIT $5`),

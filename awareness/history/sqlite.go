@@ -35,8 +35,8 @@ var liteQueries = newQueries(sqliteDialect)
 var (
 	liteInsertDocs = `INSERT INTO ` + docsTable + ` (run, seq, doc_id, user_id, name, status, from_ms, to_ms)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
-	liteInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, status, from_ms, to_ms)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
+	liteInsertUsers = `INSERT INTO ` + usersTable + ` (run, seq, user_id, name, status, from_ms, to_ms)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (run, seq) WHERE to_ms IS NULL DO NOTHING`
 	liteCloseDocs  = liteClose(docsTable)
 	liteCloseUsers = liteClose(usersTable)
 )
@@ -72,6 +72,15 @@ func OpenSQLite(dir string) (*SQLite, error) {
 			return nil, fmt.Errorf("history: create tables in %s: %w", path, err)
 		}
 	}
+	var named int
+	err = db.QueryRow(`SELECT count(*) FROM pragma_table_info('` + usersTable + `') WHERE name = 'name'`).Scan(&named)
+	if err == nil && named == 0 {
+		_, err = db.Exec(liteQueries.usersName)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("history: add the users' names in %s: %w", path, err)
+	}
 	q.Set("_query_only", "true")
 	ro, err := sql.Open("sqlite3", "file:"+path+"?"+q.Encode())
 	if err != nil {
@@ -99,7 +108,7 @@ func (s *SQLite) WriteHistory(ctx context.Context, opened []awareness.HistoryInt
 		}
 		err = execEach(ctx, tx, liteInsertUsers, len(users), func(i int) []any {
 			iv := users[i]
-			return []any{iv.Run, iv.Seq, iv.User, string(iv.Status), ms(iv.From), nullMs(iv.To)}
+			return []any{iv.Run, iv.Seq, iv.User, iv.Name, string(iv.Status), ms(iv.From), nullMs(iv.To)}
 		})
 		if err != nil {
 			return err

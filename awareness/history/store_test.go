@@ -2,13 +2,16 @@ package history
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -140,19 +143,19 @@ func wantUser(t *testing.T, s store, user string, from, to int, want ...string) 
 // second end of it changes nothing.
 func TestWriteOpenThenClose(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store) {
-		presence := open(1, 1, "d", "ana", awareness.StatusOnline, 0)
-		presence.Name = "Ana"
-		write(t, s, []awareness.HistoryInterval{presence, open(1, 2, "", "ana", awareness.StatusAway, 5)})
+		presence, status := open(1, 1, "d", "ana", awareness.StatusOnline, 0), open(1, 2, "", "ana", awareness.StatusAway, 5)
+		presence.Name, status.Name = "Ana", "Ana"
+		write(t, s, []awareness.HistoryInterval{presence, status})
 		wantDoc(t, s, "d", 0, 60, "1/1 d ana Ana online 0-…")
-		wantUser(t, s, "ana", 0, 60, "1/2  ana  away 5-…")
+		wantUser(t, s, "ana", 0, 60, "1/2  ana Ana away 5-…")
 
 		write(t, s, nil, end(1, 1, "d", 30), end(1, 2, "", 20))
 		wantDoc(t, s, "d", 0, 60, "1/1 d ana Ana online 0-30")
-		wantUser(t, s, "ana", 0, 60, "1/2  ana  away 5-20")
+		wantUser(t, s, "ana", 0, 60, "1/2  ana Ana away 5-20")
 
 		write(t, s, nil, end(1, 1, "d", 50), end(1, 2, "", 50))
 		wantDoc(t, s, "d", 0, 60, "1/1 d ana Ana online 0-30")
-		wantUser(t, s, "ana", 0, 60, "1/2  ana  away 5-20")
+		wantUser(t, s, "ana", 0, 60, "1/2  ana Ana away 5-20")
 	})
 }
 
@@ -360,6 +363,61 @@ func TestSQLiteKeepsHistoryAcrossAReopen(t *testing.T) {
 	write(t, s, []awareness.HistoryInterval{open(30, 1, "d", "ana", awareness.StatusOnline, 0)})
 	s.Close()
 	wantDoc(t, openSQLite(t, dir), "d", 0, 60, "30/1 d ana  online 0-…")
+}
+
+// usersTableWithoutNames is the users table as stores made it before
+// it kept names.
+const usersTableWithoutNames = `CREATE TABLE ` + usersTable + ` (run bigint NOT NULL, seq bigint NOT NULL,
+	user_id text NOT NULL, status text NOT NULL, from_ms bigint NOT NULL, to_ms bigint)`
+
+// A users table made before it kept names gains them: its rows read
+// with no name, the new ones with theirs, and it opens again unchanged.
+func TestAUsersTableWithoutNamesGainsThem(t *testing.T) {
+	check := func(t *testing.T, s store) {
+		named := open(2, 1, "", "bo", awareness.StatusOnline, 10)
+		named.Name = "Bo"
+		write(t, s, []awareness.HistoryInterval{named})
+		wantUser(t, s, "ana", 0, 60, "1/1  ana  away 5-…")
+		wantUser(t, s, "bo", 0, 60, "2/1  bo Bo online 10-…")
+	}
+	t.Run("SQLite", func(t *testing.T) {
+		dir := t.TempDir()
+		db, err := sql.Open("sqlite3", filepath.Join(dir, "presence-history.sqlite"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{usersTableWithoutNames,
+			`INSERT INTO ` + usersTable + ` VALUES (1, 1, 'ana', 'away', ` + fmt.Sprint(at(5).UnixMilli()) + `, NULL)`} {
+			if _, err := db.Exec(stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		s := openSQLite(t, dir)
+		check(t, s)
+		s.Close()
+		wantUser(t, openSQLite(t, dir), "bo", 0, 60, "2/1  bo Bo online 10-…")
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		url := testenv.PostgresSchema(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, stmt := range []string{usersTableWithoutNames,
+			`INSERT INTO ` + usersTable + ` VALUES (1, 1, 'ana', 'away', ` + fmt.Sprint(at(5).UnixMilli()) + `, NULL)`} {
+			if _, err := c.Exec(ctx, stmt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close(ctx)
+		s := openPostgres(t, url)
+		check(t, s)
+		s.Close()
+		wantUser(t, openPostgres(t, url), "bo", 0, 60, "2/1  bo Bo online 10-…")
+	})
 }
 
 // Nodes starting together on an empty database make the tables once.

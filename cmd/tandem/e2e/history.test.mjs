@@ -70,6 +70,7 @@ test("one node records who was in a document, with names, and ends it when they 
   // Her tab is still connected: she is online, in no document.
   const user = await (await fetch(`${node.http}/api/users/ana/presence/history`)).json()
   assert.ok(user.intervals.length === 1 && user.intervals[0].status === "online" && user.intervals[0].to === null, JSON.stringify(user))
+  assert.equal(user.intervals[0].name, "Ana")
 })
 
 test("after a SIGKILL the restarted node ends the dead run's intervals at its last beat", async t => {
