@@ -71,12 +71,17 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLock)); err != nil {
 			return err
 		}
-		for _, stmt := range append(pgQueries.schema, pgQueries.usersName) {
+		for _, stmt := range pgQueries.schema {
 			if _, err := tx.Exec(ctx, stmt); err != nil {
 				return err
 			}
 		}
-		return nil
+		var named int
+		if err := tx.QueryRow(ctx, pgQueries.usersNamed).Scan(&named); err != nil || named > 0 {
+			return err
+		}
+		_, err := tx.Exec(ctx, pgQueries.usersName)
+		return err
 	})
 	if err != nil {
 		pool.Close()

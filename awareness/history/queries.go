@@ -22,14 +22,16 @@ const (
 type dialect struct {
 	greatest   string // the larger of two values: GREATEST or the scalar MAX
 	pruneIndex string // how the from_ms index is made: "USING brin" or ""
-	// ifNotExists guards ADD COLUMN where the database has the clause.
-	ifNotExists string
-	sqlite      bool
+	columns    string // counts the users table's columns, each a row with a name column
+	sqlite     bool
 }
 
 var (
-	postgresDialect = dialect{greatest: "GREATEST", pruneIndex: "USING brin", ifNotExists: "IF NOT EXISTS "}
-	sqliteDialect   = dialect{greatest: "MAX", sqlite: true}
+	postgresDialect = dialect{greatest: "GREATEST", pruneIndex: "USING brin", columns: `SELECT count(*) FROM
+		(SELECT column_name AS name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = '` + usersTable + `') c`}
+	sqliteDialect = dialect{greatest: "MAX", sqlite: true,
+		columns: `SELECT count(*) FROM pragma_table_info('` + usersTable + `')`}
 )
 
 var dollarParam = regexp.MustCompile(`\$(\d+)`)
@@ -57,9 +59,11 @@ func (d dialect) rowsIn(table, pick string) string {
 // each store writes its batches in its own way (postgres.go, sqlite.go).
 type queries struct {
 	schema []string
-	// usersName adds the users table's name column to a table made
-	// before it had one (PostgreSQL: each start; SQLite: when missing).
-	usersName string
+	// usersNamed counts the users table's name columns (0 or 1);
+	// usersName adds it to a table made before it had one. ALTER TABLE
+	// locks the table even when IF NOT EXISTS makes it do nothing, so
+	// it runs only when the column is missing.
+	usersNamed, usersName string
 	// beat: $1 run, $2 node, $3 beat_ms.
 	beat string
 	// closeDead, one per interval table: $1 stale before (ms), $2 node or
@@ -120,7 +124,8 @@ func newQueries(d dialect) queries {
 			FROM ` + docsTable + `
 			WHERE doc_id = $1 AND from_ms >= $2 AND from_ms < $3 AND (to_ms IS NULL OR to_ms > $4)
 			ORDER BY from_ms, run, seq LIMIT $5`),
-		usersName: `ALTER TABLE ` + usersTable + ` ADD COLUMN ` + d.ifNotExists + `name text NOT NULL DEFAULT ''`,
+		usersNamed: d.columns + ` WHERE name = 'name'`,
+		usersName:  `ALTER TABLE ` + usersTable + ` ADD COLUMN name text NOT NULL DEFAULT ''`,
 		userIntervals: d.bind(`SELECT run, seq, '', user_id, name, status, from_ms, to_ms
 			FROM ` + usersTable + `
 			WHERE user_id = $1 AND from_ms >= $2 AND from_ms < $3 AND (to_ms IS NULL OR to_ms > $4)

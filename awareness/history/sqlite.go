@@ -73,7 +73,7 @@ func OpenSQLite(dir string) (*SQLite, error) {
 		}
 	}
 	var named int
-	err = db.QueryRow(`SELECT count(*) FROM pragma_table_info('` + usersTable + `') WHERE name = 'name'`).Scan(&named)
+	err = db.QueryRow(liteQueries.usersNamed).Scan(&named)
 	if err == nil && named == 0 {
 		_, err = db.Exec(liteQueries.usersName)
 	}
