@@ -544,6 +544,56 @@ func TestNotPresenceAndBadPresence(t *testing.T) {
 	}
 }
 
+// A stock client's CBOR decoder (cbor-x) reads more shapes as an object
+// with a __presence key than a plain map: tag 55799 around the map, or
+// around its key, means nothing to it. Relayed as an application's
+// ephemeral, such a payload would reach the other peers as presence the
+// hub never checked, under any user's name. The hub refuses them, and
+// relays what carries tags only where they cannot make keys.
+func TestPayloadsAClientCouldReadAsPresenceAreRefused(t *testing.T) {
+	f := newFixture(t)
+	a := &fakePeer{id: "a"}
+	enc := func(v any) []byte {
+		b, err := cbor.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	spoof := enc(map[string]any{"__presence": map[string]any{"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": "ana", "name": "Ana"}}}})
+	selfDescribed := append([]byte{0xd9, 0xd9, 0xf7}, spoof...)
+	taggedKey := append([]byte{0xa1, 0xd9, 0xd9, 0xf7}, spoof[1:]...) // the key "__presence" under tag 55799
+	record := append([]byte{0xd9, 0xdf, 0xff, 0x83, 0x00, 0x81, 0x6a}, "__presence"...)
+	record = append(record, enc(map[string]any{"type": "heartbeat"})...)        // cbor-x's inline record: [id, keys, values...]
+	laterKey := append([]byte{0xa2, 0x61, 'x', 0x01, 0xd9, 0xd9, 0xf7}, spoof[1:]...) // a second key under a tag
+	for name, data := range map[string][]byte{
+		"a map under tag 55799":   selfDescribed,
+		"a key under tag 55799":   taggedKey,
+		"an inline record":        record,
+		"a later key under a tag": laterKey,
+		"a map under two tags":    append([]byte{0xd8, 0x1c}, selfDescribed...),
+	} {
+		ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data})
+		if !errors.Is(err, ErrBadPresence) || ok {
+			t.Errorf("%s: Receive = %v, %v; want ErrBadPresence", name, ok, err)
+		}
+	}
+	date := append([]byte{0xc1}, enc(1700000000)...)
+	typed := append([]byte{0xd8, 0x55}, enc([]byte{0, 0, 128, 63})...) // a Float32Array
+	valueTag := enc(map[string]any{"at": cbor.Tag{Number: 1, Content: 1700000000}, "list": []any{cbor.Tag{Number: 55799, Content: map[string]any{"__presence": 1}}}})
+	indefinite := append([]byte{0xbf}, enc("cursor")...)
+	indefinite = append(append(indefinite, enc(3)...), 0xff)
+	for name, data := range map[string][]byte{"a date": date, "a typed array": typed, "tags inside values": valueTag, "an indefinite map": indefinite} {
+		if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); ok || err != nil {
+			t.Errorf("%s: Receive = %v, %v; want an application's ephemeral, relayed", name, ok, err)
+		}
+	}
+	presence := append([]byte{0xbf}, spoof[1:]...)
+	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: append(presence, 0xff)}); !ok || err != nil {
+		t.Errorf("presence in an indefinite map: Receive = %v, %v; want it taken as presence", ok, err)
+	}
+}
+
 // deep returns a value nested n arrays deep.
 func deep(n int) any {
 	var v any = 1

@@ -140,13 +140,19 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 	if err := dm.Wellformed(data); err != nil {
 		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, dm.DecOptions().MaxNestedLevels, err)
 	}
-	if len(data) == 0 || data[0]>>5 != 5 {
+	if err := plainTop(data); err != nil {
+		return nil, err
+	}
+	if data[0]>>5 != 5 {
 		return nil, nil // not a map: not presence
 	}
 	var probe struct {
 		Presence rawRef `cbor:"__presence"`
 	}
-	if err := dm.Unmarshal(data, &probe); err != nil || probe.Presence == nil {
+	if err := dm.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
+	}
+	if probe.Presence == nil {
 		return nil, nil // a map without __presence: not presence (keys that are not text are skipped)
 	}
 	var m presenceMessage
@@ -167,6 +173,123 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 		return nil, fmt.Errorf("%w: unknown type %q", ErrBadPresence, m.Type)
 	}
 	return &m, nil
+}
+
+// plainTop refuses a payload that a client's CBOR decoder could read as
+// an object with keys its top-level map does not spell out: a map or an
+// array under a tag (cbor-x reads tag 55799 as nothing, records and
+// packed or bundled strings as objects), or a map key under a tag (shared
+// and packed strings). An application's ephemeral is relayed as it came,
+// so one such payload would reach the other peers as presence the hub
+// never checked: another user's name, say. Tags elsewhere (a date, a
+// typed array, a value inside the map) are the application's own. data
+// is well-formed.
+func plainTop(data []byte) error {
+	i, tagged := 0, false
+	for i < len(data) && data[i]>>5 == 6 {
+		_, i, _ = cborHead(data, i)
+		tagged = true
+	}
+	if i >= len(data) {
+		return fmt.Errorf("%w: a tag with no item", ErrBadPresence)
+	}
+	switch major := data[i] >> 5; {
+	case tagged && (major == 4 || major == 5):
+		return fmt.Errorf("%w: a map or array under a tag at the top of an ephemeral payload", ErrBadPresence)
+	case major != 5:
+		return nil
+	}
+	n, i, indefinite := cborHead(data, i)
+	for k := uint64(0); indefinite || k < n; k++ {
+		if i >= len(data) {
+			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+		}
+		if indefinite && data[i] == 0xff {
+			return nil
+		}
+		if data[i]>>5 == 6 {
+			return fmt.Errorf("%w: a map key under a tag at the top of an ephemeral payload", ErrBadPresence)
+		}
+		var ok bool
+		if i, ok = cborSkip(data, i); !ok {
+			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+		}
+		if i, ok = cborSkip(data, i); !ok {
+			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+		}
+	}
+	return nil
+}
+
+// cborHead reads the head of the item at data[i]: its argument (a
+// length, a tag number, a value) and where what follows it starts, or
+// that its length is indefinite. It reports next = len(data) for a head
+// cut short.
+func cborHead(data []byte, i int) (arg uint64, next int, indefinite bool) {
+	ai := data[i] & 0x1f
+	i++
+	switch {
+	case ai < 24:
+		return uint64(ai), i, false
+	case ai <= 27:
+		n := 1 << (ai - 24)
+		if i+n > len(data) {
+			return 0, len(data), false
+		}
+		for _, b := range data[i : i+n] {
+			arg = arg<<8 | uint64(b)
+		}
+		return arg, i + n, false
+	case ai == 31:
+		return 0, i, true
+	}
+	return 0, len(data), false // 28-30 are not well-formed
+}
+
+// cborSkip returns where the item at data[i] ends, or false if it runs
+// past data.
+func cborSkip(data []byte, i int) (int, bool) {
+	for i < len(data) && data[i]>>5 == 6 { // tags, in a loop: their depth is the payload's length
+		_, i, _ = cborHead(data, i)
+	}
+	if i >= len(data) {
+		return 0, false
+	}
+	major := data[i] >> 5
+	arg, i, indefinite := cborHead(data, i)
+	switch major {
+	case 0, 1, 7: // integers, simple values and floats: the head is all
+		return i, i <= len(data)
+	case 2, 3:
+		if !indefinite {
+			if arg > uint64(len(data)-i) {
+				return 0, false
+			}
+			return i + int(arg), true
+		}
+	case 5:
+		if !indefinite {
+			if arg > uint64(len(data)) {
+				return 0, false
+			}
+			arg *= 2
+		}
+	}
+	// An array, a map, or the chunks of an indefinite string, each item
+	// at least a byte.
+	for k := uint64(0); indefinite || k < arg; k++ {
+		if i >= len(data) {
+			return 0, false
+		}
+		if indefinite && data[i] == 0xff {
+			return i + 1, true
+		}
+		var ok bool
+		if i, ok = cborSkip(data, i); !ok {
+			return 0, false
+		}
+	}
+	return i, true
 }
 
 // rawRef is a CBOR item as it lies in the data decoded, not copied: for
