@@ -272,24 +272,45 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		c := l.queued[h]
 		waiting = append(waiting, &c)
 	}
-	for progress := true; progress; {
-		progress = false
-		for i, c := range waiting {
-			if c == nil || !ready(c) {
-				continue
-			}
-			err := check(c)
-			if err != nil && i < fromQueue {
-				return nil, err
-			}
-			if err != nil {
-				ad.dropped = append(ad.dropped, droppedChange{c.Hash, err})
-			}
-			waiting[i] = nil
-			if err == nil {
-				progress = true
+	// Each waiting change counts the dependencies it lacks and is
+	// listed under each; a change taken releases those listed under it,
+	// and a change goes once it lacks none: a pass per dependency, not a
+	// pass over every waiting change per change taken (a chain sent last
+	// change first made that quadratic, seconds for a message of 20,000
+	// empty changes, under the room's lock).
+	lacks := make([]int, len(waiting))
+	under := make(map[[32]byte][]int)
+	next := make([]int, 0, len(waiting))
+	for i, c := range waiting {
+		for _, d := range c.Deps {
+			if !present(d) {
+				under[d] = append(under[d], i)
+				lacks[i]++
 			}
 		}
+		if lacks[i] == 0 {
+			next = append(next, i)
+		}
+	}
+	for len(next) > 0 {
+		i := next[0]
+		next = next[1:]
+		c := waiting[i]
+		err := check(c)
+		if err != nil && i < fromQueue {
+			return nil, err
+		}
+		waiting[i] = nil
+		if err != nil {
+			ad.dropped = append(ad.dropped, droppedChange{c.Hash, err})
+			continue
+		}
+		for _, j := range under[c.Hash] {
+			if lacks[j]--; lacks[j] == 0 {
+				next = append(next, j)
+			}
+		}
+		delete(under, c.Hash)
 	}
 	var heldBytes int64
 	for _, c := range waiting[:fromQueue] {

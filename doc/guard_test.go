@@ -14,6 +14,7 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -368,5 +369,97 @@ func TestAMapKeyIntoTextIsRefused(t *testing.T) {
 	c.sync(t, h, true)
 	if _, ok := h.Heads(testDoc); !ok {
 		t.Fatal("the document is gone")
+	}
+}
+
+// chainOf returns n empty changes of one actor, each depending on the one
+// before, in order.
+func chainOf(n int) [][]byte {
+	out := make([][]byte, n)
+	var prev [32]byte
+	for i := range out {
+		c := amtest.Change{Actors: [][]byte{{0xab, 0xcd}}, Seq: uint64(i + 1), StartOp: 1}
+		if i > 0 {
+			c.Deps = [][32]byte{prev}
+		}
+		out[i], prev = amtest.Encode(c)
+	}
+	return out
+}
+
+// A message whose changes come last first is taken whole, in an order the
+// log can take, in time that grows with the message: the guard used to
+// look at every waiting change again for each change it took, so 16,000
+// empty changes (864 KB) held the room's lock for 8 s, and every other
+// document's with it (evictIdle).
+func TestAChainSentLastChangeFirstIsTakenInLinearTime(t *testing.T) {
+	const n = 40_000
+	chain := chainOf(n)
+	slices.Reverse(chain)
+	var lim Limits
+	lim.setDefaults()
+	l := &ledger{log: amsync.NewLog()}
+	start := time.Now()
+	ad, err := l.admit(lim, chain, l.log.HasBytes)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ad.apply) != n || len(ad.held) != 0 {
+		t.Fatalf("took %d changes and held %d of %d", len(ad.apply), len(ad.held), n)
+	}
+	for i, c := range ad.apply {
+		if c.Seq != uint64(i+1) {
+			t.Fatalf("change %d to take is seq %d", i, c.Seq)
+		}
+	}
+	// Linear, this is well under a second (a few under -race); the
+	// quadratic guard took minutes.
+	if took > 30*time.Second {
+		t.Fatalf("admitting %d changes took %v", n, took)
+	}
+}
+
+func BenchmarkAdmitAChainLastChangeFirst(b *testing.B) {
+	chain := chainOf(10_000)
+	slices.Reverse(chain)
+	var lim Limits
+	lim.setDefaults()
+	for b.Loop() {
+		l := &ledger{log: amsync.NewLog()}
+		if _, err := l.admit(lim, chain, l.log.HasBytes); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// While one room is busy under its lock (a large message being admitted),
+// the hub's eviction passes it by instead of waiting for it with the hub's
+// lock held, so every other document stays served.
+func TestABusyRoomHoldsUpNoOtherDocument(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	busy := roomOf(t, h, testDoc)
+	busy.mu.Lock()
+	evicted := make(chan struct{})
+	go func() {
+		h.evictIdle(time.Now().Add(time.Hour)) // every room is long idle by then
+		close(evicted)
+	}()
+	select {
+	case <-evicted:
+	case <-time.After(10 * time.Second):
+		busy.mu.Unlock()
+		t.Fatal("eviction waited for the busy room")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.acquire(ctx, "4NMNnkMhL8jXrdJ9jamS58PAVdXu"); err != nil {
+		busy.mu.Unlock()
+		t.Fatalf("another document, while one room was busy: %v", err)
+	}
+	gone := busy.evicted
+	busy.mu.Unlock()
+	if gone {
+		t.Fatal("the busy room was evicted")
 	}
 }

@@ -396,7 +396,12 @@ func (r *room) leave(h *Hub, p Peer) {
 // evicted so that late callers look it up again.
 func (r *room) evictable(h *Hub, now time.Time) bool {
 	after := h.cfg.EvictAfter
-	r.mu.Lock()
+	// Under the hub's lock: a room busy now (a large message being
+	// admitted, say) is not idle, and waiting for it would hold up
+	// every other document's acquire.
+	if !r.mu.TryLock() {
+		return false
+	}
 	defer r.mu.Unlock()
 	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
 		(r.mentions != nil && r.mentions.busy()) ||
