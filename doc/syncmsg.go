@@ -13,7 +13,8 @@ import (
 
 var (
 	// errUnsafe marks input that reads but that the server will not
-	// work with (a bloom filter past the bounds): refused (ErrRefused).
+	// work with (a bloom filter or a list past the bounds): refused
+	// (ErrRefused).
 	errUnsafe = errors.New("unsafe sync message")
 )
 
@@ -27,7 +28,7 @@ type syncMessage struct {
 // are; the guard reads them.
 func parseSyncMessage(b []byte) (*syncMessage, error) {
 	m, err := amsync.Decode(b)
-	if errors.Is(err, amsync.ErrBloom) {
+	if errors.Is(err, amsync.ErrBloom) || errors.Is(err, amsync.ErrBounds) {
 		return nil, fmt.Errorf("%w: %v", errUnsafe, err)
 	}
 	if err != nil {

@@ -13,6 +13,26 @@ const MessageV1 = 0x42
 // message.
 var ErrFormat = errors.New("unreadable sync message")
 
+// ErrBounds is returned for a message that reads but lists more than a
+// peer has reason to (MaxHashes, MaxHaves): what it lists is held for its
+// peer until the next message, and the have entries cost a pass over the
+// log each.
+var ErrBounds = errors.New("sync message past the bounds")
+
+// The bounds of what a message lists. automerge sends one have entry at
+// most, its heads (a head per concurrent branch) and the hashes it
+// lacks.
+const (
+	MaxHashes = 4096 // in each hash list: heads, need, a have's lastSync
+	MaxHaves  = 8
+)
+
+// minChange is the fewest bytes of a change: a chunk's magic, checksum,
+// type and length. A shorter entry cannot be one; refusing it as it is
+// read keeps a message of empty entries from costing a slice header (24
+// bytes) per byte of the message.
+const minChange = 10
+
 // Have is one entry of a message's have list: the sender had every change
 // up to LastSync, and those since that its bloom filter holds.
 type Have struct {
@@ -82,6 +102,10 @@ func (r *reader) hashes() []Hash {
 		r.fail("%d hashes do not fit in the message", n)
 		return nil
 	}
+	if n > MaxHashes && r.err == nil {
+		r.err = fmt.Errorf("%w: a list of %d hashes, over %d", ErrBounds, n, MaxHashes)
+		return nil
+	}
 	if n == 0 {
 		return nil
 	}
@@ -107,6 +131,9 @@ func Decode(b []byte) (*Message, error) {
 	if n > uint64(len(b)-r.off) {
 		r.fail("%d have entries do not fit in the message", n)
 	}
+	if n > MaxHaves && r.err == nil {
+		r.err = fmt.Errorf("%w: %d have entries, over %d", ErrBounds, n, MaxHaves)
+	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		h := Have{LastSync: r.hashes(), Bloom: r.bytes(r.uvarint())}
 		if r.err == nil {
@@ -117,11 +144,15 @@ func Decode(b []byte) (*Message, error) {
 		m.Have = append(m.Have, h)
 	}
 	n = r.uvarint()
-	if n > uint64(len(b)-r.off) {
+	if n > uint64(len(b)-r.off)/(1+minChange) {
 		r.fail("%d changes do not fit in the message", n)
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		m.Changes = append(m.Changes, r.bytes(r.uvarint()))
+		size := r.uvarint()
+		if size < minChange {
+			r.fail("change %d of %d bytes: too short to be a change", i, size)
+		}
+		m.Changes = append(m.Changes, r.bytes(size))
 	}
 	if r.err == nil && r.off < len(b) {
 		m.HasFlags = true
