@@ -564,7 +564,7 @@ func TestPayloadsAClientCouldReadAsPresenceAreRefused(t *testing.T) {
 	selfDescribed := append([]byte{0xd9, 0xd9, 0xf7}, spoof...)
 	taggedKey := append([]byte{0xa1, 0xd9, 0xd9, 0xf7}, spoof[1:]...) // the key "__presence" under tag 55799
 	record := append([]byte{0xd9, 0xdf, 0xff, 0x83, 0x00, 0x81, 0x6a}, "__presence"...)
-	record = append(record, enc(map[string]any{"type": "heartbeat"})...)        // cbor-x's inline record: [id, keys, values...]
+	record = append(record, enc(map[string]any{"type": "heartbeat"})...)              // cbor-x's inline record: [id, keys, values...]
 	laterKey := append([]byte{0xa2, 0x61, 'x', 0x01, 0xd9, 0xd9, 0xf7}, spoof[1:]...) // a second key under a tag
 	for name, data := range map[string][]byte{
 		"a map under tag 55799":   selfDescribed,
@@ -703,6 +703,45 @@ func TestPresenceStatePerPeerIsBounded(t *testing.T) {
 	}
 	if v := h.DocumentPresence(doc1); len(v) != 1 || len(v[0].State) != 4 || v[0].State["a"] != uint64(2) {
 		t.Fatalf("the peer's state is %+v", v)
+	}
+}
+
+// A user id is a key of the stores presence writes (last-seen, history)
+// and of the cluster's: one past MaxUserIDBytes is refused before the hub
+// holds it. A 40 KB id once failed every batch of last-seen writes (bbolt
+// refused the key) and so kept every other user's last-seen unstored.
+func TestAUserIDPastTheLimitIsRefused(t *testing.T) {
+	h := newHub(t, Config{Logger: testenv.QuietLogger()})
+	p := &fakePeer{id: "p"}
+	count := uint64(0)
+	send := func(m presenceMessage) error {
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: count, Data: data})
+		return err
+	}
+	enc := func(v any) cbor.RawMessage {
+		b, _ := cbor.Marshal(v)
+		return b
+	}
+	long := strings.Repeat("u", MaxUserIDBytes+1)
+	for _, m := range []presenceMessage{
+		{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": long})},
+		{Type: TypeUpdate, Channel: ChannelUser, Value: enc(long)},
+		{Type: TypeSnapshot, State: map[string]cbor.RawMessage{ChannelUser: enc(map[string]any{"id": long, "name": "Ana"})}},
+	} {
+		if err := send(m); !errors.Is(err, ErrPresenceLimit) {
+			t.Errorf("%s naming a user id of %d bytes: %v, want ErrPresenceLimit", m.Type, len(long), err)
+		}
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedUser)); n != 3 {
+		t.Errorf("refused for a user id: %v, want 3", n)
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": long[1:]})}); err != nil {
+		t.Fatalf("a user id of %d bytes: %v", MaxUserIDBytes, err)
 	}
 }
 

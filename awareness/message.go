@@ -73,6 +73,12 @@ var ErrBadPresence = errors.New("bad presence message")
 // MaxChannelNameBytes. It wraps ErrBadPresence.
 var ErrPresenceLimit = fmt.Errorf("%w: over a presence limit", ErrBadPresence)
 
+// MaxUserIDBytes bounds the id a user channel names (a token's sub
+// otherwise): a user's id is a key of the last-seen and history stores,
+// of watch subscriptions and of Redis keys, which refuse or choke on long
+// ones (bbolt's keys end at 32 KiB, a PostgreSQL index row at 8 KiB).
+const MaxUserIDBytes = 256
+
 // MaxChannelNameBytes bounds the name of a presence channel. Names are
 // words an application picks (cursor, selection, color), and each one is
 // held for its peer and sent to every newcomer.

@@ -27,14 +27,19 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 
 // withinLimits refuses an update or snapshot that would give the peer more
 // channels or bytes in the document's presence than the limits allow, or
-// that names a channel longer than MaxChannelNameBytes. A channel's bytes
+// that names a channel longer than MaxChannelNameBytes or a user id longer
+// than MaxUserIDBytes. A channel's bytes
 // are its name's and its value's: the hub holds both. The caller holds
 // h.mu.
 func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
+	var user []byte
 	switch pm.Type {
 	case TypeUpdate:
 		if len(pm.Channel) > MaxChannelNameBytes {
 			return h.refuse(refusedName, "%w: a channel name of %d bytes, over the limit of %d", ErrPresenceLimit, len(pm.Channel), MaxChannelNameBytes)
+		}
+		if pm.Channel == ChannelUser {
+			user = pm.Value
 		}
 	case TypeSnapshot:
 		for ch := range pm.State {
@@ -42,8 +47,12 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 				return h.refuse(refusedName, "%w: a channel name of %d bytes, over the limit of %d", ErrPresenceLimit, len(ch), MaxChannelNameBytes)
 			}
 		}
+		user = pm.State[ChannelUser]
 	default:
 		return nil
+	}
+	if id := userIDFrom(user, ""); len(id) > MaxUserIDBytes {
+		return h.refuse(refusedUser, "%w: a user id of %d bytes, over the limit of %d", ErrPresenceLimit, len(id), MaxUserIDBytes)
 	}
 	var held map[string]Register
 	if r := h.rooms[documentID]; r != nil {
@@ -83,6 +92,7 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 // Why a presence message was refused (tandem_presence_refused_total).
 const (
 	refusedName     = "channel_name"
+	refusedUser     = "user_id"
 	refusedChannels = "channels"
 	refusedBytes    = "bytes"
 )
