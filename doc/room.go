@@ -395,7 +395,6 @@ func (r *room) leave(h *Hub, p Peer) {
 // evictable reports whether the room can leave memory; if so it marks it
 // evicted so that late callers look it up again.
 func (r *room) evictable(h *Hub, now time.Time) bool {
-	after := h.cfg.EvictAfter
 	// Under the hub's lock: a room busy now (a large message being
 	// admitted, say) is not idle, and waiting for it would hold up
 	// every other document's acquire.
@@ -403,6 +402,18 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 		return false
 	}
 	defer r.mu.Unlock()
+	after := h.cfg.EvictAfter
+	select {
+	case <-r.loaded: // the load writes the log without the lock
+		if r.log.Len() == 0 {
+			// A document with no change here keeps nothing worth
+			// keeping, and a client asking for absent documents
+			// (connect, ask for many, leave, again) would otherwise
+			// keep a room each for EvictAfter.
+			after = 0
+		}
+	default:
+	}
 	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
 		(r.mentions != nil && r.mentions.busy()) ||
 		now.Sub(r.emptySince) < after {

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -108,6 +109,38 @@ func TestEvictionAndReload(t *testing.T) {
 	b.sync(t, h, true)
 	if got := b.get(t, "title"); got != "kept" {
 		t.Fatalf("after eviction b sees %q", got)
+	}
+}
+
+// A room of a document with no changes leaves memory with its last peer,
+// not EvictAfter later: a client that connects, asks for a few hundred
+// absent documents and leaves, again and again, kept a room (about 2.5
+// KiB) for each for a minute. A document with changes stays its time.
+func TestARoomOfAnAbsentDocumentLeavesWithItsLastPeer(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{EvictAfter: time.Hour, UnavailableGrace: time.Millisecond})
+	a := newClient("a")
+	a.setText(t, "title", "kept")
+	a.sync(t, h, false)
+	h.Leave(a.peer, testDoc)
+	const absent = "4NMNnkMhL8jXrdJ9jamS58PAVdXu"
+	asker := &fakePeer{id: "asker", told: make(chan struct{}, 1)}
+	if err := h.Sync(context.Background(), asker, SyncMessage{DocumentID: absent, Data: (&amsync.Message{}).Encode(), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.Leave(asker, absent)
+	if err := h.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.evictIdle(time.Now())
+	h.mu.Lock()
+	_, stayed := h.rooms[absent]
+	_, kept := h.rooms[testDoc]
+	h.mu.Unlock()
+	if stayed {
+		t.Error("the absent document's room stayed")
+	}
+	if !kept {
+		t.Error("the document with changes left before EvictAfter")
 	}
 }
 
