@@ -219,6 +219,31 @@ func (c *Config) hostTrusted(host string) bool {
 	return false
 }
 
+// AllowsBrowser applies the WebSocket's rule for browsers to a plain HTTP
+// request (the REST API): an Origin it carries must be allowed
+// (originAllowed); and on a node without auth, a browser's request without
+// one (it sends Sec-Fetch-Site) must name a trusted host, or the host of
+// an allowed origin. A browser sends no Origin with a same-origin
+// GET, and a page of another site that points its own DNS name at this
+// node makes its reads same-origin: its Host is then that name, which is
+// not trusted. Other clients (curl, servers) send neither header.
+func (c *Config) AllowsBrowser(r *http.Request) bool {
+	if r.Header.Get("Origin") != "" {
+		return c.originAllowed(r)
+	}
+	if c.Auth != nil || r.Header.Get("Sec-Fetch-Site") == "" || c.hostTrusted(r.Host) {
+		return true
+	}
+	// A same-origin request without an Origin, from a page of an origin
+	// allowed by name.
+	for _, o := range c.AllowedOrigins {
+		if u, err := url.Parse(o); o == "*" || (err == nil && strings.EqualFold(u.Host, r.Host)) {
+			return true
+		}
+	}
+	return false
+}
+
 // originAllowed implements the AllowedOrigins rule.
 func (c *Config) originAllowed(r *http.Request) bool {
 	origin := r.Header.Get("Origin")

@@ -130,6 +130,21 @@ func bodyDeadline(timeout time.Duration, m *metrics) func(http.Handler) http.Han
 	}
 }
 
+// browserGate refuses, with 403, a request whose page allows does not
+// allow (Config.AllowsBrowser).
+func browserGate(allows func(*http.Request) bool, m *metrics) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !allows(r) {
+				m.refused.WithLabelValues(refusedOrigin).Inc()
+				writeError(w, http.StatusForbidden, "origin not allowed")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
 // deadlineBody is a request body read under a deadline.
 type deadlineBody struct {
 	io.ReadCloser

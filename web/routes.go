@@ -55,6 +55,10 @@ type Config struct {
 	Streams StreamLimits
 	// Requests bounds the API requests of one address.
 	Requests RequestLimits
+	// AllowsBrowser, if set, says whether an API request may be served
+	// for what it says of the page that made it (Origin, Host); others
+	// are refused with 403. The WebSocket applies the same rule itself.
+	AllowsBrowser func(*http.Request) bool
 }
 
 // NewRouter returns the HTTP handler of a Tandem node.
@@ -92,6 +96,9 @@ func NewRouter(cfg Config) http.Handler {
 		r.Route("/api", func(r chi.Router) {
 			// The rate first: a token check costs the server too.
 			r.Use(newRateGate(limits, m).limit, bodyDeadline(limits.BodyTimeout, m))
+			if cfg.AllowsBrowser != nil {
+				r.Use(browserGate(cfg.AllowsBrowser, m))
+			}
 			r.Use(auth.Middleware(cfg.Auth, logger))
 			if cfg.Presence != nil {
 				a := &api{presence: cfg.Presence, streams: streams}

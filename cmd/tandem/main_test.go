@@ -185,6 +185,55 @@ func TestAPIRateFlag(t *testing.T) {
 	}
 }
 
+// An open node's API serves a browser only on a host it trusts, as its
+// WebSocket does: a page of another site that points its own name at the
+// node (DNS rebinding) reads the API same-origin, and a cross-site form
+// can post to it. Clients that are not browsers are served on any name.
+func TestAnOpenNodesAPIRefusesPagesOfOtherSites(t *testing.T) {
+	addr, stop := startRun(t, "--allowed-hosts", "docs.example.com", "--allowed-origins", "https://app.example.com")
+	defer stop()
+	const path = "/api/docs/2gzyVEWRbEhwBcRvStKvD3gBE5pp/presence"
+	for _, c := range []struct {
+		name, host string
+		header     http.Header
+		want       int
+	}{
+		{"a rebound name, same-origin GET", "evil.example:8080", http.Header{"Sec-Fetch-Site": {"same-origin"}}, http.StatusForbidden},
+		{"a cross-site form", "127.0.0.1", http.Header{"Origin": {"http://evil.example"}}, http.StatusForbidden},
+		{"the node's own page", "localhost:8080", http.Header{"Sec-Fetch-Site": {"same-origin"}, "Origin": {"http://localhost:8080"}}, http.StatusOK},
+		{"an allowed host", "docs.example.com", http.Header{"Sec-Fetch-Site": {"same-origin"}}, http.StatusOK},
+		{"an allowed origin, same-origin", "app.example.com", http.Header{"Sec-Fetch-Site": {"same-origin"}}, http.StatusOK},
+		{"an allowed origin, cross-site", "127.0.0.1", http.Header{"Sec-Fetch-Site": {"cross-site"}, "Origin": {"https://app.example.com"}}, http.StatusOK},
+		{"not a browser, any name", "tandem.internal:8080", nil, http.StatusOK},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr.String()+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = c.host
+		for k, v := range c.header {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+	}
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `tandem_http_refused_total{reason="origin"} 2`) {
+		t.Error("the refusals are not in the metrics")
+	}
+}
+
 // A history store that cannot be opened is an error at start, with the
 // other stores closed, not a crash.
 func TestHistoryStoreThatCannotOpenIsAnError(t *testing.T) {
