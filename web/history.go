@@ -86,7 +86,7 @@ func (a *historyAPI) userHistory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := chi.URLParam(r, "userID")
-	if id == "" || len(id) > 256 {
+	if id == "" || len(id) > awareness.MaxUserIDBytes {
 		writeError(w, http.StatusBadRequest, "invalid user id")
 		return
 	}

@@ -52,7 +52,7 @@ func (a *api) documentPresence(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "userID")
-	if id == "" || len(id) > 256 {
+	if id == "" || len(id) > awareness.MaxUserIDBytes {
 		writeError(w, http.StatusBadRequest, "invalid user id")
 		return
 	}
@@ -85,7 +85,11 @@ func (a *api) watchPresence(w http.ResponseWriter, r *http.Request) {
 	var users []string
 	seen := map[string]bool{}
 	for _, u := range strings.Split(r.URL.Query().Get("users"), ",") {
-		if u = strings.TrimSpace(u); u != "" && !seen[u] {
+		if u = strings.TrimSpace(u); len(u) > awareness.MaxUserIDBytes {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("a user id of %d bytes, over the limit of %d", len(u), awareness.MaxUserIDBytes))
+			return
+		}
+		if u != "" && !seen[u] {
 			seen[u] = true
 			users = append(users, u)
 		}

@@ -328,3 +328,21 @@ func TestWatchesFromOneAddressCannotTakeTheNodesBudget(t *testing.T) {
 	}
 	cancel()
 }
+
+// A watched user id is bounded as presence bounds one: a watch holds its
+// ids in the hub, the bus and Redis's subscriptions, and a header of a
+// few hundred long ids could otherwise pin a megabyte a stream.
+func TestAWatchOfAnOverlongUserIDIsRefused(t *testing.T) {
+	fp := &fakePresence{watch: make(chan func(awareness.UserStatus), 1)}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: fp}))
+	t.Cleanup(srv.Close)
+	long := strings.Repeat("u", awareness.MaxUserIDBytes+1)
+	resp, err := http.Get(srv.URL + "/api/presence/watch?users=ana," + long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("a watch naming a user id of %d bytes: %d, want 400", len(long), resp.StatusCode)
+	}
+}
