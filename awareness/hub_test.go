@@ -706,23 +706,28 @@ func TestPresenceStatePerPeerIsBounded(t *testing.T) {
 	}
 }
 
+// presenceSender returns a function that sends h a presence message from
+// p in doc1, counting, and returns Receive's error.
+func presenceSender(t *testing.T, h *Hub, p *fakePeer) func(presenceMessage) error {
+	count := uint64(0)
+	return func(m presenceMessage) error {
+		count++
+		data, err := cbor.Marshal(map[string]any{"__presence": m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.Receive(p, doc1, Message{SenderID: p.id, SessionID: "s", Count: count, Data: data})
+		return err
+	}
+}
+
 // A user id is a key of the stores presence writes (last-seen, history)
 // and of the cluster's: one past MaxUserIDBytes is refused before the hub
 // holds it. A 40 KB id once failed every batch of last-seen writes (bbolt
 // refused the key) and so kept every other user's last-seen unstored.
 func TestAUserIDPastTheLimitIsRefused(t *testing.T) {
 	h := newHub(t, Config{Logger: testenv.QuietLogger()})
-	p := &fakePeer{id: "p"}
-	count := uint64(0)
-	send := func(m presenceMessage) error {
-		count++
-		data, err := cbor.Marshal(map[string]any{"__presence": m})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: count, Data: data})
-		return err
-	}
+	send := presenceSender(t, h, &fakePeer{id: "p"})
 	enc := func(v any) cbor.RawMessage {
 		b, _ := cbor.Marshal(v)
 		return b
@@ -750,17 +755,7 @@ func TestAUserIDPastTheLimitIsRefused(t *testing.T) {
 // hub hold, and send every newcomer, far more than MaxStateBytes.
 func TestPresenceChannelNamesAreBounded(t *testing.T) {
 	h := newHub(t, Config{MaxChannels: 32, MaxStateBytes: 1024, Logger: testenv.QuietLogger()})
-	p := &fakePeer{id: "p"}
-	count := uint64(0)
-	send := func(m presenceMessage) error {
-		count++
-		data, err := cbor.Marshal(map[string]any{"__presence": m})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = h.Receive(p, doc1, Message{SenderID: "p", SessionID: "s", Count: count, Data: data})
-		return err
-	}
+	send := presenceSender(t, h, &fakePeer{id: "p"})
 	long := strings.Repeat("n", MaxChannelNameBytes+1)
 	if err := send(presenceMessage{Type: TypeUpdate, Channel: long, Value: enc(1)}); !errors.Is(err, ErrPresenceLimit) {
 		t.Fatalf("an update to a channel named by %d bytes: %v, want ErrPresenceLimit", len(long), err)
