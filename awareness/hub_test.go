@@ -583,10 +583,18 @@ func TestPayloadsAClientCouldReadAsPresenceAreRefused(t *testing.T) {
 	valueTag := enc(map[string]any{"at": cbor.Tag{Number: 1, Content: 1700000000}, "list": []any{cbor.Tag{Number: 55799, Content: map[string]any{"__presence": 1}}}})
 	indefinite := append([]byte{0xbf}, enc("cursor")...)
 	indefinite = append(append(indefinite, enc(3)...), 0xff)
-	for name, data := range map[string][]byte{"a date": date, "a typed array": typed, "tags inside values": valueTag, "an indefinite map": indefinite} {
+	otherKeys := []byte{0xa4, 0x41, 'k', 0x01, 0xf9, 0x3c, 0x00, 0x02, 0x81, 0x01, 0x03, 0x6a}
+	otherKeys = append(append(otherKeys, "__PRESENCE"...), 0x04) // bytes, a float, an array, another spelling
+	for name, data := range map[string][]byte{"a date": date, "a typed array": typed, "tags inside values": valueTag, "an indefinite map": indefinite,
+		"keys of other types": otherKeys} {
 		if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); ok || err != nil {
 			t.Errorf("%s: Receive = %v, %v; want an application's ephemeral, relayed", name, ok, err)
 		}
+	}
+	twice := append(append([]byte{0xa2}, enc(presenceMarker)...), 0x01) // as a client reads it, the last one counts
+	twice = append(append(twice, enc(presenceMarker)...), enc(map[string]any{"type": "heartbeat"})...)
+	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: twice}); !ok || err != nil {
+		t.Errorf("__presence twice, the last a heartbeat: Receive = %v, %v; want it taken as presence", ok, err)
 	}
 	presence := append([]byte{0xbf}, spoof[1:]...)
 	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: append(presence, 0xff)}); !ok || err != nil {

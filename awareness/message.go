@@ -1,6 +1,7 @@
 package awareness
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -104,6 +105,10 @@ type presenceMessage struct {
 	whole bool
 }
 
+// presenceMarker is the key of a presence payload's one entry, as
+// automerge-repo's Presence names it (envelope's tag spells it too).
+const presenceMarker = "__presence"
+
 type envelope struct {
 	Presence *presenceMessage `cbor:"__presence"`
 }
@@ -146,23 +151,12 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 	if err := dm.Wellformed(data); err != nil {
 		return nil, fmt.Errorf("%w: payload is not well-formed CBOR nested at most %d deep: %v", ErrBadPresence, dm.DecOptions().MaxNestedLevels, err)
 	}
-	if err := plainTop(data); err != nil {
-		return nil, err
-	}
-	if data[0]>>5 != 5 {
-		return nil, nil // not a map: not presence
-	}
-	var probe struct {
-		Presence rawRef `cbor:"__presence"`
-	}
-	if err := dm.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
-	}
-	if probe.Presence == nil {
-		return nil, nil // a map without __presence: not presence (keys that are not text are skipped)
+	raw, err := presenceIn(data)
+	if err != nil || raw == nil {
+		return nil, err // nil, nil: not presence
 	}
 	var m presenceMessage
-	if err := dm.Unmarshal(probe.Presence, &m); err != nil {
+	if err := dm.Unmarshal(raw, &m); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadPresence, err)
 	}
 	switch m.Type {
@@ -181,51 +175,66 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 	return &m, nil
 }
 
-// plainTop refuses a payload that a client's CBOR decoder could read as
-// an object with keys its top-level map does not spell out: a map or an
-// array under a tag (cbor-x reads tag 55799 as nothing, records and
-// packed or bundled strings as objects), or a map key under a tag (shared
-// and packed strings). An application's ephemeral is relayed as it came,
-// so one such payload would reach the other peers as presence the hub
-// never checked: another user's name, say. Tags elsewhere (a date, a
-// typed array, a value inside the map) are the application's own. data
-// is well-formed.
-func plainTop(data []byte) error {
+// presenceIn returns the value of the __presence key of a payload's
+// top-level map, as a stock client reads it: nil if there is none, the
+// last if there are several. The key is a text string spelled exactly so
+// (cbor-x reads no indefinite-length string); other keys, of any type,
+// are the application's.
+//
+// It refuses a payload that a client's decoder could read as an object
+// with keys its top-level map does not spell out: a map or an array under
+// a tag (cbor-x reads tag 55799 as nothing, records and packed or bundled
+// strings as objects), or a map key under a tag (shared and packed
+// strings). An application's ephemeral is relayed as it came, so one such
+// payload would reach the other peers as presence the hub never checked:
+// another user's name, say. Tags elsewhere (a date, a typed array, a
+// value inside the map) are the application's own. data is well-formed.
+func presenceIn(data []byte) ([]byte, error) {
 	i, tagged := 0, false
 	for i < len(data) && data[i]>>5 == 6 {
 		_, i, _ = cborHead(data, i)
 		tagged = true
 	}
 	if i >= len(data) {
-		return fmt.Errorf("%w: a tag with no item", ErrBadPresence)
+		return nil, fmt.Errorf("%w: a tag with no item", ErrBadPresence)
 	}
 	switch major := data[i] >> 5; {
 	case tagged && (major == 4 || major == 5):
-		return fmt.Errorf("%w: a map or array under a tag at the top of an ephemeral payload", ErrBadPresence)
+		return nil, fmt.Errorf("%w: a map or array under a tag at the top of an ephemeral payload", ErrBadPresence)
 	case major != 5:
-		return nil
+		return nil, nil // not a map: not presence
 	}
+	var value []byte
 	n, i, indefinite := cborHead(data, i)
 	for k := uint64(0); indefinite || k < n; k++ {
 		if i >= len(data) {
-			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+			return nil, fmt.Errorf("%w: a map cut short", ErrBadPresence)
 		}
 		if indefinite && data[i] == 0xff {
-			return nil
+			break
 		}
 		if data[i]>>5 == 6 {
-			return fmt.Errorf("%w: a map key under a tag at the top of an ephemeral payload", ErrBadPresence)
+			return nil, fmt.Errorf("%w: a map key under a tag at the top of an ephemeral payload", ErrBadPresence)
 		}
+		key := i
 		var ok bool
 		if i, ok = cborSkip(data, i); !ok {
-			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+			return nil, fmt.Errorf("%w: a map cut short", ErrBadPresence)
 		}
+		isPresence := bytes.Equal(data[key:i], presenceKey)
+		start := i
 		if i, ok = cborSkip(data, i); !ok {
-			return fmt.Errorf("%w: a map cut short", ErrBadPresence)
+			return nil, fmt.Errorf("%w: a map cut short", ErrBadPresence)
+		}
+		if isPresence {
+			value = data[start:i:i]
 		}
 	}
-	return nil
+	return value, nil
 }
+
+// presenceKey is the key "__presence" as CBOR encodes it.
+var presenceKey = append([]byte{0x60 | byte(len(presenceMarker))}, presenceMarker...)
 
 // cborHead reads the head of the item at data[i]: its argument (a
 // length, a tag number, a value) and where what follows it starts, or
