@@ -593,12 +593,19 @@ func TestPayloadsAClientCouldReadAsPresenceAreRefused(t *testing.T) {
 	}
 	twice := append(append([]byte{0xa2}, enc(presenceMarker)...), 0x01) // as a client reads it, the last one counts
 	twice = append(append(twice, enc(presenceMarker)...), enc(map[string]any{"type": "heartbeat"})...)
-	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: twice}); !ok || err != nil {
-		t.Errorf("__presence twice, the last a heartbeat: Receive = %v, %v; want it taken as presence", ok, err)
-	}
-	presence := append([]byte{0xbf}, spoof[1:]...)
-	if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: append(presence, 0xff)}); !ok || err != nil {
-		t.Errorf("presence in an indefinite map: Receive = %v, %v; want it taken as presence", ok, err)
+	indefinitePresence := append(append([]byte{0xbf}, spoof[1:]...), 0xff)
+	value := spoof[1+1+len(presenceMarker):] // the snapshot, after the map's head and the key
+	wideKey := append(append([]byte{0xa1, 0x78, byte(len(presenceMarker))}, presenceMarker...), value...)
+	widerKey := append(append([]byte{0xa1, 0x7a, 0, 0, 0, byte(len(presenceMarker))}, presenceMarker...), value...)
+	for name, data := range map[string][]byte{
+		"__presence twice, the last a heartbeat": twice,
+		"presence in an indefinite map":          indefinitePresence,
+		"the key's length in a byte of its own":  wideKey,
+		"the key's length in four bytes":         widerKey,
+	} {
+		if ok, err := f.hub.Receive(a, doc1, Message{SenderID: "a", SessionID: "s", Count: 1, Data: data}); !ok || err != nil {
+			t.Errorf("%s: Receive = %v, %v; want it taken as presence, the hub's to check", name, ok, err)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package awareness
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -177,9 +176,10 @@ func parsePresence(dm cbor.DecMode, data []byte) (*presenceMessage, error) {
 
 // presenceIn returns the value of the __presence key of a payload's
 // top-level map, as a stock client reads it: nil if there is none, the
-// last if there are several. The key is a text string spelled exactly so
-// (cbor-x reads no indefinite-length string); other keys, of any type,
-// are the application's.
+// last if there are several. The key is a text string spelled exactly so,
+// its length written in any of CBOR's widths (cbor-x reads them all, and
+// no indefinite-length string); other keys, of any type, are the
+// application's.
 //
 // It refuses a payload that a client's decoder could read as an object
 // with keys its top-level map does not spell out: a map or an array under
@@ -216,12 +216,16 @@ func presenceIn(data []byte) ([]byte, error) {
 		if data[i]>>5 == 6 {
 			return nil, fmt.Errorf("%w: a map key under a tag at the top of an ephemeral payload", ErrBadPresence)
 		}
-		key := i
+		isPresence := false
+		if data[i]>>5 == 3 { // a text string: its bytes, whatever its head's length
+			n, at, indefinite := cborHead(data, i)
+			isPresence = !indefinite && n == uint64(len(presenceMarker)) && at+len(presenceMarker) <= len(data) &&
+				string(data[at:at+len(presenceMarker)]) == presenceMarker
+		}
 		var ok bool
 		if i, ok = cborSkip(data, i); !ok {
 			return nil, fmt.Errorf("%w: a map cut short", ErrBadPresence)
 		}
-		isPresence := bytes.Equal(data[key:i], presenceKey)
 		start := i
 		if i, ok = cborSkip(data, i); !ok {
 			return nil, fmt.Errorf("%w: a map cut short", ErrBadPresence)
@@ -232,9 +236,6 @@ func presenceIn(data []byte) ([]byte, error) {
 	}
 	return value, nil
 }
-
-// presenceKey is the key "__presence" as CBOR encodes it.
-var presenceKey = append([]byte{0x60 | byte(len(presenceMarker))}, presenceMarker...)
 
 // cborHead reads the head of the item at data[i]: its argument (a
 // length, a tag number, a value) and where what follows it starts, or
@@ -305,15 +306,6 @@ func cborSkip(data []byte, i int) (int, bool) {
 		}
 	}
 	return i, true
-}
-
-// rawRef is a CBOR item as it lies in the data decoded, not copied: for
-// data that outlives it.
-type rawRef []byte
-
-func (r *rawRef) UnmarshalCBOR(b []byte) error {
-	*r = b
-	return nil
 }
 
 // encodePresence returns the payload of an outbound presence message.
