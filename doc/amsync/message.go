@@ -13,19 +13,15 @@ const MessageV1 = 0x42
 // message.
 var ErrFormat = errors.New("unreadable sync message")
 
-// ErrBounds is returned for a message that reads but lists more than a
-// peer has reason to (MaxHashes, MaxHaves): what it lists is held for its
-// peer until the next message, and the have entries cost a pass over the
-// log each.
+// ErrBounds is returned for a message that reads but has more have
+// entries than MaxHaves: each costs a pass over the log, and is kept for
+// its peer until its next message.
 var ErrBounds = errors.New("sync message past the bounds")
 
-// The bounds of what a message lists. automerge sends one have entry at
-// most, its heads (a head per concurrent branch) and the hashes it
-// lacks.
-const (
-	MaxHashes = 4096 // in each hash list: heads, need, a have's lastSync
-	MaxHaves  = 8
-)
+// MaxHaves bounds a message's have entries: automerge sends one at most.
+// Its hash lists have no bound of their own beyond the message's size: a
+// document may have any number of heads, and every peer names them all.
+const MaxHaves = 8
 
 // minChange is the fewest bytes of a change: a chunk's magic, checksum,
 // type and length. A shorter entry cannot be one; refusing it as it is
@@ -100,10 +96,6 @@ func (r *reader) hashes() []Hash {
 	n := r.uvarint()
 	if n > uint64(len(r.b)-r.off)/32 {
 		r.fail("%d hashes do not fit in the message", n)
-		return nil
-	}
-	if n > MaxHashes && r.err == nil {
-		r.err = fmt.Errorf("%w: a list of %d hashes, over %d", ErrBounds, n, MaxHashes)
 		return nil
 	}
 	if n == 0 {
