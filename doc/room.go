@@ -405,9 +405,11 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 	after := h.cfg.EvictAfter
 	select {
 	case <-r.loaded: // the load writes the log without the lock
-		if r.log.Len() == 0 {
-			// A document with no change here keeps nothing worth
-			// keeping, and a client asking for absent documents
+		if r.log.Len() == 0 && r.arriving == 0 && len(r.questions) == 0 && !r.deferred {
+			// A document with no change here, and none on its way
+			// (arriving, with questions and a lookup waiting for it),
+			// keeps nothing worth keeping, and a client asking for
+			// absent documents
 			// (connect, ask for many, leave, again) would otherwise
 			// keep a room each for EvictAfter.
 			after = 0

@@ -131,10 +131,18 @@ func TestARoomOfAnAbsentDocumentLeavesWithItsLastPeer(t *testing.T) {
 	if err := h.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// A new document's first message counts in arriving from acquire
+	// until it is applied: its room, empty until then, stays.
+	const coming = "jN3pd9agHvY1zVqDCHrDTE3fDh1"
+	r := roomOf(t, h, coming)
+	r.mu.Lock()
+	r.arriving++
+	r.mu.Unlock()
 	h.evictIdle(time.Now())
 	h.mu.Lock()
 	_, stayed := h.rooms[absent]
 	_, kept := h.rooms[testDoc]
+	_, waited := h.rooms[coming]
 	h.mu.Unlock()
 	if stayed {
 		t.Error("the absent document's room stayed")
@@ -142,6 +150,12 @@ func TestARoomOfAnAbsentDocumentLeavesWithItsLastPeer(t *testing.T) {
 	if !kept {
 		t.Error("the document with changes left before EvictAfter")
 	}
+	if !waited {
+		t.Error("the room of a document whose first message is on its way left")
+	}
+	r.mu.Lock()
+	r.arriving--
+	r.mu.Unlock()
 }
 
 func TestDamagedChunkIsSkipped(t *testing.T) {
