@@ -130,18 +130,34 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 // together with the old shared heads that are still heads.
 func advanceHeads(before, after, shared []Hash) []Hash {
 	var out []Hash
+	inBefore, inAfter := inList(before), inList(after)
 	for _, h := range after {
-		if !slices.Contains(before, h) {
+		if !inBefore(h) {
 			out = append(out, h)
 		}
 	}
 	for _, h := range shared {
-		if slices.Contains(after, h) && !slices.Contains(out, h) {
+		if inAfter(h) {
 			out = append(out, h)
 		}
 	}
 	sortHashes(out)
-	return out
+	return slices.Compact(out)
+}
+
+// inList answers whether a hash is in list: by a scan for a short list,
+// by a set for a long one. A document's heads, and the lists a peer
+// sends, can run to thousands, and a scan per item of another such list
+// would cost their product under the room's lock.
+func inList[T comparable](list []T) func(T) bool {
+	if len(list) <= 16 {
+		return func(x T) bool { return slices.Contains(list, x) }
+	}
+	set := make(map[T]struct{}, len(list))
+	for _, x := range list {
+		set[x] = struct{}{}
+	}
+	return func(x T) bool { _, ok := set[x]; return ok }
 }
 
 // Outgoing is a message Generate made: Message, whose changes are the
@@ -217,8 +233,9 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	}
 	var have []Have
 	allTheirs := true
+	inTheirHeads := inList(p.theirHeads)
 	for _, h := range ourNeed {
-		if !slices.Contains(p.theirHeads, h) {
+		if !inTheirHeads(h) {
 			allTheirs = false
 			break
 		}
@@ -384,8 +401,9 @@ func withFirst(first, rest []int32) []int32 {
 		return rest
 	}
 	out := slices.Clone(first)
+	inFirst := inList(first)
 	for _, x := range rest {
-		if !slices.Contains(first, x) {
+		if !inFirst(x) {
 			out = append(out, x)
 		}
 	}
