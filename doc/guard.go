@@ -152,6 +152,35 @@ func (l *ledger) record(changes []change) {
 	}
 }
 
+// maxHeads bounds a document's heads: its branches that no change has
+// merged yet. A stock client merges every head it knows in its next
+// change, so heads are a few, and a few thousand only when as many peers
+// edit apart at once; but one message of independent changes (50 bytes
+// each) could make a hundred thousand, and then every change the log
+// takes, every peer's message naming them and every client's load pays
+// for each of them.
+const maxHeads = 10_000
+
+// headsAfter counts the log's heads once it has taken apply.
+func (l *ledger) headsAfter(apply []change) int {
+	if len(apply) == 0 {
+		return 0
+	}
+	heads := make(map[[32]byte]struct{})
+	if l.log != nil {
+		for _, h := range l.log.Heads() {
+			heads[h] = struct{}{}
+		}
+	}
+	for i := range apply {
+		for _, d := range apply[i].Deps {
+			delete(heads, d)
+		}
+		heads[apply[i].Hash] = struct{}{}
+	}
+	return len(heads)
+}
+
 // admission is what the guard makes of a sync message's changes.
 type admission struct {
 	// apply are the changes the log is to take, in an order it can take
@@ -311,6 +340,9 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			}
 		}
 		delete(under, c.Hash)
+	}
+	if n := l.headsAfter(ad.apply); n > maxHeads {
+		return nil, fmt.Errorf("%w: the document would have %d heads (branches no change merges); the limit is %d", ErrLimit, n, maxHeads)
 	}
 	var heldBytes int64
 	for _, c := range waiting[:fromQueue] {

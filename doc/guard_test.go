@@ -3,6 +3,7 @@ package doc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -461,5 +462,38 @@ func TestABusyRoomHoldsUpNoOtherDocument(t *testing.T) {
 	busy.mu.Unlock()
 	if gone {
 		t.Fatal("the busy room was evicted")
+	}
+}
+
+// apart returns n changes of n actors, none depending on another: each
+// a head of its own.
+func apart(n, from int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		actor := binary.BigEndian.AppendUint32([]byte{0xee}, uint32(from+i))
+		out[i], _ = amtest.Encode(amtest.Change{Actors: [][]byte{actor}, Seq: 1, StartOp: 1})
+	}
+	return out
+}
+
+// A document's heads are bounded: one message of independent changes
+// (about 50 bytes each) could otherwise give it any number, which every
+// change the log takes, every peer's message and every client's load then
+// pays for.
+func TestADocumentsHeadsAreBounded(t *testing.T) {
+	var lim Limits
+	lim.setDefaults()
+	l := &ledger{log: amsync.NewLog()}
+	ad, err := l.admit(lim, apart(maxHeads, 0), l.log.HasBytes)
+	if err != nil {
+		t.Fatalf("%d heads: %v", maxHeads, err)
+	}
+	for _, c := range ad.apply { // what the room does with an admission (no dependencies here)
+		if _, err := l.log.Add(c.Hash, nil, c.raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.admit(lim, apart(1, maxHeads), l.log.HasBytes); !errors.Is(err, ErrLimit) {
+		t.Fatalf("one head more: err = %v, want ErrLimit", err)
 	}
 }
