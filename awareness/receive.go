@@ -51,8 +51,10 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 	default:
 		return nil
 	}
-	if id := userIDFrom(user, ""); len(id) > MaxUserIDBytes {
-		return h.refuse(refusedUser, "%w: a user id of %d bytes, over the limit of %d", ErrPresenceLimit, len(id), MaxUserIDBytes)
+	if len(user) > MaxUserIDBytes { // shorter, its id is too (the common case: no user channel)
+		if id := userIDFrom(user, ""); len(id) > MaxUserIDBytes {
+			return h.refuse(refusedUser, "%w: a user id of %d bytes, over the limit of %d", ErrPresenceLimit, len(id), MaxUserIDBytes)
+		}
 	}
 	var held map[string]Register
 	if r := h.rooms[documentID]; r != nil {
