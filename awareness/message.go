@@ -218,8 +218,8 @@ func presenceIn(data []byte) ([]byte, error) {
 		}
 		isPresence := false
 		if data[i]>>5 == 3 { // a text string: its bytes, whatever its head's length
-			n, at, indefinite := cborHead(data, i)
-			isPresence = !indefinite && n == uint64(len(presenceMarker)) && at+len(presenceMarker) <= len(data) &&
+			size, at, chunked := cborHead(data, i)
+			isPresence = !chunked && size == uint64(len(presenceMarker)) && at+len(presenceMarker) <= len(data) &&
 				string(data[at:at+len(presenceMarker)]) == presenceMarker
 		}
 		var ok bool
