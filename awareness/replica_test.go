@@ -182,6 +182,16 @@ func TestRosterTellsOfAMissingState(t *testing.T) {
 	}
 }
 
+// nodeLivesOn passes n beats of 2 s: node1 heard alive, b heard, a tick.
+func nodeLivesOn(f *fixture, b *fakePeer, n int) {
+	for range n {
+		f.clock.Advance(2 * time.Second)
+		f.hub.NodeAlive("node1")
+		f.hub.Touch(b)
+		f.hub.Tick()
+	}
+}
+
 // remotePeerA is a hub with a remote TTL of 9 s where local peer b sees
 // peer a of node1.
 func remotePeerA(t *testing.T) (*fixture, *fakePeer) {
@@ -202,12 +212,7 @@ func TestRemotePeerExpiresUnheardOf(t *testing.T) {
 	f, b := remotePeerA(t)
 	f.hub.ApplyRoster("node1", doc1, []string{"a"})
 	b.take()
-	for range 4 { // the node lives on; rosters naming a stop arriving
-		f.clock.Advance(2 * time.Second)
-		f.hub.NodeAlive("node1")
-		f.hub.Touch(b)
-		f.hub.Tick()
-	}
+	nodeLivesOn(f, b, 4) // rosters naming a stop arriving
 	if goodbyeFor(b, "a") {
 		t.Fatal("a expired within the remote TTL")
 	}
@@ -229,12 +234,7 @@ func TestRemotePeerStaysWhileItsDocumentIsNotHeard(t *testing.T) {
 	f.hub.cfg.Replicator = r
 	f.hub.ApplyRoster("node1", doc1, []string{"a"})
 	b.take()
-	for range 10 { // the node lives on; its rosters cannot come
-		f.clock.Advance(2 * time.Second)
-		f.hub.NodeAlive("node1")
-		f.hub.Touch(b)
-		f.hub.Tick()
-	}
+	nodeLivesOn(f, b, 10) // its rosters cannot come
 	if goodbyeFor(b, "a") {
 		t.Fatal("a expired while its document was not heard")
 	}
@@ -254,12 +254,7 @@ func TestRemotePeerStaysWhileItsDocumentIsNotHeard(t *testing.T) {
 func TestPeersOfANodeWithoutRostersLiveByItsHeartbeat(t *testing.T) {
 	f, b := remotePeerA(t)
 	b.take()
-	for range 10 {
-		f.clock.Advance(2 * time.Second)
-		f.hub.NodeAlive("node1")
-		f.hub.Touch(b)
-		f.hub.Tick()
-	}
+	nodeLivesOn(f, b, 10)
 	if goodbyeFor(b, "a") {
 		t.Fatal("a peer of a node without rosters expired")
 	}

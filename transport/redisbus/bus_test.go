@@ -271,13 +271,7 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 // Leaves are never dropped for a full queue: they wait past it, and go
 // out first; other messages are dropped and counted.
 func TestLeavesOutliveAFullQueue(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	t.Cleanup(func() { client.Close() })
-	b, err := New(Config{Client: client, NodeID: "full-queue", Queue: 1, Logger: testenv.QuietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(context.Background()) }) // never run: Close alone unsubscribes
+	b := bareBus(t, Config{NodeID: "full-queue", Queue: 1}) // never run: Close alone unsubscribes
 	b.PublishUserStatus("ana", awareness.StatusOnline)
 	b.PublishPresence("d", []byte("a cursor"), false) // dropped: full
 	if n := testutil.ToFloat64(b.dropped); n != 1 {
@@ -392,17 +386,26 @@ type countingDocs struct {
 
 func (d *countingDocs) NodeGone(string) { d.gone.Add(1) }
 
-// On a Redis Cluster a node's messages come over several shards, so one of
-// its last run can arrive after the first of its new run: that one late
-// message must not count as another restart.
-func TestALateMessageOfAReplacedRunIsIgnored(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	t.Cleanup(func() { client.Close() })
-	b, err := New(Config{Client: client, NodeID: "late-run-me", Logger: testenv.QuietLogger()})
+// bareBus returns a bus on the local Redis, neither attached nor
+// started, with cfg's client and logger set; the test closes it.
+func bareBus(t *testing.T, cfg Config) *Bus {
+	t.Helper()
+	cfg.Client = redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	t.Cleanup(func() { cfg.Client.Close() })
+	cfg.Logger = testenv.QuietLogger()
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
+}
+
+// On a Redis Cluster a node's messages come over several shards, so one of
+// its last run can arrive after the first of its new run: that one late
+// message must not count as another restart.
+func TestALateMessageOfAReplacedRunIsIgnored(t *testing.T) {
+	b := bareBus(t, Config{NodeID: "late-run-me"})
 	presence, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger(), Replicator: b})
 	if err != nil {
 		t.Fatal(err)
@@ -429,13 +432,7 @@ func TestALateMessageOfAReplacedRunIsIgnored(t *testing.T) {
 // the shard that served it (a master failing over), the next goes there
 // too, never to the lane of the shard that serves it now.
 func TestAChannelsMessagesKeepToOneLane(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	t.Cleanup(func() { client.Close() })
-	b, err := New(Config{Client: client, NodeID: "lanes", Logger: testenv.QuietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(context.Background()) })
+	b := bareBus(t, Config{NodeID: "lanes"})
 	old := &lane{busy: true, waiting: []busOut{{channel: "c", leave: true}}} // retrying, on a dead master
 	b.lanes["dead:1"] = old
 	b.held["c"] = &held{in: old, n: 1}
@@ -486,13 +483,7 @@ func TestATrimmedLaneKeepsItsLeavesLongest(t *testing.T) {
 // A user's status lost for a full queue is owed: the next beat sends the
 // user's status here as it is then, since no roster repairs statuses.
 func TestALostStatusIsSentAgain(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	t.Cleanup(func() { client.Close() })
-	b, err := New(Config{Client: client, NodeID: "owed", Queue: 1, Logger: testenv.QuietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(context.Background()) }) // never run: the test reads the queue itself
+	b := bareBus(t, Config{NodeID: "owed", Queue: 1}) // never run: the test reads the queue itself
 	presence, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger(), Replicator: b})
 	if err != nil {
 		t.Fatal(err)
