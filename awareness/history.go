@@ -212,11 +212,7 @@ func nameOf(r *room, pi *peerInfo) string {
 		return ""
 	}
 	if raw, ok := p.Get(ChannelUser); ok {
-		if u, ok := decodeValue(raw).(map[string]any); ok {
-			if n, ok := u["name"].(string); ok {
-				return n
-			}
-		}
+		return userNameFrom(raw)
 	}
 	return ""
 }

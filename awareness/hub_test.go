@@ -765,6 +765,38 @@ func TestAUserIDPastTheLimitIsRefused(t *testing.T) {
 	}
 }
 
+// A user id or name holding a NUL is text PostgreSQL refuses: one such id
+// in a batch of last-seen or history writes once failed the batch, and
+// every later one, for everyone. It is refused before the hub holds it.
+func TestAUserIDOrNameHoldingANULIsRefused(t *testing.T) {
+	h := newHub(t, Config{Logger: testenv.QuietLogger()})
+	send := presenceSender(t, h, &fakePeer{id: "p"})
+	for _, m := range []presenceMessage{
+		{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana\x00"})},
+		{Type: TypeUpdate, Channel: ChannelUser, Value: enc("\x00")},
+		{Type: TypeSnapshot, State: map[string]cbor.RawMessage{ChannelUser: enc(map[string]any{"id": "a\x00na", "name": "Ana"})}},
+	} {
+		if err := send(m); !errors.Is(err, ErrPresenceLimit) {
+			t.Errorf("%s naming a user id with a NUL: %v, want ErrPresenceLimit", m.Type, err)
+		}
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana", "name": "A\x00na"})}); !errors.Is(err, ErrPresenceLimit) {
+		t.Errorf("a user name with a NUL: %v, want ErrPresenceLimit", err)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedUser)); n != 3 {
+		t.Errorf("refused for a user id: %v, want 3", n)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedUserName)); n != 1 {
+		t.Errorf("refused for a user name: %v, want 1", n)
+	}
+	if v := h.DocumentPresence(doc1); len(v) != 0 {
+		t.Fatalf("the hub holds %+v", v)
+	}
+	if err := send(presenceMessage{Type: TypeUpdate, Channel: ChannelUser, Value: enc(map[string]any{"id": "ana", "name": "Ana", "n": 0})}); err != nil {
+		t.Fatalf("a user value with a zero byte outside its text: %v", err)
+	}
+}
+
 // Channel names are held as values are, so they count in a peer's bytes,
 // and one name is bounded: thirty channels of long names cannot make the
 // hub hold, and send every newcomer, far more than MaxStateBytes.

@@ -40,7 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_refused_total",
-			Help: "Presence messages refused, nothing of them held: a channel name or a user id over its limit (channel_name, user_id), or a peer over its channels or bytes (channels, bytes).",
+			Help: "Presence messages refused, nothing of them held: a channel name or a user id over its limit, or a user id or name holding a NUL (channel_name, user_id, user_name), or a peer over its channels or bytes (channels, bytes).",
 		}, []string{"reason"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_presence_expired_total",

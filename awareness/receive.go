@@ -27,8 +27,9 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 
 // withinLimits refuses an update or snapshot that would give the peer more
 // channels or bytes in the document's presence than the limits allow, or
-// that names a channel longer than MaxChannelNameBytes or a user id longer
-// than MaxUserIDBytes. A channel's bytes
+// that names a channel longer than MaxChannelNameBytes, a user id longer
+// than MaxUserIDBytes, or a user id or name no store can hold (storable).
+// A channel's bytes
 // are its name's and its value's: the hub holds both. The caller holds
 // h.mu.
 func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
@@ -51,9 +52,18 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 	default:
 		return nil
 	}
-	if len(user) > MaxUserIDBytes { // shorter, its id is too (the common case: no user channel)
-		if id := userIDFrom(user, ""); len(id) > MaxUserIDBytes {
+	// A shorter value's id is short too, and text holding a NUL has a
+	// zero byte in its CBOR: the common case (no user channel) decodes
+	// nothing.
+	if len(user) > MaxUserIDBytes || bytes.IndexByte(user, 0) >= 0 {
+		id, name := userIDFrom(user, ""), userNameFrom(user)
+		switch {
+		case len(id) > MaxUserIDBytes:
 			return h.refuse(refusedUser, "%w: a user id of %d bytes, over the limit of %d", ErrPresenceLimit, len(id), MaxUserIDBytes)
+		case !storable(id):
+			return h.refuse(refusedUser, "%w: a user id holding a NUL character", ErrPresenceLimit)
+		case !storable(name):
+			return h.refuse(refusedUserName, "%w: a user name holding a NUL character", ErrPresenceLimit)
 		}
 	}
 	var held map[string]Register
@@ -95,6 +105,7 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 const (
 	refusedName     = "channel_name"
 	refusedUser     = "user_id"
+	refusedUserName = "user_name"
 	refusedChannels = "channels"
 	refusedBytes    = "bytes"
 )

@@ -2,7 +2,9 @@ package awareness
 
 import (
 	"bytes"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tandemhq/tandem/internal/smallmap"
 )
@@ -160,4 +162,20 @@ func userIDFrom(v []byte, fallback string) string {
 		}
 	}
 	return fallback
+}
+
+// userNameFrom reads the name of a user channel value, if it has one.
+func userNameFrom(v []byte) string {
+	if u, ok := decodeValue(v).(map[string]any); ok {
+		if n, ok := u["name"].(string); ok {
+			return n
+		}
+	}
+	return ""
+}
+
+// storable reports whether a user id or name is text every store of
+// presence can hold: UTF-8 without NUL (PostgreSQL's text refuses NUL).
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -72,6 +73,12 @@ func (g *Grant) Can(documentID string) Access {
 	}
 	return g.Docs["*"]
 }
+
+// MaxSubjectBytes bounds a token's sub. The user id it names keys
+// presence's stores, its watch lists and its Redis keys, which refuse or
+// choke on long ones; it is awareness.MaxUserIDBytes, which a user
+// channel's id obeys too.
+const MaxSubjectBytes = 256
 
 // Errors of Authenticate.
 var (
@@ -177,6 +184,15 @@ func (v *Verifier) Verify(token string) (*Grant, error) {
 	if c.Subject == "" {
 		return nil, fmt.Errorf("%w: no sub claim", ErrInvalidToken)
 	}
+	if len(c.Subject) > MaxSubjectBytes {
+		return nil, fmt.Errorf("%w: a sub of %d bytes, over the limit of %d", ErrInvalidToken, len(c.Subject), MaxSubjectBytes)
+	}
+	if !storable(c.Subject) {
+		return nil, fmt.Errorf("%w: the sub holds a NUL character or is not UTF-8", ErrInvalidToken)
+	}
+	if !storable(c.Name) {
+		return nil, fmt.Errorf("%w: the name holds a NUL character or is not UTF-8", ErrInvalidToken)
+	}
 	g := &Grant{UserID: c.Subject, Name: c.Name, Color: c.Color, Notify: c.Notify, Docs: make(map[string]Access, len(c.Docs))}
 	for id, a := range c.Docs {
 		switch a {
@@ -218,6 +234,12 @@ func (v *Verifier) Authenticate(r *http.Request) (*Grant, error) {
 		return nil, ErrNoToken
 	}
 	return v.Verify(token)
+}
+
+// storable reports whether s is text every store of user ids and names
+// can hold: UTF-8 without NUL (PostgreSQL's text refuses NUL).
+func storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }
 
 type ctxKey struct{}
