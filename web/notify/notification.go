@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -118,7 +119,13 @@ func (n *Notification) Redacted() *Notification {
 		where = n.Document
 	}
 	if where != "" {
-		r.Text = strings.TrimSuffix(n.Text, where) + "a document"
+		// text trims the sentence, so it ends with where trimmed. A text
+		// that does not is not text's: it is said again without where.
+		rest, ok := strings.CutSuffix(n.Text, strings.TrimSpace(where))
+		if !ok {
+			rest = text(n.Kind, "", "", "", n.Actors, n.ActorCount)
+		}
+		r.Text = strings.TrimRightFunc(rest, unicode.IsSpace) + " a document"
 	}
 	r.Title, r.Document, r.Payload = "", "", nil
 	return &r
