@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,6 +109,24 @@ type Config struct {
 	// connection whose lane would pass either bound is closed as a slow
 	// consumer (4001): document sync cannot drop a frame.
 	SendQueueBytes int64
+	// ReadBudgetBytes bounds the bytes of inbound messages the node's
+	// readers hold at once (tandem_read_buffer_bytes): each message's
+	// bytes are charged as they arrive, before they are held, and given
+	// back once it is handled; the chunks sockets are read into count
+	// too. Default eight times MaxMessageBytes (128 MiB); at least twice
+	// MaxMessageBytes. The first 4 KiB of a message never wait, so small
+	// messages go on whatever large ones do; a reader that needs more
+	// than the budget has left waits, its socket unread, until others
+	// give bytes back, for at most three ping intervals and never past
+	// its MessageReadTimeout: then its connection is closed with 1013
+	// (try again later). Other connections are never closed for it.
+	ReadBudgetBytes int64
+	// MessageReadTimeout bounds the time from a message's first frame
+	// to its last byte, a wait for the read budget included; default
+	// 60s. A message that takes longer (a frame dripped byte by byte,
+	// or stopped part way) closes its connection (4005) and gives back
+	// what it held.
+	MessageReadTimeout time.Duration
 	// PingInterval is the mean time between WebSocket pings, jittered by
 	// ±10%; default 5s. A connection that misses three pongs is closed.
 	PingInterval time.Duration
@@ -171,6 +190,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SendQueueBytes <= 0 {
 		c.SendQueueBytes = 4 * c.MaxMessageBytes
+	}
+	if c.ReadBudgetBytes <= 0 {
+		c.ReadBudgetBytes = 8 * c.MaxMessageBytes
+	} else if c.ReadBudgetBytes < 2*c.MaxMessageBytes {
+		return fmt.Errorf("transport: Config.ReadBudgetBytes %d is less than twice MaxMessageBytes (%d)", c.ReadBudgetBytes, c.MaxMessageBytes)
+	}
+	if c.MessageReadTimeout <= 0 {
+		c.MessageReadTimeout = 60 * time.Second
 	}
 	if c.PingInterval <= 0 {
 		c.PingInterval = 5 * time.Second

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -156,9 +155,9 @@ func (c *conn) finish() {
 // until it has nothing to read and parks (reported true).
 func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 	c.fr.mustRead = woken
-	// The size limit is checked here, not by gorilla, which would write a
-	// close frame of its own past the writer (writer.go).
-	limit := c.srv.cfg.MaxMessageBytes
+	// The size limit is checked as the message is read (readMessage), not
+	// by gorilla, which would write a close frame of its own past the
+	// writer (writer.go).
 	for {
 		if c.closed.Load() {
 			return CloseReason{}, false // closed already: run's close is a no-op
@@ -174,14 +173,12 @@ func (c *conn) readLoop(woken bool) (CloseReason, bool) {
 		if err != nil {
 			return readFailure(err), false
 		}
-		data, err := io.ReadAll(io.LimitReader(r, limit+1))
-		if err != nil {
-			return readFailure(err), false
-		}
-		if int64(len(data)) > limit {
-			return ReasonTooBig, false
+		data, charged, reason, ok := c.readMessage(r)
+		if !ok {
+			return reason, false
 		}
 		c.handle(c.srv.ctx, mt, data) // the server's: the reader does its work itself, so none outlives the connection
+		c.srv.budget.release(charged) // what handle keeps of it is a copy (wire.Decode)
 	}
 }
 

@@ -19,6 +19,12 @@
 // about to write, after the lossless lane (presence.go), so a burst of
 // cursors can neither cut a peer's sync nor close its connection.
 //
+// What the readers hold of inbound messages is charged to the node's read
+// budget as it arrives, before it is held (readbudget.go,
+// Config.ReadBudgetBytes), and a message must arrive whole within
+// Config.MessageReadTimeout: a peer that starts a large frame and drips
+// or stops it holds what it sent, within the budget, until then.
+//
 // Two subpackages: wire is the wire format (wire/PROTOCOL.md says what
 // Tandem accepts and sends), and redisbus joins nodes into a cluster over
 // Redis (redisbus/BUS.md is the protocol between nodes). The Server sees the

@@ -24,6 +24,11 @@ var (
 	ReasonWriteFailed = CloseReason{websocket.CloseAbnormalClosure, "write_failed", "write failed"}
 	ReasonReadFailed  = CloseReason{websocket.CloseAbnormalClosure, "read_failed", "read failed"}
 	ReasonExpired     = CloseReason{4004, "token_expired", "token expired"}
+	// A message that did not arrive within MessageReadTimeout.
+	ReasonReadTimeout = CloseReason{4005, "message_timeout", "a message took too long to arrive"}
+	// The node's read budget had no room for the rest of a message in
+	// time: the client is to reconnect later and send it again.
+	ReasonReadBusy = CloseReason{websocket.CloseTryAgainLater, "read_budget", "the server is reading too much at once: reconnect later"}
 
 	// Protocol violations: the client is told why in an error message,
 	// then closed with the code that names the fault.

@@ -51,8 +51,14 @@ type frameConn struct {
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
 	control controlHandler  // takes the pings and pongs read between frames; nil drops them
-	held    *atomic.Int64   // counts the bytes of the buffer while taken; may be nil
+	budget  *readBudget     // charged the buffer's bytes while it is taken; may be nil
 	raw     syscall.RawConn // the socket, for the writer's tryWrite; nil when not a plain one
+
+	// The deadline of the message gorilla is reading (readMessage), set
+	// on the socket at the first read that may wait on it: a message
+	// that has arrived whole costs no timer.
+	msgDeadline time.Time // zero between messages
+	armed       bool      // msgDeadline is set on the socket
 }
 
 // controlHandler takes the control frames frameConn reads itself.
@@ -61,14 +67,18 @@ type controlHandler interface {
 	onPong()
 }
 
-func newFrameConn(nc net.Conn, held *atomic.Int64) *frameConn {
-	f := &frameConn{Conn: nc, held: held}
+func newFrameConn(nc net.Conn, budget *readBudget) *frameConn {
+	f := &frameConn{Conn: nc, budget: budget}
 	f.lastRead.Store(monotonic())
 	return f
 }
 
 // Read implements net.Conn for gorilla: never past the end of a frame.
 func (f *frameConn) Read(p []byte) (int, error) {
+	if !f.armed && !f.msgDeadline.IsZero() && (f.left == 0 || f.off == f.end) {
+		f.Conn.SetReadDeadline(f.msgDeadline) // this read may wait on the socket
+		f.armed = true
+	}
 	if f.left == 0 {
 		// Gorilla wants the next frame: a continuation, or the frame
 		// after a control frame it read. Wait here, with a goroutine:
@@ -96,6 +106,20 @@ func (f *frameConn) Read(p []byte) (int, error) {
 	}
 	f.left -= int64(n)
 	return n, err
+}
+
+// startMessage sets the deadline of the message gorilla is to read.
+func (f *frameConn) startMessage(deadline time.Time) {
+	f.msgDeadline, f.armed = deadline, false
+}
+
+// endMessage takes the message's deadline off the socket: waiting for the
+// next message takes as long as it takes.
+func (f *frameConn) endMessage() {
+	if f.armed {
+		f.Conn.SetReadDeadline(time.Time{})
+	}
+	f.msgDeadline, f.armed = time.Time{}, false
 }
 
 // await reads until the header of a frame for gorilla is buffered,
@@ -257,8 +281,8 @@ func (f *frameConn) getBufferAndRead() (int, error) {
 func (f *frameConn) getBuffer() {
 	f.buf = chunkPool.Get().(*[]byte)
 	f.off, f.end = 0, 0
-	if f.held != nil {
-		f.held.Add(readChunk)
+	if f.budget != nil {
+		f.budget.charge(readChunk)
 	}
 }
 
@@ -267,8 +291,8 @@ func (f *frameConn) putBuffer() {
 	if f.buf != nil {
 		chunkPool.Put(f.buf)
 		f.buf, f.off, f.end = nil, 0, 0
-		if f.held != nil {
-			f.held.Add(-readChunk)
+		if f.budget != nil {
+			f.budget.release(readChunk)
 		}
 	}
 }

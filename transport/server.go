@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -30,6 +29,7 @@ type Server struct {
 	members *members // who is in which document
 	poller  *poller  // watches parked connections; nil where they cannot park
 	turns   *turns   // the goroutines that run connections' turns (turns.go)
+	budget  *readBudget
 
 	mu      sync.Mutex       // guards peers, conns, closing and perIP
 	peers   map[string]*conn // joined connections by peer id
@@ -74,6 +74,7 @@ func NewServer(cfg Config) (*Server, error) {
 		perIP: make(map[string]int),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.budget = &readBudget{limit: cfg.ReadBudgetBytes, held: &s.metrics.readBuffers}
 	s.members = newMembers(&s.cfg)
 	s.turns = newTurns()
 	if !cfg.KeepReaders {
@@ -140,7 +141,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	hj := &hijacker{ResponseWriter: w, held: &s.metrics.readBuffers}
+	hj := &hijacker{ResponseWriter: w, budget: s.budget}
 	ws, err := s.upgrader.Upgrade(hj, r, nil)
 	if err != nil {
 		// The upgrader has already answered with an HTTP error.
@@ -188,8 +189,8 @@ func (s *Server) uncountIP(ip string) {
 // hijacker hands gorilla the socket wrapped in a frameConn.
 type hijacker struct {
 	http.ResponseWriter
-	held *atomic.Int64 // the server's count of read buffers held
-	fc   *frameConn
+	budget *readBudget // the server's
+	fc     *frameConn
 }
 
 func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -201,7 +202,7 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h.fc = newFrameConn(nc, h.held)
+	h.fc = newFrameConn(nc, h.budget)
 	return h.fc, brw, nil
 }
 

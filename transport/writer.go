@@ -168,17 +168,20 @@ func (c *conn) close(r CloseReason, drain bool) {
 
 // awaitShut waits until the writer has closed the socket.
 func (c *conn) awaitShut() {
+	<-c.shutChan()
+}
+
+// shutChan returns a channel closed once the writer has closed the socket.
+func (c *conn) shutChan() <-chan struct{} {
 	c.wmu.Lock()
-	if c.shut {
-		c.wmu.Unlock()
-		return
-	}
+	defer c.wmu.Unlock()
 	if c.shutDone == nil {
 		c.shutDone = make(chan struct{})
+		if c.shut {
+			close(c.shutDone)
+		}
 	}
-	done := c.shutDone
-	c.wmu.Unlock()
-	<-done
+	return c.shutDone
 }
 
 // write is a writer's turn on the pool (turns.go): it writes what a write

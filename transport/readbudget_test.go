@@ -1,0 +1,152 @@
+package transport
+
+import (
+	"bytes"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/internal/testenv"
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// startFrame writes the head of a masked binary frame of n bytes, then
+// part of its payload; the rest never comes unless the test drips it.
+func startFrame(t *testing.T, ws *websocket.Conn, n int, part []byte) {
+	t.Helper()
+	head := []byte{0x82, 0x80 | 127, 0, 0, 0, 0, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n), 0, 0, 0, 0}
+	if _, err := ws.UnderlyingConn().Write(append(head, part...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// Connections that each start a large frame and stop part way made the
+// node hold what they sent outside every budget, up to the whole frame
+// each. Their bytes are charged to the read budget as they arrive, before
+// they are held: the node holds no more than the budget (and what they
+// sent), the budget says what it holds, and a peer with a small message
+// is served meanwhile.
+func TestAFrameIsChargedToTheReadBudgetAsItArrives(t *testing.T) {
+	const (
+		budget  = 8 << 20
+		drips   = 8
+		partLen = 1<<20 + 512<<10 // 12 MiB in all: more than the budget
+	)
+	s := newTestServer(t, Config{MaxMessageBytes: 4 << 20, ReadBudgetBytes: budget, PingInterval: time.Minute})
+	held := func() int64 { return s.metrics.readBuffers.Load() }
+	peak := watchPeak(t, &s.metrics.readBuffers)
+	part := bytes.Repeat([]byte{0x5a}, partLen)
+	conns := dialJoined(t, s, drips)
+	before := heapInUse()
+	for _, ws := range conns {
+		startFrame(t, ws, 4<<20, part)
+	}
+	// The readers fill the budget (a chunk's size short of it, at
+	// most), and the rest of what was sent waits in the sockets.
+	testenv.WaitFor(t, "the read budget charged with the frames' bytes", func() bool {
+		return held() >= budget-maxChunk
+	})
+	slack := int64(drips * 2 * readChunk) // each message's first chunk and its socket's, which never wait
+	if p := peak(); p > budget+slack {
+		t.Errorf("the readers held %d bytes, over the budget of %d (+%d)", p, budget, slack)
+	}
+	grew := heapInUse() - before
+	if grew > held()+1<<20 {
+		t.Errorf("the heap grew by %d bytes while the budget counts %d held", grew, held())
+	}
+	t.Logf("%d connections sent %d bytes each of a 4 MiB frame: %d bytes held (peak %d, heap +%d), budget %d",
+		drips, partLen, held(), peak(), grew, budget)
+
+	// A peer with small messages is served meanwhile.
+	w := newSyncer(t, s, dial(t, s.url), "honest")
+	w.set("title", "served")
+	w.sync(wire.TypeSync)
+	if len(w.errs) > 0 {
+		t.Fatalf("the honest peer got errors: %v", w.errs)
+	}
+
+	for _, ws := range conns {
+		ws.Close()
+	}
+	testenv.WaitFor(t, "the frames' bytes given back", func() bool { return s.Connections() == 1 && held() == 0 })
+}
+
+// drip writes a byte of the frame ws started every 20 ms, the workload of
+// a peer that keeps its socket alive, until the server closes it or the
+// test ends.
+func drip(t *testing.T, ws *websocket.Conn) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := ws.UnderlyingConn().Write([]byte{0}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// A frame dripped a byte at a time kept the node's bytes for as long as
+// the drip went on: the ping saw it alive. It is cut off at its deadline
+// and what it held is given back.
+func TestAFrameDrippedPastItsDeadlineCloses(t *testing.T) {
+	s := newTestServer(t, Config{MaxMessageBytes: 1 << 20, MessageReadTimeout: time.Second, PingInterval: time.Minute})
+	ws := dial(t, s.url)
+	join(t, ws, "drip")
+	startFrame(t, ws, 1<<20, make([]byte, 64<<10))
+	drip(t, ws)
+	start := time.Now()
+	expectClose(t, ws, ReasonReadTimeout.Code)
+	t.Logf("closed %v after the frame began", time.Since(start).Round(time.Millisecond))
+	testenv.WaitFor(t, "the connection finished and its bytes given back", func() bool {
+		return s.Connections() == 0 && s.metrics.readBuffers.Load() == 0
+	})
+}
+
+// A reader that needs more than the budget has left waits, and is closed
+// with 1013 (try again later) if none comes back in time; the connections
+// holding the budget are not the ones closed.
+func TestAReaderTheBudgetCannotServeIsToldToComeBack(t *testing.T) {
+	const part = 1<<20 - 64<<10
+	s := newTestServer(t, Config{MaxMessageBytes: 1 << 20, ReadBudgetBytes: 2 << 20, MaxEphemeralBytes: 1 << 20, PingInterval: 200 * time.Millisecond})
+	holders := dialJoined(t, s, 2)
+	for _, ws := range holders {
+		startFrame(t, ws, 1<<20, make([]byte, part))
+		drip(t, ws)
+	}
+	testenv.WaitFor(t, "the budget nearly full", func() bool { return s.metrics.readBuffers.Load() >= 2*part })
+	late := dial(t, s.url)
+	join(t, late, "late")
+	sendEphemeral(t, late, "late", 1, make([]byte, 512<<10))
+	expectClose(t, late, ReasonReadBusy.Code)
+	if n := s.Connections(); n != 2 {
+		t.Fatalf("%d connections open, want the two holding the budget", n)
+	}
+	for _, ws := range holders {
+		ws.Close()
+	}
+	testenv.WaitFor(t, "every connection finished, the budget given back", func() bool {
+		return s.Connections() == 0 && s.metrics.readBuffers.Load() == 0
+	})
+}
