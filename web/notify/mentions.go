@@ -53,17 +53,31 @@ func NewMentions(post func(context.Context, []Event) error, log *slog.Logger) *M
 // Report posts a report's events in one batch, each keyed by the report's
 // key and its recipient, so that a report offered again notifies nobody
 // twice. Each user is notified once per report; mentioning yourself
-// notifies nobody. An error means nothing was posted: offer the report
-// again.
+// notifies nobody, nor does a user id no event can carry (logged). The
+// title, the actor and its name are clipped to what an event carries
+// (clip), so whatever text a document holds, its events pass Validate.
+// An error means nothing was posted: offer the report again, unless it
+// wraps ErrBadEvent (its document or key cannot be carried), which is
+// permanent.
 func (p *Mentions) Report(ctx context.Context, m Mention) error {
 	actor := m.Actor
 	var users []string
 	seen := make(map[string]bool, len(m.Users))
+	unaddressable := 0
 	for _, u := range m.Users {
-		if u != actor && !seen[u] {
-			seen[u] = true
-			users = append(users, u)
+		if u == actor || seen[u] {
+			continue
 		}
+		seen[u] = true
+		if !validID(u) {
+			unaddressable++
+			continue
+		}
+		users = append(users, u)
+	}
+	if unaddressable > 0 {
+		p.log.Warn("a report names users no notification can be addressed to: they are not notified",
+			"document", m.DocumentID, "actor", actor, "users", unaddressable)
 	}
 	if len(users) > MaxMentionedPerReport {
 		p.log.Warn("a change mentions too many users: the rest are not notified",
@@ -79,9 +93,10 @@ func (p *Mentions) Report(ctx context.Context, m Mention) error {
 		return nil
 	}
 	events := make([]Event, len(users))
+	title, by, name := clip(m.Title, MaxTextLen), clip(actor, MaxIDLen), clip(m.ActorName, MaxTextLen)
 	for i, u := range users {
-		events[i] = Event{Recipient: u, Kind: KindMention, Document: m.DocumentID, Title: m.Title,
-			Actor: actor, ActorName: m.ActorName, Key: m.Key + ":" + u}
+		events[i] = Event{Recipient: u, Kind: KindMention, Document: m.DocumentID, Title: title,
+			Actor: by, ActorName: name, Key: m.Key + ":" + u}
 	}
 	if err := p.post(ctx, events); err != nil {
 		return fmt.Errorf("queue %d mentions in %s: %w", len(events), m.DocumentID, err)

@@ -2,7 +2,6 @@ package notify
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -47,8 +46,18 @@ const (
 
 var kindRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
 
-// ErrBadEvent wraps every reason Validate refuses an event.
-var ErrBadEvent = errors.New("bad notification event")
+// ErrBadEvent wraps every reason Validate refuses an event. It is
+// permanent (its Permanent method says so, for callers that cannot import
+// this package): the same event is refused again, so a caller that retries
+// failed posts drops it instead, as the document hub does a mention report.
+var ErrBadEvent error = permanentError("bad notification event")
+
+type permanentError string
+
+func (e permanentError) Error() string { return string(e) }
+
+// Permanent reports that offering the same thing again fails again.
+func (permanentError) Permanent() bool { return true }
 
 // Validate checks an event before it is queued.
 func (e *Event) Validate() error {
@@ -56,12 +65,12 @@ func (e *Event) Validate() error {
 		return fmt.Errorf("%w: %s", ErrBadEvent, fmt.Sprintf(format, a...))
 	}
 	switch {
-	case e.Recipient == "" || len(e.Recipient) > MaxIDLen:
-		return bad("recipient must be 1-%d bytes", MaxIDLen)
+	case !validID(e.Recipient):
+		return bad("recipient must be 1-%d bytes of UTF-8 without U+0000", MaxIDLen)
 	case !kindRE.MatchString(e.Kind):
 		return bad("kind must match %s", kindRE)
-	case e.Actor == "" || len(e.Actor) > MaxIDLen:
-		return bad("actor must be 1-%d bytes", MaxIDLen)
+	case !validID(e.Actor):
+		return bad("actor must be 1-%d bytes of UTF-8 without U+0000", MaxIDLen)
 	case len(e.Document) > MaxIDLen:
 		return bad("document must be at most %d bytes", MaxIDLen)
 	case len(e.Title) > MaxTextLen || len(e.ActorName) > MaxTextLen || len(e.Verb) > MaxTextLen:
@@ -74,11 +83,39 @@ func (e *Event) Validate() error {
 		return bad("payload must be JSON")
 	}
 	for _, s := range []string{e.Recipient, e.Kind, e.Actor, e.Document, e.Title, e.ActorName, e.Verb, e.Key} {
-		if !utf8.ValidString(s) {
-			return bad("text must be UTF-8")
+		if !validText(s) {
+			return bad("text must be UTF-8 without U+0000")
 		}
 	}
 	return nil
+}
+
+// validID reports whether s may name a recipient or an actor.
+func validID(s string) bool {
+	return s != "" && len(s) <= MaxIDLen && validText(s)
+}
+
+// validText reports whether s may be stored: UTF-8 without U+0000, which
+// PostgreSQL stores in no text column (SQLite would, and the same event
+// must not be taken by one store and refused by the other).
+func validText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// clip makes s fit a field of at most max bytes: invalid UTF-8 and U+0000
+// are left out, and a longer text is cut at a rune boundary, with "…" for
+// what was cut.
+func clip(s string, max int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, ""), "\x00", "")
+	if len(s) <= max {
+		return s
+	}
+	const more = "…"
+	cut := max - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
 }
 
 // Actor is one of the people behind a notification.

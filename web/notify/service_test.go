@@ -321,6 +321,10 @@ func TestBadEventsAreRefused(t *testing.T) {
 		"bad payload":   func(e *Event) { e.Payload = json.RawMessage(`{"a":`) },
 		"huge payload":  func(e *Event) { e.Payload = json.RawMessage(`"` + string(make([]byte, MaxPayloadLen)) + `"`) },
 		"invalid utf-8": func(e *Event) { e.ActorName = "\xff" },
+		// PostgreSQL stores U+0000 in no text column and in no JSON.
+		"U+0000 in a title":     func(e *Event) { e.Title = "Road\x00map" },
+		"U+0000 in a recipient": func(e *Event) { e.Recipient = "ana\x00" },
+		"U+0000 in a document":  func(e *Event) { e.Document = "\x00" },
 	}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
