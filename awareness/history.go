@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
@@ -24,7 +25,9 @@ type HistoryStore interface {
 	// is written whole or not at all, and writing it again changes
 	// nothing (a write that failed may have been stored): an interval
 	// still open is not opened twice, an end applies to an open interval
-	// only. An interval stored ended may be stored again, the same.
+	// only. An interval stored ended may be stored again, the same. A
+	// batch refused for data the store cannot hold (a NUL in a user id)
+	// fails with ErrUnstorable.
 	WriteHistory(ctx context.Context, opened []HistoryInterval, closed []HistoryEnd) error
 	// BeatHistory records that run, of node, was alive at at.
 	BeatHistory(ctx context.Context, run int64, node string, at time.Time) error
@@ -422,9 +425,15 @@ func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
 			}
 		}
 		n, m := min(len(rec.opened), historyChunk), min(len(rec.closed), historyChunk)
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := rec.store.WriteHistory(wctx, rec.opened[:n], rec.closed[:m])
-		cancel()
+		err := rec.write(ctx, rec.opened[:n], rec.closed[:m])
+		if errors.Is(err, ErrUnstorable) {
+			// A row the store cannot hold: it must not keep the
+			// others out for ever.
+			var k, j int
+			k, j, err = rec.isolate(ctx, n, m)
+			rec.written(k, j)
+			n, m = 0, 0
+		}
 		if err != nil {
 			rec.metrics.historyWrites.WithLabelValues("failed").Inc()
 			rec.log.Error("presence: store history", "opened", len(rec.opened), "ended", len(rec.closed), "err", err)
@@ -437,6 +446,41 @@ func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
 		// began.
 		rec.beat(ctx, now)
 	}
+}
+
+// write makes one WriteHistory call, for up to five seconds.
+func (rec *historyRecorder) write(ctx context.Context, opened []HistoryInterval, closed []HistoryEnd) error {
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return rec.store.WriteHistory(wctx, opened, closed)
+}
+
+// isolate writes the first n intervals one at a time, after a batch that
+// held them failed for data the store cannot hold (ErrUnstorable): an
+// interval the store refuses so is dropped, counted and logged, and the
+// others are written. The first m ends follow in one write (they hold
+// numbers only; refused, they are dropped too). It returns how many
+// intervals and ends are done with, and the error of a write that failed
+// otherwise: what it did not reach waits for the next flush.
+func (rec *historyRecorder) isolate(ctx context.Context, n, m int) (int, int, error) {
+	for i := range n {
+		err := rec.write(ctx, rec.opened[i:i+1], nil)
+		if errors.Is(err, ErrUnstorable) {
+			iv := rec.opened[i]
+			rec.metrics.storeRefused.WithLabelValues("history").Inc()
+			rec.log.Error("presence: the store refused a history interval, dropped", "user", iv.User, "doc", iv.Doc, "err", err)
+		} else if err != nil {
+			return i, 0, err
+		}
+	}
+	err := rec.write(ctx, nil, rec.closed[:m])
+	if errors.Is(err, ErrUnstorable) {
+		rec.metrics.storeRefused.WithLabelValues("history").Add(float64(m))
+		rec.log.Error("presence: the store refused the ends of history intervals, dropped", "ended", m, "err", err)
+	} else if err != nil {
+		return n, 0, err
+	}
+	return n, m, nil
 }
 
 // written drops the first n intervals and m ends, which the store has.

@@ -3,6 +3,7 @@ package awareness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,12 @@ type memoryHistory struct {
 	// block makes a write wait for its context's end, and notes when.
 	block   bool
 	blocked time.Time
+	// refuse makes a write holding an interval of this user fail whole,
+	// as data the store cannot hold.
+	refuse string
+	// upFor, when positive, is how many more writes succeed before the
+	// store goes down (fail).
+	upFor int
 }
 
 func newMemoryHistory() *memoryHistory {
@@ -45,7 +52,17 @@ func (m *memoryHistory) WriteHistory(ctx context.Context, opened []HistoryInterv
 	if m.fail {
 		return errStoreDown
 	}
+	for _, iv := range opened {
+		if iv.User == m.refuse && m.refuse != "" {
+			return fmt.Errorf("%w: user %q", ErrUnstorable, iv.User)
+		}
+	}
 	m.writes++
+	if m.upFor > 0 {
+		if m.upFor--; m.upFor == 0 {
+			m.fail = true
+		}
+	}
 	for _, iv := range opened {
 		iv := iv
 		m.rows[[2]int64{iv.Run, iv.Seq}] = &iv

@@ -131,7 +131,7 @@ func New(cfg Config) (*Hub, error) {
 		rostered:   make(map[string]bool),
 		tellAtOnce: tellAtOnce,
 	}
-	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, func(n int) { h.metrics.lastSeenLost.Add(float64(n)) })
+	h.seen = newLastSeenWriter(cfg.LastSeen, cfg.Logger, h.metrics)
 	if cfg.History != nil {
 		h.hist = newHistoryRecorder(cfg, h.metrics)
 	}

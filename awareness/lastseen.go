@@ -2,13 +2,18 @@ package awareness
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LastSeenStore keeps when each user was last seen, written when the user
 // goes offline (never per heartbeat). The lastseen package has the stores.
+// A write refused for a user id the store cannot hold fails with
+// ErrUnstorable; a batch holding one fails whole.
 type LastSeenStore interface {
 	SaveLastSeen(ctx context.Context, userID string, at time.Time) error
 	LastSeen(ctx context.Context, userID string) (time.Time, bool, error)
@@ -30,18 +35,20 @@ const maxPendingLastSeen = 1 << 17
 // sees a thousand users go at once makes a few writes, and its presence
 // never waits for the store.
 type lastSeenWriter struct {
-	store LastSeenStore
-	log   *slog.Logger
+	store   LastSeenStore
+	log     *slog.Logger
+	lost    prometheus.Counter // not queued: too many waited
+	refused prometheus.Counter // refused by the store as data it cannot hold
+	wake    chan struct{}
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending and running
 	pending map[string]time.Time
 	running bool // Run's writer goroutine is on: add queues, else writes inline
-	wake    chan struct{}
-	lost    func(n int)
 }
 
-func newLastSeenWriter(store LastSeenStore, log *slog.Logger, lost func(int)) *lastSeenWriter {
-	return &lastSeenWriter{store: store, log: log, pending: make(map[string]time.Time), wake: make(chan struct{}, 1), lost: lost}
+func newLastSeenWriter(store LastSeenStore, log *slog.Logger, m *metrics) *lastSeenWriter {
+	return &lastSeenWriter{store: store, log: log, lost: m.lastSeenLost, refused: m.storeRefused.WithLabelValues("last_seen"),
+		pending: make(map[string]time.Time), wake: make(chan struct{}, 1)}
 }
 
 // add queues us's last-seen time; without a running writer (a hub driven
@@ -61,7 +68,7 @@ func (w *lastSeenWriter) add(us UserStatus) {
 			w.pending[us.UserID] = us.LastSeen
 		}
 	} else {
-		w.lost(1)
+		w.lost.Inc()
 	}
 	w.mu.Unlock()
 	select {
@@ -124,7 +131,7 @@ func (w *lastSeenWriter) requeue(failed map[string]time.Time) {
 	for u, at := range failed {
 		if cur, ok := w.pending[u]; !ok || at.After(cur) {
 			if !ok && len(w.pending) >= maxPendingLastSeen {
-				w.lost(1)
+				w.lost.Inc()
 				continue
 			}
 			w.pending[u] = at
@@ -133,26 +140,44 @@ func (w *lastSeenWriter) requeue(failed map[string]time.Time) {
 }
 
 // write stores the times, in one batch when the store can; it returns
-// those it could not store.
+// those it could not store, to be tried again. A batch the store refuses
+// for the data of a row (ErrUnstorable) is written again user by user: a
+// user the store refuses is dropped, counted and logged, and the others
+// are stored; a write that fails otherwise keeps the rest for later.
 func (w *lastSeenWriter) write(ctx context.Context, at map[string]time.Time) (failed map[string]time.Time) {
 	if len(at) == 0 {
 		return nil
 	}
 	if b, ok := w.store.(LastSeenBatcher); ok {
 		bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := b.SaveLastSeenBatch(bctx, at); err != nil {
+		err := b.SaveLastSeenBatch(bctx, at)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrUnstorable) {
 			w.log.Error("presence: store last seen", "users", len(at), "err", err)
 			return at
 		}
-		return nil
 	}
+	var down error
 	for u, t := range at {
-		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := w.store.SaveLastSeen(uctx, u, t)
-		cancel()
-		if err != nil {
-			w.log.Error("presence: store last seen", "user", u, "err", err)
+		err := down
+		if err == nil {
+			uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = w.store.SaveLastSeen(uctx, u, t)
+			cancel()
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrUnstorable):
+			w.refused.Inc()
+			w.log.Error("presence: the store refused a last-seen time, dropped", "user", u, "err", err)
+		default:
+			if down == nil {
+				w.log.Error("presence: store last seen", "user", u, "err", err)
+				down = err // the store is failing: the rest wait for the next try
+			}
 			if failed == nil {
 				failed = make(map[string]time.Time)
 			}

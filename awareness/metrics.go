@@ -9,6 +9,9 @@ type metrics struct {
 	refused      *prometheus.CounterVec
 	expired      prometheus.Counter
 	lastSeenLost prometheus.Counter
+	// storeRefused counts rows a store refused as data it cannot hold
+	// (ErrUnstorable), by store: last_seen, history.
+	storeRefused *prometheus.CounterVec
 	// presence history (history.go)
 	historyWrites *prometheus.CounterVec
 	historyLost   prometheus.Counter
@@ -50,9 +53,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "tandem_presence_last_seen_dropped_total",
 			Help: "Last-seen times not stored because too many waited for the store.",
 		}),
+		storeRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tandem_presence_store_refused_total",
+			Help: "Rows a store refused as data it cannot hold (a NUL in text, a key over its limit), dropped so that the rows after them are written, by store (last_seen, history).",
+		}, []string{"store"}),
 		historyWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_presence_history_writes_total",
-			Help: "Batches of presence history written to the store, by result (ok, failed: kept for the next).",
+			Help: "Batches of presence history written to the store, by result (ok, failed: kept for the next); a batch holding a row the store cannot hold is written row by row, that row dropped.",
 		}, []string{"result"}),
 		historyLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_presence_history_dropped_total",
@@ -68,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.sentType[t] = m.sent.WithLabelValues(t)
 	}
 	if reg != nil {
-		reg.MustRegister(m.received, m.sent, m.updates, m.refused, m.expired, m.lastSeenLost, m.historyWrites, m.historyLost, m.historyPruned)
+		reg.MustRegister(m.received, m.sent, m.updates, m.refused, m.expired, m.lastSeenLost, m.storeRefused, m.historyWrites, m.historyLost, m.historyPruned)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,10 +129,22 @@ func (s *Postgres) WriteHistory(ctx context.Context, opened []awareness.HistoryI
 		}
 		return nil
 	})
+	if refusedData(err) {
+		return fmt.Errorf("history: write: %w: %w", awareness.ErrUnstorable, err)
+	}
 	if err != nil {
 		return fmt.Errorf("history: write: %w", err)
 	}
 	return nil
+}
+
+// refusedData reports whether PostgreSQL refused a statement for the data
+// it was given, which it will refuse again: a data exception (class 22:
+// a NUL or an invalid byte sequence in text) or a limit (class 54: an
+// index row over its size).
+func refusedData(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54"))
 }
 
 // pgColumns is a batch of intervals as the arrays unnest reads.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tandemhq/tandem/awareness"
 )
@@ -91,7 +92,9 @@ func (s *Bolt) SaveLastSeen(ctx context.Context, userID string, at time.Time) er
 	return s.SaveLastSeenBatch(ctx, map[string]time.Time{userID: at})
 }
 
-// SaveLastSeenBatch stores many users' times in one transaction.
+// SaveLastSeenBatch stores many users' times in one transaction. A user id
+// bbolt cannot key (empty, or over 32 KiB) fails it with
+// awareness.ErrUnstorable.
 func (s *Bolt) SaveLastSeenBatch(_ context.Context, at map[string]time.Time) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketSeen)
@@ -102,6 +105,9 @@ func (s *Bolt) SaveLastSeenBatch(_ context.Context, at map[string]time.Time) err
 			var v [8]byte
 			binary.BigEndian.PutUint64(v[:], uint64(t.UnixMilli()))
 			if err := b.Put([]byte(userID), v[:]); err != nil {
+				if errors.Is(err, berrors.ErrKeyTooLarge) || errors.Is(err, berrors.ErrKeyRequired) {
+					return fmt.Errorf("%w: user id of %d bytes: %w", awareness.ErrUnstorable, len(userID), err)
+				}
 				return err
 			}
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -68,7 +70,7 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 func (s *Postgres) SaveLastSeen(ctx context.Context, userID string, at time.Time) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at) VALUES ($1, $2)
 		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, userID, at)
-	return err
+	return classify(err)
 }
 
 // SaveLastSeenBatch stores many users' times in one statement.
@@ -81,6 +83,18 @@ func (s *Postgres) SaveLastSeenBatch(ctx context.Context, at map[string]time.Tim
 	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_last_seen (user_id, seen_at)
 		SELECT * FROM unnest($1::text[], $2::timestamptz[])
 		ON CONFLICT (user_id) DO UPDATE SET seen_at = GREATEST(tandem_last_seen.seen_at, EXCLUDED.seen_at)`, users, times)
+	return classify(err)
+}
+
+// classify marks an error of PostgreSQL refusing the data it was given,
+// which it will refuse again, as awareness.ErrUnstorable: a data
+// exception (class 22: a NUL or an invalid byte sequence in a user id) or
+// a limit (class 54: an index row over its size, a user id of kilobytes).
+func classify(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "54")) {
+		return fmt.Errorf("%w: %w", awareness.ErrUnstorable, err)
+	}
 	return err
 }
 
