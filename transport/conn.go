@@ -278,16 +278,27 @@ func (c *conn) SendDocUnavailable(documentID string) {
 	c.sendMessage(&wire.Message{Type: wire.TypeDocUnavailable, DocumentID: documentID})
 }
 
-// SendEphemeral implements doc.Peer.
+// SendEphemeral implements doc.Peer: an ephemeral for a reader that is
+// behind is dropped, never its connection (pushEphemeral).
 func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
-	c.sendMessage(&wire.Message{
+	b := c.encode(&wire.Message{
 		Type: wire.TypeEphemeral, SenderID: e.SenderID, DocumentID: documentID,
 		SessionID: e.SessionID, Count: e.Count, Data: e.Data,
 	})
+	if b != nil && c.pushEphemeral(b) {
+		c.srv.metrics.sentEphemeral.Inc()
+	}
 }
 
 // sendMessage addresses m to this peer, encodes it and queues it.
 func (c *conn) sendMessage(m *wire.Message) {
+	if b := c.encode(m); b != nil {
+		c.queue(b, nil, c.srv.metrics.sent.WithLabelValues(m.Type))
+	}
+}
+
+// encode addresses m to this peer and encodes it; nil if it cannot be.
+func (c *conn) encode(m *wire.Message) []byte {
 	if m.SenderID == "" {
 		m.SenderID = c.srv.cfg.PeerID
 	}
@@ -295,9 +306,9 @@ func (c *conn) sendMessage(m *wire.Message) {
 	b, err := wire.Encode(m)
 	if err != nil {
 		c.srv.log.Error("encode message", "type", m.Type, "err", err)
-		return
+		return nil
 	}
-	c.queue(b, nil, c.srv.metrics.sent.WithLabelValues(m.Type))
+	return b
 }
 
 // pingDelay is the ping interval jittered by ±10%, so that many

@@ -79,6 +79,7 @@ const (
 	dropDenied          = "access_denied"
 	dropRateLimited     = "rate_limited"
 	dropRefusedDocument = "refused_document"
+	dropSlowReader      = "slow_reader"
 
 	// Reasons a connection is refused before the upgrade.
 	refuseUnauthorized = "unauthorized"

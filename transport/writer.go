@@ -91,9 +91,27 @@ func (c *conn) queue(b, tail []byte, sent prometheus.Counter) {
 	}
 }
 
+// ephemeralBacklog bounds what the lossless lane may hold for a relayed
+// ephemeral to join it (or a quarter of SendQueueBytes, if less): past it
+// the reader is behind, and an ephemeral for it is dropped.
+const ephemeralBacklog = 1 << 20
+
 // push queues f and starts a writer if none runs. It reports false if the
 // connection is closing or too slow (and then closes it).
-func (c *conn) push(f outFrame) bool {
+func (c *conn) push(f outFrame) bool { return c.enqueue(f, false) }
+
+// pushEphemeral queues the frame of a relayed ephemeral, unless the lane
+// is backed up: past ephemeralBacklog bytes or a quarter of SendQueue
+// frames, it is dropped (tandem_messages_dropped_total{reason="slow_reader"}).
+// An ephemeral is lossy; a reader slower than others' ephemerals keeps its
+// connection, and its sync waits behind no more than the backlog.
+func (c *conn) pushEphemeral(b []byte) bool {
+	return c.enqueue(outFrame{op: websocket.BinaryMessage, payload: b}, true)
+}
+
+// enqueue is push; a lossy frame is dropped instead when the lane is
+// backed up (pushEphemeral).
+func (c *conn) enqueue(f outFrame, lossy bool) bool {
 	c.wmu.Lock()
 	if c.closing {
 		c.wmu.Unlock()
@@ -104,6 +122,11 @@ func (c *conn) push(f outFrame) bool {
 	// control frames, of 125 bytes at most, count but are not refused.
 	size := int64(len(f.payload) + len(f.tail))
 	held := c.outBytes + c.writingBytes
+	if lossy && held > 0 && (held+size > min(ephemeralBacklog, c.srv.cfg.SendQueueBytes/4) || len(c.out) >= c.srv.cfg.SendQueue/4) {
+		c.wmu.Unlock()
+		c.srv.metrics.dropped.WithLabelValues(dropSlowReader).Inc()
+		return false
+	}
 	overBytes := f.op == websocket.BinaryMessage && held > 0 && held+size > c.srv.cfg.SendQueueBytes
 	if n := len(c.out); n >= c.srv.cfg.SendQueue || overBytes {
 		c.wmu.Unlock()
