@@ -48,8 +48,9 @@ type Config struct {
 	// presence (the server's own included); default 32.
 	MaxChannels int
 	// MaxStateBytes bounds the bytes one peer holds in a document's
-	// presence, the names of its channels and their values; default
-	// 64 KiB.
+	// presence: the names of its channels, their values and the sessions
+	// of their clocks (each up to 256 bytes, 279 for a write the server
+	// made in the peer's name); default 64 KiB.
 	MaxStateBytes int
 	// Replicator, when set, receives this node's peers' presence for the
 	// other nodes of a cluster.

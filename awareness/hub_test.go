@@ -797,6 +797,39 @@ func TestAUserIDOrNameHoldingANULIsRefused(t *testing.T) {
 	}
 }
 
+// A channel's clock holds the session of the message that wrote it, up to
+// 256 bytes a channel, which the hub holds beside the value: it counts in
+// the peer's bytes. Uncounted, 32 channels of one-byte names and values
+// held over 8 KiB under a limit of 1,024 bytes.
+func TestPresenceClocksCountInThePeersBytes(t *testing.T) {
+	const limit = 1024
+	h := newHub(t, Config{MaxChannels: 32, MaxStateBytes: limit, Logger: testenv.QuietLogger()})
+	p := &fakePeer{id: "p"}
+	session := strings.Repeat("s", 256)
+	for i := range 31 {
+		data, _ := cbor.Marshal(map[string]any{"__presence": presenceMessage{Type: TypeUpdate, Channel: string(rune('a' + i)), Value: enc(1)}})
+		if _, err := h.Receive(p, doc1, Message{SenderID: "p", SessionID: session, Count: uint64(i + 1), Data: data}); err != nil {
+			if !errors.Is(err, ErrPresenceLimit) {
+				t.Fatalf("channel %d: %v, want ErrPresenceLimit", i, err)
+			}
+			break
+		}
+	}
+	h.mu.Lock()
+	ps := h.rooms[doc1].state["p"]
+	held := len(ps.Gone.Session)
+	for ch, reg := range ps.Channels {
+		held += len(ch) + len(reg.Value) + len(reg.Clock.Session)
+	}
+	h.mu.Unlock()
+	if held > limit {
+		t.Fatalf("the hub holds %d bytes of the peer's presence (%d channels), over its limit of %d", held, len(ps.Channels), limit)
+	}
+	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedBytes)); n != 1 {
+		t.Errorf("refused for bytes: %v, want 1", n)
+	}
+}
+
 // Channel names are held as values are, so they count in a peer's bytes,
 // and one name is bounded: thirty channels of long names cannot make the
 // hub hold, and send every newcomer, far more than MaxStateBytes.
@@ -813,8 +846,9 @@ func TestPresenceChannelNamesAreBounded(t *testing.T) {
 	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedName)); n != 2 {
 		t.Errorf("refused for a channel name: %v, want 2", n)
 	}
-	// Names of 100 bytes with one-byte values: ten fit in 1024 bytes
-	// (with the status channel the hub writes), the eleventh does not.
+	// Names of 100 bytes with one-byte values and one-byte sessions: nine
+	// fit in 1024 bytes (with the status channel the hub writes, its
+	// session 24 bytes), the tenth does not.
 	accepted := 0
 	for i := range 20 {
 		name := fmt.Sprintf("%03d", i) + strings.Repeat("n", 97)
@@ -826,8 +860,8 @@ func TestPresenceChannelNamesAreBounded(t *testing.T) {
 		}
 		accepted++
 	}
-	if accepted != 10 {
-		t.Fatalf("%d channels of 100-byte names held under 1024 bytes, want 10", accepted)
+	if accepted != 9 {
+		t.Fatalf("%d channels of 100-byte names held under 1024 bytes, want 9", accepted)
 	}
 	if n := testutil.ToFloat64(h.metrics.refused.WithLabelValues(refusedBytes)); n != 1 {
 		t.Errorf("refused for bytes: %v, want 1", n)

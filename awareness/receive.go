@@ -15,7 +15,7 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 	}
 	var fx effects
 	h.mu.Lock()
-	if err := h.withinLimits(documentID, p.ID(), pm); err != nil {
+	if err := h.withinLimits(documentID, p.ID(), m.SessionID, pm); err != nil {
 		h.mu.Unlock()
 		return true, err // presence, refused: never relayed as it came
 	}
@@ -29,10 +29,11 @@ func (h *Hub) Receive(p Peer, documentID string, m Message) (bool, error) {
 // channels or bytes in the document's presence than the limits allow, or
 // that names a channel longer than MaxChannelNameBytes, a user id longer
 // than MaxUserIDBytes, or a user id or name no store can hold (storable).
-// A channel's bytes
-// are its name's and its value's: the hub holds both. The caller holds
-// h.mu.
-func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
+// A channel's bytes are its name's, its value's and its clock's session's
+// (up to 256 bytes from the peer, 23 more for a write the server made):
+// the hub holds all three, and its tombstone's session too. The caller
+// holds h.mu.
+func (h *Hub) withinLimits(documentID, peer, session string, pm *presenceMessage) error {
 	var user []byte
 	switch pm.Type {
 	case TypeUpdate:
@@ -67,23 +68,24 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 		}
 	}
 	var held map[string]Register
+	size := 0
 	if r := h.rooms[documentID]; r != nil {
 		if p := r.state[peer]; p != nil {
-			held = p.Channels
+			held, size = p.Channels, len(p.Gone.Session)
 		}
 	}
-	channels, size := len(held), 0
+	channels := len(held)
 	for ch, reg := range held {
-		size += len(ch) + len(reg.Value)
+		size += len(ch) + len(reg.Value) + len(reg.Clock.Session)
 	}
 	add := func(ch string, v []byte) {
 		if old, ok := held[ch]; ok {
-			size -= len(old.Value)
+			size -= len(old.Value) + len(old.Clock.Session)
 		} else {
 			channels++
 			size += len(ch)
 		}
-		size += len(v)
+		size += len(v) + len(session)
 	}
 	if pm.Type == TypeUpdate {
 		add(pm.Channel, pm.Value)
@@ -96,7 +98,7 @@ func (h *Hub) withinLimits(documentID, peer string, pm *presenceMessage) error {
 		return h.refuse(refusedChannels, "%w: %d channels for one peer, over the limit of %d", ErrPresenceLimit, channels, h.cfg.MaxChannels)
 	}
 	if size > h.cfg.MaxStateBytes {
-		return h.refuse(refusedBytes, "%w: %d bytes of presence (channel names and values) for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
+		return h.refuse(refusedBytes, "%w: %d bytes of presence (channel names, values and clocks' sessions) for one peer, over the limit of %d", ErrPresenceLimit, size, h.cfg.MaxStateBytes)
 	}
 	return nil
 }
