@@ -14,8 +14,8 @@ const (
 	bloomProbes       = 7
 )
 
-// ErrBloom is returned for a bloom filter that does not read, or that
-// passes the bounds (MaxBloomProbes, MaxBloomBitsPerEntry).
+// ErrBloom is returned for a bloom filter that does not read, or that is
+// not made with automerge's parameters (10 bits per entry, 7 probes).
 var ErrBloom = errors.New("unreadable bloom filter")
 
 // Bloom is a bloom filter over change hashes.
@@ -26,21 +26,34 @@ type Bloom struct {
 
 // NewBloom returns automerge's filter for these hashes.
 func NewBloom(n int, hash func(i int) Hash) Bloom {
-	b := Bloom{entries: uint32(n), bitsPerEntry: bloomBitsPerEntry, probes: bloomProbes}
-	b.bits = make([]byte, (n*bloomBitsPerEntry+7)/8)
+	b := newBloom(n)
 	for i := range n {
 		h := hash(i)
-		b.probe(&h, func(bit uint32) bool {
-			b.bits[bit>>3] |= 1 << (bit & 7)
-			return true
-		})
+		b.add(&h)
 	}
 	return b
 }
 
-// ParseBloom reads an encoded filter. The bounds keep a hostile filter
-// from costing more than its bytes: probes and bits per entry as stock
-// clients never exceed by much, at least as many bits as declared.
+// newBloom returns an empty filter with room for n hashes: automerge's
+// bits for n entries. It may hold fewer (the bits are then sparser: a
+// filter that is grown as hashes come is made for more than it holds).
+func newBloom(n int) Bloom {
+	return Bloom{entries: uint32(n), bitsPerEntry: bloomBitsPerEntry, probes: bloomProbes,
+		bits: make([]byte, (n*bloomBitsPerEntry+7)/8)}
+}
+
+// add puts a hash in the filter.
+func (b Bloom) add(h *Hash) {
+	b.probe(h, func(bit uint32) bool {
+		b.bits[bit>>3] |= 1 << (bit & 7)
+		return true
+	})
+}
+
+// ParseBloom reads an encoded filter. Only automerge's parameters are
+// taken: every automerge writes its filters with them, and a filter of
+// more probes or fewer bits per entry would cost more per test, or say
+// "held" of more, than its bytes.
 func ParseBloom(b []byte) (Bloom, error) {
 	if len(b) == 0 {
 		return Bloom{}, nil
@@ -58,7 +71,7 @@ func ParseBloom(b []byte) (Bloom, error) {
 	if f.entries == 0 {
 		return Bloom{}, nil
 	}
-	if f.bitsPerEntry == 0 || f.bitsPerEntry > MaxBloomBitsPerEntry || f.probes == 0 || f.probes > MaxBloomProbes {
+	if f.bitsPerEntry != bloomBitsPerEntry || f.probes != bloomProbes {
 		return Bloom{}, ErrBloom
 	}
 	want := (v[0]*v[1] + 7) / 8
@@ -69,11 +82,8 @@ func ParseBloom(b []byte) (Bloom, error) {
 	return f, nil
 }
 
-// Bounds of a filter a peer may send.
-const (
-	MaxBloomProbes       = 64
-	MaxBloomBitsPerEntry = 64
-)
+// Entries returns how many hashes the filter says it was made for.
+func (b Bloom) Entries() int { return int(b.entries) }
 
 // Encode returns the filter as automerge encodes it.
 func (b Bloom) Encode() []byte {

@@ -68,6 +68,10 @@ type Log struct {
 	// document (SetSaved); nil if none.
 	saved    []byte
 	savedLen int32
+	// visited counts the changes the sync state's walks and tests have
+	// visited, for the tests that hold their cost to what a peer sent
+	// and is owed.
+	visited int64
 }
 
 // NewLog returns an empty log.
@@ -352,6 +356,16 @@ func (l *Log) IsHeads(hs []Hash) bool {
 // from the given ones at once, in descending log order, and stops once
 // nothing left to visit can be a change the given heads lack.
 func (l *Log) Since(heads []Hash) []int32 {
+	out, _ := l.sinceWithin(heads, nil, nil, 0)
+	return out
+}
+
+// sinceWithin is Since without the changes of skip (nil: none), drawing
+// on work (nil: unbounded): each change visited costs a unit, and each
+// one returned gives credit back (a unit for a change the peer is owed,
+// none for a walk of the log's own). ok is false, and the list nil, once work
+// runs out: a walk cannot cost more than the peer paid for.
+func (l *Log) sinceWithin(heads []Hash, skip *spanSet, work *int, credit int) (out []int32, ok bool) {
 	var from []int32
 	for _, h := range heads {
 		if i, ok := l.find(&h); ok {
@@ -359,19 +373,28 @@ func (l *Log) Since(heads []Hash) []int32 {
 		}
 	}
 	if len(from) == 0 {
-		out := make([]int32, l.n)
-		for i := range out {
-			out[i] = int32(i)
+		// Every change but skip's: its cost is known before it is paid.
+		if skip == nil {
+			skip = &spanSet{}
 		}
-		return out
+		n := int(l.n) - skip.countIn(0, l.n)
+		if work != nil {
+			if *work += n*(credit-1); *work < 0 {
+				return nil, false
+			}
+		}
+		out = make([]int32, 0, n)
+		skip.gaps(0, l.n, func(x int32) bool { out = append(out, x); return true })
+		l.visited += int64(len(out))
+		return out, true
 	}
-	return l.walk(l.heads, from, -1)
+	return l.walk(l.heads, from, -1, skip, work, credit)
 }
 
 // walk returns, in log order, the changes reachable from ours (among
 // them) that are not reachable from theirs, looking no lower than index
-// floor.
-func (l *Log) walk(ours, theirs []int32, floor int32) []int32 {
+// floor, but for those of skip (nil: none); work is as sinceWithin's.
+func (l *Log) walk(ours, theirs []int32, floor int32, skip *spanSet, work *int, credit int) ([]int32, bool) {
 	// mark: 1 reachable from ours only, 2 from theirs (which wins).
 	mark := make(map[int32]uint8, 2*(len(ours)+len(theirs)))
 	var q idxHeap
@@ -391,6 +414,12 @@ func (l *Log) walk(ours, theirs []int32, floor int32) []int32 {
 	}
 	var out []int32
 	for open > 0 && q.len() > 0 {
+		if work != nil {
+			if *work--; *work < 0 {
+				return nil, false
+			}
+		}
+		l.visited++
 		x := q.pop()
 		if x <= floor {
 			break
@@ -398,7 +427,12 @@ func (l *Log) walk(ours, theirs []int32, floor int32) []int32 {
 		m := mark[x]
 		if m == 1 {
 			open--
-			out = append(out, x)
+			if skip == nil || !skip.has(x) {
+				out = append(out, x)
+				if work != nil {
+					*work += credit
+				}
+			}
 		}
 		for _, d := range l.DepsAt(x) {
 			switch dm := mark[d]; {
@@ -415,7 +449,7 @@ func (l *Log) walk(ours, theirs []int32, floor int32) []int32 {
 		}
 	}
 	slices.Reverse(out)
-	return out
+	return out, true
 }
 
 // Missing returns, sorted, the hashes among hs the log lacks.
@@ -431,8 +465,11 @@ func (l *Log) Missing(hs []Hash) []Hash {
 }
 
 // withoutAncestors removes from s the changes that are ancestors of (or
-// among) heads; heads the log lacks are ignored.
-func (l *Log) withoutAncestors(s *spanSet, heads []Hash) {
+// among) heads; heads the log lacks are ignored. It draws on work as
+// sinceWithin does, a unit per change visited and two back per change
+// removed, and stops where work runs out: what it leaves in s is then
+// only kept longer than it need be.
+func (l *Log) withoutAncestors(s *spanSet, heads []Hash, work *int) {
 	if s.empty() {
 		return
 	}
@@ -460,12 +497,17 @@ func (l *Log) withoutAncestors(s *spanSet, heads []Hash) {
 			q.push(x)
 		}
 	}
-	for q.len() > 0 {
+	for q.len() > 0 && *work > 0 {
+		*work--
+		l.visited++
 		x := q.pop()
 		if x <= floor {
 			break
 		}
-		s.remove(x)
+		if s.has(x) {
+			s.remove(x)
+			*work += 2
+		}
 		for _, d := range l.DepsAt(x) {
 			if !seen[d] {
 				seen[d] = true

@@ -13,14 +13,13 @@ const MessageV1 = 0x42
 // message.
 var ErrFormat = errors.New("unreadable sync message")
 
-// ErrBounds is returned for a message that reads but has more have
-// entries than MaxHaves: each costs a pass over the log, and is kept for
-// its peer until its next message.
+// ErrBounds is returned for a message that reads but names more heads
+// than MaxHeads, or has more have entries than MaxHaves.
 var ErrBounds = errors.New("sync message past the bounds")
 
 // MaxHaves bounds a message's have entries: automerge sends one at most.
-// Its hash lists have no bound of their own beyond the message's size: a
-// document may have any number of heads, and every peer names them all.
+// Its need list has no bound of its own beyond the message's size: what
+// it asks for is taken once each, and only what the log holds.
 const MaxHaves = 8
 
 // minChange is the fewest bytes of a change: a chunk's magic, checksum,
@@ -118,6 +117,9 @@ func Decode(b []byte) (*Message, error) {
 	r := &reader{b: b, off: 1}
 	m := &Message{}
 	m.Heads = r.hashes()
+	if len(m.Heads) > MaxHeads && r.err == nil {
+		r.err = fmt.Errorf("%w: %d heads, over %d", ErrBounds, len(m.Heads), MaxHeads)
+	}
 	m.Need = r.hashes()
 	n := r.uvarint()
 	if n > uint64(len(b)-r.off) {
@@ -173,6 +175,15 @@ func (m *Message) Encode() []byte {
 		b = append(b, c...)
 	}
 	return b
+}
+
+// size bounds the message's encoded bytes.
+func (m *Message) size() int {
+	n := m.headerSize()
+	for _, c := range m.Changes {
+		n += len(c)
+	}
+	return n
 }
 
 // headerSize bounds what appendHeader appends.

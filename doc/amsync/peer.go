@@ -2,6 +2,8 @@ package amsync
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"time"
@@ -14,9 +16,17 @@ import (
 const AnswerWait = time.Second
 
 // Peer is the sync state kept with one remote peer of a Log: automerge's
-// sync state (shared heads, last sent heads, the peer's last heads, need
-// and have, the changes sent it), and whether a message bringing it
-// changes awaits its answer.
+// sync state (shared heads, last sent heads, the peer's last heads, the
+// changes sent it), what the peer's last message says it lacks, and
+// whether a message bringing it changes awaits its answer.
+//
+// What a message says is worked out once, as it is received, and kept
+// in the few bytes it comes to (Kept): the changes asked for by hash as
+// log indices, each once; the have entries as the changes they say the
+// peer lacks, after which every change the log takes is lacked too. Its
+// bloom filters and need list are not kept, and what is owed is dropped
+// once sent. Generate then costs what it sends, whatever the document's
+// size.
 type Peer struct {
 	// ReadOnly is set for a peer whose changes are not taken: it is never
 	// asked for them (automerge's read-only sync state).
@@ -31,12 +41,40 @@ type Peer struct {
 
 	shared   []Hash
 	lastSent []Hash
-	// From the peer's last message; heard says there was one.
-	theirHeads, theirNeed []Hash
-	theirHave             []Have
-	heard                 bool
-	sent                  spanSet
-	inFlight, responded   bool
+	// From the peer's last message; heard says there was one. unknown
+	// are the heads it named that the log lacked, as of unknownAt (the
+	// log's length then): the log only grows, so only they are looked up
+	// again.
+	theirHeads []Hash
+	unknown    []Hash
+	unknownAt  int32
+	heard      bool
+	// asked are the changes its last message asked for by hash that the
+	// log holds, once each, in the order asked; they go in the next
+	// message that brings it changes, sent before or not, and are
+	// dropped once sent.
+	asked []int32
+	// have says how its last message's have list was read; lacks are the
+	// changes it says the peer lacks, in log order, and every change at
+	// or past lacksFrom is lacked too (the log took it since).
+	have      haveKind
+	lacks     []int32
+	lacksFrom int32
+	sent      spanSet
+	// work is what the peer may still make the log visit, in changes
+	// walked, tested or put in a filter: each message gives it some for
+	// its bytes (workFor), each change it is sent gives two, and a visit
+	// that finds a change it lacks is refunded. A walk that runs out
+	// stops, having cost no more than the peer paid: so a message costs
+	// its bytes and three visits per change the peer is owed, summed
+	// over its messages.
+	work int
+	// ours is the bloom filter of the log's changes since shared that
+	// goes in the have entry of a message to a peer whose heads the log
+	// does not all hold: made once per shared heads, grown as the log
+	// grows.
+	ours                ownFilter
+	inFlight, responded bool
 	// A message that carries no changes is not sent again as it was
 	// last sent (lastOut, a digest) to a peer whose last message repeated
 	// the one before it (theirLast; repeated): neither side would learn
@@ -53,6 +91,44 @@ type Peer struct {
 	// is set when Generate held a message back for either, until when.
 	awaitUntil, lastChanges, heldUntil time.Time
 }
+
+// haveKind is how a message's have list was read.
+type haveKind uint8
+
+const (
+	haveNone   haveKind = iota // no have entries: the peer is sent only what it asks for
+	haveReset                  // a last sync point the log lacks: the peer is asked to start over
+	haveFilter                 // lacks worked out from the filters
+	haveExact                  // lacks worked out from its heads, all of which the log holds
+	// haveOwed: working out what it lacks took more than the peer paid
+	// for (a walk over changes already sent it, say, as when its message
+	// crossed the one bringing it the document): it is sent what it asks
+	// for and the changes the log takes from now on, until its next
+	// message says more.
+	haveOwed
+)
+
+// MaxHeads bounds the heads a message may name, and a document's heads
+// (a change that would give it more is refused): each is looked up for
+// every message the peer is sent, and kept with its sync state.
+const MaxHeads = 10_000
+
+// maxAsk bounds the heads the log lacks that a message asks a peer for:
+// a peer has a head or two the log lacks, its recent changes; what a
+// peer names beyond the bound is still sent it, by the bloom filter.
+const maxAsk = 256
+
+// workFor is the work a message of size bytes gives its peer: a unit per
+// 4 bytes (8 per hash it names) and 1,024 besides; it holds at most
+// maxWork.
+func workFor(size int) int { return size/4 + 1024 }
+
+const maxWork = 4 << 20
+
+// ErrFilter is returned by Receive for a have entry whose bloom filter
+// says it holds far more of the log's changes than it was made for: no
+// filter automerge makes does.
+var ErrFilter = errors.New("a bloom filter holds more changes than it was made for")
 
 // NewPeer returns the state for a peer the log knows nothing about.
 func NewPeer() *Peer { return &Peer{} }
@@ -74,10 +150,28 @@ func (p *Peer) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
 // peer to wait for its answer, when the wait ends; zero otherwise.
 func (p *Peer) HeldUntil() time.Time { return p.heldUntil }
 
+// Kept returns the bytes the state holds, besides its fixed size: its
+// hash lists, what the peer is owed, the spans of what it was sent and
+// the log's filter made for it.
+func (p *Peer) Kept() int {
+	return 32*(len(p.shared)+len(p.lastSent)+len(p.theirHeads)+len(p.unknown)) +
+		4*(len(p.asked)+len(p.lacks)) + 8*len(p.sent.s) + len(p.ours.f.bits)
+}
+
+// Holds bounds the bytes Receive keeps of m, beyond what the log owes
+// the peer: for the caller to charge before it calls Receive.
+func Holds(m *Message) int {
+	return 32*(3*len(m.Heads)+min(len(m.Heads), maxAsk)) + 4*len(m.Need)
+}
+
 // Receive reads a message from the peer. The caller has already added to
 // l the changes of m it admits; before are l's heads from before it did.
-// The message's blooms are copied: m may be let go.
-func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
+// Nothing of m is kept: m may be let go. What its have entries say the
+// peer lacks is worked out here, once: a filter that says it holds more
+// than it could (ErrFilter) is not taken, the peer is then sent only
+// what it asks for.
+func (p *Peer) Receive(l *Log, m *Message, before []Hash) error {
+	p.work = min(maxWork, p.work+workFor(m.size()))
 	p.inFlight = false
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	p.joins = p.joins || m.HasFlags
@@ -88,17 +182,13 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 		p.shared = advanceHeads(before, l.Heads(), p.shared)
 		p.lastChanges = time.Time{}
 	}
-	l.withoutAncestors(&p.sent, m.Heads)
+	l.withoutAncestors(&p.sent, m.Heads, &p.work)
 	if len(m.Changes) == 0 && slices.Equal(m.Heads, before) {
 		p.lastSent = slices.Clone(m.Heads)
 	}
-	known := 0
-	for _, h := range m.Heads {
-		if l.Has(h) {
-			known++
-		}
-	}
-	if known == len(m.Heads) {
+	p.unknown = l.Missing(m.Heads)
+	p.unknownAt = l.n
+	if len(p.unknown) == 0 {
 		p.shared = slices.Clone(m.Heads)
 		if len(m.Heads) == 0 {
 			p.lastSent = nil
@@ -115,15 +205,168 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 		p.shared = slices.Compact(s)
 	}
 	d := digest(m)
+	repeat := d == p.theirLast && p.heard && len(m.Changes) == 0 && m.Flags&flagSyncReset == 0
 	p.repeated = len(m.Changes) == 0 && d == p.theirLast
 	p.theirLast = d
 	p.theirHeads = slices.Clone(m.Heads)
-	p.theirNeed = slices.Clone(m.Need)
-	p.theirHave = make([]Have, len(m.Have))
-	for i, h := range m.Have {
-		p.theirHave[i] = Have{LastSync: slices.Clone(h.LastSync), Bloom: slices.Clone(h.Bloom)}
-	}
 	p.heard = true
+	p.asked = p.asked[:0]
+	for _, h := range m.Need {
+		// A repeat asks again for what is on its way: not sent twice.
+		if i, ok := l.IndexOf(h); ok && !(repeat && p.sent.has(i)) {
+			p.asked = append(p.asked, i)
+		}
+	}
+	p.asked = uniqueInOrder(p.asked)
+	if repeat {
+		return nil // what its have says is worked out already
+	}
+	p.lacks, p.lacksFrom = nil, l.n
+	switch {
+	case len(m.Have) == 0:
+		p.have = haveNone
+	case !l.holdsAll(m.Have[0].LastSync):
+		// The peer's last sync point is nothing we know: a reset (an
+		// empty have asks it for everything).
+		p.have = haveReset
+	case len(p.unknown) == 0:
+		p.have = haveExact
+		if lacks, ok := l.sinceWithin(m.Heads, &p.sent, &p.work, 1); ok {
+			p.lacks = lacks
+		} else {
+			p.have = haveOwed
+		}
+	default:
+		lacks, ok, err := lackedBy(l, m.Have, &p.sent, &p.work)
+		if err != nil {
+			p.have = haveNone
+			return err
+		}
+		p.have, p.lacks = haveFilter, lacks
+		if !ok {
+			p.have = haveOwed
+		}
+	}
+	return nil
+}
+
+// holdsAny reports whether the log holds a hash of hs.
+func (l *Log) holdsAny(hs []Hash) bool {
+	for i := range hs {
+		if _, ok := l.find(&hs[i]); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsAll reports whether the log holds every hash of hs.
+func (l *Log) holdsAll(hs []Hash) bool {
+	for i := range hs {
+		if _, ok := l.find(&hs[i]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// uniqueInOrder drops the repeats of xs, keeping each first.
+func uniqueInOrder(xs []int32) []int32 {
+	if len(xs) < 2 {
+		return xs
+	}
+	seen := make(map[int32]struct{}, len(xs))
+	out := xs[:0]
+	for _, x := range xs {
+		if _, ok := seen[x]; !ok {
+			seen[x] = struct{}{}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// lackedBy returns, in log order, the changes a peer lacks by its have
+// entries: every change since their last sync points that no filter
+// holds, and every change depending on one of those; the changes of
+// sent are taken as held (they are on their way) and not tested. A
+// filter made by automerge for n hashes holds about 1% of the others
+// besides (10 bits per entry, 7 probes); one that holds many more than
+// its n is refused (ErrFilter) as soon as that shows, so a filter with
+// every bit set costs a test per entry it was made for, not one per
+// change of the log. It draws on work as sinceWithin does, a unit per
+// change tested; ok is false if work ran out.
+func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, ok bool, err error) {
+	ok = true
+	var last []Hash
+	blooms := make([]Bloom, 0, len(haves))
+	made := 0
+	for _, h := range haves {
+		last = append(last, h.LastSync...)
+		b, err := ParseBloom(h.Bloom)
+		if err != nil {
+			return nil, true, err
+		}
+		blooms = append(blooms, b)
+		made += b.Entries()
+	}
+	// The changes since the last sync points but those sent, in log
+	// order: all of them if it names none the log holds (read as they
+	// are tested, so that a refused filter costs only what was tested).
+	each := func(f func(x int32) bool) { sent.gaps(0, l.n, f) }
+	if l.holdsAny(last) {
+		since, ok := l.sinceWithin(last, sent, work, 1)
+		if !ok {
+			return nil, false, nil
+		}
+		each = func(f func(x int32) bool) {
+			for _, x := range since {
+				if !f(x) {
+					return
+				}
+			}
+		}
+	}
+	var lacked spanSet
+	held, tested := 0, 0
+	each(func(x int32) bool {
+		if *work--; *work < 0 {
+			ok = false
+			return false
+		}
+		l.visited++
+		tested++
+		h := &l.at(x).hash
+		missing := true
+		for _, b := range blooms {
+			if b.Contains(h) {
+				missing = false
+				break
+			}
+		}
+		if !missing {
+			if held++; held > made+tested/32+64 {
+				err = fmt.Errorf("%w: %d of the first %d changes tested are in filters made for %d", ErrFilter, held, tested, made)
+				return false
+			}
+			for _, d := range l.DepsAt(x) {
+				if lacked.has(d) {
+					missing = true // depends on one it lacks
+					break
+				}
+			}
+		}
+		if missing {
+			lacked.add(x)
+			lacks = append(lacks, x)
+			*work++ // owed: the test is refunded
+		}
+		return true
+	})
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	return lacks, true, nil
 }
 
 // advanceHeads is automerge's: the heads that are new since before,
@@ -217,10 +460,17 @@ func (o *Outgoing) Encode() []byte {
 func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	ours := l.Heads()
-	unknown := l.Missing(p.theirHeads) // heads of the peer's the log lacks
+	if p.unknownAt != l.n {
+		// The log took changes since: some of the unknown heads may be among them.
+		p.unknown = slices.DeleteFunc(p.unknown, l.Has)
+		p.unknownAt = l.n
+	}
 	var ourNeed []Hash
 	if !p.ReadOnly {
-		for _, h := range unknown {
+		for _, h := range p.unknown {
+			if len(ourNeed) == maxAsk {
+				break
+			}
 			if held == nil || !held(h) {
 				ourNeed = append(ourNeed, h)
 			}
@@ -231,7 +481,6 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		sortHashes(ourNeed)
 		ourNeed = slices.Compact(ourNeed)
 	}
-	var have []Have
 	allTheirs := true
 	inTheirHeads := inList(p.theirHeads)
 	for _, h := range ourNeed {
@@ -241,31 +490,14 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		}
 	}
 
-	if len(p.theirHave) > 0 {
-		for _, h := range p.theirHave[0].LastSync {
-			if !l.Has(h) {
-				// The peer's last sync point is nothing we know: a
-				// reset (an empty have asks it for everything).
-				return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}, log: l}
-			}
-		}
+	if p.heard && p.have == haveReset {
+		return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}, log: l}
 	}
 
 	var send []int32
 	exact := false
 	if p.heard {
-		var asked int
-		send, asked, exact = p.toSend(l, len(unknown) == 0)
-		// What it asked for by hash goes again: it lacks it, sent or not.
-		send = append(send[:asked], slices.DeleteFunc(send[asked:], p.sent.has)...)
-	}
-	if allTheirs {
-		if exact {
-			// What the message carries brings the peer to our heads.
-			have = []Have{{LastSync: ours}}
-		} else {
-			have = []Have{p.haveSince(l)}
-		}
+		send, exact = p.toSend(l, len(p.unknown) == 0)
 	}
 
 	headsUnchanged := p.responded && slices.Equal(p.lastSent, ours)
@@ -282,6 +514,15 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
 
+	var have []Have
+	switch {
+	case !allTheirs:
+	case exact:
+		// What the message carries brings the peer to our heads.
+		have = []Have{{LastSync: ours}}
+	default:
+		have = []Have{p.haveSince(l)}
+	}
 	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
 	if n, saved := l.Saved(); n > 0 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
 		out.Saved, out.saved = n, saved // a peer that has nothing: the saved document, then what came since
@@ -300,6 +541,9 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	for _, x := range send {
 		p.sent.add(x)
 	}
+	p.work = min(maxWork, p.work+2*len(send))
+	// What it asked for and lacked is sent: it asks again if it must.
+	p.asked, p.lacks, p.lacksFrom = nil, nil, l.n
 	p.inFlight = true
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if len(send) > 0 {
@@ -340,59 +584,28 @@ func sortedFrom0(xs []int32) bool {
 // toSend returns the changes the peer lacks, in log order, the asked
 // ones it asked for by hash first; exact says they were worked out from
 // its heads (knowsTheirHeads: the log holds them all) and are all it
-// lacks.
-func (p *Peer) toSend(l *Log, knowsTheirHeads bool) (send []int32, asked int, exact bool) {
-	var need []int32
-	for _, h := range p.theirNeed {
-		if i, ok := l.IndexOf(h); ok {
-			need = append(need, i)
+// lacks. Its cost is what it returns, and what the peer was sent of the
+// changes the last message said it lacked.
+func (p *Peer) toSend(l *Log, knowsTheirHeads bool) (send []int32, exact bool) {
+	if p.have == haveNone {
+		return p.asked, false
+	}
+	if p.have == haveFilter && knowsTheirHeads {
+		// Its heads came since its message: they say exactly what it lacks.
+		if lacks, ok := l.sinceWithin(p.theirHeads, &p.sent, &p.work, 1); ok {
+			p.have, p.lacks, p.lacksFrom = haveExact, lacks, l.n
 		}
 	}
-	if len(p.theirHave) == 0 {
-		return need, len(need), false
-	}
-	if knowsTheirHeads {
-		return withFirst(need, l.Since(p.theirHeads)), len(need), true
-	}
-	// From its have: every change since its last sync points that no
-	// bloom holds, and every change depending on one of those.
-	var last []Hash
-	blooms := make([]Bloom, 0, len(p.theirHave))
-	for _, h := range p.theirHave {
-		last = append(last, h.LastSync...)
-		b, _ := ParseBloom(h.Bloom) // checked when the message was read
-		blooms = append(blooms, b)
-	}
-	since := l.Since(last)
-	in := make(map[int32]bool)
-	for _, x := range since {
-		h := l.HashAt(x)
-		missing := true
-		for _, b := range blooms {
-			if b.Contains(&h) {
-				missing = false
-				break
-			}
-		}
-		if !missing {
-			for _, d := range l.DepsAt(x) {
-				if in[d] {
-					missing = true // depends on one it lacks
-					break
-				}
-			}
-		}
-		if missing {
-			in[x] = true
+	p.lacks = slices.DeleteFunc(p.lacks, p.sent.has)
+	rest := slices.Clip(p.lacks)
+	for x := p.lacksFrom; x < l.n; x++ {
+		if !p.sent.has(x) {
+			rest = append(rest, x)
 		}
 	}
-	var out []int32
-	for _, x := range since {
-		if in[x] {
-			out = append(out, x)
-		}
-	}
-	return withFirst(need, out), len(need), false
+	l.visited += int64(l.n - p.lacksFrom)
+	// What it asked for by hash goes again: it lacks it, sent or not.
+	return withFirst(p.asked, rest), p.have == haveExact
 }
 
 // withFirst returns first, then the rest not in first.
@@ -410,12 +623,78 @@ func withFirst(first, rest []int32) []int32 {
 	return out
 }
 
+// ownFilter is a bloom filter of the log's changes since some heads, as
+// a have entry carries it: made once for those heads and grown as the
+// log takes changes (each new change is one since them), made again at
+// twice the size when it is full, so each change costs a few additions.
+// It is made for more hashes than it holds, which a reader takes as it
+// takes any filter: its bits say what it holds.
+type ownFilter struct {
+	key  uint64 // digest of the heads it is of
+	upTo int32  // the log's length when it last took changes
+	held int
+	f    Bloom
+	made bool
+}
+
 // haveSince is automerge's have entry: the shared heads, and a bloom
-// filter of the changes since them.
+// filter of the changes since them. The filter draws on the peer's work
+// (a unit per change walked or put in it); if that runs out the entry
+// goes with no filter, which says the log holds nothing since the
+// shared heads: the peer then sends what it has since them, which is
+// more than needed, never less.
 func (p *Peer) haveSince(l *Log) Have {
-	since := l.Since(p.shared)
-	b := NewBloom(len(since), func(i int) Hash { return l.HashAt(since[i]) })
-	return Have{LastSync: slices.Clone(p.shared), Bloom: b.Encode()}
+	o := &p.ours
+	key := hashesDigest(p.shared)
+	switch {
+	case !o.made || o.key != key:
+		o.fill(l, p.shared, key, &p.work)
+	case o.upTo < l.n && o.held+int(l.n-o.upTo) > o.f.Entries():
+		o.fill(l, p.shared, key, &p.work) // full: made again, twice the size
+	case o.upTo < l.n:
+		for x := o.upTo; x < l.n; x++ {
+			o.f.add(&l.at(x).hash)
+		}
+		l.visited += int64(l.n - o.upTo)
+		o.held += int(l.n - o.upTo)
+		o.upTo = l.n
+	}
+	have := Have{LastSync: slices.Clone(p.shared)}
+	if o.made && o.held > 0 {
+		have.Bloom = o.f.Encode()
+	}
+	return have
+}
+
+// fill makes the filter anew for the changes since shared, with room for
+// as many again if it is growing; made is false if work ran out.
+func (o *ownFilter) fill(l *Log, shared []Hash, key uint64, work *int) {
+	growing := o.made && o.key == key
+	o.made, o.f = false, Bloom{}
+	since, ok := l.sinceWithin(shared, nil, work, 0)
+	if *work -= len(since); !ok || *work < 0 {
+		return // the entry goes with no filter
+	}
+	size := len(since)
+	if growing {
+		size *= 2
+	}
+	o.f = newBloom(size)
+	for _, x := range since {
+		o.f.add(&l.at(x).hash)
+	}
+	l.visited += int64(len(since))
+	o.key, o.upTo, o.held, o.made = key, l.n, len(since), true
+}
+
+// hashesDigest sums a list of hashes.
+func hashesDigest(hs []Hash) uint64 {
+	var h maphash.Hash
+	h.SetSeed(digestSeed)
+	for i := range hs {
+		h.Write(hs[i][:])
+	}
+	return h.Sum64()
 }
 
 var digestSeed = maphash.MakeSeed()

@@ -74,3 +74,33 @@ func (s *spanSet) remove(x int32) {
 		s.s = nil
 	}
 }
+
+// gaps calls f with each x in [lo, hi) the set does not hold, in order,
+// until f returns false: its cost is the spans it passes and the calls,
+// not hi-lo.
+func (s *spanSet) gaps(lo, hi int32, f func(x int32) bool) {
+	for i := s.find(lo); lo < hi; i++ {
+		next := hi
+		if i < len(s.s) {
+			next = min(hi, s.s[i].lo)
+		}
+		for x := lo; x < next; x++ {
+			if !f(x) {
+				return
+			}
+		}
+		if i >= len(s.s) {
+			return
+		}
+		lo = s.s[i].hi
+	}
+}
+
+// countIn returns how many of [lo, hi) the set holds.
+func (s *spanSet) countIn(lo, hi int32) int {
+	n := 0
+	for i := s.find(lo); i < len(s.s) && s.s[i].lo < hi; i++ {
+		n += int(min(hi, s.s[i].hi) - max(lo, s.s[i].lo))
+	}
+	return n
+}
