@@ -49,7 +49,10 @@ type Config struct {
 	// report stays in the document's mention journal, stored with the
 	// changes (mention_journal.go), and is offered again: after a backoff,
 	// or by the node that takes the journal over if this one dies. A
-	// report offered again keeps its Key.
+	// report offered again keeps its Key. An error that says it is
+	// permanent (it, or one it wraps, has a method Permanent() bool that
+	// returns true) drops the report instead: offered again, it would
+	// fail again. A failing report holds up no other (handRound).
 	Mentions      func(Mention) error
 	MentionSettle time.Duration
 	// MentionFields names the fields mentions are read from; by default

@@ -62,9 +62,9 @@ type Hub struct {
 	background sync.WaitGroup // work running under whileOpen; added to under mu while not closed
 
 	// Mention reports (mention_journal.go): taken over from gone nodes'
-	// journals, handed over, failed to hand over.
-	mentionsTaken, mentionsHanded, mentionsFailed prometheus.Counter
-	sweepNow                                      chan struct{} // NodeGone asks for a sweep
+	// journals, handed over, failed to hand over, dropped.
+	mentionsTaken, mentionsHanded, mentionsFailed, mentionsDropped prometheus.Counter
+	sweepNow                                                       chan struct{} // NodeGone asks for a sweep
 
 	// The document lane (cluster.go): other nodes' changes, heads and
 	// wants, handled in order by laneLoop. beforeLane, set by tests
@@ -126,9 +126,10 @@ func NewHub(cfg Config) (*Hub, error) {
 	})
 	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_mention_reports_total",
-		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed; the report stays in the journal).",
+		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed for now; the report stays in the journal), dropped (the notifications refused the report for good; it leaves the journal).",
 	}, []string{"event"})
 	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
+	h.mentionsDropped = mentions.WithLabelValues("dropped")
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
 		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",

@@ -3,10 +3,13 @@ package doc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -258,4 +261,114 @@ func TestAFailedReportIsOfferedAgainWithItsKey(t *testing.T) {
 		}
 	}
 	waitNoJournals(t, s)
+}
+
+// refusedError is an error of the notifications that says offering the
+// same report again would fail again, as notify.ErrBadEvent does.
+type refusedError struct{}
+
+func (refusedError) Error() string   { return "bad notification event: title must be at most 256 bytes" }
+func (refusedError) Permanent() bool { return true }
+
+// A report the notifications refuse for good (as they refused a title of
+// 80 emoji) is offered once, dropped and counted, and leaves the journal;
+// a later report of the document is handed over at once, and the room
+// then leaves memory. Before, the refused report was offered for ever,
+// every later one waited behind it, and the room stayed.
+func TestAReportRefusedForGoodIsDroppedAndHoldsUpNoOther(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	var refused atomic.Int32
+	got := make(chan Mention, 10)
+	h := newTestHub(t, s, Config{
+		MentionAuthor: authors, MentionSettle: time.Hour, EvictAfter: time.Millisecond,
+		Mentions: func(m Mention) error {
+			if m.Actor == "ana" {
+				refused.Add(1)
+				return fmt.Errorf("queue 1 mentions in %s: %w", m.DocumentID, refusedError{})
+			}
+			got <- m
+			return nil
+		},
+	})
+	ana, cy := newClient("peer-ana"), newClient("peer-cy")
+	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
+	ana.sync(t, h, false)
+	settleBursts(t, h)
+	waitNoBursts(t, h)
+	cy.sync(t, h, true)
+	cy.splice(t, 0, 0, "@dee ")
+	cy.sync(t, h, false)
+	settleBursts(t, h)
+	select {
+	case m := <-got:
+		if m.Actor != "cy" || !slices.Equal(m.Users, []string{"dee"}) {
+			t.Fatalf("reported %+v, want cy's mention of dee", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cy's report waited behind ana's, which the notifications refuse for good")
+	}
+	waitNoJournals(t, s)
+	if n := refused.Load(); n != 1 {
+		t.Fatalf("the refused report was offered %d times, want once", n)
+	}
+	if n := testutil.ToFloat64(h.mentionsDropped); n != 1 {
+		t.Fatalf("dropped reports = %v, want 1", n)
+	}
+	h.Leave(ana.peer, testDoc)
+	h.Leave(cy.peer, testDoc)
+	testenv.WaitFor(t, "the room to leave memory", func() bool { return h.Stats().Rooms == 0 })
+}
+
+// A report that fails for now (the notification queue is away for it)
+// waits and is offered again with its key; meanwhile another author's
+// report is handed over at once, not behind it. Once both are taken, the
+// journal is deleted and the room leaves memory.
+func TestAReportThatFailsForNowHoldsUpNoOther(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	var away atomic.Bool
+	away.Store(true)
+	failed := make(chan Mention, 10)
+	got := make(chan Mention, 10)
+	h := newTestHub(t, s, Config{
+		MentionAuthor: authors, MentionSettle: time.Hour, EvictAfter: time.Millisecond,
+		Mentions: func(m Mention) error {
+			if m.Actor == "ana" && away.Load() {
+				failed <- m
+				return errors.New("queue away")
+			}
+			got <- m
+			return nil
+		},
+	})
+	ana, cy := newClient("peer-ana"), newClient("peer-cy")
+	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
+	ana.sync(t, h, false)
+	settleBursts(t, h)
+	first := <-failed
+	waitNoBursts(t, h)
+	cy.sync(t, h, true)
+	cy.splice(t, 0, 0, "@dee ")
+	cy.sync(t, h, false)
+	settleBursts(t, h)
+	select {
+	case m := <-got:
+		if m.Actor != "cy" {
+			t.Fatalf("reported %+v, want cy's report", m)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cy's report waited behind ana's, which fails for now")
+	}
+	away.Store(false)
+	select {
+	case m := <-got:
+		if m.Actor != "ana" || m.Key != first.Key || !slices.Equal(m.Users, []string{"bo"}) {
+			t.Fatalf("offered again as %+v, first as %+v", m, first)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("ana's report was not offered again")
+	}
+	waitNoJournals(t, s)
+	h.Leave(ana.peer, testDoc)
+	h.Leave(cy.peer, testDoc)
+	testenv.WaitFor(t, "the room to leave memory", func() bool { return h.Stats().Rooms == 0 })
 }

@@ -1,6 +1,8 @@
 package doc
 
 import (
+	"errors"
+	"slices"
 	"time"
 )
 
@@ -77,8 +79,9 @@ type mentionTracker struct {
 	mark    func()          // queues the room for a write
 	drop    []string        // nodes whose journals were taken over, to delete
 	takenBy map[string]bool // nodes whose journals this room took over
-	// After a failed handover the ready reports are offered again in
-	// backoff (retrying while that is scheduled).
+	// Reports of ready that failed for now wait (handRound): they are
+	// offered again after backoff (retrying while that is scheduled).
+	waiting  map[*Mention]bool
 	retrying bool
 	backoff  time.Duration
 }
@@ -103,7 +106,7 @@ func (h *Hub) newMentionTracker(r *room) *mentionTracker {
 		return h.cfg.MentionAuthor(r.id, p)
 	}
 	return &mentionTracker{
-		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{},
+		counts: map[string]int{}, bursts: map[string]*mentionBurst{}, takenBy: map[string]bool{}, waiting: map[*Mention]bool{},
 		// A timer that fires while the hub closes does nothing: Close
 		// reports every burst still open.
 		fire:   func(peerID string, gen uint64) { h.whileOpen(func() { h.reportMentions(r, peerID, gen) }) },
@@ -304,50 +307,97 @@ func (r *room) readMentions(h *Hub, need func(*mentionTracker) bool, withTitle b
 	return counts, title
 }
 
-// handOver gives the room's ready reports to Config.Mentions, oldest
-// first, one caller per room at a time. A report leaves the journal once
-// Mentions took it; on an error the rest wait, and, if retry is set, are
-// handed over again after a backoff (1 s, doubling up to a minute).
-func (h *Hub) handOver(r *room, retry bool) {
+// handOver gives the room's ready reports to Config.Mentions
+// (handRound): with retry, those that are not waiting for a retry round,
+// and one that fails for now waits for one; without (the hub is closing),
+// every report, once.
+func (h *Hub) handOver(r *room, retry bool) { h.handRound(r, !retry, retry) }
+
+// handRound offers the room's ready reports (all of them, or those that
+// are not waiting) to Config.Mentions, one round per room at a time. The
+// order rule: oldest first, each report once a round, none waiting for
+// another's answer. A report Mentions takes leaves the journal. One it
+// refuses for good (refusedForGood: the notifications cannot carry it) is
+// dropped, counted and logged, and leaves the journal too: offered again
+// it would fail again. One that fails for now stays in the journal and
+// waits; if retry is set, every waiting report is offered again in a
+// round after a backoff (1 s, doubling while rounds fail, up to a minute;
+// from 1 s again once none waits). A new report is offered at once, not
+// behind the waiting ones: one author's report never holds up another's
+// for more than the round they share, though it may overtake an older
+// one. A notification queue that is away costs one call per new report,
+// and one per waiting report a backoff.
+func (h *Hub) handRound(r *room, all, retry bool) {
 	r.handMu.Lock()
 	defer r.handMu.Unlock()
-	for {
-		r.mu.Lock()
-		if len(r.mentions.ready) == 0 {
-			r.mentions.backoff = 0
-			r.mu.Unlock()
-			return
+	r.mu.Lock()
+	t := r.mentions
+	offer := make([]*Mention, 0, len(t.ready))
+	for _, m := range t.ready {
+		if all || !t.waiting[m] {
+			offer = append(offer, m)
 		}
-		m := r.mentions.ready[0]
-		r.mu.Unlock()
-		if err := h.cfg.Mentions(*m); err != nil {
+	}
+	r.mu.Unlock()
+	failed := 0
+	var lastErr error
+	for _, m := range offer {
+		err := h.cfg.Mentions(*m)
+		gone := err == nil || refusedForGood(err)
+		switch {
+		case err == nil:
+			h.mentionsHanded.Inc()
+		case gone:
+			h.mentionsDropped.Inc()
+			h.log.Warn("dropping a mention report the notifications refuse for good", "document", r.id,
+				"actor", m.Actor, "users", len(m.Users), "err", err)
+		default:
 			h.mentionsFailed.Inc()
-			r.mu.Lock()
-			t := r.mentions
-			t.backoff = min(max(2*t.backoff, time.Second), time.Minute)
-			if retry && !t.retrying {
-				t.retrying = true
-				h.goAfter(t.backoff, func() {
-					r.mu.Lock()
-					r.mentions.retrying = false
-					r.mu.Unlock()
-					h.handOver(r, true)
-				})
-			}
-			wait := t.backoff
-			r.mu.Unlock()
-			h.log.Warn("handing over mentions; they stay in the journal", "document", r.id,
-				"users", len(m.Users), "retry_in", wait, "err", err)
-			return
+			failed++
+			lastErr = err
 		}
-		h.mentionsHanded.Inc()
 		r.mu.Lock()
-		if len(r.mentions.ready) > 0 && r.mentions.ready[0] == m {
-			r.mentions.ready = r.mentions.ready[1:]
-			r.mentions.journalChanged()
+		if gone {
+			if i := slices.Index(t.ready, m); i >= 0 {
+				t.ready = slices.Delete(t.ready, i, i+1)
+				t.journalChanged()
+			}
+			delete(t.waiting, m)
+		} else {
+			t.waiting[m] = true
 		}
 		r.mu.Unlock()
 	}
+	r.mu.Lock()
+	if failed == 0 {
+		if len(t.waiting) == 0 {
+			t.backoff = 0
+		}
+		r.mu.Unlock()
+		return
+	}
+	t.backoff = min(max(2*t.backoff, time.Second), time.Minute)
+	if retry && !t.retrying {
+		t.retrying = true
+		h.goAfter(t.backoff, func() {
+			r.mu.Lock()
+			r.mentions.retrying = false
+			r.mu.Unlock()
+			h.handRound(r, true, true)
+		})
+	}
+	wait := t.backoff
+	r.mu.Unlock()
+	h.log.Warn("handing over mentions; they stay in the journal", "document", r.id,
+		"reports", failed, "retry_in", wait, "err", lastErr)
+}
+
+// refusedForGood reports whether Config.Mentions refused a report for
+// good: its error, or one it wraps, has a method Permanent() bool that
+// says so (the notification service's ErrBadEvent does).
+func refusedForGood(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }
 
 // reportAllMentions makes every burst still settling a report and hands
