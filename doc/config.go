@@ -40,6 +40,10 @@ type Config struct {
 	// entry's document id, reason and a fixed 160 bytes.
 	RefusedChanges     int
 	RefusedChangeBytes int64
+	// SyncStateBytes bounds the bytes of the sync states kept for one
+	// connection, summed over its documents (syncstate.go); default 4
+	// MiB. A message that would pass it is refused.
+	SyncStateBytes int64
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Mentions, when set, receives the mentions (`@<userId>` in a
@@ -127,6 +131,9 @@ func (c *Config) setDefaults() error {
 		c.CompactAfter = 64
 	}
 	c.Limits.setDefaults()
+	if c.SyncStateBytes <= 0 {
+		c.SyncStateBytes = defaultSyncStateBytes
+	}
 	if c.RefusedChanges <= 0 {
 		c.RefusedChanges = defaultRefusedChanges
 	}

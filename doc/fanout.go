@@ -44,6 +44,7 @@ type SharedSender interface {
 // r.mu.
 func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 	out := m.sync.Generate(r.log, r.ledger.missingFrom(m.peer.ID(), r.known), r.ledger.holds, time.Now())
+	m.settle(h)
 	if out == nil {
 		r.paceLater(h, m.sync.HeldUntil())
 		return

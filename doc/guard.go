@@ -158,8 +158,8 @@ func (l *ledger) record(changes []change) {
 // edit apart at once; but one message of independent changes (50 bytes
 // each) could make a hundred thousand, and then every change the log
 // takes, every peer's message naming them and every client's load pays
-// for each of them.
-const maxHeads = 10_000
+// for each of them. A peer's message may name as many (amsync.MaxHeads).
+const maxHeads = amsync.MaxHeads
 
 // headsAfter counts the log's heads once it has taken apply.
 func (l *ledger) headsAfter(apply []change) int {

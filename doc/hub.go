@@ -58,6 +58,8 @@ type Hub struct {
 	saves, savesFailed prometheus.Counter
 
 	refusals *refusals // refused changes, remembered by hash (refused.go)
+	// syncStates sums the sync states kept per connection (syncstate.go).
+	syncStates *syncStates
 
 	background sync.WaitGroup // work running under whileOpen; added to under mu while not closed
 
@@ -101,6 +103,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		}),
 	}
 	h.refusals = newRefusals(&h.cfg)
+	h.syncStates = newSyncStates(cfg.SyncStateBytes)
 	lockSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tandem_document_lock_seconds",
 		Help:    "How long one peer's sync message held its document's lock, by kind (acknowledgement, sync).",
@@ -148,7 +151,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the save worker's turn, or under way.",
 	})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves, h.savesPending,
+		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves, h.savesPending,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -233,7 +236,10 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		if errors.Is(err, errEvicted) {
 			continue
 		}
-		if errors.Is(err, ErrLimit) || errors.Is(err, ErrRefused) {
+		if errors.Is(err, errUnsafe) {
+			// Its sync state was refused, not its changes.
+			h.refusals.refused(m.DocumentID, nil, err, h.cfg.Limits)
+		} else if errors.Is(err, ErrLimit) || errors.Is(err, ErrRefused) {
 			h.refusals.refused(m.DocumentID, sm.changes, err, h.cfg.Limits)
 		}
 		if changed {

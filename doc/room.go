@@ -116,6 +116,8 @@ type member struct {
 	// Meanwhile a bare message is not answered: the copy it asks for is
 	// on its way (repeats).
 	whole bool
+	// kept is what its sync state was last charged (syncstate.go).
+	kept int64
 }
 
 func newRoom(id string) *room {
@@ -194,6 +196,9 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 	m := r.members[p.ID()]
 	if m == nil || m.peer != p {
+		if m != nil {
+			m.release(h) // an older connection of the same peer id
+		}
 		m = &member{peer: p, sync: amsync.NewPeer()}
 		m.sync.Spacing = h.cfg.SyncSpacing
 		r.members[p.ID()] = m
@@ -233,9 +238,16 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
-	if m := r.members[p.ID()]; m != nil && m.peer == p && m.repeats(sm) {
-		h.repeats.Inc()
-		return false, nil // the whole document is on its way to it
+	var kept int64
+	if m := r.members[p.ID()]; m != nil && m.peer == p {
+		if m.repeats(sm) {
+			h.repeats.Inc()
+			return false, nil // the whole document is on its way to it
+		}
+		kept = m.kept
+	}
+	if !h.syncStates.fits(p, kept, holds(sm.msg)) {
+		return false, fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
 	}
 	var ad *admission
 	refused := msg.ReadOnly && len(sm.changes) > 0
@@ -269,14 +281,21 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		lock = h.lockAck // an acknowledgement: the peer is level
 	}
 	r.noteAhead(m, sm.msg.Heads)
-	m.sync.Receive(r.log, sm.msg, before)
-	r.answer(h, m, nil)
+	unsafe := m.sync.Receive(r.log, sm.msg, before)
+	if unsafe == nil {
+		r.answer(h, m, nil)
+	} else {
+		m.settle(h)
+	}
 	if msg.Request && !r.exists {
 		r.ask(h, p)
 	}
 	if changed {
 		r.fanout(h, m)
 		r.maybeSave(h, false)
+	}
+	if unsafe != nil {
+		return changed, fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, unsafe)
 	}
 	if refused {
 		return changed, ErrReadOnly
@@ -382,6 +401,7 @@ func (r *room) leave(h *Hub, p Peer) {
 		}
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
+		m.release(h)
 		delete(r.members, p.ID())
 		r.ledger.unqueueFrom(p.ID())
 		if len(r.members) == 0 {
