@@ -379,7 +379,7 @@ func (l *Log) sinceWithin(heads []Hash, skip *spanSet, work *int, credit int) (o
 		}
 		n := int(l.n) - skip.countIn(0, l.n)
 		if work != nil {
-			if *work += n*(credit-1); *work < 0 {
+			if *work += n * (credit - 1); *work < 0 {
 				return nil, false
 			}
 		}
