@@ -179,6 +179,40 @@ func (h *Hub) UserPresence(ctx context.Context, userID string) UserView {
 	return v
 }
 
+// UserPresenceIn returns a user's presence as the documents can admits
+// show it: those of them the user is in, and the best status of the
+// user's tabs in them (offline in none), with no last-seen. It is what a
+// caller who may see the user only where they share a document is told:
+// the user's overall status would tell of documents the caller cannot
+// read. can is called with the hub's lock held and must not block.
+func (h *Hub) UserPresenceIn(userID string, can func(documentID string) bool) UserView {
+	v := UserView{UserStatus: UserStatus{UserID: userID, Status: StatusOffline}, Documents: []string{}}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	u := h.users[userID]
+	if u == nil {
+		return v
+	}
+	seen := map[string]bool{}
+	for _, pi := range u.peers.All() {
+		in := false
+		for d := range pi.docs.Keys() {
+			if !can(d) {
+				continue
+			}
+			in = true
+			if !seen[d] {
+				seen[d] = true
+				v.Documents = append(v.Documents, d)
+			}
+		}
+		if in && pi.status.rank() > v.Status.rank() {
+			v.Status = pi.status
+		}
+	}
+	return v
+}
+
 // Directory tells a user's status across the cluster.
 type Directory interface {
 	UserStatus(ctx context.Context, userID string) (Status, error)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,9 @@ import (
 type Presence interface {
 	DocumentPresence(documentID string) []awareness.PeerView
 	UserPresence(ctx context.Context, userID string) awareness.UserView
+	// UserPresenceIn is a user's presence in the documents can admits
+	// only: those documents and the status there, no last-seen.
+	UserPresenceIn(userID string, can func(documentID string) bool) awareness.UserView
 	Watch(ctx context.Context, userIDs []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func())
 }
 
@@ -56,24 +60,24 @@ func (a *api) userPresence(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid user id")
 		return
 	}
-	v := a.presence.UserPresence(r.Context(), id)
 	grant := auth.FromContext(r.Context())
-	visible := v.Documents[:0]
-	for _, d := range v.Documents {
-		if grant.Can(d) != auth.None {
-			visible = append(visible, d)
-		}
-	}
-	v.Documents = visible
+	readable := func(d string) bool { return grant.Can(d) != auth.None }
 	if !grant.CanSee(id) {
-		if len(visible) == 0 {
+		// Seen only where the caller may look: the status in the
+		// documents the token can read, not the user's overall one, which
+		// tells of the others, and not when they left.
+		v := a.presence.UserPresenceIn(id, readable)
+		if len(v.Documents) == 0 {
 			// Neither a contact nor in a document the token can read:
 			// whether the user exists does not leak.
 			writeError(w, http.StatusNotFound, "user not found")
 			return
 		}
-		v.LastSeen = time.Time{} // seen where the caller may look, not when they left
+		writeJSON(w, http.StatusOK, v)
+		return
 	}
+	v := a.presence.UserPresence(r.Context(), id)
+	v.Documents = slices.DeleteFunc(v.Documents, func(d string) bool { return !readable(d) })
 	writeJSON(w, http.StatusOK, v)
 }
 

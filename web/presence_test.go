@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fxamacker/cbor/v2"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +37,12 @@ func (f *fakePresence) UserPresence(_ context.Context, id string) awareness.User
 	}
 	return awareness.UserView{UserStatus: awareness.UserStatus{UserID: id, Status: awareness.StatusAway,
 		LastSeen: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}, Documents: docs}
+}
+func (f *fakePresence) UserPresenceIn(id string, can func(string) bool) awareness.UserView {
+	v := f.UserPresence(context.Background(), id)
+	v.LastSeen = time.Time{}
+	v.Documents = slices.DeleteFunc(v.Documents, func(d string) bool { return !can(d) })
+	return v
 }
 func (f *fakePresence) Watch(_ context.Context, ids []string, fn func(awareness.UserStatus)) ([]awareness.UserStatus, func()) {
 	f.watch <- fn
@@ -173,6 +181,68 @@ func TestPresenceRESTWithAuth(t *testing.T) {
 	}).SignedString(secret)
 	if code, body := get("/api/users/stranger/presence", contacts); code != http.StatusOK || !strings.Contains(body, "lastSeen") {
 		t.Errorf("a contact: %d %s, want their status and last-seen", code, body)
+	}
+}
+
+type tab string
+
+func (p tab) ID() string                    { return string(p) }
+func (tab) PresenceReady(f *awareness.Feed) {}
+
+// A user's status is told only from the documents the caller's token can
+// read, unless the user is the token's contact: ana is away in one
+// document and online in another, and a token that reads only the first
+// sees her away there. Her overall status once went to anyone who shared
+// one document with her, telling of the documents they could not read.
+func TestUserStatusIsToldFromTheDocumentsTheTokenReads(t *testing.T) {
+	const docA, docB = "2gzyVEWRbEhwBcRvStKvD3gBE5pp", "jN3pd9agHvY1zVqDCHrDTE3fDh1"
+	hub, err := awareness.New(awareness.Config{Logger: testenv.QuietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := uint64(0)
+	say := func(p tab, doc, channel string, v any) {
+		count++
+		raw, _ := cbor.Marshal(v)
+		data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": awareness.TypeUpdate, "channel": channel, "value": cbor.RawMessage(raw)}})
+		if ok, err := hub.Receive(p, doc, awareness.Message{SenderID: string(p), SessionID: "s", Count: count, Data: data}); !ok || err != nil {
+			t.Fatalf("%s in %s: %v %v", channel, doc, ok, err)
+		}
+	}
+	say("ana-1", docA, awareness.ChannelUser, map[string]any{"id": "ana"})
+	say("ana-1", docA, awareness.ChannelStatus, "away")
+	say("ana-2", docB, awareness.ChannelUser, map[string]any{"id": "ana"})
+
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	v, err := auth.NewVerifier(auth.Config{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewRouter(Config{WebSocket: http.NotFoundHandler(), Presence: hub, Auth: v}))
+	t.Cleanup(srv.Close)
+	token := func(claims jwt.MapClaims) string {
+		claims["sub"], claims["exp"] = "bo", time.Now().Add(time.Hour).Unix()
+		tok, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
+		return tok
+	}
+	for _, c := range []struct {
+		name   string
+		token  string
+		status awareness.Status
+		docs   []string
+	}{
+		{"reads docA", token(jwt.MapClaims{"docs": map[string]string{docA: "read"}}), awareness.StatusAway, []string{docA}},
+		{"reads docB", token(jwt.MapClaims{"docs": map[string]string{docB: "write"}}), awareness.StatusOnline, []string{docB}},
+		{"a contact, reads docA", token(jwt.MapClaims{"docs": map[string]string{docA: "read"}, "contacts": []string{"ana"}}), awareness.StatusOnline, []string{docA}},
+	} {
+		code, body := getBody(t, srv.URL+"/api/users/ana/presence", c.token)
+		var got awareness.UserView
+		if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+			t.Fatalf("%s: %d %s", c.name, code, body)
+		}
+		if got.Status != c.status || !slices.Equal(got.Documents, c.docs) {
+			t.Errorf("%s: ana is %s in %v, want %s in %v", c.name, got.Status, got.Documents, c.status, c.docs)
+		}
 	}
 }
 
