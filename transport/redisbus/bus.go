@@ -70,6 +70,10 @@ type Config struct {
 	GossipInterval time.Duration
 	// Queue bounds the messages waiting to be published; default 8192.
 	Queue int
+	// QueueBytes bounds their bytes, in the queue and the shards' lanes
+	// together, pipelines in flight included; default 64 MiB. A message
+	// that would pass it is dropped; a leave is not (publish.go).
+	QueueBytes int64
 	// ProbeInterval is how often each subscription connection publishes
 	// a probe to itself; one that hears none for three intervals is
 	// replaced. Default 1s.
@@ -132,6 +136,10 @@ type Bus struct {
 	attached atomic.Bool    // docs and presence are set: dispatch hands them messages
 	writing  atomic.Bool    // a beat's writes wait for Redis
 	writes   sync.WaitGroup // the beats' writes
+
+	// The bytes of the messages in the queue, the leaves waiting past
+	// it and the lanes, pipelines in flight included (QueueBytes).
+	queued atomic.Int64
 
 	pmu       sync.Mutex // guards lanes and held
 	lanes     map[string]*lane
@@ -211,6 +219,9 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Queue <= 0 {
 		cfg.Queue = 8192
 	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 64 << 20
+	}
 	if cfg.AskTimeout <= 0 {
 		cfg.AskTimeout = time.Second
 	}
@@ -245,7 +256,7 @@ func New(cfg Config) (*Bus, error) {
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_published_total", Help: "Messages published to Redis."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tandem_redis_dropped_total", Help: "Messages not published: queue full or Redis unreachable."}),
+			Name: "tandem_redis_dropped_total", Help: "Messages not published: queue full (in messages or bytes) or Redis unreachable."}),
 		received: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_redis_received_total", Help: "Messages received from other nodes over Redis."}),
 		resubscribed: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -255,6 +266,10 @@ func New(cfg Config) (*Bus, error) {
 	}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(b.published, b.dropped, b.received, b.resubscribed)
+		cfg.Registerer.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "tandem_redis_queue_bytes",
+			Help: "Bytes of messages waiting to be published to Redis, in the queue and the shards' lanes; bounded by QueueBytes but for leaves.",
+		}, func() float64 { return float64(b.queued.Load()) }))
 	}
 	var err error
 	b.sub, err = newSubscriber(subscriberConfig{
@@ -313,19 +328,17 @@ func (b *Bus) serve(ctx context.Context) {
 	defer cancel()
 	pipe := b.cfg.Client.Pipeline()
 	var msgs []*redis.IntCmd
-	for _, m := range b.laneLeft() {
-		msgs = append(msgs, b.queue(sctx, pipe, m))
-	}
-	for _, m := range b.takeLeaves() {
-		msgs = append(msgs, b.queue(sctx, pipe, m))
-	}
+	left := append(b.laneLeft(), b.takeLeaves()...)
 	for drained := false; !drained; {
 		select {
 		case m := <-b.out:
-			msgs = append(msgs, b.queue(sctx, pipe, m))
+			left = append(left, m)
 		default:
 			drained = true
 		}
+	}
+	for _, m := range left {
+		msgs = append(msgs, b.queue(sctx, pipe, m))
 	}
 	bye, _ := b.encode(busMsg{Kind: kindBye})
 	var byes []*redis.IntCmd
@@ -343,6 +356,7 @@ func (b *Bus) serve(ctx context.Context) {
 	}
 	b.dropped.Add(float64(failed))
 	b.published.Add(float64(len(msgs) - failed))
+	b.release(left...)
 	heard := false
 	for _, c := range byes {
 		heard = heard || c.Err() == nil

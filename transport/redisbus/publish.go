@@ -1,9 +1,12 @@
 package redisbus
 
 // Publishing (BUS.md, "Loss and order"): what the layers hand the bus
-// waits in a bounded queue, then in its shard's lane, sent in pipelines;
-// leaves are never dropped for a full queue, and only past their own
-// bound (maxLeaves) in a lane.
+// waits in a bounded queue, then in its shard's lane, sent in pipelines.
+// Both are bounded in messages (Queue each) and together in bytes
+// (QueueBytes): a message's bytes are charged before it is queued and
+// given back once it is published or dropped. Leaves are never dropped
+// for a full queue or the byte bound, and only past their own bound
+// (maxLeaves) in a lane.
 
 import (
 	"context"
@@ -24,6 +27,9 @@ type busOut struct {
 	user   string
 	status awareness.Status
 }
+
+// size is what a message weighs in the byte bound (QueueBytes).
+func (o busOut) size() int64 { return int64(len(o.channel) + len(o.payload) + len(o.user)) }
 
 // PublishDocument implements doc.Cluster: the bytes go to the document's
 // channel as they are.
@@ -63,6 +69,10 @@ func (b *Bus) enqueue(o busOut) {
 	if b.lose != nil && b.lose(o) {
 		return
 	}
+	if b.queued.Add(o.size()) > b.cfg.QueueBytes && !o.leave {
+		b.drop(o) // a leave passes the byte bound: it weighs little, and maxLeaves bounds it
+		return
+	}
 	select {
 	case b.out <- o:
 		return
@@ -93,16 +103,27 @@ func (b *Bus) enqueue(o busOut) {
 	b.drop(o)
 }
 
-// drop counts a message lost. A user's status is owed: the next beat
-// sends the user's status here as it is then (resendStatuses), since no
-// roster repairs statuses.
+// drop counts a message lost and gives back its bytes. A user's status
+// is owed: the next beat sends the user's status here as it is then
+// (resendStatuses), since no roster repairs statuses.
 func (b *Bus) drop(m busOut) {
+	b.release(m)
 	b.dropped.Inc()
 	if m.user != "" {
 		b.mu.Lock()
 		b.owed[m.user] = true
 		b.mu.Unlock()
 	}
+}
+
+// release gives back the bytes of messages that left the queue and the
+// lanes, published or lost.
+func (b *Bus) release(ms ...busOut) {
+	var n int64
+	for _, m := range ms {
+		n += m.size()
+	}
+	b.queued.Add(-n)
 }
 
 // resendStatuses publishes again the statuses of the users whose last
@@ -280,6 +301,7 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 			b.pmu.Lock()
 			b.sentLocked(batch)
 			b.pmu.Unlock()
+			b.release(batch...)
 			continue
 		}
 		var kept, gone, lost []busOut
@@ -300,6 +322,7 @@ func (b *Bus) sendLane(ctx context.Context, l *lane) {
 		b.sentLocked(gone)
 		b.sentLocked(lost)
 		b.pmu.Unlock()
+		b.release(gone...)
 		for _, m := range lost {
 			b.drop(m)
 		}
