@@ -246,6 +246,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		}
 		kept = m.kept
 	}
+	if err := amsync.CheckHeads(r.log, sm.msg); err != nil {
+		return false, fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, err)
+	}
 	if !h.syncStates.fits(p, kept, holds(sm.msg)) {
 		return false, fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
 	}

@@ -13,8 +13,9 @@ const MessageV1 = 0x42
 // message.
 var ErrFormat = errors.New("unreadable sync message")
 
-// ErrBounds is returned for a message that reads but names more heads
-// than MaxHeads, or has more have entries than MaxHaves.
+// ErrBounds is returned for a message that reads but has more have
+// entries than MaxHaves, or (CheckHeads) names more heads than a peer of
+// its document can have.
 var ErrBounds = errors.New("sync message past the bounds")
 
 // MaxHaves bounds a message's have entries: automerge sends one at most.
@@ -117,9 +118,6 @@ func Decode(b []byte) (*Message, error) {
 	r := &reader{b: b, off: 1}
 	m := &Message{}
 	m.Heads = r.hashes()
-	if len(m.Heads) > MaxHeads && r.err == nil {
-		r.err = fmt.Errorf("%w: %d heads, over %d", ErrBounds, len(m.Heads), MaxHeads)
-	}
 	m.Need = r.hashes()
 	n := r.uvarint()
 	if n > uint64(len(b)-r.off) {

@@ -108,10 +108,22 @@ const (
 	haveOwed
 )
 
-// MaxHeads bounds the heads a message may name, and a document's heads
-// (a change that would give it more is refused): each is looked up for
-// every message the peer is sent, and kept with its sync state.
+// MaxHeads bounds the heads a client's changes may give a document (a
+// change that would give it more is refused), and those a message may
+// name beyond the document's own (CheckHeads): each is looked up for
+// every message its peer is sent, and kept with its sync state.
 const MaxHeads = 10_000
+
+// CheckHeads returns ErrBounds for a message naming more heads than
+// MaxHeads beyond the log's own. A peer's heads are the document's and
+// a few of its own; the document's may pass MaxHeads when nodes of a
+// cluster each took changes apart, and its peers go on naming them all.
+func CheckHeads(l *Log, m *Message) error {
+	if len(m.Heads) > MaxHeads+len(l.heads) {
+		return fmt.Errorf("%w: %d heads, over %d beyond the document's %d", ErrBounds, len(m.Heads), MaxHeads, len(l.heads))
+	}
+	return nil
+}
 
 // maxAsk bounds the heads the log lacks that a message asks a peer for:
 // a peer has a head or two the log lacks, its recent changes; what a
