@@ -262,6 +262,10 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	// What the changes replayed so far add to the document's index.
 	refs := newRefIndex(l.index())
 	check := func(c *queuedChange) error {
+		var err error
+		if c.change, err = c.withOps(lim); err != nil {
+			return err
+		}
 		a := hex.EncodeToString(c.Actor)
 		ac := clock(a)
 		if c.Seq != ac.seq+1 {

@@ -1,6 +1,12 @@
 package doc
 
-import "github.com/tandemhq/tandem/doc/amsync"
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amsync"
+)
 
 // Changes that wait. A change may come before one it depends on (a bloom
 // filter's false positive makes a peer leave a change out but send what
@@ -9,6 +15,12 @@ import "github.com/tandemhq/tandem/doc/amsync"
 // document's limits when it comes and to the node's Limits.WaitingBytes,
 // leaves with the peer that sent it, and the room's replies ask that peer
 // for what it lacks (ledger.missingFrom).
+//
+// What a waiting change is charged (cost) is what it holds: a copy of its
+// bytes and its header. Its operations, read out one by one (80 bytes and
+// more each, against the 16 it is charged), are read again when it is
+// ready (ledger.admit); and its bytes are copied out of the message it
+// came in, which a small change would otherwise keep whole.
 
 // queuedChange is a change that waits for a change it depends on, kept by
 // the guard with its bytes.
@@ -53,6 +65,7 @@ func (l *ledger) queueHeld(ad *admission, peer string) {
 		if _, ok := l.queued[c.Hash]; ok {
 			continue
 		}
+		c.change = c.held()
 		l.queued[c.Hash] = c
 		l.queuedBytes += cost(&c.Change)
 		if l.waiting != nil {
@@ -62,6 +75,33 @@ func (l *ledger) queueHeld(ad *admission, peer string) {
 	for _, d := range ad.dropped {
 		l.unqueue(d.hash)
 	}
+}
+
+// held returns the change as it waits: its bytes copied out of the
+// message, and its header read from the copy, without its operations.
+func (c change) held() change {
+	raw := bytes.Clone(c.raw)
+	h, err := amcheck.ParseSyncChange(raw, amcheck.Limits{})
+	if err != nil || h.Hash != c.Hash {
+		// It read before; it reads the same again. Were it not so, it
+		// waits as it came, holding more than it is charged.
+		return c
+	}
+	h.Ops, h.Expanded = c.Ops, c.Expanded // what it was charged, whatever the limits read
+	return change{Change: h, raw: raw}
+}
+
+// withOps returns a waiting change with its operations read again, now
+// that it is ready to be checked (a change that never waited has them).
+func (c change) withOps(lim Limits) (change, error) {
+	if c.OpList != nil || c.Ops == 0 {
+		return c, nil
+	}
+	full, err := lim.readChange(c.raw, true)
+	if err != nil {
+		return c, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	return change{Change: full, raw: c.raw}, nil
 }
 
 func (l *ledger) unqueue(h [32]byte) {
