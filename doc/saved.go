@@ -20,8 +20,8 @@ import (
 // A save covers the log as it stood when the worker took it; the room
 // takes another once the log's bytes have grown by more than a third
 // since (for a document of at least savedMinChanges changes or
-// savedMinBytes bytes, and at most savedMaxOps operations and
-// savedMaxBytes), so the saves of a growing document cost a few times its
+// savedMinBytes bytes, and at most what savedMaxCost lets the worker
+// hold), so the saves of a growing document cost a few times its
 // last one in all. Once the document goes Config.SaveQuiet without a
 // change, the changes since are saved too if they are more than a
 // sixteenth of it: a document is mostly read after its editing pauses,
@@ -47,18 +47,35 @@ const (
 	savedMinBytes   = 256 << 10
 )
 
-// savedMaxBytes is the largest document saved for new readers: automerge
-// holds about 20 times a typed change's bytes while it loads it, and the
-// worker's memory is bounded (doc/amsave). A larger document is not
-// saved again.
-const savedMaxBytes = 64 << 20
+// What a save costs the worker: automerge-go holds a document it loads
+// from changes as its changes (their bytes, and a commit message again as
+// a string), each change's place in the history, each actor's and each
+// operation in its op tree, besides the changes read in. Measured on
+// automerge-go 0.5 (TestTheSaveCostBoundsTheWorker), with a margin: 1.6-1.9
+// KB a change, 1 KB more for one by a new actor, 1.35 KB an operation,
+// and 4 to 6 times the bytes of long commit messages. So 20,000 changes
+// with no operations, each by an actor of its own, cost the worker 51 MiB,
+// and with a commit message of 3,000 bytes each (58 MB) 390 MiB, where the
+// document's budgets charge them 1 MiB and 58 MiB.
+const (
+	saveCostPerChange = 2 << 10
+	saveCostPerActor  = 1 << 10
+	saveCostPerOp     = 1792
+	saveCostPerByte   = 7
+)
 
-// savedMaxOps is the most operations a document saved for new readers
-// holds: automerge-go holds 1-2 KB an op while it loads them (167 MiB for
-// 100,000 typed characters, over 1 GiB for a 1 MiB paste made as one
-// change), and a worker's memory counts as the node's. A larger document
-// is not saved again.
-const savedMaxOps = 150_000
+// savedMaxCost bounds what a save may cost the worker (saveCost): the
+// worker runs one save at a time, and its memory counts as the node's.
+// A document that would cost more is not saved again; its readers get
+// its changes. A typed document is saved up to about 60,000 changes, a
+// paste made as one change up to 150,000 characters.
+const savedMaxCost = 256 << 20
+
+// saveCost is what saving a document of these changes, actors,
+// operations and bytes costs the worker.
+func saveCost(changes, actors int, ops, bytes int64) int64 {
+	return int64(changes)*saveCostPerChange + int64(actors)*saveCostPerActor + ops*saveCostPerOp + bytes*saveCostPerByte
+}
 
 // maybeSave takes a save of the document if it is due, or with quiet
 // once the document goes quiet (a room just loaded). The save copies
@@ -85,7 +102,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 // be worth it, small enough for the worker. The caller holds r.mu.
 func (r *room) savable() bool {
 	size := r.log.Bytes()
-	return size <= savedMaxBytes && r.ledger.ops <= savedMaxOps &&
+	return saveCost(r.log.Len(), len(r.ledger.actors), r.ledger.ops, size) <= savedMaxCost &&
 		(r.log.Len() >= savedMinChanges || size >= savedMinBytes)
 }
 

@@ -435,12 +435,16 @@ func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
 	}
 }
 
-// A document of more than savedMaxOps operations is not saved: the
-// worker would hold too much loading it. Here a paste of that many
+// opsPastSaveCost is more operations than a saved document may hold
+// (savedMaxCost), whatever else it holds.
+const opsPastSaveCost = savedMaxCost/saveCostPerOp + 1
+
+// A document of more operations than savedMaxCost pays for is not saved:
+// the worker would hold too much loading it. Here a paste of that many
 // characters, made as one change.
 func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
 	d := automerge.New()
-	if err := d.RootMap().Set("text", automerge.NewText(strings.Repeat("x", max(savedMaxOps, savedMinBytes)+1))); err != nil {
+	if err := d.RootMap().Set("text", automerge.NewText(strings.Repeat("x", max(opsPastSaveCost, savedMinBytes)))); err != nil {
 		t.Fatal(err)
 	}
 	d.Commit("paste")
@@ -461,7 +465,7 @@ func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
 	}
 }
 
-// A document that grows past savedMaxOps is not saved: not by a save that
+// A document that grows past savedMaxCost is not saved: not by a save that
 // waited for quiet, nor by one that waited for the worker's turn.
 func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
 	d := automerge.New()
@@ -480,7 +484,7 @@ func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := text.Append(strings.Repeat("y", savedMaxOps)); err != nil {
+	if err := text.Append(strings.Repeat("y", opsPastSaveCost)); err != nil {
 		t.Fatal(err)
 	}
 	d.Commit("paste")
