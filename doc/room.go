@@ -284,21 +284,14 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		lock = h.lockAck // an acknowledgement: the peer is level
 	}
 	r.noteAhead(m, sm.msg.Heads)
-	unsafe := m.sync.Receive(r.log, sm.msg, before)
-	if unsafe == nil {
-		r.answer(h, m, nil)
-	} else {
-		m.settle(h)
-	}
+	m.sync.Receive(r.log, sm.msg, before)
+	r.answer(h, m, nil)
 	if msg.Request && !r.exists {
 		r.ask(h, p)
 	}
 	if changed {
 		r.fanout(h, m)
 		r.maybeSave(h, false)
-	}
-	if unsafe != nil {
-		return changed, fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, unsafe)
 	}
 	if refused {
 		return changed, ErrReadOnly

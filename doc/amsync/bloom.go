@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"math/bits"
 )
 
 // A bloom filter as automerge makes and reads them: how many hashes it
@@ -14,8 +15,9 @@ const (
 	bloomProbes       = 7
 )
 
-// ErrBloom is returned for a bloom filter that does not read, or that is
-// not made with automerge's parameters (10 bits per entry, 7 probes).
+// ErrBloom is returned for a bloom filter that does not read, that is
+// not made with automerge's parameters (10 bits per entry, 7 probes), or
+// that has more bits set than its entries could set.
 var ErrBloom = errors.New("unreadable bloom filter")
 
 // Bloom is a bloom filter over change hashes.
@@ -79,6 +81,15 @@ func ParseBloom(b []byte) (Bloom, error) {
 		return Bloom{}, ErrBloom
 	}
 	f.bits = b[off : off+int(want)] // automerge ignores what follows
+	// Each hash put in sets at most 7 bits: a filter with more set holds
+	// more than it was made for (one with every bit set holds anything).
+	set := 0
+	for _, c := range f.bits {
+		set += bits.OnesCount8(c)
+	}
+	if uint64(set) > bloomProbes*v[0] {
+		return Bloom{}, ErrBloom
+	}
 	return f, nil
 }
 

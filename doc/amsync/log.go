@@ -466,9 +466,9 @@ func (l *Log) Missing(hs []Hash) []Hash {
 
 // withoutAncestors removes from s the changes that are ancestors of (or
 // among) heads; heads the log lacks are ignored. It draws on work as
-// sinceWithin does, a unit per change visited and two back per change
-// removed, and stops where work runs out: what it leaves in s is then
-// only kept longer than it need be.
+// sinceWithin does, a unit per change visited, given back for each
+// change removed (paid for when it was sent), and stops where work runs
+// out: what it leaves in s is then only kept longer than it need be.
 func (l *Log) withoutAncestors(s *spanSet, heads []Hash, work *int) {
 	if s.empty() {
 		return
@@ -506,7 +506,7 @@ func (l *Log) withoutAncestors(s *spanSet, heads []Hash, work *int) {
 		}
 		if s.has(x) {
 			s.remove(x)
-			*work += 2
+			*work++ // paid for when it was sent
 		}
 		for _, d := range l.DepsAt(x) {
 			if !seen[d] {

@@ -2,7 +2,6 @@ package amsync
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
@@ -63,11 +62,11 @@ type Peer struct {
 	sent      spanSet
 	// work is what the peer may still make the log visit, in changes
 	// walked, tested or put in a filter: each message gives it some for
-	// its bytes (workFor), each change it is sent gives two, and a visit
-	// that finds a change it lacks is refunded. A walk that runs out
-	// stops, having cost no more than the peer paid: so a message costs
-	// its bytes and three visits per change the peer is owed, summed
-	// over its messages.
+	// its bytes (workFor), each change it is sent gives one, and the
+	// visits that find a change it lacks, or one it was sent and now
+	// has, are refunded. A walk that runs out stops, having cost no more
+	// than the peer paid: so its messages cost their bytes and at most
+	// four visits per change they brought it.
 	work int
 	// ours is the bloom filter of the log's changes since shared that
 	// goes in the have entry of a message to a peer whose heads the log
@@ -130,17 +129,21 @@ func CheckHeads(l *Log, m *Message) error {
 // peer names beyond the bound is still sent it, by the bloom filter.
 const maxAsk = 256
 
-// workFor is the work a message of size bytes gives its peer: a unit per
-// 4 bytes (8 per hash it names) and 1,024 besides; it holds at most
-// maxWork.
-func workFor(size int) int { return size/4 + 1024 }
+// workFor is the work a message gives its peer: a unit per 4 of its
+// bytes (8 per hash it names), 1,024 besides, and 3 per hash its filters
+// say they were made for (a filter's 10 bits each: a test of each change
+// it holds, and the walk to it). A peer holds at most maxWork.
+func workFor(m *Message) int {
+	n := m.size()/4 + 1024
+	for _, h := range m.Have {
+		if b, err := ParseBloom(h.Bloom); err == nil {
+			n += 3 * b.Entries()
+		}
+	}
+	return n
+}
 
 const maxWork = 4 << 20
-
-// ErrFilter is returned by Receive for a have entry whose bloom filter
-// says it holds far more of the log's changes than it was made for: no
-// filter automerge makes does.
-var ErrFilter = errors.New("a bloom filter holds more changes than it was made for")
 
 // NewPeer returns the state for a peer the log knows nothing about.
 func NewPeer() *Peer { return &Peer{} }
@@ -179,11 +182,9 @@ func Holds(m *Message) int {
 // Receive reads a message from the peer. The caller has already added to
 // l the changes of m it admits; before are l's heads from before it did.
 // Nothing of m is kept: m may be let go. What its have entries say the
-// peer lacks is worked out here, once: a filter that says it holds more
-// than it could (ErrFilter) is not taken, the peer is then sent only
-// what it asks for.
-func (p *Peer) Receive(l *Log, m *Message, before []Hash) error {
-	p.work = min(maxWork, p.work+workFor(m.size()))
+// peer lacks is worked out here, once (lackedBy).
+func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
+	p.work = min(maxWork, p.work+workFor(m))
 	p.inFlight = false
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	p.joins = p.joins || m.HasFlags
@@ -231,7 +232,7 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) error {
 	}
 	p.asked = uniqueInOrder(p.asked)
 	if repeat {
-		return nil // what its have says is worked out already
+		return // what its have says is worked out already
 	}
 	p.lacks, p.lacksFrom = nil, l.n
 	switch {
@@ -249,17 +250,8 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) error {
 			p.have = haveOwed
 		}
 	default:
-		lacks, ok, err := lackedBy(l, m.Have, &p.sent, &p.work)
-		if err != nil {
-			p.have = haveNone
-			return err
-		}
-		p.have, p.lacks = haveFilter, lacks
-		if !ok {
-			p.have = haveOwed
-		}
+		p.have, p.lacks = haveFilter, lackedBy(l, m.Have, &p.sent, &p.work)
 	}
-	return nil
 }
 
 // holdsAny reports whether the log holds a hash of hs.
@@ -301,69 +293,76 @@ func uniqueInOrder(xs []int32) []int32 {
 // lackedBy returns, in log order, the changes a peer lacks by its have
 // entries: every change since their last sync points that no filter
 // holds, and every change depending on one of those; the changes of
-// sent are taken as held (they are on their way) and not tested. A
-// filter made by automerge for n hashes holds about 1% of the others
-// besides (10 bits per entry, 7 probes); one that holds many more than
-// its n is refused (ErrFilter) as soon as that shows, so a filter with
-// every bit set costs a test per entry it was made for, not one per
-// change of the log. It draws on work as sinceWithin does, a unit per
-// change tested; ok is false if work ran out.
-func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, ok bool, err error) {
-	ok = true
+// sent are taken as held (they are on their way) and not tested.
+//
+// Work: the walk to the changes since the last sync points, and each
+// test, cost a unit; a change found lacked gives them back (it is owed).
+// A filter holds the hashes put in it and, as automerge makes them,
+// about 1% of the others; one read (ParseBloom) has at most 7 bits set
+// per entry, so it holds at most 8% of the others. One that holds more
+// than that, or holds changes the peer has no work left to pay for, is
+// trusted no further: every change after that point is taken as lacked,
+// and sent. So what the filter costs is its entries and what is sent.
+func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) []int32 {
 	var last []Hash
 	blooms := make([]Bloom, 0, len(haves))
 	made := 0
 	for _, h := range haves {
 		last = append(last, h.LastSync...)
-		b, err := ParseBloom(h.Bloom)
-		if err != nil {
-			return nil, true, err
-		}
+		b, _ := ParseBloom(h.Bloom) // read with the message
 		blooms = append(blooms, b)
 		made += b.Entries()
 	}
 	// The changes since the last sync points but those sent, in log
-	// order: all of them if it names none the log holds (read as they
-	// are tested, so that a refused filter costs only what was tested).
-	each := func(f func(x int32) bool) { sent.gaps(0, l.n, f) }
+	// order: all of them if it names none the log holds.
+	each := func(f func(x int32)) { sent.gaps(0, l.n, func(x int32) bool { f(x); return true }) }
+	walked := 0
 	if l.holdsAny(last) {
+		// Walked with each change given back: a held one pays for its
+		// walk with its test.
 		since, ok := l.sinceWithin(last, sent, work, 1)
 		if !ok {
-			return nil, false, nil
+			since, _ = l.sinceWithin(nil, sent, nil, 0) // everything unsent is lacked
+			blooms = nil
 		}
-		each = func(f func(x int32) bool) {
+		walked = 1
+		each = func(f func(x int32)) {
 			for _, x := range since {
-				if !f(x) {
-					return
-				}
+				f(x)
 			}
 		}
 	}
+	var lacks []int32
 	var lacked spanSet
 	held, tested := 0, 0
-	each(func(x int32) bool {
-		if *work--; *work < 0 {
-			ok = false
-			return false
-		}
+	trusted := len(blooms) > 0
+	each(func(x int32) {
 		l.visited++
 		tested++
-		h := &l.at(x).hash
 		missing := true
-		for _, b := range blooms {
-			if b.Contains(h) {
-				missing = false
-				break
+		if trusted {
+			h := &l.at(x).hash
+			for _, b := range blooms {
+				if b.Contains(h) {
+					missing = false
+					break
+				}
 			}
 		}
 		if !missing {
-			if held++; held > made+tested/32+64 {
-				err = fmt.Errorf("%w: %d of the first %d changes tested are in filters made for %d", ErrFilter, held, tested, made)
-				return false
+			if held+1 > made+tested/12+64 || *work < 1+walked {
+				trusted, missing = false, true // from here on, what it says is not taken
+			} else {
+				held++
+				*work -= 1 + walked // its test, and its walk
 			}
+		}
+		if !missing {
 			for _, d := range l.DepsAt(x) {
 				if lacked.has(d) {
 					missing = true // depends on one it lacks
+					*work += 1 + walked
+					held--
 					break
 				}
 			}
@@ -371,14 +370,9 @@ func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, ok
 		if missing {
 			lacked.add(x)
 			lacks = append(lacks, x)
-			*work++ // owed: the test is refunded
 		}
-		return true
 	})
-	if err != nil || !ok {
-		return nil, ok, err
-	}
-	return lacks, true, nil
+	return lacks
 }
 
 // advanceHeads is automerge's: the heads that are new since before,
@@ -553,7 +547,7 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 	for _, x := range send {
 		p.sent.add(x)
 	}
-	p.work = min(maxWork, p.work+2*len(send))
+	p.work = min(maxWork, p.work+len(send))
 	// What it asked for and lacked is sent: it asks again if it must.
 	p.asked, p.lacks, p.lacksFrom = nil, nil, l.n
 	p.inFlight = true
