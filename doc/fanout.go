@@ -1,6 +1,12 @@
 package doc
 
-import "time"
+import (
+	"hash/maphash"
+	"time"
+	"weak"
+
+	"github.com/tandemhq/tandem/doc/amsync"
+)
 
 // Fan-out: how a change reaches the peers of a room.
 //
@@ -52,6 +58,10 @@ func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 	if m.bare && len(out.Indices) > 0 {
 		m.whole = true // to a peer that has nothing, the whole document
 	}
+	if cache == nil && m.whole && len(out.Indices) == r.log.Len() {
+		r.sendWhenStored(outgoing{peer: m.peer, shared: r.whole.shared(r.log.Len(), out)})
+		return
+	}
 	if cache == nil {
 		r.sendWhenStored(outgoing{peer: m.peer, data: out.Encode()})
 		return
@@ -63,6 +73,31 @@ func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 		cache[key] = s
 	}
 	r.sendWhenStored(outgoing{peer: m.peer, shared: s})
+}
+
+// wholeCopy keeps the last copy of the whole document made for a peer
+// that had nothing, as long as a connection's queue holds it (weakly):
+// peers that ask for the document again and again, or many at once,
+// share one copy of its bytes instead of each holding its own.
+type wholeCopy struct {
+	n   int    // the log's length it was made at
+	key uint64 // of Outgoing.Key
+	p   weak.Pointer[SharedSync]
+}
+
+var wholeSeed = maphash.MakeSeed()
+
+// shared returns the copy for out, made now if there is none.
+func (w *wholeCopy) shared(n int, out *amsync.Outgoing) *SharedSync {
+	key := maphash.String(wholeSeed, out.Key())
+	if w.n == n && w.key == key {
+		if s := w.p.Value(); s != nil {
+			return s
+		}
+	}
+	s := &SharedSync{Data: out.Encode()}
+	w.n, w.key, w.p = n, key, weak.Make(s)
+	return s
 }
 
 // fanout sends every member but except (nil: every member) what the

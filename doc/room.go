@@ -98,6 +98,9 @@ type room struct {
 	// paceAt is when a fan-out to peers held back for their answers is
 	// due (fanout.go); zero if none is scheduled.
 	paceAt time.Time
+	// whole is the last copy of the whole document sent a peer that had
+	// nothing, while a connection's queue still holds it (fanout.go).
+	whole wholeCopy
 }
 
 // member is a peer of the room and the sync state the server keeps with it.

@@ -102,3 +102,53 @@ func TestASaturatedFilterIsRefused(t *testing.T) {
 	c.setText(t, "k", "after")
 	c.sync(t, h, false)
 }
+
+// Peers that ask for the whole document, many at once or one again and
+// again, share one copy of its bytes while a queue holds it: a reader
+// asking for a 4 MB document over and over made a copy a time, each held
+// in its connection's queue until written.
+func TestPeersAskingForTheWholeDocumentShareOneCopy(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	c := newClient("writer")
+	for i := range 100 {
+		c.setText(t, "k", fmt.Sprint(i))
+	}
+	c.sync(t, h, false)
+	ask := (&amsync.Message{Have: []amsync.Have{{}}}).Encode()
+	var peers []*sharingPeer
+	for i := range 4 {
+		p := &sharingPeer{fakePeer: &fakePeer{id: fmt.Sprintf("reader%d", i)}}
+		peers = append(peers, p)
+		for range 3 {
+			if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: ask, Request: true}); err != nil {
+				t.Fatal(err)
+			}
+			// Not bare: the next request is answered again.
+			heads := (&amsync.Message{Heads: unknownHeads(1, i), Have: []amsync.Have{{}}}).Encode()
+			if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: heads}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h.Flush(context.Background())
+	var first *SharedSync
+	copies := 0
+	for _, p := range peers {
+		p.smu.Lock()
+		for _, s := range p.shared {
+			if len(s.Data) < 1000 {
+				continue // not the document
+			}
+			copies++
+			if first == nil {
+				first = s
+			} else if s != first {
+				t.Errorf("%s was sent a copy of its own", p.id)
+			}
+		}
+		p.smu.Unlock()
+	}
+	if copies < 4 {
+		t.Fatalf("the document was sent %d times, want at least once to each of 4 peers", copies)
+	}
+}
