@@ -107,6 +107,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		}
 		n.bus, err = redisbus.New(redisbus.Config{
 			Client: n.redis, NodeID: cfg.NodeID, NodeTTL: cfg.NodeTTL, Logger: log, Registerer: reg,
+			QueueBytes: cfg.RedisQueueBytes,
 		})
 		if err != nil {
 			return nil, err
@@ -137,6 +138,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			WaitingBytes: cfg.MaxWaitingBytes,
 		},
 		RefusedChanges: cfg.MaxRefusedChanges, RefusedChangeBytes: cfg.MaxRefusedChangeBytes,
+		SyncStateBytes: cfg.SyncStateBytes,
 	}
 	if cfg.SaveDocs {
 		saver, err := amsave.New(amsave.Config{})
@@ -163,16 +165,18 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		hist = n.stores.history
 	}
 	transportCfg := transport.Config{
-		PeerID:          "tandem-" + cfg.NodeID,
-		StorageID:       n.stores.storageID,
-		Logger:          log,
-		Registerer:      reg,
-		MaxMessageBytes: cfg.MaxMessageBytes,
-		SendQueueBytes:  cfg.SendQueueBytes,
-		PingInterval:    cfg.PingInterval,
-		Auth:            verifier,
-		AllowedOrigins:  splitList(cfg.AllowedOrigins),
-		AllowedHosts:    splitList(cfg.AllowedHosts),
+		PeerID:             "tandem-" + cfg.NodeID,
+		StorageID:          n.stores.storageID,
+		Logger:             log,
+		Registerer:         reg,
+		MaxMessageBytes:    cfg.MaxMessageBytes,
+		SendQueueBytes:     cfg.SendQueueBytes,
+		ReadBudgetBytes:    cfg.ReadBudgetBytes,
+		MessageReadTimeout: cfg.MessageReadTimeout,
+		PingInterval:       cfg.PingInterval,
+		Auth:               verifier,
+		AllowedOrigins:     splitList(cfg.AllowedOrigins),
+		AllowedHosts:       splitList(cfg.AllowedHosts),
 
 		MaxDocumentsPerConn: cfg.MaxDocsPerConn,
 		MaxPeersPerDocument: cfg.MaxPeersPerDoc,

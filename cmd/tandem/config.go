@@ -23,6 +23,14 @@ type config struct {
 	PingInterval    time.Duration
 	MaxMessageBytes int64
 	SendQueueBytes  int64
+	// ReadBudgetBytes bounds the bytes of inbound messages being read,
+	// node-wide; MessageReadTimeout the time one may take to arrive.
+	ReadBudgetBytes    int64
+	MessageReadTimeout time.Duration
+	// SyncStateBytes bounds the sync states kept for one connection.
+	SyncStateBytes int64
+	// RedisQueueBytes bounds the bytes waiting to be published to Redis.
+	RedisQueueBytes int64
 	PresenceTick    time.Duration
 	AwayAfter       time.Duration
 	// PresenceHistory keeps presence history this long; 0 keeps none.
@@ -93,6 +101,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.Int64Var(&c.MaxMessageBytes, "max-message-bytes", 16<<20, "largest inbound WebSocket frame")
 	fs.Int64Var(&c.SendQueueBytes, "send-queue-bytes", 0,
 		"bytes of document sync one connection may have waiting to be written before it is closed as a slow consumer; 0 is 4 × --max-message-bytes (a single larger reply still goes out)")
+	fs.Int64Var(&c.ReadBudgetBytes, "read-budget-bytes", 0,
+		"bytes of inbound messages the node's connections may hold while they arrive, together; 0 is 8 × --max-message-bytes (at least twice it)")
+	fs.DurationVar(&c.MessageReadTimeout, "message-read-timeout", time.Minute,
+		"time a message may take to arrive whole once its first byte has; past it the connection is closed (4005)")
+	fs.Int64Var(&c.SyncStateBytes, "sync-state-bytes", 4<<20,
+		"bytes of sync state (heads named, changes owed, filters made) the node may keep for one connection over its documents; a message that would pass it is refused")
+	fs.Int64Var(&c.RedisQueueBytes, "redis-queue-bytes", 64<<20,
+		"bytes of messages waiting to be published to Redis; past it ordinary messages are dropped (goodbyes never)")
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.BoolVar(&c.ParkIdle, "park-idle", true,
@@ -137,7 +153,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
 	fs.IntVar(&c.MaxPresenceChans, "max-presence-channels", 32, "channels one peer may hold in a document's presence")
-	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names and values")
+	fs.IntVar(&c.MaxPresenceBytes, "max-presence-bytes", 64<<10, "bytes one peer may hold in a document's presence: its channels' names, values and clock sessions")
 	fs.IntVar(&c.MaxPresenceDepth, "max-presence-depth", 16, "deepest CBOR nesting allowed in a presence payload (at least 4)")
 	fs.Float64Var(&c.MessageRate, "message-rate", 100, "messages per second per connection; excess ephemerals are dropped, over twice this the connection closes")
 	fs.IntVar(&c.MessageBurst, "message-burst", 200, "burst allowed above --message-rate")
@@ -260,6 +276,15 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.SendQueueBytes < 0 {
 		return c, fmt.Errorf("--send-queue-bytes must not be negative")
+	}
+	if c.ReadBudgetBytes != 0 && c.ReadBudgetBytes < 2*c.MaxMessageBytes {
+		return c, fmt.Errorf("--read-budget-bytes %d is less than twice --max-message-bytes", c.ReadBudgetBytes)
+	}
+	if c.MessageReadTimeout < time.Second {
+		return c, fmt.Errorf("--message-read-timeout %v is too short (minimum 1s)", c.MessageReadTimeout)
+	}
+	if c.SyncStateBytes < 64<<10 || c.RedisQueueBytes < 1<<20 {
+		return c, fmt.Errorf("--sync-state-bytes must be at least 65536 and --redis-queue-bytes at least 1048576")
 	}
 	return c, nil
 }
