@@ -50,7 +50,21 @@ type Limits struct {
 	// WaitingBytes bounds the cost of the changes that wait for a
 	// dependency, summed over the hub's documents; default 64 MiB.
 	WaitingBytes int64
+	// CheckBytes bounds the memory the changes being checked hold while
+	// their message is checked (their operations listed, opListBytes
+	// each), summed over the hub's documents; default what a change of
+	// ChangeBytes lists, so that one such change can always be checked
+	// (384 MiB by default). A message that needs more alone is refused
+	// (ErrLimit); one that would pass it beside others' is asked to come
+	// back (ErrBusy).
+	CheckBytes int64
 }
+
+// opListBytes is what the guard holds per operation while a message is
+// checked: its amcheck.Op and a share of its key. Predecessors cost 8
+// bytes each besides. The log keeps far less of a change once taken
+// (opBytes).
+const opListBytes = 96
 
 // opBytes is what each operation of a change counts against the limits
 // besides its bytes: an operation the index cannot fold into a run of
@@ -67,8 +81,14 @@ func cost(c *amcheck.Change) int64 { return c.Expanded + opBytes*int64(c.Ops) }
 // many operations as the limit pays for, so that no change is expanded
 // past what it may cost before it is refused.
 func (l Limits) readChange(b []byte, listOps bool) (amcheck.Change, error) {
+	return l.readChangeListed(b, listOps, nil)
+}
+
+// readChangeListed is readChange with the list of operations charged
+// before it is made (amcheck.Limits.BeforeList).
+func (l Limits) readChangeListed(b []byte, listOps bool, charge func(ops, preds int) error) (amcheck.Change, error) {
 	c, err := amcheck.ParseSyncChange(b, amcheck.Limits{MaxOps: int(l.ChangeBytes / opBytes),
-		MaxExpandedBytes: l.ChangeBytes, Canonical: true, ListOps: listOps})
+		MaxExpandedBytes: l.ChangeBytes, Canonical: true, ListOps: listOps, BeforeList: charge})
 	switch {
 	case errors.Is(err, amcheck.ErrTooLarge):
 		err = fmt.Errorf("%w: the change costs over %d bytes, the limit (%v)", amcheck.ErrTooLarge, l.ChangeBytes, err)
@@ -92,6 +112,9 @@ func (l *Limits) setDefaults() {
 	l.DocumentChanges = min(l.DocumentChanges, math.MaxInt32)
 	if l.WaitingBytes <= 0 {
 		l.WaitingBytes = 64 << 20
+	}
+	if l.CheckBytes <= 0 {
+		l.CheckBytes = l.ChangeBytes / opBytes * opListBytes
 	}
 }
 
@@ -117,6 +140,11 @@ type ledger struct {
 	// waiting, when set, sums the queued bytes of every document of the
 	// hub (Limits.WaitingBytes).
 	waiting *atomic.Int64
+	// checking, when set, sums what the changes being checked hold, over
+	// the hub's documents (Limits.CheckBytes); checked is this ledger's
+	// part of it, given back by releaseChecked once the message is done.
+	checking *atomic.Int64
+	checked  int64
 	refs    *refIndex
 	// log is the room's: the index keeps changes' hashes and
 	// dependencies there (nil: one of its own).
@@ -210,11 +238,14 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	if len(changes) == 0 {
 		return &admission{}, nil
 	}
+	l.releaseChecked() // the message before is done with its lists
 	parsed := make([]queuedChange, 0, len(changes))
 	bytes := int64(0)
 	for i, b := range changes {
-		c, err := lim.readChange(b, true)
+		c, err := lim.readChangeListed(b, true, l.chargeList(lim))
 		switch {
+		case errors.Is(err, ErrBusy) || errors.Is(err, ErrLimit):
+			return nil, fmt.Errorf("change %d: %w", i, err)
 		case errors.Is(err, amcheck.ErrTooLarge):
 			return nil, fmt.Errorf("%w: change %d: %v", ErrLimit, i, err)
 		case err != nil:
@@ -263,7 +294,7 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	refs := newRefIndex(l.index())
 	check := func(c *queuedChange) error {
 		var err error
-		if c.change, err = c.withOps(lim); err != nil {
+		if c.change, err = c.withOps(lim, l.chargeList(lim)); err != nil {
 			return err
 		}
 		a := hex.EncodeToString(c.Actor)
@@ -363,4 +394,32 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			ErrBusy, l.waiting.Load(), heldBytes, lim.WaitingBytes)
 	}
 	return ad, nil
+}
+
+// chargeList returns what charges a change's list of operations to the
+// message being checked, before the list is made (Limits.CheckBytes).
+func (l *ledger) chargeList(lim Limits) func(ops, preds int) error {
+	return func(ops, preds int) error {
+		n := int64(ops)*opListBytes + int64(preds)*8
+		if l.checked+n > lim.CheckBytes {
+			return fmt.Errorf("%w: checking its changes would hold %d bytes of operations, over %d, what one message may", ErrLimit, l.checked+n, lim.CheckBytes)
+		}
+		if l.checking != nil {
+			if l.checking.Add(n) > lim.CheckBytes {
+				l.checking.Add(-n)
+				return fmt.Errorf("%w: the node is checking as many operations as it may at once", ErrBusy)
+			}
+		}
+		l.checked += n
+		return nil
+	}
+}
+
+// releaseChecked gives back what the message checked held: its changes'
+// operation lists are let go.
+func (l *ledger) releaseChecked() {
+	if l.checking != nil {
+		l.checking.Add(-l.checked)
+	}
+	l.checked = 0
 }

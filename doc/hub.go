@@ -45,8 +45,9 @@ type Hub struct {
 	// stored chunk or snapshot that did not load.
 	queuedRefused, chunkUnloadable, documentUnloadable, remoteDropped prometheus.Counter
 	// waiting sums the bytes of changes every room's guard keeps waiting
-	// for a dependency (Limits.WaitingBytes).
-	waiting atomic.Int64
+	// for a dependency (Limits.WaitingBytes); checking what the messages
+	// being checked hold (Limits.CheckBytes).
+	waiting, checking atomic.Int64
 	// repeats counts requests left unanswered: their peer had not yet
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
@@ -335,7 +336,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
-		r.ledger.waiting = &h.waiting
+		r.ledger.waiting, r.ledger.checking = &h.waiting, &h.checking
 		if h.cfg.Cluster != nil {
 			r.publish = h.publishChanges
 		}

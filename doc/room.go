@@ -258,6 +258,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	var ad *admission
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
+		defer r.ledger.releaseChecked() // once the message is done with its changes' lists
 		if ad, err = r.ledger.admit(h.cfg.Limits, sm.changes, r.log.HasBytes); err != nil {
 			return false, err
 		}

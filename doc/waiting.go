@@ -2,6 +2,7 @@ package doc
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
@@ -93,11 +94,14 @@ func (c change) held() change {
 
 // withOps returns a waiting change with its operations read again, now
 // that it is ready to be checked (a change that never waited has them).
-func (c change) withOps(lim Limits) (change, error) {
+func (c change) withOps(lim Limits, charge func(ops, preds int) error) (change, error) {
 	if c.OpList != nil || c.Ops == 0 {
 		return c, nil
 	}
-	full, err := lim.readChange(c.raw, true)
+	full, err := lim.readChangeListed(c.raw, true, charge)
+	if errors.Is(err, ErrBusy) || errors.Is(err, ErrLimit) {
+		return c, err
+	}
 	if err != nil {
 		return c, fmt.Errorf("%w: %v", ErrRefused, err)
 	}

@@ -32,6 +32,11 @@ type Limits struct {
 	MaxExpandedBytes int64
 	// ListOps asks for the change's operations in Change.OpList.
 	ListOps bool
+	// BeforeList, if set, is told how many operations and predecessors
+	// the list will hold before it is made; an error it returns is the
+	// change's, and no list is made. A caller charges the list's memory
+	// with it.
+	BeforeList func(ops, preds int) error
 	// Canonical refuses a change whose columns automerge's encoder would
 	// write otherwise (canonical.go): automerge cannot load a document
 	// saved with such a change.

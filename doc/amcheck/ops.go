@@ -136,6 +136,11 @@ func checkOps(c *Change, actors [][]byte, cols []colMeta, data []byte, lim Limit
 		}
 	}
 	if lim.ListOps {
+		if lim.BeforeList != nil {
+			if err := lim.BeforeList(int(o.rows), int(o.preds)); err != nil {
+				return err
+			}
+		}
 		if err := o.listOps(); err != nil {
 			return err
 		}
