@@ -145,7 +145,7 @@ type ledger struct {
 	// part of it, given back by releaseChecked once the message is done.
 	checking *atomic.Int64
 	checked  int64
-	refs    *refIndex
+	refs     *refIndex
 	// log is the room's: the index keeps changes' hashes and
 	// dependencies there (nil: one of its own).
 	log *amsync.Log
