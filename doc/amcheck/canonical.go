@@ -16,18 +16,13 @@ import (
 // column left out when it would be empty.
 
 // canonicalColumn re-encodes a column from its values and reports whether
-// the result is the column as given.
+// the result is the column as given. It holds nothing per value: the
+// encoding is compared with the column as it is made (runsMatch).
 func canonicalColumn(it colIter, data []byte) (bool, error) {
-	var out []byte
 	if it.kind == kindBool {
-		out = canonicalBools(it)
-	} else {
-		var err error
-		if out, err = canonicalRuns(it); err != nil {
-			return false, err
-		}
+		return bytes.Equal(canonicalBools(it), data), nil
 	}
-	return bytes.Equal(out, data), nil
+	return runsMatch(it, data)
 }
 
 // run is a stretch of equal values in a column being re-encoded.
@@ -43,69 +38,146 @@ func (r *run) sameValue(s seg) bool {
 	return r.null == s.null && r.u == s.u && r.d == s.d && bytes.Equal(r.s, s.s)
 }
 
-func canonicalRuns(it colIter) ([]byte, error) {
-	if !it.present {
-		return nil, nil
+// runReader reads a column's values as runs of equal values, one segment
+// read ahead. It is a value: a copy reads on from where the original is,
+// and leaves it there.
+type runReader struct {
+	it      colIter
+	pend    seg
+	hasPend bool
+}
+
+func (r *runReader) next() (run, bool, error) {
+	var cur run
+	if r.hasPend {
+		cur, r.hasPend = run(r.pend), false
+	} else {
+		s, ok, err := r.it.next()
+		if err != nil || !ok {
+			return run{}, false, err
+		}
+		cur = run(s)
 	}
-	var runs []run
 	for {
-		s, ok, err := it.next()
+		s, ok, err := r.it.next()
 		if err != nil {
-			return nil, err
+			return run{}, false, err
+		}
+		if !ok {
+			return cur, true, nil
+		}
+		if !cur.sameValue(s) {
+			r.pend, r.hasPend = s, true
+			return cur, true, nil
+		}
+		cur.n += s.n
+	}
+}
+
+// matcher compares bytes written to it with a column's, as they come.
+type matcher struct {
+	data []byte
+	off  int
+	ok   bool
+}
+
+func (m *matcher) write(b []byte) {
+	if m.ok && len(b) <= len(m.data)-m.off && bytes.Equal(b, m.data[m.off:m.off+len(b)]) {
+		m.off += len(b)
+		return
+	}
+	m.ok = false
+}
+
+func (m *matcher) uvarint(v uint64) {
+	var b [binary.MaxVarintLen64]byte
+	m.write(binary.AppendUvarint(b[:0], v))
+}
+
+func (m *matcher) sleb(v int64) {
+	var b [binary.MaxVarintLen64]byte
+	m.write(AppendSleb(b[:0], v))
+}
+
+// runsMatch reports whether data is the column of it's values as
+// automerge writes it: runs of two or more equal values as runs, single
+// values in literal runs, nulls in null runs, a column of nulls only as
+// nothing. It reads the column three times at most (once to see whether
+// it is all null, and each literal run twice: once to count it, once to
+// compare it), holding no more than a run.
+func runsMatch(it colIter, data []byte) (bool, error) {
+	if !it.present {
+		return len(data) == 0, nil
+	}
+	allNull := true
+	for look := (runReader{it: it}); ; {
+		r, ok, err := look.next()
+		if err != nil {
+			return false, err
 		}
 		if !ok {
 			break
 		}
-		if n := len(runs); n > 0 && runs[n-1].sameValue(s) {
-			runs[n-1].n += s.n
-			continue
+		if !r.null {
+			allNull = false
+			break
 		}
-		runs = append(runs, run(s))
-	}
-	// A column of nulls only is written as nothing.
-	allNull := true
-	for _, r := range runs {
-		allNull = allNull && r.null
 	}
 	if allNull {
-		return nil, nil
+		return len(data) == 0, nil
 	}
-	var out []byte
+	m := &matcher{data: data, ok: true}
 	value := func(r run) {
 		switch it.kind {
 		case kindUint:
-			out = binary.AppendUvarint(out, r.u)
+			m.uvarint(r.u)
 		case kindDelta:
-			out = AppendSleb(out, r.d)
+			m.sleb(r.d)
 		case kindStr:
-			out = binary.AppendUvarint(out, uint64(len(r.s)))
-			out = append(out, r.s...)
+			m.uvarint(uint64(len(r.s)))
+			m.write(r.s)
 		}
 	}
-	for i := 0; i < len(runs); {
-		r := runs[i]
+	rr := runReader{it: it}
+	for m.ok {
+		r, ok, err := rr.next()
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			break
+		}
 		switch {
 		case r.null:
-			out = AppendSleb(out, 0)
-			out = binary.AppendUvarint(out, r.n)
-			i++
+			m.sleb(0)
+			m.uvarint(r.n)
 		case r.n > 1:
-			out = AppendSleb(out, int64(r.n))
+			m.sleb(int64(r.n))
 			value(r)
-			i++
 		default:
-			j := i
-			for j < len(runs) && !runs[j].null && runs[j].n == 1 {
-				j++
+			// A literal run: this value and the single values after it.
+			count := int64(1)
+			for look := rr; ; count++ {
+				l, ok, err := look.next()
+				if err != nil {
+					return false, err
+				}
+				if !ok || l.null || l.n != 1 {
+					break
+				}
 			}
-			out = AppendSleb(out, -int64(j-i))
-			for _, l := range runs[i:j] {
+			m.sleb(-count)
+			value(r)
+			for range count - 1 {
+				l, _, err := rr.next()
+				if err != nil {
+					return false, err
+				}
 				value(l)
 			}
-			i = j
 		}
 	}
-	return out, nil
+	return m.ok && m.off == len(data), nil
 }
 
 func canonicalBools(it colIter) []byte {
