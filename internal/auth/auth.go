@@ -80,6 +80,11 @@ func (g *Grant) Can(documentID string) Access {
 // channel's id obeys too.
 const MaxSubjectBytes = 256
 
+// MaxNameBytes bounds a token's name: the node writes it into the
+// user's presence in every document it opens, outside the peer's
+// presence budget, and into notifications.
+const MaxNameBytes = 256
+
 // Errors of Authenticate.
 var (
 	ErrNoToken      = errors.New("no token: pass ?token= or an Authorization: Bearer header")
@@ -192,6 +197,9 @@ func (v *Verifier) Verify(token string) (*Grant, error) {
 	}
 	if !storable(c.Name) {
 		return nil, fmt.Errorf("%w: the name holds a NUL character or is not UTF-8", ErrInvalidToken)
+	}
+	if len(c.Name) > MaxNameBytes {
+		return nil, fmt.Errorf("%w: a name of %d bytes, over the limit of %d", ErrInvalidToken, len(c.Name), MaxNameBytes)
 	}
 	g := &Grant{UserID: c.Subject, Name: c.Name, Color: c.Color, Notify: c.Notify, Docs: make(map[string]Access, len(c.Docs))}
 	for id, a := range c.Docs {

@@ -21,6 +21,7 @@ func TestATokenNamingAnUnstorableUserIsRefused(t *testing.T) {
 		{"sub over 256 bytes", jwt.MapClaims{"sub": strings.Repeat("a", MaxSubjectBytes+1)}, "a sub of 257 bytes"},
 		{"sub with NUL", jwt.MapClaims{"sub": "ana\x00"}, "the sub holds a NUL"},
 		{"name with NUL", jwt.MapClaims{"sub": "ana", "name": "A\x00na"}, "the name holds a NUL"},
+		{"name over 256 bytes", jwt.MapClaims{"sub": "ana", "name": strings.Repeat("n", MaxNameBytes+1)}, "a name of 257 bytes"},
 	}
 	for _, c := range cases {
 		_, err := v.Verify(sign(t, jwt.SigningMethodHS256, secret, c.claims))

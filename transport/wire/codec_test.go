@@ -196,6 +196,9 @@ func TestValidate(t *testing.T) {
 		{"unknown type", Message{Type: "launch-missiles", SenderID: "a"}, ErrUnknownType},
 		{"peer id at the limit", Message{Type: TypeJoin, SenderID: strings.Repeat("a", MaxIDBytes)}, nil},
 		{"peer id over the limit", Message{Type: TypeJoin, SenderID: strings.Repeat("a", MaxIDBytes+1)}, ErrIDTooLong},
+		{"peer id with a NUL", Message{Type: TypeJoin, SenderID: "ana\x00"}, ErrBadID},
+		{"peer id not UTF-8", Message{Type: TypeJoin, SenderID: "ana\xff"}, ErrBadID},
+		{"session id with a NUL", Message{Type: TypeEphemeral, SenderID: "a", DocumentID: doc, Data: []byte{0xa0}, SessionID: "s\x00", Count: 1}, ErrBadID},
 		{"session id over the limit", Message{Type: TypeEphemeral, SenderID: "a", DocumentID: doc, Data: []byte{0xa0}, SessionID: strings.Repeat("s", MaxIDBytes+1), Count: 1}, ErrIDTooLong},
 	}
 	for _, tt := range tests {

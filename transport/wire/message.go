@@ -3,6 +3,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // Message types of the automerge-repo protocol, version 1.
@@ -115,12 +117,18 @@ const MaxIDBytes = 256
 // Validation errors name the field that is wrong.
 var (
 	ErrIDTooLong     = fmt.Errorf("id longer than %d bytes", MaxIDBytes)
+	ErrBadID         = errors.New("id holds a NUL character or is not UTF-8")
 	ErrMissingSender = errors.New("message has no senderId")
 	ErrMissingData   = errors.New("message has no data")
 	ErrMissingClock  = errors.New("ephemeral message has no sessionId or count")
 	ErrUnknownType   = errors.New("unknown message type")
 	ErrNotFromClient = errors.New("message type is not sent by clients")
 )
+
+// textID reports whether an id is UTF-8 without NUL.
+func textID(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
 
 // Validate checks that a message received from a client carries what its
 // type needs. Gossip of remote heads is accepted as it is.
@@ -133,6 +141,14 @@ func (m *Message) Validate() error {
 	}
 	if len(m.SessionID) > MaxIDBytes {
 		return fmt.Errorf("%w: sessionId of %d bytes", ErrIDTooLong, len(m.SessionID))
+	}
+	// A peer id may stand for its user on an open node, and is then
+	// stored as the user's id: as text no store refuses.
+	if !textID(m.SenderID) {
+		return fmt.Errorf("%w: senderId", ErrBadID)
+	}
+	if !textID(m.SessionID) {
+		return fmt.Errorf("%w: sessionId", ErrBadID)
 	}
 	switch m.Type {
 	case TypeJoin, TypeRemoteSubscriptionChange, TypeError, TypeHeartbeat:
