@@ -241,18 +241,14 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if r.evicted {
 		return false, errEvicted
 	}
-	var kept int64
-	if m := r.members[p.ID()]; m != nil && m.peer == p {
-		if m.repeats(sm) {
-			h.repeats.Inc()
-			return false, nil // the whole document is on its way to it
-		}
-		kept = m.kept
+	if m := r.members[p.ID()]; m != nil && m.peer == p && m.repeats(sm) {
+		h.repeats.Inc()
+		return false, nil // the whole document is on its way to it
 	}
 	if err := amsync.CheckHeads(r.log, sm.msg); err != nil {
 		return false, fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, err)
 	}
-	if !h.syncStates.fits(p, kept, holds(sm.msg)) {
+	if !h.syncStates.fits(p, holds(sm.msg)) {
 		return false, fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
 	}
 	var ad *admission

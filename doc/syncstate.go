@@ -40,13 +40,11 @@ func newSyncStates(max int64) *syncStates {
 	})}
 }
 
-// fits reports whether p's states may hold hold bytes more than they do,
-// beside kept, the bytes its state in this room holds now (which the
-// message replaces).
-func (s *syncStates) fits(p Peer, kept, hold int64) bool {
+// fits reports whether p's states may hold hold bytes more than they do.
+func (s *syncStates) fits(p Peer, hold int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.by[p]-kept+hold <= s.max
+	return s.by[p]+hold <= s.max
 }
 
 // charge sets what p's state in one room holds from was to now.

@@ -99,12 +99,6 @@ const (
 	haveReset                  // a last sync point the log lacks: the peer is asked to start over
 	haveFilter                 // lacks worked out from the filters
 	haveExact                  // lacks worked out from its heads, all of which the log holds
-	// haveOwed: working out what it lacks took more than the peer paid
-	// for (a walk over changes already sent it, say, as when its message
-	// crossed the one bringing it the document): it is sent what it asks
-	// for and the changes the log takes from now on, until its next
-	// message says more.
-	haveOwed
 )
 
 // MaxHeads bounds the heads a client's changes may give a document (a
@@ -244,11 +238,13 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 		p.have = haveReset
 	case len(p.unknown) == 0:
 		p.have = haveExact
-		if lacks, ok := l.sinceWithin(m.Heads, &p.sent, &p.work, 1); ok {
-			p.lacks = lacks
-		} else {
-			p.have = haveOwed
+		lacks, ok := l.sinceWithin(m.Heads, &p.sent, &p.work, 1)
+		if !ok {
+			// Its walk took more than the peer paid for: every change
+			// not sent it is taken as lacked, and sent.
+			lacks, _ = l.sinceWithin(nil, &p.sent, nil, 0)
 		}
+		p.lacks = lacks
 	default:
 		p.have, p.lacks = haveFilter, lackedBy(l, m.Have, &p.sent, &p.work)
 	}
