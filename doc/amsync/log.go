@@ -379,9 +379,10 @@ func (l *Log) sinceWithin(heads []Hash, skip *spanSet, work *int, credit int) (o
 		}
 		n := int(l.n) - skip.countIn(0, l.n)
 		if work != nil {
-			if *work += n * (credit - 1); *work < 0 {
-				return nil, false
+			if *work+n*(credit-1) < 0 {
+				return nil, false // unpaid: nothing done, nothing charged
 			}
+			*work += n * (credit - 1)
 		}
 		out = make([]int32, 0, n)
 		skip.gaps(0, l.n, func(x int32) bool { out = append(out, x); return true })

@@ -46,6 +46,7 @@ type Peer struct {
 	// again.
 	theirHeads []Hash
 	unknown    []Hash
+	unknownSet map[Hash]struct{} // those of unknown the log still lacks
 	unknownAt  int32
 	heard      bool
 	// asked are the changes its last message asked for by hash that the
@@ -59,7 +60,12 @@ type Peer struct {
 	have      haveKind
 	lacks     []int32
 	lacksFrom int32
-	sent      spanSet
+	// refunded is the work given back for lacks not sent yet: taken back
+	// if the next message comes first (they are worked out anew then), so
+	// that messages answered with nothing (held by Spacing) pay for
+	// what they cost.
+	refunded int
+	sent     spanSet
 	// work is what the peer may still make the log visit, in changes
 	// walked, tested or put in a filter: each message gives it some for
 	// its bytes (workFor), each change it is sent gives one, and the
@@ -163,14 +169,18 @@ func (p *Peer) HeldUntil() time.Time { return p.heldUntil }
 // hash lists, what the peer is owed, the spans of what it was sent and
 // the log's filter made for it.
 func (p *Peer) Kept() int {
-	return 32*(len(p.shared)+len(p.lastSent)+len(p.theirHeads)+len(p.unknown)) +
+	return 32*(len(p.shared)+len(p.lastSent)+len(p.theirHeads)+len(p.unknown)) + 48*len(p.unknownSet) +
 		4*(len(p.asked)+len(p.lacks)) + 8*len(p.sent.s) + len(p.ours.f.bits)
 }
 
 // Holds bounds the bytes Receive keeps of m, beyond what the log owes
 // the peer: for the caller to charge before it calls Receive.
 func Holds(m *Message) int {
-	return 32*(3*len(m.Heads)+min(len(m.Heads), maxAsk)) + 4*len(m.Need)
+	n := 32*4*len(m.Heads) + 48*len(m.Heads) + 4*len(m.Need)
+	if len(m.Have) > 0 {
+		n += 32 * len(m.Have[0].LastSync)
+	}
+	return n
 }
 
 // Receive reads a message from the peer. The caller has already added to
@@ -178,6 +188,10 @@ func Holds(m *Message) int {
 // Nothing of m is kept: m may be let go. What its have entries say the
 // peer lacks is worked out here, once (lackedBy).
 func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
+	// What the last message found owed and was not sent is worked out
+	// anew: its refund is taken back.
+	p.work -= p.refunded
+	p.refunded = 0
 	p.work = min(maxWork, p.work+workFor(m))
 	p.inFlight = false
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
@@ -195,6 +209,13 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 	}
 	p.unknown = l.Missing(m.Heads)
 	p.unknownAt = l.n
+	p.unknownSet = nil
+	if len(p.unknown) > 0 {
+		p.unknownSet = make(map[Hash]struct{}, len(p.unknown))
+		for _, h := range p.unknown {
+			p.unknownSet[h] = struct{}{}
+		}
+	}
 	if len(p.unknown) == 0 {
 		p.shared = slices.Clone(m.Heads)
 		if len(m.Heads) == 0 {
@@ -207,6 +228,12 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 			if l.Has(h) {
 				s = append(s, h)
 			}
+		}
+		if len(m.Have) > 0 && l.holdsAll(m.Have[0].LastSync) {
+			// It had every change up to its last sync point, and so do
+			// we: shared, though automerge would not say so. The filter
+			// of our changes sent it then covers what came since.
+			s = append(s, m.Have[0].LastSync...)
 		}
 		sortHashes(s)
 		p.shared = slices.Compact(s)
@@ -238,16 +265,30 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 		p.have = haveReset
 	case len(p.unknown) == 0:
 		p.have = haveExact
-		lacks, ok := l.sinceWithin(m.Heads, &p.sent, &p.work, 1)
-		if !ok {
-			// Its walk took more than the peer paid for: every change
-			// not sent it is taken as lacked, and sent.
-			lacks, _ = l.sinceWithin(nil, &p.sent, nil, 0)
-		}
-		p.lacks = lacks
+		p.exactLacks(l)
 	default:
-		p.have, p.lacks = haveFilter, lackedBy(l, m.Have, &p.sent, &p.work)
+		p.have = haveFilter
+		p.lacks, p.lacksFrom, p.refunded = lackedBy(l, m.Have, &p.sent, &p.work)
 	}
+}
+
+// exactLacks works out what the peer lacks from its heads, all of which
+// the log holds: the changes since them not sent it. A peer with no
+// heads lacks everything not sent it, which costs nothing to say
+// (lacksFrom 0); a walk that takes more than the peer paid for stops,
+// and every change not sent it is taken as lacked, and sent.
+func (p *Peer) exactLacks(l *Log) {
+	p.lacks, p.lacksFrom = nil, l.n
+	if len(p.theirHeads) == 0 {
+		p.lacksFrom = 0
+		return
+	}
+	lacks, ok := l.sinceWithin(p.theirHeads, &p.sent, &p.work, 1)
+	if !ok {
+		p.lacksFrom = 0
+		return
+	}
+	p.lacks, p.refunded = lacks, p.refunded+len(lacks)
 }
 
 // holdsAny reports whether the log holds a hash of hs.
@@ -289,7 +330,10 @@ func uniqueInOrder(xs []int32) []int32 {
 // lackedBy returns, in log order, the changes a peer lacks by its have
 // entries: every change since their last sync points that no filter
 // holds, and every change depending on one of those; the changes of
-// sent are taken as held (they are on their way) and not tested.
+// sent are taken as held (they are on their way) and not tested. from
+// is where what it says stops being taken: every change not sent at or
+// past it is lacked too (the log's length if the filters were taken
+// whole); refund is the work given back for the changes found lacked.
 //
 // Work: the walk to the changes since the last sync points, and each
 // test, cost a unit; a change found lacked gives them back (it is owed).
@@ -297,9 +341,10 @@ func uniqueInOrder(xs []int32) []int32 {
 // about 1% of the others; one read (ParseBloom) has at most 7 bits set
 // per entry, so it holds at most 8% of the others. One that holds more
 // than that, or holds changes the peer has no work left to pay for, is
-// trusted no further: every change after that point is taken as lacked,
-// and sent. So what the filter costs is its entries and what is sent.
-func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) []int32 {
+// trusted no further: every change from that point on is taken as
+// lacked, and sent. So what the filter costs is its entries and what is
+// sent.
+func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, from int32, refund int) {
 	var last []Hash
 	blooms := make([]Bloom, 0, len(haves))
 	made := 0
@@ -311,54 +356,43 @@ func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) []int32 {
 	}
 	// The changes since the last sync points but those sent, in log
 	// order: all of them if it names none the log holds.
-	each := func(f func(x int32)) { sent.gaps(0, l.n, func(x int32) bool { f(x); return true }) }
+	each := func(f func(x int32) bool) { sent.gaps(0, l.n, f) }
 	walked := 0
 	if l.holdsAny(last) {
 		// Walked with each change given back: a held one pays for its
 		// walk with its test.
 		since, ok := l.sinceWithin(last, sent, work, 1)
 		if !ok {
-			since, _ = l.sinceWithin(nil, sent, nil, 0) // everything unsent is lacked
-			blooms = nil
+			return nil, 0, 0 // everything not sent is lacked
 		}
 		walked = 1
-		each = func(f func(x int32)) {
+		each = func(f func(x int32) bool) {
 			for _, x := range since {
-				f(x)
-			}
-		}
-	}
-	var lacks []int32
-	var lacked spanSet
-	held, tested := 0, 0
-	trusted := len(blooms) > 0
-	each(func(x int32) {
-		l.visited++
-		tested++
-		missing := true
-		if trusted {
-			h := &l.at(x).hash
-			for _, b := range blooms {
-				if b.Contains(h) {
-					missing = false
-					break
+				if !f(x) {
+					return
 				}
 			}
 		}
-		if !missing {
-			if held+1 > made+tested/12+64 || *work < 1+walked {
-				trusted, missing = false, true // from here on, what it says is not taken
-			} else {
-				held++
-				*work -= 1 + walked // its test, and its walk
+		refund = len(since) // taken back below for each held
+	}
+	var lacked spanSet
+	held, tested := 0, 0
+	from = l.n
+	each(func(x int32) bool {
+		l.visited++
+		tested++
+		h := &l.at(x).hash
+		missing := true
+		for _, b := range blooms {
+			if b.Contains(h) {
+				missing = false
+				break
 			}
 		}
 		if !missing {
 			for _, d := range l.DepsAt(x) {
 				if lacked.has(d) {
 					missing = true // depends on one it lacks
-					*work += 1 + walked
-					held--
 					break
 				}
 			}
@@ -366,9 +400,20 @@ func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) []int32 {
 		if missing {
 			lacked.add(x)
 			lacks = append(lacks, x)
+			*work += 1 // its test is given back
+			refund++
+			return true
 		}
+		held++
+		*work -= walked // its walk is taken back
+		refund -= walked
+		if held > made+tested/12+64 || *work < 0 {
+			from = x // from here on, what it says is not taken
+			return false
+		}
+		return true
 	})
-	return lacks
+	return lacks, from, refund
 }
 
 // advanceHeads is automerge's: the heads that are new since before,
@@ -462,58 +507,74 @@ func (o *Outgoing) Encode() []byte {
 func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	ours := l.Heads()
-	if p.unknownAt != l.n {
-		// The log took changes since: some of the unknown heads may be among them.
-		p.unknown = slices.DeleteFunc(p.unknown, l.Has)
-		p.unknownAt = l.n
+	if p.unknownAt != l.n && len(p.unknownSet) > 0 {
+		// The log took changes since: some of the unknown heads may be
+		// among them (a look at each new change, not at each head).
+		for x := p.unknownAt; x < l.n; x++ {
+			delete(p.unknownSet, l.at(x).hash)
+		}
+		if len(p.unknown)-len(p.unknownSet) > maxAsk {
+			p.unknown = slices.DeleteFunc(p.unknown, func(h Hash) bool { _, ok := p.unknownSet[h]; return !ok })
+		}
 	}
+	p.unknownAt = l.n
 	var ourNeed []Hash
 	if !p.ReadOnly {
 		for _, h := range p.unknown {
 			if len(ourNeed) == maxAsk {
 				break
 			}
-			if held == nil || !held(h) {
+			if _, ok := p.unknownSet[h]; ok && (held == nil || !held(h)) {
 				ourNeed = append(ourNeed, h)
 			}
 		}
 	}
+	// The heads asked for are the peer's own; what the caller waits for
+	// may not be.
+	allTheirs := true
 	if len(need) > 0 {
+		inTheirHeads := inList(p.theirHeads)
+		for _, h := range need {
+			if !inTheirHeads(h) {
+				allTheirs = false
+				break
+			}
+		}
 		ourNeed = append(ourNeed, need...)
 		sortHashes(ourNeed)
 		ourNeed = slices.Compact(ourNeed)
-	}
-	allTheirs := true
-	inTheirHeads := inList(p.theirHeads)
-	for _, h := range ourNeed {
-		if !inTheirHeads(h) {
-			allTheirs = false
-			break
-		}
 	}
 
 	if p.heard && p.have == haveReset {
 		return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}, log: l}
 	}
-
-	var send []int32
-	exact := false
-	if p.heard {
-		send, exact = p.toSend(l, len(p.unknown) == 0)
+	if p.heard && p.have == haveFilter && len(p.unknownSet) == 0 {
+		// Its heads came since its message: they say exactly what it
+		// lacks, worked out once.
+		p.work -= p.refunded
+		p.refunded = 0
+		p.have = haveExact
+		p.exactLacks(l)
 	}
+	owed := p.heard && p.owes(l)
 
 	headsUnchanged := p.responded && slices.Equal(p.lastSent, ours)
 	headsEqual := p.heard && slices.Equal(p.theirHeads, ours)
-	if headsUnchanged && ((headsEqual && len(send) == 0) || p.inFlight) {
+	if headsUnchanged && ((headsEqual && !owed) || p.inFlight) {
 		return nil
 	}
 	if p.inFlight && !p.awaitUntil.IsZero() && now.Before(p.awaitUntil) {
 		p.heldUntil = p.awaitUntil
 		return nil // paced: the next message goes when it answers
 	}
-	if next := p.lastChanges.Add(p.Spacing); len(send) > 0 && p.Spacing > 0 && now.Before(next) {
+	if next := p.lastChanges.Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
 		p.heldUntil = next
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
+	}
+	var send []int32
+	exact := p.heard && p.have == haveExact
+	if owed {
+		send = p.toSend(l)
 	}
 
 	var have []Have
@@ -523,7 +584,10 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		// What the message carries brings the peer to our heads.
 		have = []Have{{LastSync: ours}}
 	default:
-		have = []Have{p.haveSince(l)}
+		have = p.haveSince(l)
+	}
+	if exact || !allTheirs {
+		p.ours = ownFilter{} // not needed while its heads say what it lacks
 	}
 	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
 	if n, saved := l.Saved(); n > 0 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
@@ -544,8 +608,9 @@ func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time
 		p.sent.add(x)
 	}
 	p.work = min(maxWork, p.work+len(send))
-	// What it asked for and lacked is sent: it asks again if it must.
-	p.asked, p.lacks, p.lacksFrom = nil, nil, l.n
+	// What it asked for and lacked is sent (the refunds for it stand):
+	// it asks again if it must.
+	p.asked, p.lacks, p.lacksFrom, p.refunded = nil, nil, l.n, 0
 	p.inFlight = true
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if len(send) > 0 {
@@ -583,31 +648,31 @@ func sortedFrom0(xs []int32) bool {
 	return true
 }
 
-// toSend returns the changes the peer lacks, in log order, the asked
-// ones it asked for by hash first; exact says they were worked out from
-// its heads (knowsTheirHeads: the log holds them all) and are all it
-// lacks. Its cost is what it returns, and what the peer was sent of the
-// changes the last message said it lacked.
-func (p *Peer) toSend(l *Log, knowsTheirHeads bool) (send []int32, exact bool) {
-	if p.have == haveNone {
-		return p.asked, false
+// owes reports whether the peer is owed changes: asked for, or lacked
+// and not sent. Its cost is the lacks already sent, each looked at once.
+func (p *Peer) owes(l *Log) bool {
+	if len(p.asked) > 0 {
+		return true
 	}
-	if p.have == haveFilter && knowsTheirHeads {
-		// Its heads came since its message: they say exactly what it lacks.
-		if lacks, ok := l.sinceWithin(p.theirHeads, &p.sent, &p.work, 1); ok {
-			p.have, p.lacks, p.lacksFrom = haveExact, lacks, l.n
-		}
+	if p.have == haveNone {
+		return false
 	}
 	p.lacks = slices.DeleteFunc(p.lacks, p.sent.has)
-	rest := slices.Clip(p.lacks)
-	for x := p.lacksFrom; x < l.n; x++ {
-		if !p.sent.has(x) {
-			rest = append(rest, x)
-		}
+	return len(p.lacks) > 0 || p.sent.countIn(p.lacksFrom, l.n) < int(l.n-p.lacksFrom)
+}
+
+// toSend returns the changes the peer is owed, in log order, the ones it
+// asked for by hash first (sent before or not: it lacks them). Its cost
+// is what it returns and the spans of what was sent.
+func (p *Peer) toSend(l *Log) []int32 {
+	if p.have == haveNone {
+		return p.asked
 	}
-	l.visited += int64(l.n - p.lacksFrom)
-	// What it asked for by hash goes again: it lacks it, sent or not.
-	return withFirst(p.asked, rest), p.have == haveExact
+	rest := slices.Clip(p.lacks)
+	n := len(rest)
+	p.sent.gaps(p.lacksFrom, l.n, func(x int32) bool { rest = append(rest, x); return true })
+	l.visited += int64(len(rest) - n)
+	return withFirst(p.asked, rest)
 }
 
 // withFirst returns first, then the rest not in first.
@@ -641,11 +706,10 @@ type ownFilter struct {
 
 // haveSince is automerge's have entry: the shared heads, and a bloom
 // filter of the changes since them. The filter draws on the peer's work
-// (a unit per change walked or put in it); if that runs out the entry
-// goes with no filter, which says the log holds nothing since the
-// shared heads: the peer then sends what it has since them, which is
-// more than needed, never less.
-func (p *Peer) haveSince(l *Log) Have {
+// (a unit per change walked or put in it); if that runs out the message
+// goes with no have entry: the peer then sends only the heads asked of
+// it, and their dependencies are asked for as they come.
+func (p *Peer) haveSince(l *Log) []Have {
 	o := &p.ours
 	key := hashesDigest(p.shared)
 	switch {
@@ -661,11 +725,14 @@ func (p *Peer) haveSince(l *Log) Have {
 		o.held += int(l.n - o.upTo)
 		o.upTo = l.n
 	}
+	if !o.made {
+		return nil // unpaid: no have entry, and the peer sends what is asked of it
+	}
 	have := Have{LastSync: slices.Clone(p.shared)}
-	if o.made && o.held > 0 {
+	if o.held > 0 {
 		have.Bloom = o.f.Encode()
 	}
-	return have
+	return []Have{have}
 }
 
 // fill makes the filter anew for the changes since shared, with room for
@@ -674,9 +741,10 @@ func (o *ownFilter) fill(l *Log, shared []Hash, key uint64, work *int) {
 	growing := o.made && o.key == key
 	o.made, o.f = false, Bloom{}
 	since, ok := l.sinceWithin(shared, nil, work, 0)
-	if *work -= len(since); !ok || *work < 0 {
-		return // the entry goes with no filter
+	if !ok || *work < len(since) {
+		return // unpaid
 	}
+	*work -= len(since)
 	size := len(since)
 	if growing {
 		size *= 2
