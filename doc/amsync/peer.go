@@ -381,6 +381,7 @@ func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, fr
 	each(func(x int32) bool {
 		l.visited++
 		tested++
+		*work-- // its test
 		h := &l.at(x).hash
 		missing := true
 		for _, b := range blooms {
@@ -398,14 +399,15 @@ func lackedBy(l *Log, haves []Have, sent *spanSet, work *int) (lacks []int32, fr
 			}
 		}
 		if missing {
+			// Owed: its test is given back (its walk was as it was walked).
 			lacked.add(x)
 			lacks = append(lacks, x)
-			*work += 1 // its test is given back
+			*work++
 			refund++
 			return true
 		}
 		held++
-		*work -= walked // its walk is taken back
+		*work -= walked // its walk's credit is taken back
 		refund -= walked
 		if held > made+tested/12+64 || *work < 0 {
 			from = x // from here on, what it says is not taken
