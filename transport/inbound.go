@@ -17,7 +17,8 @@ import (
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
-// handle dispatches one inbound frame.
+// handle checks one inbound frame (flood, type, size, sender) and hands
+// it to the method for its kind.
 func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	now := time.Now()
 	rate, burst := c.srv.cfg.MessageRate, c.srv.cfg.MessageBurst
@@ -38,121 +39,152 @@ func (c *conn) handle(ctx context.Context, mt int, data []byte) {
 	}
 	c.srv.metrics.received.WithLabelValues(typeLabel(m.Type)).Inc()
 	if err := m.Validate(); err != nil {
-		text := fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err)
-		switch {
-		case errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID):
-			// A type from a newer protocol, or one document's id: the
-			// connection's other documents go on.
-			c.protocolError(errInvalid, text)
-		case errors.Is(err, wire.ErrIDTooLong):
-			// Not a stock client's: its every message would be refused
-			// alike, and nothing of it is held.
-			c.violation(ReasonIDTooLong, text)
-		default:
-			c.violation(ReasonInvalid, text)
-		}
+		c.invalid(m, err)
 		return
 	}
-	if c.peerID == "" {
+	switch {
+	case c.peerID == "":
 		if m.Type != wire.TypeJoin {
 			c.violation(ReasonNotJoined, "send join before any other message")
 			return
 		}
 		c.join(ctx, m)
-		return
-	}
-	if m.Type == wire.TypeHeartbeat {
-		// Liveness only, answered at once; it does not make the peer active.
-		if p := c.srv.cfg.Presence; p != nil {
-			p.Touch(c)
-		}
-		c.sendMessage(&wire.Message{Type: wire.TypeHeartbeatAck, Seq: m.Seq, ServerTime: time.Now().UnixMilli()})
-		return
-	}
-	if m.Type == wire.TypeJoin {
-		if m.SenderID == c.peerID {
-			c.sendPeer() // a repeated join is answered again
-		} else {
-			c.violation(ReasonRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
-		}
-		return
-	}
-	if m.SenderID != c.peerID {
-		if m.Type == wire.TypeEphemeral {
-			// Stock clients pass on ephemerals they received, under
-			// the original sender: that sender already got it to us.
-			c.srv.metrics.dropped.WithLabelValues(dropForeignSender).Inc()
-			return
-		}
-		c.violation(ReasonWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
-		return
-	}
-	if c.droppedRefused(m.DocumentID) {
-		return
-	}
-	switch m.Type {
-	case wire.TypeSync, wire.TypeRequest:
-		// Document sync is never dropped: the rate limit counts it only.
-		access := c.grant.Can(m.DocumentID)
-		if access == auth.None {
-			// Unavailable, whether it exists or not: nothing leaks.
-			c.srv.metrics.denied.Inc()
-			c.SendDocUnavailable(m.DocumentID)
-			return
-		}
-		if !c.open(m.DocumentID) {
-			return
-		}
-		c.srv.metrics.syncBytes.WithLabelValues("in").Add(float64(len(m.Data)))
-		c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, doc.SyncMessage{
-			DocumentID: m.DocumentID, Data: m.Data,
-			Request: m.Type == wire.TypeRequest, ReadOnly: access == auth.Read,
-		}))
-	case wire.TypeEphemeral:
-		if c.grant.Can(m.DocumentID) == auth.None {
-			c.srv.metrics.denied.Inc()
-			c.srv.metrics.dropped.WithLabelValues(dropDenied).Inc()
-			return
-		}
-		if overRate {
-			c.srv.metrics.dropped.WithLabelValues(dropRateLimited).Inc()
-			if t := monotonic(); time.Duration(t-c.lastRateErr) > time.Second || c.lastRateErr == 0 {
-				c.lastRateErr = t
-				c.protocolError(errRateLimited, fmt.Sprintf("over %g messages/s: ephemeral messages are being dropped", c.srv.cfg.MessageRate))
-			}
-			return
-		}
-		if len(m.Data) > c.srv.cfg.MaxEphemeralBytes {
-			c.protocolError(errTooLarge, fmt.Sprintf("ephemeral payload of %d bytes is over the limit of %d", len(m.Data), c.srv.cfg.MaxEphemeralBytes))
-			return
-		}
-		last, seen := c.clocks[m.SessionID]
-		if seen && m.Count <= last {
-			c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
-			return
-		}
-		if c.clocks == nil {
-			c.clocks = make(map[string]uint64, 1)
-		} else if !seen && len(c.clocks) >= maxSessions {
-			clear(c.clocks)
-		}
-		c.clocks[m.SessionID] = m.Count
-		if !c.open(m.DocumentID) {
-			return
-		}
-		presenceErr, docErr := c.srv.members.ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
-			SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
-		})
-		if presenceErr != nil {
-			c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, presenceErr))
-			return
-		}
-		c.documentError(m.DocumentID, docErr)
+	case m.Type == wire.TypeHeartbeat:
+		c.heartbeat(m)
+	case m.Type == wire.TypeJoin:
+		c.rejoin(m)
+	case m.SenderID != c.peerID:
+		c.foreign(m)
+	case c.droppedRefused(m.DocumentID):
+		// A document refused to this connection: dropped (refused.go).
+	case m.Type == wire.TypeSync || m.Type == wire.TypeRequest:
+		c.sync(ctx, m)
+	case m.Type == wire.TypeEphemeral:
+		c.ephemeral(ctx, m, overRate)
 	default:
 		// doc-unavailable, remote-heads gossip and error messages from a
 		// client need no answer.
 		c.srv.log.Debug("ignored message", "peer", c.peerID, "type", m.Type)
 	}
+}
+
+// invalid tells the client that m, decoded, breaks its type's rules.
+func (c *conn) invalid(m *wire.Message, err error) {
+	text := fmt.Sprintf("invalid %s message: %v", typeLabel(m.Type), err)
+	switch {
+	case errors.Is(err, wire.ErrUnknownType) || errors.Is(err, wire.ErrInvalidDocumentID):
+		// A type from a newer protocol, or one document's id: the
+		// connection's other documents go on.
+		c.protocolError(errInvalid, text)
+	case errors.Is(err, wire.ErrIDTooLong):
+		// Not a stock client's: its every message would be refused
+		// alike, and nothing of it is held.
+		c.violation(ReasonIDTooLong, text)
+	default:
+		c.violation(ReasonInvalid, text)
+	}
+}
+
+// heartbeat answers a heartbeat at once. It is liveness only: it does not
+// make the peer active.
+func (c *conn) heartbeat(m *wire.Message) {
+	if p := c.srv.cfg.Presence; p != nil {
+		p.Touch(c)
+	}
+	c.sendMessage(&wire.Message{Type: wire.TypeHeartbeatAck, Seq: m.Seq, ServerTime: time.Now().UnixMilli()})
+}
+
+// rejoin answers a join on a socket that joined already: the same peer is
+// answered again, another is refused.
+func (c *conn) rejoin(m *wire.Message) {
+	if m.SenderID == c.peerID {
+		c.sendPeer()
+		return
+	}
+	c.violation(ReasonRejoin, fmt.Sprintf("this socket joined as %q: open a new connection for another peer", c.peerID))
+}
+
+// foreign takes a message in another peer's name. Stock clients pass on
+// the ephemerals they receive, under the original sender: that sender
+// already got it to us, and it is dropped. Anything else so sent breaks
+// the protocol.
+func (c *conn) foreign(m *wire.Message) {
+	if m.Type == wire.TypeEphemeral {
+		c.srv.metrics.dropped.WithLabelValues(dropForeignSender).Inc()
+		return
+	}
+	c.violation(ReasonWrongSender, fmt.Sprintf("senderId %q does not match the peer %q that joined on this socket", m.SenderID, c.peerID))
+}
+
+// sync hands a sync or request message to the document layer. Document
+// sync is never dropped: the rate limit counts it only.
+func (c *conn) sync(ctx context.Context, m *wire.Message) {
+	access := c.grant.Can(m.DocumentID)
+	if access == auth.None {
+		// Unavailable, whether it exists or not: nothing leaks.
+		c.srv.metrics.denied.Inc()
+		c.SendDocUnavailable(m.DocumentID)
+		return
+	}
+	if !c.open(m.DocumentID) {
+		return
+	}
+	c.srv.metrics.syncBytes.WithLabelValues("in").Add(float64(len(m.Data)))
+	c.documentError(m.DocumentID, c.srv.cfg.Documents.Sync(ctx, c, doc.SyncMessage{
+		DocumentID: m.DocumentID, Data: m.Data,
+		Request: m.Type == wire.TypeRequest, ReadOnly: access == auth.Read,
+	}))
+}
+
+// ephemeral takes an ephemeral of the peer's own, within the rate, the
+// size and its session's order, and hands it on: to presence if it
+// carries presence (presence), to the document's other peers if not.
+func (c *conn) ephemeral(ctx context.Context, m *wire.Message, overRate bool) {
+	if c.grant.Can(m.DocumentID) == auth.None {
+		c.srv.metrics.denied.Inc()
+		c.srv.metrics.dropped.WithLabelValues(dropDenied).Inc()
+		return
+	}
+	if overRate {
+		c.srv.metrics.dropped.WithLabelValues(dropRateLimited).Inc()
+		if t := monotonic(); time.Duration(t-c.lastRateErr) > time.Second || c.lastRateErr == 0 {
+			c.lastRateErr = t
+			c.protocolError(errRateLimited, fmt.Sprintf("over %g messages/s: ephemeral messages are being dropped", c.srv.cfg.MessageRate))
+		}
+		return
+	}
+	if len(m.Data) > c.srv.cfg.MaxEphemeralBytes {
+		c.protocolError(errTooLarge, fmt.Sprintf("ephemeral payload of %d bytes is over the limit of %d", len(m.Data), c.srv.cfg.MaxEphemeralBytes))
+		return
+	}
+	if !c.inOrder(m) || !c.open(m.DocumentID) {
+		return
+	}
+	presenceErr, docErr := c.srv.members.ephemeral(ctx, c, m.DocumentID, doc.Ephemeral{
+		SenderID: m.SenderID, SessionID: m.SessionID, Count: m.Count, Data: m.Data,
+	})
+	if presenceErr != nil {
+		c.protocolError(errBadPresence, fmt.Sprintf("presence message for document %s: %v", m.DocumentID, presenceErr))
+		return
+	}
+	c.documentError(m.DocumentID, docErr)
+}
+
+// inOrder reports whether an ephemeral's count is higher than the last of
+// its session, and notes it; a stale one is dropped.
+func (c *conn) inOrder(m *wire.Message) bool {
+	last, seen := c.clocks[m.SessionID]
+	if seen && m.Count <= last {
+		c.srv.metrics.dropped.WithLabelValues(dropStale).Inc()
+		return false
+	}
+	if c.clocks == nil {
+		c.clocks = make(map[string]uint64, 1)
+	} else if !seen && len(c.clocks) >= maxSessions {
+		clear(c.clocks)
+	}
+	c.clocks[m.SessionID] = m.Count
+	return true
 }
 
 // open puts the connection in a document at its first message for it,
