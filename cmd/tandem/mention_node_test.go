@@ -11,6 +11,7 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -81,24 +82,24 @@ func TestMentionSurvivesKill(t *testing.T) {
 	}
 
 	n := startNode(t, dir, args...)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		events, actors := mentionEvents(t, n, "bo")
+	var events int // at the last look
+	var actors []string
+	defer func() {
+		if events < rounds {
+			t.Logf("bo has %d mention events for %d mentions typed before a kill", events, rounds)
+		}
+	}()
+	testenv.WaitWithin(t, fmt.Sprintf("bo's %d mention events", rounds), 60*time.Second, func() bool {
+		events, actors = mentionEvents(t, n, "bo")
 		if events > rounds {
 			t.Fatalf("bo has %d mention events for %d mentions: a mention was reported twice", events, rounds)
 		}
-		if events == rounds {
-			for _, a := range actors {
-				if a != "peer-ana" {
-					t.Fatalf("a mention is attributed to %q, want the peer that typed it", a)
-				}
-			}
-			break
+		return events == rounds
+	})
+	for _, a := range actors {
+		if a != "peer-ana" {
+			t.Fatalf("a mention is attributed to %q, want the peer that typed it", a)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("bo has %d mention events for %d mentions typed before a kill", events, rounds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the node's state
 	}
 	// Stopped cleanly, the node leaves no journal behind: nothing more can
 	// be reported.

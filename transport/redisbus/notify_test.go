@@ -2,6 +2,7 @@ package redisbus
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -38,20 +39,19 @@ func TestNotifyPusherResyncsFollowedUsersAfterRedisReturns(t *testing.T) {
 	// Published until it arrives: the subscription is made asynchronously.
 	waitDelivered := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		got := "" // at the last look
+		defer func() {
+			if !strings.Contains(got, "ana:"+want) {
+				t.Logf("delivered: %q", got)
+			}
+		}()
+		testenv.WaitWithin(t, fmt.Sprintf("%q delivered", want), 20*time.Second, func() bool {
 			p.Publish(context.Background(), "ana", []byte(want))
 			mu.Lock()
-			got := strings.Join(delivered, " ")
+			got = strings.Join(delivered, " ")
 			mu.Unlock()
-			if strings.Contains(got, "ana:"+want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%q not delivered; got %q", want, got)
-			}
-			time.Sleep(20 * time.Millisecond) // polling a condition across a network round trip
-		}
+			return strings.Contains(got, "ana:"+want)
+		})
 	}
 	waitDelivered("one")
 	select {
@@ -88,8 +88,7 @@ func TestNotifyPusherOnARedisCluster(t *testing.T) {
 	defer func() { p.Close(context.Background()); <-done }()
 	p.Follow("ana", true)
 	// Published until it arrives: the subscription is made asynchronously.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.WaitWithin(t, "a push delivered over the cluster", 20*time.Second, func() bool {
 		if err := p.Publish(context.Background(), "ana", []byte("hi")); err != nil {
 			t.Fatal(err)
 		}
@@ -98,11 +97,9 @@ func TestNotifyPusherOnARedisCluster(t *testing.T) {
 			if g != "ana:hi" {
 				t.Fatalf("delivered %q", g)
 			}
-			return
+			return true
 		case <-time.After(50 * time.Millisecond):
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no push delivered over the cluster")
-		}
-	}
+	})
 }

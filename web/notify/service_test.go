@@ -71,22 +71,25 @@ func startService(t *testing.T, db *sql.DB, postgres bool, window time.Duration)
 // drained waits until the queue has no job left to run.
 func drained(t *testing.T, s *Service) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var left *rivertype.JobRow // a job still queued at the last look
+	defer func() {
+		if left != nil {
+			t.Logf("still queued: %s %s", left.Kind, left.State)
+		}
+	}()
+	testenv.WaitWithin(t, "the queue to drain", 60*time.Second, func() bool {
 		res, err := s.river.JobList(context.Background(), river.NewJobListParams().States(
 			rivertype.JobStateAvailable, rivertype.JobStateRunning, rivertype.JobStateScheduled,
 			rivertype.JobStateRetryable, rivertype.JobStatePending).First(1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.Jobs) == 0 {
-			return
+		left = nil
+		if len(res.Jobs) > 0 {
+			left = res.Jobs[0]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue not drained: %s %s", res.Jobs[0].Kind, res.Jobs[0].State)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the database's state, not synchronising goroutines
-	}
+		return left == nil
+	})
 }
 
 func openWindows(t *testing.T, s *Service) int {
@@ -493,24 +496,26 @@ func TestAKeyedEventIsQueuedOnce(t *testing.T) {
 			drained(t, s)
 			waitFor := func(user string, want int) {
 				t.Helper()
-				deadline := time.Now().Add(30 * time.Second)
-				for {
+				events := 0 // at the last look
+				defer func() {
+					if events < want {
+						t.Logf("%s has %d events, want %d", user, events, want)
+					}
+				}()
+				testenv.WaitWithin(t, fmt.Sprintf("%s's %d events, no window open", user, want), 30*time.Second, func() bool {
 					page, _, _, err := s.List(ctx, user, ListOptions{})
 					if err != nil {
 						t.Fatal(err)
 					}
-					events := 0
+					events = 0
 					for _, n := range page {
 						events += n.Events
 					}
-					if events == want && openWindows(t, s) == 0 {
-						return
-					}
-					if events > want || time.Now().After(deadline) {
+					if events > want {
 						t.Fatalf("%s has %d events, want %d", user, events, want)
 					}
-					time.Sleep(20 * time.Millisecond) // polling the database's state
-				}
+					return events == want && openWindows(t, s) == 0
+				})
 			}
 			waitFor("bo", 2)
 			waitFor("cy", 1)
