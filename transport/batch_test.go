@@ -43,8 +43,7 @@ func TestPresenceBatchesGoOnlyToClientsThatAsk(t *testing.T) {
 
 	// What each got from mover, until the cursor.
 	var stockGot, batchGot []wire.BatchEntry
-	deadline := time.Now().Add(5 * time.Second)
-	for !hasCursor(stockGot) && time.Now().Before(deadline) {
+	testenv.WaitWithin(t, "the cursor at the stock client", 5*time.Second, func() bool {
 		m := recv(t, stock)
 		if m.Type == wire.TypePresenceBatch {
 			t.Fatal("a stock client was sent a batch")
@@ -52,14 +51,15 @@ func TestPresenceBatchesGoOnlyToClientsThatAsk(t *testing.T) {
 		if m.Type == wire.TypeEphemeral && m.SenderID == "mover" {
 			stockGot = append(stockGot, wire.BatchEntry{SenderID: m.SenderID, Count: m.Count, Data: m.Data})
 		}
-	}
-	for !hasCursor(batchGot) && time.Now().Before(deadline) {
+		return hasCursor(stockGot)
+	})
+	testenv.WaitWithin(t, "the cursor at the client that takes batches", 5*time.Second, func() bool {
 		m := recv(t, batched)
 		if m.Type == wire.TypeEphemeral && m.SenderID == "mover" {
 			t.Fatal("a client that asked for batches was sent presence alone")
 		}
 		if m.Type != wire.TypePresenceBatch {
-			continue
+			return false
 		}
 		if m.DocumentID != testDoc || m.SenderID != serverID || m.SessionID == "" || len(m.Batch) == 0 {
 			t.Fatalf("malformed batch %+v", m)
@@ -69,10 +69,8 @@ func TestPresenceBatchesGoOnlyToClientsThatAsk(t *testing.T) {
 				batchGot = append(batchGot, e)
 			}
 		}
-	}
-	if !hasCursor(stockGot) || !hasCursor(batchGot) {
-		t.Fatalf("the cursor did not arrive: stock %d messages, batched %d", len(stockGot), len(batchGot))
-	}
+		return hasCursor(batchGot)
+	})
 	for i := range batchGot { // what came with the cursor in its batch, after it, is not compared
 		if hasCursor(batchGot[i : i+1]) {
 			batchGot = batchGot[:i+1]

@@ -1,10 +1,12 @@
 package transport
 
 import (
-	"runtime"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // gateTurn is a turn that reports it ran, and waits for its gate if it
@@ -28,14 +30,10 @@ func idleTurners(p *turns) int {
 	return len(p.idle)
 }
 
-// waitIdleTurners waits until n goroutines of p wait, failing past 10 s.
+// waitIdleTurners waits until n goroutines of p wait.
 func waitIdleTurners(t *testing.T, p *turns, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); idleTurners(p) != n; runtime.Gosched() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines wait for a turn, want %d", idleTurners(p), n)
-		}
-	}
+	testenv.WaitFor(t, fmt.Sprintf("%d goroutines waiting for a turn", n), func() bool { return idleTurners(p) == n })
 }
 
 // Turns one after another run on one goroutine, turns at once on as many;
