@@ -11,14 +11,17 @@ import (
 
 // A room holds its document as a change log (amsync.Log): every change's
 // hash, dependencies and bytes, in an order in which each follows what it
-// depends on. Changes come into it from a peer's sync message (through the
-// guard), from the store and from other nodes; this file reads them from
-// bytes and adds them in order.
+// depends on. This file reads changes from the bytes they are stored and
+// relayed as; apply.go adds them to the log.
 
 // change is a change read from bytes: what amcheck read, and the bytes.
 type change struct {
 	amcheck.Change
 	raw []byte
+	// stored is set for a change that came from the store or from
+	// another node, which stores what it takes before it publishes it:
+	// the store holds it already (apply.go).
+	stored bool
 }
 
 // readChanges reads stored or relayed bytes as changes, appended to dst:
@@ -75,60 +78,6 @@ func readSaved(data []byte) ([]change, error) {
 		out = append(out, change{Change: c, raw: raw})
 	}
 	return out, nil
-}
-
-// addChanges adds to the log, each after what it depends on, the changes
-// it lacks; it returns those it added, in the order it added them, and
-// those whose dependencies it still lacks.
-//
-// Added is cs itself, or its start, when the changes were added in their
-// order and none was skipped (as those a store holds are): a change is a
-// few hundred bytes, and a large document's are not copied.
-func addChanges(log *amsync.Log, cs []change) (added, waiting []change) {
-	var deps []amsync.Hash
-	inOrder := 0 // while added is nil, cs[:inOrder] were added and nothing else
-	add := func(i int) {
-		if added == nil && i == inOrder {
-			inOrder++
-			return
-		}
-		if added == nil {
-			added = append(make([]change, 0, len(cs)), cs[:inOrder]...)
-		}
-		added = append(added, cs[i])
-	}
-	pending := make([]int, 0, len(cs)) // indices into cs, in order
-	for i := range cs {
-		pending = append(pending, i)
-	}
-	for progress := true; progress && len(pending) > 0; {
-		progress = false
-		rest := pending[:0]
-		for _, i := range pending {
-			c := &cs[i]
-			if log.Has(c.Hash) {
-				continue
-			}
-			deps = deps[:0]
-			for _, d := range c.Deps {
-				deps = append(deps, d)
-			}
-			if ok, err := log.Add(c.Hash, deps, c.raw); err != nil {
-				rest = append(rest, i)
-			} else if ok {
-				add(i)
-				progress = true
-			}
-		}
-		pending = rest
-	}
-	for _, i := range pending {
-		waiting = append(waiting, cs[i])
-	}
-	if added == nil {
-		added = cs[:inOrder:inOrder]
-	}
-	return added, waiting
 }
 
 // joinChanges returns the bytes of the log's changes idx, one chunk

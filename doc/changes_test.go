@@ -39,10 +39,11 @@ func TestReadChanges(t *testing.T) {
 	}
 }
 
-// Changes are added each after its dependencies, whatever order they come
-// in; those in order come back as they were given, and a change the log
-// has, or one whose dependencies it lacks, is not added.
-func TestAddChanges(t *testing.T) {
+// Stored changes are admitted each after its dependencies, whatever
+// order they come in; those in order come back as they were given, and a
+// change the log has is passed over, one whose dependencies it lacks
+// waits.
+func TestStoredChangesAreAdmittedInOrder(t *testing.T) {
 	var all []change
 	for _, raw := range typing(5) {
 		cs, err := readChanges(all, raw)
@@ -57,20 +58,56 @@ func TestAddChanges(t *testing.T) {
 		}
 		return out
 	}
-	log := amsync.NewLog()
-	added, waiting := addChanges(log, all[:3])
-	if !slices.Equal(hashes(added), hashes(all[:3])) || len(waiting) != 0 {
-		t.Fatalf("in order: added %d, %d waiting", len(added), len(waiting))
+	r := newRoom(testDoc)
+	if added := addInOrder(r, all[:3]); !slices.Equal(hashes(added), hashes(all[:3])) {
+		t.Fatalf("in order: added %x", hashes(added))
 	}
-	// Again, then the last before the one it follows, then one without its dependency.
-	added, _ = addChanges(log, []change{all[2], all[4], all[3]})
-	if !slices.Equal(hashes(added), hashes([]change{all[3], all[4]})) {
+	// Again, then the last before the one it follows.
+	if added := addInOrder(r, []change{all[2], all[4], all[3]}); !slices.Equal(hashes(added), hashes([]change{all[3], all[4]})) {
 		t.Fatalf("out of order: added %x", hashes(added))
 	}
-	if added, waiting = addChanges(amsync.NewLog(), all[1:2]); len(added) != 0 || len(waiting) != 1 {
-		t.Fatalf("without its dependency: added %d, %d waiting", len(added), len(waiting))
+	var lim Limits
+	lim.setDefaults()
+	if ad := newRoom(testDoc).ledger.admitStored(lim, all[1:2], func([]byte) bool { return false }); len(ad.apply) != 0 || len(ad.held) != 1 {
+		t.Fatalf("without its dependency: admitted %d, %d wait", len(ad.apply), len(ad.held))
 	}
 	if n := amcheck.Chunks(append(slices.Concat(typing(2)...), 1, 2)); n != 3 {
 		t.Fatalf("Chunks counted %d of 3 changes and 2 bytes after them", n)
 	}
+}
+
+// addInOrder adds stored changes to r's log as a load does, through the
+// guard's order, and returns those the log took.
+func addInOrder(r *room, cs []change) []change {
+	var lim Limits
+	lim.setDefaults()
+	ad := r.ledger.admitStored(lim, cs, r.log.HasBytes)
+	added := addToLog(r.log, ad.apply)
+	r.ledger.record(added)
+	return added
+}
+
+// addToLog adds changes, each after what it depends on, to log, and
+// returns those it took.
+func addToLog(log *amsync.Log, cs []change) []change {
+	var added []change
+	for _, c := range cs {
+		deps := make([]amsync.Hash, len(c.Deps))
+		for i, d := range c.Deps {
+			deps[i] = d
+		}
+		if ok, err := log.Add(c.Hash, deps, c.raw); err == nil && ok {
+			added = append(added, c)
+		}
+	}
+	return added
+}
+
+// joinRaw returns the changes' bytes one after another.
+func joinRaw(cs []change) []byte {
+	var out []byte
+	for _, c := range cs {
+		out = append(out, c.raw...)
+	}
+	return out
 }

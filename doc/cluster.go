@@ -12,8 +12,10 @@ import (
 // document and knows nothing of what is in them (transport/redisbus is
 // one such bus; its BUS.md shows where these messages travel).
 //
-//   - chg: changes the sending node accepted and stored. Sent once per
-//     accepted change, and in answer to heads or want.
+//   - chg: changes the store holds: the sending node accepted and stored
+//     them, or had them from the store or another node. Sent once per
+//     accepted change, and in answer to heads or want, once stored. The
+//     receiving node does not write them again.
 //   - heads: the sender's heads of the document. Sent when the bus asks
 //     (AnnounceHeads: a node starts watching, Redis came back, and every
 //     roster interval). A node that has changes the sender lacks answers
@@ -147,17 +149,12 @@ func (h *Hub) handleRemote(documentID string, m clusterMsg) {
 			h.log.Warn("another node's changes", "document", documentID, "err", err)
 		}
 	case kindHeads:
-		missing, behind := h.compare(documentID, m.Heads)
-		if missing {
+		if h.compare(documentID, m.Heads) {
 			heads, _ := h.Heads(documentID)
 			h.publish(documentID, clusterMsg{Kind: kindWant, Heads: heads})
-		} else if behind != nil {
-			h.publish(documentID, clusterMsg{Kind: kindChanges, Data: behind})
 		}
 	case kindWant:
-		if data := h.changesSince(documentID, m.Heads); data != nil {
-			h.publish(documentID, clusterMsg{Kind: kindChanges, Data: data})
-		}
+		h.changesSince(documentID, m.Heads)
 	}
 }
 

@@ -21,10 +21,10 @@ import (
 //
 // Changes that arrive from another node are stored already (that node
 // waited for the shared store before publishing them), so they hold
-// nothing back by themselves; messages made while a local change waits
-// still wait behind it.
+// nothing back by themselves and are not written again (apply.go);
+// messages made while a local change waits still wait behind it.
 //
-// A room's write (takeWrite) is its changes not yet stored, as one chunk
+// A room's write (takeWrite) is its local peers' changes not yet stored, as one chunk
 // (change chunks one after another, as they came), or now and then the
 // whole log as a snapshot that replaces the chunks it covers (a
 // compaction). Both are the changes' own bytes: nothing is saved by
@@ -191,9 +191,9 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 	defer r.mu.Unlock()
 	w := Write{DocumentID: r.id, upTo: r.applied}
 	n := r.log.Len()
-	if r.taken < n {
-		r.pending = append(r.pending, joinChanges(r.log, span(r.taken, n)))
-		r.taken = n
+	if len(r.unstored) > 0 {
+		r.pending = append(r.pending, joinChanges(r.log, r.unstored))
+		r.unstored = nil
 	}
 	if r.forceCompact || r.chunks+len(r.pending) > compactAfter+int(r.log.Bytes()/bytesPerCompactChunk) {
 		w.Snapshot = joinChanges(r.log, span(0, n))

@@ -133,7 +133,10 @@ type ledger struct {
 	ops     int64 // operations taken
 	changes int64 // changes taken
 	bytes   int64 // what the changes taken cost (cost)
-	queued  map[[32]byte]queuedChange
+	// queued are the changes that wait for a dependency (waiting.go):
+	// fromPeers of them sent by local peers, the rest stored ones.
+	queued    map[[32]byte]queuedChange
+	fromPeers int
 	// queuedBytes counts what the queued changes cost: they are charged
 	// to the document when they arrive.
 	queuedBytes int64
@@ -265,14 +268,79 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 	case l.bytes+l.queuedBytes+bytes > lim.DocumentBytes:
 		return nil, fmt.Errorf("%w: the document holds %d bytes of changes; %d more would pass its limit of %d",
 			ErrLimit, l.bytes+l.queuedBytes, bytes, lim.DocumentBytes)
-	case l.changes+int64(len(l.queued)+len(parsed)) > lim.DocumentChanges:
+	case l.changes+int64(l.fromPeers+len(parsed)) > lim.DocumentChanges:
 		return nil, fmt.Errorf("%w: the document holds %d changes; %d more would pass its limit of %d",
-			ErrLimit, l.changes+int64(len(l.queued)), len(parsed), lim.DocumentChanges)
+			ErrLimit, l.changes+int64(l.fromPeers), len(parsed), lim.DocumentChanges)
 	}
+	for i := range parsed {
+		c := &parsed[i]
+		if a := hex.EncodeToString(c.Actor); c.Seq <= l.actors[a].seq {
+			return nil, fmt.Errorf("%w: actor %s already has a change %d", ErrRefused, a, c.Seq)
+		}
+	}
+	ad, err := l.replay(lim, parsed, known)
+	if err != nil {
+		return nil, err
+	}
+	if n := l.headsAfter(ad.apply); n > maxHeads {
+		return nil, fmt.Errorf("%w: the document would have %d heads (branches no change merges); the limit is %d", ErrLimit, n, maxHeads)
+	}
+	var heldBytes int64
+	for _, c := range ad.held {
+		heldBytes += cost(&c.Change)
+	}
+	if l.fromPeers+len(ad.held) > maxQueued {
+		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, l.fromPeers+len(ad.held), maxQueued)
+	}
+	if heldBytes > 0 && l.waiting != nil && l.waiting.Load()+heldBytes > lim.WaitingBytes {
+		return nil, fmt.Errorf("%w: it holds %d bytes of them; %d more would pass its limit of %d",
+			ErrBusy, l.waiting.Load(), heldBytes, lim.WaitingBytes)
+	}
+	return ad, nil
+}
 
-	// Replay automerge's order. have holds what is applied so far in
-	// this replay; clocks the actors' clocks as they advance.
+// admitStored orders changes that come from the store or another node
+// (stored already, and checked by the guard of the node that took them
+// from a client) with the changes waiting in the queue: it is admit
+// without the checks of those changes, whatever their number or size.
+// Changes of peers that waited for them are checked as admit checks
+// them, and dropped if they fail. What still lacks a dependency is
+// returned in held, to wait in the same queue (queueHeld).
+func (l *ledger) admitStored(lim Limits, cs []change, known func(hash []byte) bool) *admission {
+	l.releaseChecked()
+	fresh := make([]queuedChange, 0, len(cs))
+	for _, c := range cs {
+		if known(c.Hash[:]) {
+			continue
+		}
+		if _, ok := l.queued[c.Hash]; ok {
+			continue
+		}
+		c.stored = true
+		fresh = append(fresh, queuedChange{change: c})
+	}
+	ad, err := l.replay(lim, fresh, known)
+	if err != nil { // only a check of a fresh peer's change fails the replay, and there is none
+		panic(fmt.Sprintf("doc: replaying stored changes failed: %v", err))
+	}
+	return ad
+}
+
+// replay replays, in Go, the order in which automerge will apply fresh
+// and the changes waiting in the queue, each after what it depends on
+// (inOrder), and checks each peer's change as it comes (sequence, op
+// counters, references); a stored change (from the store or another node)
+// is taken as it is. A fresh peer's change that fails refuses the whole
+// replay; a queued one that fails is dropped. The ledger is not changed.
+func (l *ledger) replay(lim Limits, fresh []queuedChange, known func(hash []byte) bool) (*admission, error) {
 	ad := &admission{}
+	// Peers' changes are checked against what the replay took before
+	// them: a stored change taken before one is in the overlay. With
+	// none to check, stored changes need no overlay, nor clocks.
+	checks := l.fromPeers > 0
+	for i := range fresh {
+		checks = checks || !fresh[i].stored
+	}
 	have := make(map[[32]byte]bool)
 	clocks := make(map[string]actorClock)
 	clock := func(a string) actorClock {
@@ -282,17 +350,27 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		return l.actors[a]
 	}
 	present := func(h [32]byte) bool { return have[h] || known(h[:]) }
-	ready := func(c *queuedChange) bool {
-		for _, d := range c.Deps {
-			if !present(d) {
-				return false
-			}
-		}
-		return true
+	var refs *refIndex
+	if checks {
+		refs = newRefIndex(l.index())
 	}
-	// What the changes replayed so far add to the document's index.
-	refs := newRefIndex(l.index())
-	check := func(c *queuedChange) error {
+	take := func(c *queuedChange) error {
+		if c.stored {
+			have[c.Hash] = true
+			ad.apply = append(ad.apply, c.change)
+			if !checks {
+				return nil
+			}
+			a := hex.EncodeToString(c.Actor)
+			ac := clock(a)
+			ac.seq = max(ac.seq, c.Seq)
+			if c.Ops > 0 {
+				ac.maxOp = max(ac.maxOp, c.StartOp+uint64(c.Ops)-1)
+			}
+			clocks[a] = ac
+			refs.add(&c.Change)
+			return nil
+		}
 		var err error
 		if c.change, err = c.withOps(lim, l.chargeList(lim)); err != nil {
 			return err
@@ -317,81 +395,35 @@ func (l *ledger) admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 		ad.apply = append(ad.apply, c.change)
 		return nil
 	}
-	var waiting []*queuedChange
-	for i := range parsed {
-		c := &parsed[i]
-		if a := hex.EncodeToString(c.Actor); c.Seq <= clock(a).seq {
-			return nil, fmt.Errorf("%w: actor %s already has a change %d", ErrRefused, a, c.Seq)
-		}
-		if !ready(c) {
-			waiting = append(waiting, c)
-			continue
-		}
-		if err := check(c); err != nil {
-			return nil, err
-		}
+	all := make([]*queuedChange, 0, len(fresh)+len(l.queued))
+	for i := range fresh {
+		all = append(all, &fresh[i])
 	}
-	fromQueue := len(waiting)
 	for h := range l.queued {
 		c := l.queued[h]
-		waiting = append(waiting, &c)
+		all = append(all, &c)
 	}
-	// Each waiting change counts the dependencies it lacks and is
-	// listed under each; a change taken releases those listed under it,
-	// and a change goes once it lacks none: a pass per dependency, not a
-	// pass over every waiting change per change taken (a chain sent last
-	// change first made that quadratic, seconds for a message of 20,000
-	// empty changes, under the room's lock).
-	lacks := make([]int, len(waiting))
-	under := make(map[[32]byte][]int)
-	next := make([]int, 0, len(waiting))
-	for i, c := range waiting {
-		for _, d := range c.Deps {
-			if !present(d) {
-				under[d] = append(under[d], i)
-				lacks[i]++
+	lacking, err := inOrder(len(all), func(i int) *amcheck.Change { return &all[i].Change }, present,
+		func(i int) (bool, error) {
+			c := all[i]
+			err := take(c)
+			switch {
+			case err == nil:
+				return true, nil
+			case i < len(fresh):
+				return false, err
+			default:
+				ad.dropped = append(ad.dropped, droppedChange{c.Hash, err})
+				return false, nil
 			}
-		}
-		if lacks[i] == 0 {
-			next = append(next, i)
-		}
+		})
+	if err != nil {
+		return nil, err
 	}
-	for len(next) > 0 {
-		i := next[0]
-		next = next[1:]
-		c := waiting[i]
-		err := check(c)
-		if err != nil && i < fromQueue {
-			return nil, err
+	for _, i := range lacking {
+		if i < len(fresh) {
+			ad.held = append(ad.held, *all[i])
 		}
-		waiting[i] = nil
-		if err != nil {
-			ad.dropped = append(ad.dropped, droppedChange{c.Hash, err})
-			continue
-		}
-		for _, j := range under[c.Hash] {
-			if lacks[j]--; lacks[j] == 0 {
-				next = append(next, j)
-			}
-		}
-		delete(under, c.Hash)
-	}
-	if n := l.headsAfter(ad.apply); n > maxHeads {
-		return nil, fmt.Errorf("%w: the document would have %d heads (branches no change merges); the limit is %d", ErrLimit, n, maxHeads)
-	}
-	var heldBytes int64
-	for _, c := range waiting[:fromQueue] {
-		if c != nil {
-			ad.held = append(ad.held, *c)
-			heldBytes += cost(&c.Change)
-		}
-	}
-	if len(l.queued)+len(ad.held) > maxQueued {
-		return nil, fmt.Errorf("%w: %d changes wait for changes the document lacks (limit %d)", ErrLimit, len(l.queued)+len(ad.held), maxQueued)
-	}
-	if heldBytes > 0 && l.waiting != nil && l.waiting.Load()+heldBytes > lim.WaitingBytes {
-		return nil, fmt.Errorf("%w: it holds %d bytes of them; %d more would pass its limit of %d",
-			ErrBusy, l.waiting.Load(), heldBytes, lim.WaitingBytes)
 	}
 	return ad, nil
 }

@@ -300,8 +300,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		added, _ := addChanges(r.log, cs)
-		r.ledger.record(added)
+		addInOrder(r, cs)
 		var lim Limits
 		lim.setDefaults()
 		sm, err := parseSyncMessage(msg)
@@ -319,7 +318,7 @@ func FuzzReceiveGenerate(f *testing.F) {
 		}
 		d.Save()
 		before := r.log.Heads()
-		addChanges(r.log, ad.apply)
+		addToLog(r.log, ad.apply)
 		p := amsync.NewPeer()
 		p.Receive(r.log, sm.msg, before)
 		p.Generate(r.log, nil, nil, time.Now())

@@ -233,7 +233,7 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 			r.arriving++
 			r.mu.Unlock()
 		}
-		changed, err := r.receiveSync(h, p, m, sm, carries)
+		err = r.receiveSync(h, p, m, sm, carries)
 		if errors.Is(err, errEvicted) {
 			continue
 		}
@@ -242,9 +242,6 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 			h.refusals.refused(m.DocumentID, nil, err, h.cfg.Limits)
 		} else if errors.Is(err, ErrLimit) || errors.Is(err, ErrRefused) {
 			h.refusals.refused(m.DocumentID, sm.changes, err, h.cfg.Limits)
-		}
-		if changed {
-			h.markDirty(r)
 		}
 		return err
 	}

@@ -298,12 +298,8 @@ func (h *Hub) reload(r *room) {
 		chunks = append([][]byte{stored.Snapshot}, chunks...)
 	}
 	for _, c := range chunks {
-		changed, err := r.applyRemote(h, c)
-		if err != nil {
+		if _, err := r.applyRemote(h, c); err != nil {
 			h.log.Warn("apply a stored chunk of a requested document", "document", r.id, "err", err)
-		}
-		if changed {
-			h.markDirty(r)
 		}
 	}
 }

@@ -169,7 +169,7 @@ func TestChangesOnTheirWayHoldTheVerdict(t *testing.T) {
 	if n := b.peer.unavailableCount(); n != 0 {
 		t.Fatal("doc-unavailable while changes were on their way")
 	}
-	if _, err := r.receiveSync(h, a.peer, SyncMessage{DocumentID: testDoc, Data: msg}, sm, true); err != nil {
+	if err := r.receiveSync(h, a.peer, SyncMessage{DocumentID: testDoc, Data: msg}, sm, true); err != nil {
 		t.Fatal(err)
 	}
 	h.markDirty(r) // as Hub.Sync does

@@ -11,10 +11,11 @@ import (
 // Applying what other nodes accepted (cluster.go speaks the protocol), and
 // catching up from the store after a gap in what the bus carried.
 
-// applyRemoteChanges applies changes that another node accepted, if this
-// node has the document in memory, and syncs them to the local peers.
-// Changes arrive possibly twice or out of order: the log ignores what it
-// has, and what misses a dependency waits in the room until it comes.
+// applyRemoteChanges applies changes that another node accepted and
+// stored, if this node has the document in memory, and syncs them to the
+// local peers. Changes arrive possibly twice or out of order: the log
+// ignores what it has, and what misses a dependency waits in the guard's
+// queue until it comes (apply.go).
 func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 	h.mu.Lock()
 	r := h.rooms[documentID]
@@ -30,80 +31,18 @@ func (h *Hub) applyRemoteChanges(documentID string, changes []byte) error {
 	if r.loadErr != nil {
 		return nil
 	}
-	changed, err := r.applyRemote(h, changes)
-	if changed {
-		h.markDirty(r)
-	}
+	_, err := r.applyRemote(h, changes)
 	return err
 }
 
+// applyRemote applies the changes data holds, stored already, as
+// applyStored does.
 func (r *room) applyRemote(h *Hub, data []byte) (bool, error) {
 	cs, err := readChanges(nil, data)
 	if err != nil {
-		return false, fmt.Errorf("read remote changes to %s: %w", r.id, err)
+		return false, fmt.Errorf("read stored changes of %s: %w", r.id, err)
 	}
-	return r.applyOthers(h, cs), nil
-}
-
-// maxRemoteWaiting bounds the changes from the store or other nodes a
-// room keeps while they wait for a dependency; past it those that come are
-// let go (the heads exchange and the store bring them again).
-const maxRemoteWaiting = 4096
-
-// holdRemote keeps changes from the store or another node that wait for
-// a dependency, until it comes. The caller holds r.mu (or the room is not
-// shared yet).
-func (r *room) holdRemote(h *Hub, cs []change) {
-	for _, c := range cs {
-		if _, ok := r.remote[c.Hash]; !ok && len(r.remote) >= maxRemoteWaiting {
-			h.remoteDropped.Inc()
-			h.log.Warn("dropping another node's change that waits for a dependency: too many wait",
-				"document", r.id, "change", fmt.Sprintf("%x", c.Hash[:8]))
-			continue
-		}
-		if r.remote == nil {
-			r.remote = make(map[amsync.Hash]change)
-		}
-		r.remote[c.Hash] = c
-	}
-}
-
-// applyOthers adds changes that other nodes' peers made (or the store
-// holds) to the log, with those of them that waited for these, and syncs
-// what is new to the local peers. It reports whether the document
-// changed.
-func (r *room) applyOthers(h *Hub, cs []change) bool {
-	r.applyMu.Lock()
-	defer r.applyMu.Unlock()
-	mentioned, _ := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, false)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.evicted {
-		return false
-	}
-	if r.mentions != nil {
-		r.mentions.count(mentioned) // local peers' pending changes are theirs
-	}
-	for _, c := range r.remote {
-		cs = append(cs, c)
-	}
-	clear(r.remote)
-	added, waiting := addChanges(r.log, cs)
-	r.holdRemote(h, waiting)
-	if len(added) == 0 {
-		return false
-	}
-	// The guard's ledger follows what other nodes' peers wrote, so that
-	// their next change here continues their sequence.
-	r.record(added)
-	r.exists = true
-	if r.mentions != nil {
-		r.mentions.refresh() // mentions from other nodes are theirs to report
-	}
-	r.dirty = true
-	r.fanout(h, nil)
-	r.maybeSave(h, false)
-	return true
+	return r.applyStored(h, cs), nil
 }
 
 // A room in memory hears other nodes' changes only while the bus carries
@@ -191,11 +130,10 @@ func (r *room) catchUp(ctx context.Context, h *Hub) {
 			h.log.Error("catch up: skipping a stored chunk that does not load", "document", r.id, "err", err)
 		}
 	}
-	changed := r.applyOthers(h, cs)
+	changed := r.applyStored(h, cs)
 	r.caughtUp.Store(gaps)
 	if changed {
 		h.catchUps.Inc()
-		h.markDirty(r)
 	}
 }
 
@@ -213,45 +151,48 @@ func (h *Hub) Heads(documentID string) ([][]byte, bool) {
 	return r.heads(), true
 }
 
-// compare tells how another node's heads of a document relate to this
-// node's copy: whether that node has changes this one lacks (missing), and
-// the changes it lacks from this one (behind), if any. A nil behind with
-// missing false means both are level, or the document is not here.
-func (h *Hub) compare(documentID string, theirs [][]byte) (missing bool, behind []byte) {
+// compare tells whether another node, whose heads of a document are
+// theirs, has changes this node lacks (missing); if it lacks some of this
+// node's instead, they are sent to the other nodes (sendSince).
+func (h *Hub) compare(documentID string, theirs [][]byte) (missing bool) {
 	r := h.loadedRoom(documentID)
 	if r == nil {
-		return false, nil
+		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.exists {
-		return len(theirs) > 0, nil
+		return len(theirs) > 0
 	}
-	hs := make([]amsync.Hash, 0, len(theirs))
 	for _, b := range theirs {
 		if !r.known(b) {
-			return true, nil
+			return true
 		}
-		hs = append(hs, hashOf(b))
 	}
-	since := r.log.Since(hs)
-	if len(since) == 0 {
-		return false, nil
-	}
-	return false, joinChanges(r.log, since)
+	r.sendSince(theirs)
+	return false
 }
 
-// changesSince returns what a node with these heads lacks: the changes
-// after them (heads unknown here are passed over).
-func (h *Hub) changesSince(documentID string, theirs [][]byte) []byte {
+// changesSince sends the other nodes what a node with these heads lacks
+// (sendSince).
+func (h *Hub) changesSince(documentID string, theirs [][]byte) {
 	r := h.loadedRoom(documentID)
 	if r == nil {
-		return nil
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.exists {
-		return nil
+	if r.exists {
+		r.sendSince(theirs)
+	}
+}
+
+// sendSince sends the other nodes the changes after these heads (heads
+// unknown here are passed over), once the store holds them: a node takes
+// what another sends as stored (apply.go). The caller holds r.mu.
+func (r *room) sendSince(theirs [][]byte) {
+	if r.publish == nil {
+		return
 	}
 	hs := make([]amsync.Hash, 0, len(theirs))
 	for _, b := range theirs {
@@ -259,9 +200,7 @@ func (h *Hub) changesSince(documentID string, theirs [][]byte) []byte {
 			hs = append(hs, hashOf(b))
 		}
 	}
-	since := r.log.Since(hs)
-	if len(since) == 0 {
-		return nil
+	if since := r.log.Since(hs); len(since) > 0 {
+		r.sendWhenStored(outgoing{changes: joinChanges(r.log, since)})
 	}
-	return joinChanges(r.log, since)
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // twoNodes starts two hubs on one store whose bus carries nothing between
@@ -201,29 +203,29 @@ func TestManyRemoteChangesAtOnce(t *testing.T) {
 }
 
 // Changes from another node that wait for a dependency are kept up to
-// maxRemoteWaiting; what comes past that is let go and counted, the room
+// maxStoredWaiting; what comes past that is let go and counted, the room
 // goes on, and once the dependency comes the kept ones are applied; sent
 // again, the rest are too.
 func TestRemoteChangesWaitingForADependencyAreBounded(t *testing.T) {
-	all := typing(maxRemoteWaiting + 100)
+	all := typing(maxStoredWaiting + 100)
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}})
 	a := newClient("a")
 	a.sync(t, h, true) // the room is in memory
 	if err := h.applyRemoteChanges(testDoc, bytes.Join(all[1:], nil)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(h.remoteDropped); n != float64(len(all)-1-maxRemoteWaiting) {
-		t.Fatalf("%v changes let go, want %d", n, len(all)-1-maxRemoteWaiting)
+	if n := testutil.ToFloat64(h.remoteDropped); n != float64(len(all)-1-maxStoredWaiting) {
+		t.Fatalf("%v changes let go, want %d", n, len(all)-1-maxStoredWaiting)
 	}
 	if err := h.applyRemoteChanges(testDoc, all[0]); err != nil {
 		t.Fatal(err)
 	}
 	r := roomOf(t, h, testDoc)
 	r.mu.Lock()
-	held, waiting := r.log.Len(), len(r.remote)
+	held, waiting := r.log.Len(), len(r.ledger.queued)-r.ledger.fromPeers
 	r.mu.Unlock()
-	if held != 1+maxRemoteWaiting || waiting != 0 {
-		t.Fatalf("the log holds %d changes and %d wait; want %d and none", held, waiting, 1+maxRemoteWaiting)
+	if held != 1+maxStoredWaiting || waiting != 0 {
+		t.Fatalf("the log holds %d changes and %d wait; want %d and none", held, waiting, 1+maxStoredWaiting)
 	}
 	if err := h.applyRemoteChanges(testDoc, bytes.Join(all, nil)); err != nil {
 		t.Fatal(err)
@@ -233,5 +235,107 @@ func TestRemoteChangesWaitingForADependencyAreBounded(t *testing.T) {
 	r.mu.Unlock()
 	if held != len(all) {
 		t.Fatalf("sent again, the log holds %d of %d changes", held, len(all))
+	}
+}
+
+// countingStore counts how many times the chunks written carried each
+// change (a compaction's snapshot, which rewrites the log by design, is
+// not counted).
+type countingStore struct {
+	Store
+	mu      sync.Mutex
+	written map[[32]byte]int
+}
+
+func (s *countingStore) Write(ctx context.Context, batch []Write) error {
+	s.mu.Lock()
+	for _, w := range batch {
+		for _, chunk := range w.Chunks {
+			cs, err := readChanges(nil, chunk)
+			if err != nil {
+				panic(err)
+			}
+			for _, c := range cs {
+				s.written[c.Hash]++
+			}
+		}
+	}
+	s.mu.Unlock()
+	return s.Store.Write(ctx, batch)
+}
+
+func (s *countingStore) Close() error { return nil }
+
+// Each change is written once in a cluster, by the node of the peer that
+// made it: not again by the nodes that hear of it over the bus, answer a
+// heads exchange with it, or read it from the store in a catch-up. Two
+// nodes share one store and a bus; a peer on each types in turn.
+func TestEachChangeIsWrittenOnceInACluster(t *testing.T) {
+	store := &countingStore{Store: openStore(t, t.TempDir()), written: map[[32]byte]int{}}
+	to1, to2 := &link{queue: make(chan []byte, 64)}, &link{queue: make(chan []byte, 64)}
+	cfg := func(l *link) Config { return Config{Cluster: l, CompactAfter: 1 << 20} }
+	h1, h2 := newTestHub(t, store, cfg(to2)), newTestHub(t, store, cfg(to1))
+	to1.to, to2.to = h1, h2
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, l := range []*link{to1, to2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case p := <-l.queue:
+					if err := l.to.Receive(testDoc, p); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+
+	a, b := newClient("a"), newClient("b")
+	a.setText(t, "title", "start")
+	a.sync(t, h1, false)
+	b.sync(t, h2, true)
+	for round := range 100 {
+		writer, on := a, h1
+		if round%2 == 1 {
+			writer, on = b, h2
+		}
+		writer.setText(t, "title", fmt.Sprint("v", round))
+		writer.sync(t, on, false)
+		testenv.WaitFor(t, "both nodes at the same heads", func() bool { return sameHubHeads(h1, h2) })
+		switch round % 10 {
+		case 3:
+			h1.AnnounceHeads(testDoc) // node 2 answers with what node 1 lacks: nothing
+			h2.AnnounceHeads(testDoc)
+		case 7:
+			h1.Missed() // node 1 reads the store again
+		}
+		a.sync(t, h1, false)
+		b.sync(t, h2, false)
+	}
+	for _, h := range []*Hub{h1, h2} {
+		if err := h.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := roomOf(t, h1, testDoc)
+	r.mu.Lock()
+	n := r.log.Len()
+	hashes := make([][32]byte, n)
+	for i := range n {
+		hashes[i] = r.log.HashAt(int32(i))
+	}
+	r.mu.Unlock()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for i, hash := range hashes {
+		if got := store.written[hash]; got != 1 {
+			t.Errorf("change %d of %d was written %d times", i, n, got)
+		}
 	}
 }

@@ -53,11 +53,13 @@ type room struct {
 	emptySince time.Time
 	evicted    bool
 
-	// Persistence (durable.go). The log's first taken changes are stored
-	// or in a write under way; pending holds the chunks taken but not yet
-	// stored; chunks counts what the store holds after its snapshot.
+	// Persistence (durable.go). unstored are the log indices of the
+	// changes local peers made that are not yet taken for a write (every
+	// other change is stored: apply.go); pending holds the chunks taken
+	// but not yet stored; chunks counts what the store holds after its
+	// snapshot.
 	dirty        bool
-	taken        int
+	unstored     []int32
 	pending      [][]byte
 	chunks       int
 	forceCompact bool
@@ -79,9 +81,6 @@ type room struct {
 	publish         func(documentID string, changes []byte) // nil outside a cluster
 
 	ledger ledger // the guard's account of the document (guard.go)
-	// remote holds other nodes' changes that wait for a dependency
-	// (replica.go).
-	remote map[amsync.Hash]change
 
 	// Requests for a document the room does not have (lookup.go).
 	asked        []askedPeer  // waiting peers, in the order they asked
@@ -173,12 +172,9 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 			r.forceCompact = true
 		}
 	}
-	added, waiting := addChanges(r.log, all)
-	r.record(added)
-	r.holdRemote(h, waiting)
+	r.take(h, nil, r.ledger.admitStored(h.cfg.Limits, all, r.log.HasBytes))
+	r.ledger.releaseChecked()
 	r.chunks = len(stored.Chunks)
-	r.taken = r.log.Len() // what was loaded is stored already
-	r.exists = r.log.Len() > 0
 	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
 		r.forceCompact = true // written again as change chunks
 	}
@@ -212,13 +208,12 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 }
 
 // receiveSync applies a sync message from p, read as sm, and answers the
-// room. It reports whether the document changed. counted says that the
-// message was counted in r.arriving.
+// room. counted says that the message was counted in r.arriving.
 //
 // A message carrying changes is admitted by the guard, in Go, and its
 // changes go into the log as the bytes they came in: nothing on this path
 // calls automerge.
-func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) (changed bool, err error) {
+func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) error {
 	var mentioned map[string]int // the text's mentions before this change, if the tracker needs them
 	if len(sm.changes) > 0 {
 		r.applyMu.Lock()
@@ -239,27 +234,29 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		defer func() { r.arriving-- }()
 	}
 	if r.evicted {
-		return false, errEvicted
+		return errEvicted
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p && m.repeats(sm) {
 		h.repeats.Inc()
-		return false, nil // the whole document is on its way to it
+		return nil // the whole document is on its way to it
 	}
 	if err := amsync.CheckHeads(r.log, sm.msg); err != nil {
-		return false, fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, err)
+		return fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, err)
 	}
 	if !h.syncStates.fits(p, holds(sm.msg)) {
-		return false, fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
+		return fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
 	}
 	var ad *admission
+	var err error
+	changed := false
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
 		defer r.ledger.releaseChecked() // once the message is done with its changes' lists
 		if ad, err = r.ledger.admit(h.cfg.Limits, sm.changes, r.log.HasBytes); err != nil {
-			return false, err
+			return err
 		}
 		if len(ad.apply) > 0 && r.storeBehind() {
-			return false, ErrStoreBehind
+			return ErrStoreBehind
 		}
 	}
 	m := r.join(h, p, msg.ReadOnly)
@@ -272,13 +269,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	before := r.log.Heads()
 	if ad != nil {
-		if added, _ := addChanges(r.log, ad.apply); len(added) > 0 {
-			r.record(added)
-			r.accepted(h, p, added)
-			changed = true
-		}
-		r.ledger.queueHeld(ad, p.ID())
-		r.noteDropped(h, ad)
+		changed = r.take(h, p, ad)
 	}
 	if !changed && len(sm.changes) == 0 && len(sm.msg.Need) == 0 && r.log.IsHeads(sm.msg.Heads) {
 		lock = h.lockAck // an acknowledgement: the peer is level
@@ -294,9 +285,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		r.maybeSave(h, false)
 	}
 	if refused {
-		return changed, ErrReadOnly
+		return ErrReadOnly
 	}
-	return changed, nil
+	return nil
 }
 
 // record follows the changes the log took: in the guard's ledger, and in
@@ -316,33 +307,6 @@ func (r *room) noteDropped(h *Hub, ad *admission) {
 		h.log.Warn("dropped a change that waited for a dependency: refused once ready",
 			"document", r.id, "change", fmt.Sprintf("%x", d.hash[:8]), "err", d.err)
 	}
-}
-
-// accepted records changes a local peer made: they are to be stored, and
-// once stored, replicated; everything sent from now on waits for that.
-func (r *room) accepted(h *Hub, p Peer, added []change) {
-	r.exists = true
-	r.dirty = true
-	r.applied++
-	if r.publish != nil {
-		r.sendWhenStored(outgoing{changes: joinRaw(added)})
-	}
-	if r.mentions != nil {
-		r.mentions.changed(p, h.cfg.MentionSettle)
-	}
-}
-
-// joinRaw returns the changes' bytes one after another.
-func joinRaw(cs []change) []byte {
-	n := 0
-	for _, c := range cs {
-		n += len(c.raw)
-	}
-	out := make([]byte, 0, n)
-	for _, c := range cs {
-		out = append(out, c.raw...)
-	}
-	return out
 }
 
 // heads returns the document's heads as a message holds them.

@@ -137,7 +137,7 @@ func TestPostgresCompactionKeepsUnseenChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addChanges(r.log, lateChanges)
+	addInOrder(r, lateChanges)
 	if err := s.Write(ctx, []Write{w}); err != nil {
 		t.Fatal(err)
 	}
@@ -171,8 +171,7 @@ func roomWith(t testing.TB, d *automerge.Doc) *room {
 	if err != nil {
 		t.Fatal(err)
 	}
-	added, _ := addChanges(r.log, cs)
-	r.ledger.record(added)
+	addInOrder(r, cs)
 	return r
 }
 

@@ -23,24 +23,111 @@ import (
 // ready (ledger.admit); and its bytes are copied out of the message it
 // came in, which a small change would otherwise keep whole.
 
+// Changes from the store or another node (stored ones) wait in the same
+// queue, for the same reason (a change can come over the bus before one
+// it depends on), but are not charged: they were checked and charged
+// where they were taken, and are let go past maxStoredWaiting (the heads
+// exchange and the store bring them again). They leave with the room.
+
 // queuedChange is a change that waits for a change it depends on, kept by
 // the guard with its bytes.
 type queuedChange struct {
 	change
-	from string // the peer that sent it: its leaving drops it
+	from string // the peer that sent it: its leaving drops it; "" if stored
 }
 
-// maxQueued bounds the changes a document keeps back for missing
-// dependencies; a stock client never sends one before what it depends on
-// but for bloom filter false positives, which are a handful.
+// maxQueued bounds the changes of local peers a document keeps back for
+// missing dependencies; a stock client never sends one before what it
+// depends on but for bloom filter false positives, which are a handful.
 const maxQueued = 1024
+
+// maxStoredWaiting bounds the stored changes a document keeps back for
+// missing dependencies.
+const maxStoredWaiting = 4096
+
+// inOrder visits n changes (change(i) the i-th) in an order in which each
+// comes after what it depends on: take is called for each change whose
+// dependencies are present, or were taken before it in this visit; a
+// change take leaves (false) is not, so that what depends on it is not
+// taken either. take must make what it takes present. Changes go in
+// their order where their dependencies allow: one pass when they come in
+// order, as a client sends them and a store holds them; otherwise each
+// waits under what it lacks and goes once it lacks nothing, a pass per
+// dependency (a chain sent last change first would cost a pass over
+// every waiting change per change taken: quadratic). It returns the
+// changes left lacking a dependency, by index in order; an error from
+// take ends the visit.
+func inOrder(n int, change func(i int) *amcheck.Change, present func([32]byte) bool, take func(i int) (bool, error)) ([]int, error) {
+	var later []int
+	for i := range n {
+		if !readyNow(change(i), present) {
+			later = append(later, i)
+			continue
+		}
+		if _, err := take(i); err != nil {
+			return nil, err
+		}
+	}
+	if len(later) == 0 {
+		return nil, nil
+	}
+	lacks := make(map[int]int, len(later))
+	under := make(map[[32]byte][]int)
+	var next []int
+	for _, i := range later {
+		for _, d := range change(i).Deps {
+			if !present(d) {
+				under[d] = append(under[d], i)
+				lacks[i]++
+			}
+		}
+		if lacks[i] == 0 {
+			next = append(next, i)
+		}
+	}
+	for len(next) > 0 {
+		i := next[0]
+		next = next[1:]
+		ok, err := take(i)
+		if err != nil {
+			return nil, err
+		}
+		delete(lacks, i)
+		if !ok {
+			continue
+		}
+		c := change(i)
+		for _, j := range under[c.Hash] {
+			if lacks[j]--; lacks[j] == 0 {
+				next = append(next, j)
+			}
+		}
+		delete(under, c.Hash)
+	}
+	var lacking []int
+	for _, i := range later {
+		if _, ok := lacks[i]; ok {
+			lacking = append(lacking, i)
+		}
+	}
+	return lacking, nil
+}
+
+func readyNow(c *amcheck.Change, present func([32]byte) bool) bool {
+	for _, d := range c.Deps {
+		if !present(d) {
+			return false
+		}
+	}
+	return true
+}
 
 // unqueueFrom drops the queued changes a peer sent, as it leaves: what a
 // peer keeps waiting lasts no longer than its connection (a stock client
 // sends them again when it comes back).
 func (l *ledger) unqueueFrom(peer string) {
 	for h, c := range l.queued {
-		if c.from == peer {
+		if !c.stored && c.from == peer {
 			l.unqueue(h)
 		}
 	}
@@ -54,20 +141,30 @@ func (l *ledger) unqueueAll() {
 	}
 }
 
-// queueHeld queues the changes an admitted message from peer left waiting
-// (admission.held), and unqueues the queued ones the guard refused once
-// they were ready.
-func (l *ledger) queueHeld(ad *admission, peer string) {
+// queueHeld queues the changes an admission left waiting (admission.held:
+// peer's, or stored ones), and unqueues the queued ones the guard refused
+// once they were ready. It returns how many stored changes it let go, past
+// maxStoredWaiting.
+func (l *ledger) queueHeld(ad *admission, peer string) (letGo int) {
 	for _, c := range ad.held {
-		c.from = peer
 		if l.queued == nil {
 			l.queued = make(map[[32]byte]queuedChange)
 		}
 		if _, ok := l.queued[c.Hash]; ok {
 			continue
 		}
+		if c.stored {
+			if len(l.queued)-l.fromPeers >= maxStoredWaiting {
+				letGo++
+				continue
+			}
+			l.queued[c.Hash] = c
+			continue
+		}
+		c.from = peer
 		c.change = c.held()
 		l.queued[c.Hash] = c
+		l.fromPeers++
 		l.queuedBytes += cost(&c.Change)
 		if l.waiting != nil {
 			l.waiting.Add(cost(&c.Change))
@@ -76,6 +173,7 @@ func (l *ledger) queueHeld(ad *admission, peer string) {
 	for _, d := range ad.dropped {
 		l.unqueue(d.hash)
 	}
+	return letGo
 }
 
 // held returns the change as it waits: its bytes copied out of the
@@ -111,6 +209,10 @@ func (c change) withOps(lim Limits, charge func(ops, preds int) error) (change, 
 func (l *ledger) unqueue(h [32]byte) {
 	if c, ok := l.queued[h]; ok {
 		delete(l.queued, h)
+		if c.stored {
+			return
+		}
+		l.fromPeers--
 		l.queuedBytes -= cost(&c.Change)
 		if l.waiting != nil {
 			l.waiting.Add(-cost(&c.Change))
@@ -125,7 +227,7 @@ func (l *ledger) unqueue(h [32]byte) {
 func (l *ledger) missingFrom(peer string, known func(hash []byte) bool) []amsync.Hash {
 	var out []amsync.Hash
 	for _, c := range l.queued {
-		if c.from != peer {
+		if c.stored || c.from != peer {
 			continue
 		}
 		for _, d := range c.Deps {

@@ -1,0 +1,111 @@
+package doc
+
+import (
+	"fmt"
+
+	"github.com/tandemhq/tandem/doc/amsync"
+)
+
+// One way in. Changes enter a room's log by one path, wherever they come
+// from: a local peer's sync message (receiveSync), another node's
+// (applyStored, from cluster.go), a catch-up from the store and the load
+// (replica.go). The guard orders them, each after what it depends on,
+// together with the changes that wait for a dependency, in one queue for
+// all (waiting.go): a peer's changes checked as admit checks them, stored
+// ones taken as they are (admitStored). take then adds what the guard
+// admitted to the log and knows which of it the store holds already
+// (change.stored): from the store, or from another node, which stores
+// before it publishes. Only the others are written (durable.go) and sent
+// to the other nodes, so that a change is written once in a cluster, by
+// the node of the peer that made it.
+
+// take adds the changes the guard admitted to the log, in the order it
+// admitted them, and follows them: the guard's ledger and the mention
+// text (record), the changes that wait (queued for from, or stored), and
+// for those a local peer made (from, not nil), the write that stores them
+// and, once it is done, the copy for the other nodes. It reports whether
+// the log took any. The caller holds r.applyMu and r.mu (or the room is
+// not shared yet), fans out what changed and, for a local peer's changes,
+// has told the mention tracker first (mentions.before).
+func (r *room) take(h *Hub, from Peer, ad *admission) bool {
+	var deps []amsync.Hash
+	added := ad.apply[:0] // in place: the i-th added is at most the i-th admitted
+	local := 0
+	for i := range ad.apply {
+		c := &ad.apply[i]
+		deps = deps[:0]
+		for _, d := range c.Deps {
+			deps = append(deps, d)
+		}
+		ok, err := r.log.Add(c.Hash, deps, c.raw)
+		if err != nil {
+			// The guard admits a change only after what it depends on.
+			h.log.Error("a change the guard admitted does not follow its dependencies",
+				"document", r.id, "change", fmt.Sprintf("%x", c.Hash[:8]), "err", err)
+			continue
+		}
+		if !ok {
+			continue // the log has it
+		}
+		added = append(added, *c)
+		if !c.stored {
+			r.unstored = append(r.unstored, int32(r.log.Len()-1))
+			local++
+		}
+	}
+	peer := ""
+	if from != nil {
+		peer = from.ID()
+	}
+	if n := r.ledger.queueHeld(ad, peer); n > 0 {
+		h.remoteDropped.Add(float64(n))
+		h.log.Warn("letting go stored changes that wait for a dependency: too many wait",
+			"document", r.id, "changes", n)
+	}
+	r.noteDropped(h, ad)
+	if len(added) == 0 {
+		return false
+	}
+	r.record(added)
+	r.exists = true
+	if r.mentions != nil && local < len(added) {
+		r.mentions.refresh() // mentions from other nodes are theirs to report
+	}
+	if local == 0 {
+		return true
+	}
+	r.dirty = true
+	r.applied++
+	h.markDirty(r)
+	if r.publish != nil {
+		r.sendWhenStored(outgoing{changes: joinChanges(r.log, r.unstored[len(r.unstored)-local:])})
+	}
+	if r.mentions != nil && from != nil {
+		r.mentions.changed(from, h.cfg.MentionSettle)
+	}
+	return true
+}
+
+// applyStored adds changes from the store or another node to the log,
+// with the changes that waited for them, and syncs what is new to the
+// local peers. It reports whether the document changed.
+func (r *room) applyStored(h *Hub, cs []change) bool {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	mentioned, _ := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, false)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.evicted {
+		return false
+	}
+	if r.mentions != nil {
+		r.mentions.count(mentioned) // local peers' pending changes are theirs
+	}
+	defer r.ledger.releaseChecked()
+	if !r.take(h, nil, r.ledger.admitStored(h.cfg.Limits, cs, r.log.HasBytes)) {
+		return false
+	}
+	r.fanout(h, nil)
+	r.maybeSave(h, false)
+	return true
+}
