@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // One way in. Changes enter a room's log by one path, wherever they come
@@ -27,17 +28,17 @@ import (
 // the log took any. The caller holds r.applyMu and r.mu (or the room is
 // not shared yet), fans out what changed and, for a local peer's changes,
 // has told the mention tracker first (mentions.before).
-func (r *room) take(h *Hub, from Peer, ad *admission) bool {
+func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	var deps []amsync.Hash
-	added := ad.apply[:0] // in place: the i-th added is at most the i-th admitted
+	added := ad.Apply[:0] // in place: the i-th added is at most the i-th admitted
 	local := 0
-	for i := range ad.apply {
-		c := &ad.apply[i]
+	for i := range ad.Apply {
+		c := &ad.Apply[i]
 		deps = deps[:0]
 		for _, d := range c.Deps {
 			deps = append(deps, d)
 		}
-		ok, err := r.log.Add(c.Hash, deps, c.raw)
+		ok, err := r.log.Add(c.Hash, deps, c.Raw)
 		if err != nil {
 			// The guard admits a change only after what it depends on.
 			h.log.Error("a change the guard admitted does not follow its dependencies",
@@ -48,7 +49,7 @@ func (r *room) take(h *Hub, from Peer, ad *admission) bool {
 			continue // the log has it
 		}
 		added = append(added, *c)
-		if !c.stored {
+		if !c.Stored {
 			r.unstored = append(r.unstored, int32(r.log.Len()-1))
 			local++
 		}
@@ -57,7 +58,7 @@ func (r *room) take(h *Hub, from Peer, ad *admission) bool {
 	if from != nil {
 		peer = from.ID()
 	}
-	if n := r.ledger.queueHeld(ad, peer); n > 0 {
+	if n := r.guard.Queue(ad, peer); n > 0 {
 		h.remoteDropped.Add(float64(n))
 		h.log.Warn("letting go stored changes that wait for a dependency: too many wait",
 			"document", r.id, "changes", n)
@@ -89,7 +90,7 @@ func (r *room) take(h *Hub, from Peer, ad *admission) bool {
 // applyStored adds changes from the store or another node to the log,
 // with the changes that waited for them, and syncs what is new to the
 // local peers. It reports whether the document changed.
-func (r *room) applyStored(h *Hub, cs []change) bool {
+func (r *room) applyStored(h *Hub, cs []guard.Change) bool {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
 	mentioned, _ := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, false)
@@ -101,8 +102,8 @@ func (r *room) applyStored(h *Hub, cs []change) bool {
 	if r.mentions != nil {
 		r.mentions.count(mentioned) // local peers' pending changes are theirs
 	}
-	defer r.ledger.releaseChecked()
-	if !r.take(h, nil, r.ledger.admitStored(h.cfg.Limits, cs, r.log.HasBytes)) {
+	defer r.guard.Release()
+	if !r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, cs, r.log.HasBytes)) {
 		return false
 	}
 	r.fanout(h, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
@@ -196,7 +197,7 @@ func mentionsOn(on bool) Config {
 // collection, per change.
 func BenchmarkDocumentMemory(b *testing.B) {
 	const n = 20_000
-	all := typing(n)
+	all := amtest.Typing(n)
 	for _, mentions := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
 			for range b.N {
@@ -296,7 +297,7 @@ func BenchmarkPaste(b *testing.B) {
 // guard's index.
 func BenchmarkColdLoad(b *testing.B) {
 	const n = 100_000
-	all := typing(n)
+	all := amtest.Typing(n)
 	var snapshot []byte
 	for _, c := range all {
 		snapshot = append(snapshot, c...)
@@ -325,7 +326,7 @@ func BenchmarkColdLoad(b *testing.B) {
 func BenchmarkTypingIntoHistory(b *testing.B) {
 	for _, n := range []int{100, 20_000, 100_000} {
 		b.Run(fmt.Sprintf("history=%d", n), func(b *testing.B) {
-			all := typing(n + b.N + 1)
+			all := amtest.Typing(n + b.N + 1)
 			var history []byte
 			for _, c := range all[:n+1] {
 				history = append(history, c...)

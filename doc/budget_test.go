@@ -3,39 +3,13 @@ package doc
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
-
-// chain returns n changes by one actor, each depending on the one before:
-// each sets ops new keys of the root map and carries a commit message of
-// msgLen bytes.
-func chain(n, ops, msgLen int) [][]byte {
-	var out [][]byte
-	var prev [32]byte
-	ctr := uint64(1)
-	for i := range n {
-		var c amtest.Change
-		c.Actors, c.Seq, c.StartOp = [][]byte{actorC}, uint64(i+1), ctr
-		if i > 0 {
-			c.Deps = [][32]byte{prev}
-		}
-		c.Message = strings.Repeat("m", msgLen)
-		for k := range ops {
-			c.Ops = append(c.Ops, put(amcheck.OpID{}, fmt.Sprintf("k%d.%d", i, k)))
-		}
-		ctr += uint64(ops)
-		var chunk []byte
-		chunk, prev = amtest.Encode(c)
-		out = append(out, chunk)
-	}
-	return out
-}
 
 func sendChanges(h *Hub, doc string, p Peer, chunks ...[]byte) error {
 	return h.Sync(context.Background(), p, SyncMessage{DocumentID: doc, Data: messageWithRawChanges(chunks...)})
@@ -45,13 +19,13 @@ func sendChanges(h *Hub, doc string, p Peer, chunks ...[]byte) error {
 // and count against the document's limit as they come: one small message
 // can no longer release more than the limit at once.
 func TestWaitingChangesCountAgainstTheLimits(t *testing.T) {
-	cs := chain(5, 300, 0)
+	cs := amtest.Chain(5, 300, 0)
 	c, err := amcheck.ParseSyncChange(cs[1], amcheck.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	each := cost(&c)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentBytes: 3*each + each/2}})
+	each := guard.Cost(&c)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{DocumentBytes: 3*each + each/2}})
 	p := &fakePeer{id: "p"}
 	for i := 1; i <= 3; i++ { // three changes waiting for the first
 		if err := sendChanges(h, testDoc, p, cs[i]); err != nil {
@@ -71,8 +45,8 @@ func TestWaitingChangesCountAgainstTheLimits(t *testing.T) {
 
 // The changes waiting for a dependency are bounded node-wide too.
 func TestWaitingChangesAreBoundedPerNode(t *testing.T) {
-	cs := chain(3, 10, 2000)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
+	cs := amtest.Chain(3, 10, 2000)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
 	p := &fakePeer{id: "p"}
 	if err := sendChanges(h, testDoc, p, cs[1]); err != nil {
 		t.Fatal(err)
@@ -95,9 +69,9 @@ func TestWaitingChangesAreBoundedPerNode(t *testing.T) {
 // bounded in bytes (long commit messages) and in number.
 func TestDocumentsAreBoundedInBytesAndChanges(t *testing.T) {
 	t.Run("bytes", func(t *testing.T) {
-		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentBytes: 100 << 10, ChangeBytes: 32 << 10}})
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{DocumentBytes: 100 << 10, ChangeBytes: 32 << 10}})
 		p := &fakePeer{id: "p"}
-		cs := chain(20, 0, 10<<10)
+		cs := amtest.Chain(20, 0, 10<<10)
 		var err error
 		n := 0
 		for ; n < len(cs) && err == nil; n++ {
@@ -108,9 +82,9 @@ func TestDocumentsAreBoundedInBytesAndChanges(t *testing.T) {
 		}
 	})
 	t.Run("changes", func(t *testing.T) {
-		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{DocumentChanges: 5}})
+		h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{DocumentChanges: 5}})
 		p := &fakePeer{id: "p"}
-		cs := chain(6, 1, 0)
+		cs := amtest.Chain(6, 1, 0)
 		for i := range 5 {
 			if err := sendChanges(h, testDoc, p, cs[i]); err != nil {
 				t.Fatal(err)
@@ -129,7 +103,7 @@ func TestDocumentsAreBoundedInBytesAndChanges(t *testing.T) {
 func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
 	p := &fakePeer{id: "p"}
-	cs := chain(2, 1, 0)
+	cs := amtest.Chain(2, 1, 0)
 	c1, err := amcheck.ParseSyncChange(cs[0], amcheck.Limits{})
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +134,8 @@ func TestTheRoomAsksForWhatAWaitingChangeLacks(t *testing.T) {
 // What a peer keeps waiting lasts no longer than its membership: leaving
 // the document gives its share of the node's waiting budget back.
 func TestAPeersWaitingChangesLeaveWithIt(t *testing.T) {
-	cs := chain(3, 10, 2000)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
+	cs := amtest.Chain(3, 10, 2000)
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{WaitingBytes: int64(len(cs[1])) + 1000}})
 	p, q := &fakePeer{id: "p"}, &fakePeer{id: "q"}
 	if err := sendChanges(h, testDoc, p, cs[1]); err != nil {
 		t.Fatal(err)

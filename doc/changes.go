@@ -7,6 +7,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // A room holds its document as a change log (amsync.Log): every change's
@@ -35,7 +36,7 @@ type change struct {
 //
 // A change is a few hundred bytes before its ops: callers that read many
 // size dst first (amcheck.Chunks), as growing it copies them all.
-func readChanges(dst []change, data []byte) ([]change, error) {
+func readChanges(dst []guard.Change, data []byte) ([]guard.Change, error) {
 	start := len(dst)
 	for off := 0; off < len(data); {
 		c, n, err := amcheck.ParseChange(data[off:], amcheck.Limits{ListOps: true})
@@ -46,7 +47,7 @@ func readChanges(dst []change, data []byte) ([]change, error) {
 		if err != nil {
 			return dst[:start], err
 		}
-		dst = append(dst, change{Change: c, raw: data[off : off+n : off+n]})
+		dst = append(dst, guard.Change{Change: c, Raw: data[off : off+n : off+n]})
 		off += n
 	}
 	return dst, nil
@@ -59,7 +60,7 @@ func savedChunk(b []byte) bool {
 }
 
 // readSaved reads a document automerge saved, by loading it.
-func readSaved(data []byte) ([]change, error) {
+func readSaved(data []byte) ([]guard.Change, error) {
 	d, err := automerge.Load(data)
 	if err != nil {
 		return nil, err
@@ -68,14 +69,14 @@ func readSaved(data []byte) ([]change, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]change, 0, len(cs))
+	out := make([]guard.Change, 0, len(cs))
 	for _, ac := range cs {
 		raw := ac.Save()
 		c, _, err := amcheck.ParseChange(raw, amcheck.Limits{ListOps: true})
 		if err != nil {
 			return nil, fmt.Errorf("a change of a saved document: %w", err)
 		}
-		out = append(out, change{Change: c, raw: raw})
+		out = append(out, guard.Change{Change: c, Raw: raw})
 	}
 	return out, nil
 }

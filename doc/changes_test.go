@@ -7,7 +7,9 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // Stored bytes read as change chunks, or as a document automerge saved;
@@ -44,15 +46,15 @@ func TestReadChanges(t *testing.T) {
 // change the log has is passed over, one whose dependencies it lacks
 // waits.
 func TestStoredChangesAreAdmittedInOrder(t *testing.T) {
-	var all []change
-	for _, raw := range typing(5) {
+	var all []guard.Change
+	for _, raw := range amtest.Typing(5) {
 		cs, err := readChanges(all, raw)
 		if err != nil {
 			t.Fatal(err)
 		}
 		all = cs
 	}
-	hashes := func(cs []change) (out []amsync.Hash) {
+	hashes := func(cs []guard.Change) (out []amsync.Hash) {
 		for _, c := range cs {
 			out = append(out, c.Hash)
 		}
@@ -63,40 +65,40 @@ func TestStoredChangesAreAdmittedInOrder(t *testing.T) {
 		t.Fatalf("in order: added %x", hashes(added))
 	}
 	// Again, then the last before the one it follows.
-	if added := addInOrder(r, []change{all[2], all[4], all[3]}); !slices.Equal(hashes(added), hashes([]change{all[3], all[4]})) {
+	if added := addInOrder(r, []guard.Change{all[2], all[4], all[3]}); !slices.Equal(hashes(added), hashes([]guard.Change{all[3], all[4]})) {
 		t.Fatalf("out of order: added %x", hashes(added))
 	}
-	var lim Limits
-	lim.setDefaults()
-	if ad := newRoom(testDoc).ledger.admitStored(lim, all[1:2], func([]byte) bool { return false }); len(ad.apply) != 0 || len(ad.held) != 1 {
-		t.Fatalf("without its dependency: admitted %d, %d wait", len(ad.apply), len(ad.held))
+	var lim guard.Limits
+	lim.SetDefaults()
+	if l := guard.NewLedger(nil, nil, nil); len(l.AdmitStored(lim, all[1:2], func([]byte) bool { return false }).Apply) != 0 {
+		t.Fatal("admitted a change without its dependency")
 	}
-	if n := amcheck.Chunks(append(slices.Concat(typing(2)...), 1, 2)); n != 3 {
+	if n := amcheck.Chunks(append(slices.Concat(amtest.Typing(2)...), 1, 2)); n != 3 {
 		t.Fatalf("Chunks counted %d of 3 changes and 2 bytes after them", n)
 	}
 }
 
 // addInOrder adds stored changes to r's log as a load does, through the
 // guard's order, and returns those the log took.
-func addInOrder(r *room, cs []change) []change {
-	var lim Limits
-	lim.setDefaults()
-	ad := r.ledger.admitStored(lim, cs, r.log.HasBytes)
-	added := addToLog(r.log, ad.apply)
-	r.ledger.record(added)
+func addInOrder(r *room, cs []guard.Change) []guard.Change {
+	var lim guard.Limits
+	lim.SetDefaults()
+	ad := r.guard.AdmitStored(lim, cs, r.log.HasBytes)
+	added := addToLog(r.log, ad.Apply)
+	r.guard.Record(added)
 	return added
 }
 
 // addToLog adds changes, each after what it depends on, to log, and
 // returns those it took.
-func addToLog(log *amsync.Log, cs []change) []change {
-	var added []change
+func addToLog(log *amsync.Log, cs []guard.Change) []guard.Change {
+	var added []guard.Change
 	for _, c := range cs {
 		deps := make([]amsync.Hash, len(c.Deps))
 		for i, d := range c.Deps {
 			deps[i] = d
 		}
-		if ok, err := log.Add(c.Hash, deps, c.raw); err == nil && ok {
+		if ok, err := log.Add(c.Hash, deps, c.Raw); err == nil && ok {
 			added = append(added, c)
 		}
 	}
@@ -104,10 +106,10 @@ func addToLog(log *amsync.Log, cs []change) []change {
 }
 
 // joinRaw returns the changes' bytes one after another.
-func joinRaw(cs []change) []byte {
+func joinRaw(cs []guard.Change) []byte {
 	var out []byte
 	for _, c := range cs {
-		out = append(out, c.raw...)
+		out = append(out, c.Raw...)
 	}
 	return out
 }

@@ -91,13 +91,13 @@ func (h *Hub) publishChanges(documentID string, changes []byte) {
 	h.publish(documentID, clusterMsg{Kind: kindChanges, Data: changes})
 }
 
-// Receive takes a document message that another node published. An
+// ReceiveRemote takes a document message that another node published. An
 // ephemeral goes to the local peers at once. Changes, heads and wants wait
 // in the document lane, handled one at a time in the order they came:
 // applying changes takes the room's locks, which the caller (a bus, also
-// carrying presence and goodbyes) must not wait for. Receive blocks only
+// carrying presence and goodbyes) must not wait for. ReceiveRemote blocks only
 // while the lane is full, and not past Close.
-func (h *Hub) Receive(documentID string, payload []byte) error {
+func (h *Hub) ReceiveRemote(documentID string, payload []byte) error {
 	var m clusterMsg
 	if err := cbor.Unmarshal(payload, &m); err != nil {
 		return fmt.Errorf("doc: undecodable document message for %s: %w", documentID, err)
@@ -134,9 +134,6 @@ func (h *Hub) laneLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case w := <-h.lane:
-			if h.beforeLane != nil {
-				h.beforeLane()
-			}
 			h.handleRemote(w.documentID, w.m)
 		}
 	}

@@ -3,7 +3,6 @@ package doc
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
@@ -59,7 +58,7 @@ func linkedHubs(t *testing.T) (h1, h2 *Hub, to1, to2 *link) {
 				case <-stop:
 					return
 				case p := <-l.queue:
-					if err := l.to.Receive(testDoc, p); err != nil {
+					if err := l.to.ReceiveRemote(testDoc, p); err != nil {
 						t.Error(err)
 					}
 				}
@@ -128,20 +127,6 @@ func TestHeadsExchangeRepairsLostChanges(t *testing.T) {
 // the local peers at once, and the changes are applied in order later.
 func TestReceiveDoesNotWaitForApplying(t *testing.T) {
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}})
-	applying, release := make(chan struct{}, 1), make(chan struct{})
-	h.beforeLane = func() {
-		select {
-		case applying <- struct{}{}:
-		default:
-		}
-		<-release
-	}
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(release)
-		}
-	})
 	local := newClient("local")
 	local.setText(t, "title", "here")
 	local.sync(t, h, false)
@@ -162,18 +147,24 @@ func TestReceiveDoesNotWaitForApplying(t *testing.T) {
 		p, _ := cbor.Marshal(clusterMsg{Kind: kindChanges, Data: automerge.SaveChanges(cs)})
 		payloads = append(payloads, p)
 	}
+	// Applying waits for the room's apply lock, held here: the lane takes
+	// the first message and waits.
+	r := roomOf(t, h, testDoc)
+	r.applyMu.Lock()
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			r.applyMu.Unlock()
+		}
+	})
 	for _, p := range payloads {
-		if err := h.Receive(testDoc, p); err != nil { // returns while the first waits in the lane
+		if err := h.ReceiveRemote(testDoc, p); err != nil { // returns while the first waits in the lane
 			t.Fatal(err)
 		}
 	}
-	select {
-	case <-applying:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lane never took the changes")
-	}
+	testenv.WaitFor(t, "the lane to take the first changes", func() bool { return len(h.lane) == len(payloads)-1 })
 	eph, _ := cbor.Marshal(clusterMsg{Kind: kindEphemeral, Eph: &clusterEphemeral{Sender: "remote-peer", Session: "s", Count: 1, Data: []byte{0xa0}}})
-	if err := h.Receive(testDoc, eph); err != nil {
+	if err := h.ReceiveRemote(testDoc, eph); err != nil {
 		t.Fatal(err)
 	}
 	local.peer.mu.Lock()
@@ -184,7 +175,7 @@ func TestReceiveDoesNotWaitForApplying(t *testing.T) {
 	}
 
 	released = true
-	close(release)
+	r.applyMu.Unlock()
 	testenv.WaitFor(t, "the changes applied in order", func() bool {
 		heads, ok := h.Heads(testDoc)
 		return ok && len(heads) == 1 && string(heads[0]) == string(other.Heads()[0][:])
@@ -203,20 +194,20 @@ func TestReceiveRefusesGarbage(t *testing.T) {
 	c.setText(t, "title", "kept")
 	c.sync(t, h, false)
 	before, _ := h.Heads(testDoc)
-	if err := h.Receive(testDoc, []byte{0xff, 0x00, 0x13}); err == nil {
+	if err := h.ReceiveRemote(testDoc, []byte{0xff, 0x00, 0x13}); err == nil {
 		t.Fatal("garbage was taken without an error")
 	}
 	future, _ := cbor.Marshal(clusterMsg{Kind: "from-a-newer-node", Data: []byte("x")})
-	if err := h.Receive(testDoc, future); err != nil {
+	if err := h.ReceiveRemote(testDoc, future); err != nil {
 		t.Fatalf("an unknown kind: %v", err)
 	}
 	bad, _ := cbor.Marshal(clusterMsg{Kind: kindChanges, Data: []byte("not automerge")})
-	if err := h.Receive(testDoc, bad); err != nil {
+	if err := h.ReceiveRemote(testDoc, bad); err != nil {
 		t.Fatal(err)
 	}
 	// A want from the start, answered from the lane after the bad changes.
 	want, _ := cbor.Marshal(clusterMsg{Kind: kindWant})
-	if err := h.Receive(testDoc, want); err != nil {
+	if err := h.ReceiveRemote(testDoc, want); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the lane past the bad changes", func() bool {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // Config configures a Hub. Zero fields take the documented defaults.
@@ -31,12 +32,12 @@ type Config struct {
 	// local peer, once it is stored, and the heads exchange that repairs
 	// what a lost message missed.
 	Cluster Cluster
-	// Limits bound what a client's changes may add (guard.go).
-	Limits Limits
+	// Limits bound what a client's changes may add (package guard).
+	Limits guard.Limits
 	// RefusedChanges and RefusedChangeBytes bound the refused changes the
 	// hub remembers by hash, node-wide, so that a client sending one
 	// again is refused without its message being checked again
-	// (refused.go): default 10,000 entries and 4 MiB, counted as each
+	// (guard.Refusals): default 10,000 entries and 4 MiB, counted as each
 	// entry's document id, reason and a fixed 160 bytes.
 	RefusedChanges     int
 	RefusedChangeBytes int64
@@ -130,15 +131,15 @@ func (c *Config) setDefaults() error {
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = 64
 	}
-	c.Limits.setDefaults()
+	c.Limits.SetDefaults()
 	if c.SyncStateBytes <= 0 {
 		c.SyncStateBytes = defaultSyncStateBytes
 	}
 	if c.RefusedChanges <= 0 {
-		c.RefusedChanges = defaultRefusedChanges
+		c.RefusedChanges = guard.DefaultRefusedChanges
 	}
 	if c.RefusedChangeBytes <= 0 {
-		c.RefusedChangeBytes = defaultRefusedChangeBytes
+		c.RefusedChangeBytes = guard.DefaultRefusedChangeBytes
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // content is what the node knows of a document's content: the values of
@@ -256,7 +257,7 @@ func (c *content) later(a, b uint64) bool {
 }
 
 // take follows the changes the log took, in its order.
-func (c *content) take(cs []change) {
+func (c *content) take(cs []guard.Change) {
 	for i := range cs {
 		c.takeOne(&cs[i].Change)
 	}

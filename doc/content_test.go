@@ -16,7 +16,7 @@ import (
 // editing sessions (several actors typing, deleting, marking and merging,
 // with maps, lists and counters besides), after every change.
 func TestContentKeepsTheTextAsAutomergeDoes(t *testing.T) {
-	o := stockAutomerge(t)
+	o := amtest.StockAutomerge(t)
 	seeds := 6
 	if testing.Short() {
 		seeds = 2
@@ -24,7 +24,7 @@ func TestContentKeepsTheTextAsAutomergeDoes(t *testing.T) {
 	var f MentionFields
 	f.setDefaults()
 	for seed := 1; seed <= seeds; seed++ {
-		changes := o.trace(t, seed, 300)
+		changes := o.Trace(t, seed, 300)
 		c := newContent(f)
 		d := automerge.New()
 		for i, raw := range changes {
@@ -189,21 +189,21 @@ func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 func TestContentPutsOverAnElementOfARun(t *testing.T) {
 	var f MentionFields
 	f.setDefaults()
-	text := id(1, 0)
-	first, h1 := amtest.Encode(amtest.Change{Actors: [][]byte{actorA}, Seq: 1, StartOp: 1, Ops: []amtest.Op{
+	text := amtest.ID(1, 0)
+	first, h1 := amtest.Encode(amtest.Change{Actors: [][]byte{amtest.ActorA}, Seq: 1, StartOp: 1, Ops: []amtest.Op{
 		{MapKey: true, Key: "text", Action: amcheck.MakeText},
-		ins(text, id(0, 0), "a"), ins(text, id(2, 0), "b"), ins(text, id(3, 0), "c"), ins(text, id(4, 0), "d"),
+		amtest.Insert(text, amtest.ID(0, 0), "a"), amtest.Insert(text, amtest.ID(2, 0), "b"), amtest.Insert(text, amtest.ID(3, 0), "c"), amtest.Insert(text, amtest.ID(4, 0), "d"),
 	}})
 	v, raw := amtest.String("X")
-	over, h2 := amtest.Encode(amtest.Change{Deps: [][32]byte{h1}, Actors: [][]byte{actorB, actorA}, Seq: 1, StartOp: 6, Ops: []amtest.Op{
-		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Put, Value: v, Raw: raw, Preds: []amcheck.OpID{id(3, 1)}},
+	over, h2 := amtest.Encode(amtest.Change{Deps: [][32]byte{h1}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 1, StartOp: 6, Ops: []amtest.Op{
+		{Obj: amtest.ID(1, 1), Elem: amtest.ID(3, 1), Action: amcheck.Put, Value: v, Raw: raw, Preds: []amcheck.OpID{amtest.ID(3, 1)}},
 	}})
-	stale, h3 := amtest.Encode(amtest.Change{Deps: [][32]byte{h2}, Actors: [][]byte{actorB, actorA}, Seq: 2, StartOp: 7, Ops: []amtest.Op{
-		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(3, 1)}}, // names the value put over
+	stale, h3 := amtest.Encode(amtest.Change{Deps: [][32]byte{h2}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 2, StartOp: 7, Ops: []amtest.Op{
+		{Obj: amtest.ID(1, 1), Elem: amtest.ID(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{amtest.ID(3, 1)}}, // names the value put over
 	}})
-	del, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{h3}, Actors: [][]byte{actorB, actorA}, Seq: 3, StartOp: 8, Ops: []amtest.Op{
-		{Obj: id(1, 1), Elem: id(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(6, 0)}},
-		{Obj: id(1, 1), Elem: id(4, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{id(4, 1)}},
+	del, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{h3}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 3, StartOp: 8, Ops: []amtest.Op{
+		{Obj: amtest.ID(1, 1), Elem: amtest.ID(3, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{amtest.ID(6, 0)}},
+		{Obj: amtest.ID(1, 1), Elem: amtest.ID(4, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{amtest.ID(4, 1)}},
 	}})
 	c := newContent(f)
 	for i, step := range []struct {

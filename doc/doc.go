@@ -5,7 +5,7 @@
 // A room holds its document as a change log (package amsync): every
 // change's hash, dependencies and bytes, not its content. It speaks
 // automerge's sync protocol in Go against that log, with one sync state
-// per member (amsync.Peer), and relays changes as the bytes they came in.
+// per member (amsync.State), and relays changes as the bytes they came in.
 // No call into automerge lies on the path of a sync message. Of the
 // content, the node keeps only what the mention tracker reads, the
 // mention fields' values, followed in Go from the changes (content.go).
@@ -52,21 +52,19 @@
 //
 // In a cluster the hub speaks the document protocol between nodes
 // (cluster.go): accepted changes go out through a Cluster as they are
-// stored, other nodes' changes come back through Receive, and the heads
+// stored, other nodes' changes come back through ReceiveRemote, and the heads
 // exchange (AnnounceHeads) repairs what a lost message missed. The bus
 // that carries these messages sees only bytes. A room that had a gap in
 // what the bus carried catches up from the store (replica.go). Stores: the
 // embedded BoltStore and the shared PostgresStore.
 //
-// The guard (guard.go) admits a client's changes into the log: their
-// encoding, the limits, and every reference each op makes against the
-// document (refcheck.go, over the index in refindex.go, with the order of
-// list elements in listorder.go), so that nothing is stored or relayed
-// that a stock client cannot apply. Changes that wait for a dependency
-// wait in the guard (waiting.go). cmd/tandem/ARCHITECTURE.md says how the
-// check is known to be complete. What it refuses is remembered by hash,
-// node-wide and bounded, so a client sending it again is refused without
-// a second check (refused.go).
+// Changes enter the log by one way (apply.go), from a local peer, another
+// node, a catch-up or the load: package guard orders them and checks a
+// client's (their encoding, the limits, and every reference each op makes
+// against the document), so that nothing is stored or relayed that a
+// stock client cannot apply; what waits for a dependency waits there. A
+// change from the store or another node is stored already and is not
+// written again.
 //
 // This package knows nothing of WebSocket or HTTP; package transport
 // adapts sockets to the Peer interface.

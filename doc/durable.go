@@ -12,7 +12,7 @@ import (
 // the store holds it: not the reply to the peer that made it, not the
 // messages to the other peers, not the copy for other nodes. Each is made
 // at once (the sync states move on as if it were sent, as for a message
-// on the wire) and waits in the room's held queue; the hub's
+// on the wire) and waits in the room's untilStored queue; the hub's
 // flusher writes the room as soon as it can, and when the write that
 // covers a message's changes succeeds, the messages held for it go out in
 // the order they were made. Writes are grouped (one batch holds every
@@ -44,7 +44,7 @@ func (r *room) storeBehind() bool { return r.applied-r.stored >= maxUnstored }
 // outgoing is a message the room sends: a sync message or doc-unavailable
 // for a peer, or (peer nil) accepted changes for the other nodes, or (then
 // set) another node's answer that this node holds the document. One made
-// while the document had changes not yet stored waits in held.
+// while the document had changes not yet stored waits in untilStored.
 type outgoing struct {
 	peer        Peer
 	data        []byte
@@ -56,14 +56,14 @@ type outgoing struct {
 }
 
 // sendWhenStored delivers s now if everything the room applied is
-// stored, or holds it until it is (sendHeld). The caller holds r.mu.
+// stored, or holds it until it is (sendStored). The caller holds r.mu.
 func (r *room) sendWhenStored(s outgoing) {
 	if r.applied == r.stored {
 		r.deliver(s)
 		return
 	}
 	s.upTo = r.applied
-	r.held = append(r.held, s)
+	r.untilStored = append(r.untilStored, s)
 }
 
 func (r *room) deliver(s outgoing) {
@@ -85,20 +85,20 @@ func (r *room) deliver(s outgoing) {
 	}
 }
 
-// sendHeld records that the store holds what the room had applied up to
+// sendStored records that the store holds what the room had applied up to
 // upTo (its count when the write was taken), and sends the held messages
 // that waited for it, in the order they were made. The caller holds r.mu.
-func (r *room) sendHeld(upTo uint64) {
+func (r *room) sendStored(upTo uint64) {
 	r.stored = max(r.stored, upTo)
 	n := 0
-	for n < len(r.held) && r.held[n].upTo <= r.stored {
-		r.deliver(r.held[n])
-		r.held[n] = outgoing{}
+	for n < len(r.untilStored) && r.untilStored[n].upTo <= r.stored {
+		r.deliver(r.untilStored[n])
+		r.untilStored[n] = outgoing{}
 		n++
 	}
-	r.held = r.held[n:]
-	if len(r.held) == 0 {
-		r.held = nil // let the backing array go
+	r.untilStored = r.untilStored[n:]
+	if len(r.untilStored) == 0 {
+		r.untilStored = nil // let the backing array go
 	}
 }
 
@@ -239,7 +239,7 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 	if len(r.pending) == 0 {
 		r.pending = nil
 	}
-	r.sendHeld(w.upTo)
+	r.sendStored(w.upTo)
 }
 
 // coverage returns what a compaction writing the log's first n changes

@@ -1,6 +1,7 @@
 package doc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
 // gateStore holds every write until the test lets it through, and tells
@@ -167,14 +170,14 @@ func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
 	}
 	r := roomOf(t, h, testDoc)
 	r.mu.Lock()
-	heads, held := r.log.Heads(), len(r.held)
+	heads, held := r.log.Heads(), len(r.untilStored)
 	r.mu.Unlock()
 	a.setText(t, "n", "over")
 	if err := send(); !errors.Is(err, ErrStoreBehind) {
 		t.Fatalf("past %d unstored messages: %v, want ErrStoreBehind", maxUnstored, err)
 	}
 	r.mu.Lock()
-	same, heldNow := slices.Equal(heads, r.log.Heads()), len(r.held)
+	same, heldNow := slices.Equal(heads, r.log.Heads()), len(r.untilStored)
 	r.mu.Unlock()
 	if !same || heldNow != held {
 		t.Fatalf("the refused message changed the room: heads kept %v, held %d -> %d", same, held, heldNow)
@@ -192,5 +195,43 @@ func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
 	c.level(t, h, true)
 	if got := c.get(t, "n"); got != "over" {
 		t.Fatalf("the room has n = %q", got)
+	}
+}
+
+// A document stored before the guard refused such changes holds one that
+// automerge-go loads but would not save back as it was (its columns are
+// not written as automerge writes them). A compaction writes every change
+// as the bytes it came in, that one too: after a restart the document
+// holds everything.
+func TestACompactionKeepsEveryChangeAsItsBytes(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	v, raw := amtest.String("kept")
+	old, _ := amtest.Encode(amtest.Change{Actors: [][]byte{amtest.ActorA}, Seq: 1, StartOp: 1, LoneRuns: true, Ops: []amtest.Op{
+		{MapKey: true, Key: "old", Action: amcheck.Put, Value: v, Raw: raw},
+		{MapKey: true, Key: "n", Action: amcheck.Put, Value: v, Raw: raw},
+	}})
+	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{CompactAfter: 1})
+	a := newClient("a")
+	a.sync(t, h, true)
+	if got := a.get(t, "old"); got != "kept" {
+		t.Fatalf("a sees old = %q", got)
+	}
+	a.setText(t, "new", "added")
+	a.sync(t, h, false)
+	stored := flushedStored(t, h, s)
+	if stored.Snapshot == nil || !bytes.HasPrefix(stored.Snapshot, old) {
+		t.Fatalf("stored: snapshot %d bytes, %d chunks; want a snapshot starting with the old change", len(stored.Snapshot), len(stored.Chunks))
+	}
+	h.Close(context.Background())
+
+	h2 := newTestHub(t, s, Config{CompactAfter: 1})
+	b := newClient("b")
+	b.sync(t, h2, true)
+	if b.get(t, "old") != "kept" || b.get(t, "new") != "added" {
+		t.Fatalf("after a restart b sees old = %q, new = %q", b.get(t, "old"), b.get(t, "new"))
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // Fan-out: how a change reaches the peers of a room.
 //
-// Every member has a sync state (amsync.Peer) over the room's change log.
+// Every member has a sync state (amsync.State) over the room's change log.
 // When the document changes, each member is sent what its state says it
 // lacks; a member that has not answered the last message that brought it
 // changes is sent nothing until it answers (or amsync.AnswerWait has
@@ -49,7 +49,7 @@ type SharedSender interface {
 // member's answer or spacing is sent when it is due. The caller holds
 // r.mu.
 func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
-	out := m.sync.Generate(r.log, r.ledger.missingFrom(m.peer.ID(), r.known), r.ledger.holds, time.Now())
+	out := m.sync.Generate(r.log, r.guard.MissingFrom(m.peer.ID(), r.known), r.guard.Waits, time.Now())
 	m.settle(h)
 	if out == nil {
 		r.paceLater(h, m.sync.HeldUntil())

@@ -3,7 +3,6 @@ package doc
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -15,8 +14,8 @@ import (
 	"github.com/automerge/automerge-go"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
-	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -186,7 +185,7 @@ func costOf(t testing.TB, cs []*automerge.Change) int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += cost(&p)
+		n += guard.Cost(&p)
 	}
 	return n
 }
@@ -202,7 +201,7 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := costOf(t, cs)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{ChangeBytes: one + 5*opBytes, DocumentBytes: 2*one + 50*opBytes}})
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{ChangeBytes: one + 5*guard.OpBytes, DocumentBytes: 2*one + 50*guard.OpBytes}})
 	a := newClient("a")
 	listChange(t, a, "ok", 90)
 	if err := syncUntilErr(t, a, h); err != nil {
@@ -301,25 +300,25 @@ func FuzzReceiveGenerate(f *testing.F) {
 			t.Fatal(err)
 		}
 		addInOrder(r, cs)
-		var lim Limits
-		lim.setDefaults()
+		var lim guard.Limits
+		lim.SetDefaults()
 		sm, err := parseSyncMessage(msg)
 		if err != nil {
 			return
 		}
-		ad, err := r.ledger.admit(lim, sm.changes, r.known)
+		ad, err := r.guard.Admit(lim, sm.changes, r.known)
 		if err != nil {
 			return
 		}
 		// What the guard admits, stock automerge takes: here automerge-go,
 		// as every client applies it.
-		if err := d.LoadIncremental(joinRaw(ad.apply)); err != nil {
+		if err := d.LoadIncremental(joinRaw(ad.Apply)); err != nil {
 			return
 		}
 		d.Save()
 		before := r.log.Heads()
-		addToLog(r.log, ad.apply)
-		p := amsync.NewPeer()
+		addToLog(r.log, ad.Apply)
+		p := amsync.NewState()
 		p.Receive(r.log, sm.msg, before)
 		p.Generate(r.log, nil, nil, time.Now())
 	})
@@ -372,67 +371,6 @@ func TestAMapKeyIntoTextIsRefused(t *testing.T) {
 	}
 }
 
-// chainOf returns n empty changes of one actor, each depending on the one
-// before, in order.
-func chainOf(n int) [][]byte {
-	out := make([][]byte, n)
-	var prev [32]byte
-	for i := range out {
-		c := amtest.Change{Actors: [][]byte{{0xab, 0xcd}}, Seq: uint64(i + 1), StartOp: 1}
-		if i > 0 {
-			c.Deps = [][32]byte{prev}
-		}
-		out[i], prev = amtest.Encode(c)
-	}
-	return out
-}
-
-// A message whose changes come last first is taken whole, in an order the
-// log can take, in time that grows with the message: the guard used to
-// look at every waiting change again for each change it took, so 16,000
-// empty changes (864 KB) held the room's lock for 8 s, and every other
-// document's with it (evictIdle).
-func TestAChainSentLastChangeFirstIsTakenInLinearTime(t *testing.T) {
-	const n = 40_000
-	chain := chainOf(n)
-	slices.Reverse(chain)
-	var lim Limits
-	lim.setDefaults()
-	l := &ledger{log: amsync.NewLog()}
-	start := time.Now()
-	ad, err := l.admit(lim, chain, l.log.HasBytes)
-	took := time.Since(start)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ad.apply) != n || len(ad.held) != 0 {
-		t.Fatalf("took %d changes and held %d of %d", len(ad.apply), len(ad.held), n)
-	}
-	for i, c := range ad.apply {
-		if c.Seq != uint64(i+1) {
-			t.Fatalf("change %d to take is seq %d", i, c.Seq)
-		}
-	}
-	// Linear, this is well under a second (a few under -race); the
-	// quadratic guard took minutes.
-	if took > 30*time.Second {
-		t.Fatalf("admitting %d changes took %v", n, took)
-	}
-}
-
-func BenchmarkAdmitAChainLastChangeFirst(b *testing.B) {
-	chain := chainOf(10_000)
-	slices.Reverse(chain)
-	var lim Limits
-	lim.setDefaults()
-	for b.Loop() {
-		l := &ledger{log: amsync.NewLog()}
-		if _, err := l.admit(lim, chain, l.log.HasBytes); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // While one room is busy under its lock (a large message being admitted),
 // the hub's eviction passes it by instead of waiting for it with the hub's
 // lock held, so every other document stays served.
@@ -461,38 +399,5 @@ func TestABusyRoomHoldsUpNoOtherDocument(t *testing.T) {
 	busy.mu.Unlock()
 	if gone {
 		t.Fatal("the busy room was evicted")
-	}
-}
-
-// apart returns n changes of n actors, none depending on another: each
-// a head of its own.
-func apart(n, from int) [][]byte {
-	out := make([][]byte, n)
-	for i := range out {
-		actor := binary.BigEndian.AppendUint32([]byte{0xee}, uint32(from+i))
-		out[i], _ = amtest.Encode(amtest.Change{Actors: [][]byte{actor}, Seq: 1, StartOp: 1})
-	}
-	return out
-}
-
-// A document's heads are bounded: one message of independent changes
-// (about 50 bytes each) could otherwise give it any number, which every
-// change the log takes, every peer's message and every client's load then
-// pays for.
-func TestADocumentsHeadsAreBounded(t *testing.T) {
-	var lim Limits
-	lim.setDefaults()
-	l := &ledger{log: amsync.NewLog()}
-	ad, err := l.admit(lim, apart(maxHeads, 0), l.log.HasBytes)
-	if err != nil {
-		t.Fatalf("%d heads: %v", maxHeads, err)
-	}
-	for _, c := range ad.apply { // what the room does with an admission (no dependencies here)
-		if _, err := l.log.Add(c.Hash, nil, c.raw); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := l.admit(lim, apart(1, maxHeads), l.log.HasBytes); !errors.Is(err, ErrLimit) {
-		t.Fatalf("one head more: err = %v, want ErrLimit", err)
 	}
 }

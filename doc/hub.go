@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/lifecycle"
 )
 
@@ -58,7 +59,7 @@ type Hub struct {
 	// readers (saved.go).
 	saves, savesFailed prometheus.Counter
 
-	refusals *refusals // refused changes, remembered by hash (refused.go)
+	refusals *guard.Refusals // refused changes, remembered by hash
 	// syncStates sums the sync states kept per connection (syncstate.go).
 	syncStates *syncStates
 
@@ -70,10 +71,8 @@ type Hub struct {
 	sweepNow                                                       chan struct{} // NodeGone asks for a sweep
 
 	// The document lane (cluster.go): other nodes' changes, heads and
-	// wants, handled in order by laneLoop. beforeLane, set by tests
-	// before any traffic, runs before each.
-	lane       chan laneWork
-	beforeLane func()
+	// wants, handled in order by laneLoop.
+	lane chan laneWork
 
 	loop      lifecycle.Loop
 	stop      chan struct{} // closed by Close
@@ -81,7 +80,8 @@ type Hub struct {
 	closeErr  error
 }
 
-// NewHub starts a hub and its flush loop. Close stops it.
+// NewHub makes a hub; it starts nothing: Run writes, evicts and handles
+// other nodes' messages, and Close stops it.
 func NewHub(cfg Config) (*Hub, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -103,7 +103,7 @@ func NewHub(cfg Config) (*Hub, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 	}
-	h.refusals = newRefusals(&h.cfg)
+	h.refusals = guard.NewRefusals(cfg.RefusedChanges, cfg.RefusedChangeBytes, cfg.Registerer)
 	h.syncStates = newSyncStates(cfg.SyncStateBytes)
 	lockSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "tandem_document_lock_seconds",
@@ -210,14 +210,14 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 	sm, err := parseSyncMessage(m.Data)
 	if errors.Is(err, errUnsafe) {
 		err = fmt.Errorf("%w: %v", ErrRefused, err)
-		h.refusals.refused(m.DocumentID, nil, err, h.cfg.Limits)
+		h.refusals.Refused(m.DocumentID, nil, err, h.cfg.Limits)
 		return err
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadSyncMessage, err)
 	}
 	if !m.ReadOnly { // a reader's changes are dropped unread anyway
-		if err := h.refusals.check(m.DocumentID, sm.changes); err != nil {
+		if err := h.refusals.Check(m.DocumentID, sm.changes); err != nil {
 			return err
 		}
 	}
@@ -239,9 +239,9 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 		}
 		if errors.Is(err, errUnsafe) {
 			// Its sync state was refused, not its changes.
-			h.refusals.refused(m.DocumentID, nil, err, h.cfg.Limits)
+			h.refusals.Refused(m.DocumentID, nil, err, h.cfg.Limits)
 		} else if errors.Is(err, ErrLimit) || errors.Is(err, ErrRefused) {
-			h.refusals.refused(m.DocumentID, sm.changes, err, h.cfg.Limits)
+			h.refusals.Refused(m.DocumentID, sm.changes, err, h.cfg.Limits)
 		}
 		return err
 	}
@@ -333,7 +333,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	r, ok := h.rooms[documentID]
 	if !ok {
 		r = newRoom(documentID)
-		r.ledger.waiting, r.ledger.checking = &h.waiting, &h.checking
+		r.guard = guard.NewLedger(r.log, &h.waiting, &h.checking)
 		if h.cfg.Cluster != nil {
 			r.publish = h.publishChanges
 		}
@@ -398,7 +398,7 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Lock()
 		h.closed = true
 		h.mu.Unlock()
-		close(h.stop) // a Receive waiting for the lane gives up
+		close(h.stop) // a ReceiveRemote waiting for the lane gives up
 		_, err := h.loop.Stop(ctx)
 		h.background.Wait()
 		if h.cfg.Mentions != nil {
@@ -428,4 +428,9 @@ func (h *Hub) whileOpen(f func()) {
 	h.mu.Unlock()
 	defer h.background.Done()
 	f()
+}
+
+// RefusalStats returns the hub's refusal counts.
+func (h *Hub) RefusalStats() guard.RefusalStats {
+	return h.refusals.Stats()
 }

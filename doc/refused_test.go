@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/automerge/automerge-go"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // TestRefusedChangeIsKnownByItsHash: a change the guard refused is refused
@@ -24,7 +25,7 @@ func TestRefusedChangeIsKnownByItsHash(t *testing.T) {
 	eighty := costOf(t, pcs) // a change of 81 ops
 	// A change of 101 ops is over ChangeBytes; the small change and two
 	// of 81 ops are over DocumentBytes, each of them alone is not.
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: Limits{ChangeBytes: eighty + 15*opBytes, DocumentBytes: 2*eighty + 5*opBytes}})
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{ChangeBytes: eighty + 15*guard.OpBytes, DocumentBytes: 2*eighty + 5*guard.OpBytes}})
 	send := func(c *client, cs []*automerge.Change) error {
 		return h.Sync(context.Background(), c.peer, SyncMessage{DocumentID: testDoc, Data: messageWithChanges(c.doc.Heads(), cs)})
 	}
@@ -84,46 +85,5 @@ func TestRefusedChangeIsKnownByItsHash(t *testing.T) {
 	}
 	if s := h.RefusalStats(); s.ByMemory != 2 {
 		t.Fatalf("a change with a bad checksum was remembered: %+v", s)
-	}
-}
-
-// TestRefusalMemoryIsBounded: past its bounds the memory forgets the least
-// recently used entries, in count and in bytes.
-func TestRefusalMemoryIsBounded(t *testing.T) {
-	rf := newRefusals(&Config{RefusedChanges: 3, RefusedChangeBytes: 1 << 20})
-	c := newClient("c")
-	var chunks [][]byte
-	for i := range 5 {
-		listChange(t, c, "k", i)
-		cs, err := c.doc.Changes()
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks = append(chunks, cs[len(cs)-1].Save())
-	}
-	cause := ErrRefused
-	for _, ch := range chunks {
-		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeBytes: 1 << 20})
-	}
-	if s := rf.stats(); s.Remembered != 3 {
-		t.Fatalf("%d remembered, want 3", s.Remembered)
-	}
-	for i, ch := range chunks {
-		got := rf.check(testDoc, [][]byte{ch}) != nil
-		if want := i >= 2; got != want {
-			t.Errorf("chunk %d: known %v, want %v", i, got, want)
-		}
-	}
-	if rf.check("another document", [][]byte{chunks[4]}) != nil {
-		t.Error("a refusal in one document refused another's change")
-	}
-
-	per := int64(len(testDoc)+len(cause.Error())) + refusalOverhead
-	rf = newRefusals(&Config{RefusedChanges: 100, RefusedChangeBytes: 2 * per})
-	for _, ch := range chunks {
-		rf.refused(testDoc, [][]byte{ch}, cause, Limits{ChangeBytes: 1 << 20})
-	}
-	if s := rf.stats(); s.Remembered != 2 || s.Bytes != 2*per {
-		t.Fatalf("%+v, want 2 entries of %d bytes", s, per)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // Applying what other nodes accepted (cluster.go speaks the protocol), and
@@ -121,7 +122,7 @@ func (r *room) catchUp(ctx context.Context, h *Hub) {
 		h.log.Warn("catch up from the store: serving what is in memory", "document", r.id, "err", err)
 		return
 	}
-	var cs []change
+	var cs []guard.Change
 	for _, data := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
 		if data == nil {
 			continue

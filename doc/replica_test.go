@@ -12,6 +12,8 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -203,29 +205,30 @@ func TestManyRemoteChangesAtOnce(t *testing.T) {
 }
 
 // Changes from another node that wait for a dependency are kept up to
-// maxStoredWaiting; what comes past that is let go and counted, the room
+// guard.MaxStoredWaiting; what comes past that is let go and counted, the room
 // goes on, and once the dependency comes the kept ones are applied; sent
 // again, the rest are too.
 func TestRemoteChangesWaitingForADependencyAreBounded(t *testing.T) {
-	all := typing(maxStoredWaiting + 100)
+	all := amtest.Typing(guard.MaxStoredWaiting + 100)
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}})
 	a := newClient("a")
 	a.sync(t, h, true) // the room is in memory
 	if err := h.applyRemoteChanges(testDoc, bytes.Join(all[1:], nil)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.ToFloat64(h.remoteDropped); n != float64(len(all)-1-maxStoredWaiting) {
-		t.Fatalf("%v changes let go, want %d", n, len(all)-1-maxStoredWaiting)
+	if n := testutil.ToFloat64(h.remoteDropped); n != float64(len(all)-1-guard.MaxStoredWaiting) {
+		t.Fatalf("%v changes let go, want %d", n, len(all)-1-guard.MaxStoredWaiting)
 	}
 	if err := h.applyRemoteChanges(testDoc, all[0]); err != nil {
 		t.Fatal(err)
 	}
 	r := roomOf(t, h, testDoc)
 	r.mu.Lock()
-	held, waiting := r.log.Len(), len(r.ledger.queued)-r.ledger.fromPeers
+	_, waiting := r.guard.Waiting()
+	held := r.log.Len()
 	r.mu.Unlock()
-	if held != 1+maxStoredWaiting || waiting != 0 {
-		t.Fatalf("the log holds %d changes and %d wait; want %d and none", held, waiting, 1+maxStoredWaiting)
+	if held != 1+guard.MaxStoredWaiting || waiting != 0 {
+		t.Fatalf("the log holds %d changes and %d wait; want %d and none", held, waiting, 1+guard.MaxStoredWaiting)
 	}
 	if err := h.applyRemoteChanges(testDoc, bytes.Join(all, nil)); err != nil {
 		t.Fatal(err)
@@ -287,7 +290,7 @@ func TestEachChangeIsWrittenOnceInACluster(t *testing.T) {
 				case <-stop:
 					return
 				case p := <-l.queue:
-					if err := l.to.Receive(testDoc, p); err != nil {
+					if err := l.to.ReceiveRemote(testDoc, p); err != nil {
 						t.Error(err)
 					}
 				}

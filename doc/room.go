@@ -10,6 +10,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // errEvicted tells a caller that raced with eviction to look the room up
@@ -75,12 +76,12 @@ type room struct {
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them
 	// the store holds. While stored lags, every message that names the
-	// document's heads waits in held, in the order it was made.
+	// document's heads waits in untilStored, in the order it was made.
 	applied, stored uint64
-	held            []outgoing
+	untilStored     []outgoing
 	publish         func(documentID string, changes []byte) // nil outside a cluster
 
-	ledger ledger // the guard's account of the document (guard.go)
+	guard *guard.Ledger // the guard's account of the document
 
 	// Requests for a document the room does not have (lookup.go).
 	asked        []askedPeer  // waiting peers, in the order they asked
@@ -105,7 +106,7 @@ type room struct {
 // member is a peer of the room and the sync state the server keeps with it.
 type member struct {
 	peer Peer
-	sync *amsync.Peer
+	sync *amsync.State
 	// ahead is set while the room lacks the document and the peer's last
 	// message named heads the room does not know: the document is on its
 	// way from this peer (lookup.go).
@@ -130,7 +131,7 @@ func newRoom(id string) *room {
 		members:    make(map[string]*member),
 		emptySince: time.Now(),
 	}
-	r.ledger.log = r.log
+	r.guard = guard.NewLedger(r.log, nil, nil)
 	r.vacant.Store(true)
 	return r
 }
@@ -152,7 +153,7 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 	for _, c := range stored.Chunks {
 		size += amcheck.Chunks(c)
 	}
-	all := make([]change, 0, size)
+	all := make([]guard.Change, 0, size)
 	if stored.Snapshot != nil {
 		all, err = readChanges(all, stored.Snapshot)
 		if err != nil {
@@ -172,8 +173,8 @@ func (r *room) load(ctx context.Context, s Store, h *Hub) {
 			r.forceCompact = true
 		}
 	}
-	r.take(h, nil, r.ledger.admitStored(h.cfg.Limits, all, r.log.HasBytes))
-	r.ledger.releaseChecked()
+	r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, all, r.log.HasBytes))
+	r.guard.Release()
 	r.chunks = len(stored.Chunks)
 	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
 		r.forceCompact = true // written again as change chunks
@@ -198,7 +199,7 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 		if m != nil {
 			m.release(h) // an older connection of the same peer id
 		}
-		m = &member{peer: p, sync: amsync.NewPeer()}
+		m = &member{peer: p, sync: amsync.NewState()}
 		m.sync.Spacing = h.cfg.SyncSpacing
 		r.members[p.ID()] = m
 		r.vacant.Store(false)
@@ -246,22 +247,22 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if !h.syncStates.fits(p, holds(sm.msg)) {
 		return fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
 	}
-	var ad *admission
+	var ad *guard.Admission
 	var err error
 	changed := false
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
-		defer r.ledger.releaseChecked() // once the message is done with its changes' lists
-		if ad, err = r.ledger.admit(h.cfg.Limits, sm.changes, r.log.HasBytes); err != nil {
+		defer r.guard.Release() // once the message is done with its changes' lists
+		if ad, err = r.guard.Admit(h.cfg.Limits, sm.changes, r.log.HasBytes); err != nil {
 			return err
 		}
-		if len(ad.apply) > 0 && r.storeBehind() {
+		if len(ad.Apply) > 0 && r.storeBehind() {
 			return ErrStoreBehind
 		}
 	}
 	m := r.join(h, p, msg.ReadOnly)
 	m.bare = sm.bare()
-	if ad != nil && len(ad.apply) > 0 && r.mentions != nil {
+	if ad != nil && len(ad.Apply) > 0 && r.mentions != nil {
 		if mentioned == nil && r.mentions.needsBefore(p) {
 			mentioned = r.mentionsNow() // not read above: read under the lock, as rarely as that
 		}
@@ -292,8 +293,8 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 
 // record follows the changes the log took: in the guard's ledger, and in
 // the content the mention tracker reads.
-func (r *room) record(added []change) {
-	r.ledger.record(added)
+func (r *room) record(added []guard.Change) {
+	r.guard.Record(added)
 	if r.text != nil {
 		r.text.take(added)
 	}
@@ -301,11 +302,11 @@ func (r *room) record(added []change) {
 
 // noteDropped reports queued changes the guard refused once they were
 // ready. The caller holds r.mu.
-func (r *room) noteDropped(h *Hub, ad *admission) {
-	for _, d := range ad.dropped {
+func (r *room) noteDropped(h *Hub, ad *guard.Admission) {
+	for _, d := range ad.Dropped {
 		h.queuedRefused.Inc()
 		h.log.Warn("dropped a change that waited for a dependency: refused once ready",
-			"document", r.id, "change", fmt.Sprintf("%x", d.hash[:8]), "err", d.err)
+			"document", r.id, "change", fmt.Sprintf("%x", d.Hash[:8]), "err", d.Err)
 	}
 }
 
@@ -363,7 +364,7 @@ func (r *room) leave(h *Hub, p Peer) {
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		m.release(h)
 		delete(r.members, p.ID())
-		r.ledger.unqueueFrom(p.ID())
+		r.guard.DropFrom(p.ID())
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 			r.vacant.Store(true) // in a cluster, the bus stops carrying it
@@ -396,13 +397,13 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 		}
 	default:
 	}
-	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.held) > 0 ||
+	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.untilStored) > 0 ||
 		(r.mentions != nil && r.mentions.busy()) ||
 		now.Sub(r.emptySince) < after {
 		return false
 	}
 	r.evicted = true
-	r.ledger.unqueueAll()
+	r.guard.DropAll()
 	r.stopQuiet(h)
 	return true
 }

@@ -53,7 +53,7 @@ func TestADocumentThatWouldCostTheWorkerTooMuchIsNotSaved(t *testing.T) {
 			r := roomOf(t, h, testDoc)
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			cost := saveCost(r.log.Len(), len(r.ledger.actors), r.ledger.ops, r.log.Bytes())
+			cost := saveCost(r.log.Len(), r.guard.Actors(), r.guard.Ops(), r.log.Bytes())
 			if cost <= savedMaxCost {
 				t.Fatalf("the document would cost the worker %d bytes, within savedMaxCost", cost)
 			}
@@ -122,7 +122,7 @@ func TestTheSaveCostBoundsTheWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var typed []byte
-	for _, c := range typing(20_000) {
+	for _, c := range amtest.Typing(20_000) {
 		typed = append(typed, c...)
 	}
 	base := workerPeak(t, emptyChanges(1, 0)) // the process, saving next to nothing

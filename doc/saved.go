@@ -102,7 +102,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 // be worth it, small enough for the worker. The caller holds r.mu.
 func (r *room) savable() bool {
 	size := r.log.Bytes()
-	return saveCost(r.log.Len(), len(r.ledger.actors), r.ledger.ops, size) <= savedMaxCost &&
+	return saveCost(r.log.Len(), r.guard.Actors(), r.guard.Ops(), size) <= savedMaxCost &&
 		(r.log.Len() >= savedMinChanges || size >= savedMinBytes)
 }
 

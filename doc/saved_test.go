@@ -12,6 +12,7 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/doc/amsync"
 )
@@ -43,7 +44,7 @@ func savedDocument(t testing.TB, r *room) (int, []byte) {
 // heads; a peer whose messages carry no flags (automerge-go 0.5) is sent
 // the changes.
 func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
-	all := typing(savedMinChanges + 200)
+	all := amtest.Typing(savedMinChanges + 200)
 	var snapshot []byte
 	for _, c := range all {
 		snapshot = append(snapshot, c...)
@@ -109,7 +110,7 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 // savedMinBytes), and again only once its bytes have grown by more than a
 // third since the last save was taken.
 func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
-	all := typing(2000)
+	all := amtest.Typing(2000)
 	s := openStore(t, t.TempDir())
 	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: slices.Concat(all[:900]...)}}); err != nil {
 		t.Fatal(err)
@@ -180,7 +181,7 @@ func takeSave(t testing.TB, saves <-chan int) int {
 // is saved again if more than a sixteenth of it came since its last save,
 // and not for less.
 func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
-	all := typing(1200)
+	all := amtest.Typing(1200)
 	saves := make(chan int, 10)
 	stored := storeOf(t, slices.Concat(all[:1000]...))
 	// Loaded, the document waits for quiet: a reader asked for it.
@@ -257,7 +258,7 @@ func storeOf(t testing.TB, snapshot []byte) Store {
 func storedTyping(t testing.TB, n int) Store {
 	t.Helper()
 	var snapshot []byte
-	for _, c := range typing(n) {
+	for _, c := range amtest.Typing(n) {
 		snapshot = append(snapshot, c...)
 	}
 	return storeOf(t, snapshot)
@@ -368,7 +369,7 @@ func TestASavedDocumentIsStoredAndTakenBackAtLoad(t *testing.T) {
 // (the snapshot lost changes it held, say) is not taken, and a new save
 // is made.
 func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
-	all := typing(savedMinChanges + 10)
+	all := amtest.Typing(savedMinChanges + 10)
 	d, err := automerge.Load(bytes.Join(all, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +462,7 @@ func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
 		t.Fatalf("the document is %d bytes: too small to be saved anyway", r.log.Bytes())
 	}
 	if r.saving || r.quietDue {
-		t.Fatalf("a document of %d ops: a save under way %v, waiting for quiet %v", r.ledger.ops, r.saving, r.quietDue)
+		t.Fatalf("a document of %d ops: a save under way %v, waiting for quiet %v", r.guard.Ops(), r.saving, r.quietDue)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -401,7 +402,7 @@ func TestTheEmbeddedStoreStoresTheSavedDocument(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := openStore(t, dir)
-	all := typing(3)
+	all := amtest.Typing(3)
 	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Chunks: [][]byte{all[0]}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // Sync states are charged to their connection. What a room keeps of a
-// peer's sync state (amsync.Peer.Kept: the heads it named, what it is
+// peer's sync state (amsync.State.Kept: the heads it named, what it is
 // owed until sent, the spans of what it was sent, the filter of the log
 // made for it) is summed per connection (a Peer) over its documents, and
 // bounded by Config.SyncStateBytes: before a message is read into the

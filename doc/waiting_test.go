@@ -26,7 +26,7 @@ func waitingChange(n, ops int) []byte {
 	missing := sha256.Sum256([]byte("never sent"))
 	c := amtest.Change{Actors: [][]byte{[]byte(fmt.Sprintf("actor-%08d", n))}, Seq: 1, StartOp: 1, Deps: [][32]byte{missing}}
 	for range ops {
-		c.Ops = append(c.Ops, put(amcheck.OpID{}, "k"))
+		c.Ops = append(c.Ops, amtest.Put(amcheck.OpID{}, "k"))
 	}
 	chunk, _ := amtest.Encode(c)
 	return chunk

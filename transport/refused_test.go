@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -143,7 +144,7 @@ func (p *multiPeer) errorsNaming(id string) []string {
 // stock client's retry) is refused by its hash: the guard does not run
 // again.
 func TestRefusedChangeCostsTheDocumentNotTheConnection(t *testing.T) {
-	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: doc.Limits{ChangeBytes: 2000}})
+	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: guard.Limits{ChangeBytes: 2000}})
 	a, b := newMultiPeer(t, s, "a"), newMultiPeer(t, s, "b")
 	a.set(otherDoc, "title", "b1")
 	a.sync(otherDoc, wire.TypeSync)

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -703,7 +704,7 @@ func TestAFullWaitingQueueClosesTryAgainLater(t *testing.T) {
 	msg := append([]byte{0x42, 0, 0, 0, 1}, binary.AppendUvarint(nil, uint64(len(second)))...)
 	msg = append(msg, second...)
 
-	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: doc.Limits{WaitingBytes: 1}})
+	s := newTestServerHub(t, Config{}, doc.Config{Store: openTestStore(t), Limits: guard.Limits{WaitingBytes: 1}})
 	ws := dial(t, s.url)
 	join(t, ws, "w")
 	send(t, ws, &wire.Message{Type: wire.TypeSync, SenderID: "w", TargetID: serverID, DocumentID: testDoc, Data: msg})

@@ -18,6 +18,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amsave"
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 	"github.com/tandemhq/tandem/internal/gctune"
@@ -132,7 +133,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		MentionAuthor: func(documentID string, p doc.Peer) (string, string) { return n.presence.UserOf(documentID, p) },
 		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
 		NodeID:        cfg.NodeID,
-		Limits: doc.Limits{
+		Limits: guard.Limits{
 			ChangeBytes:   cfg.MaxChangeBytes,
 			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
 			WaitingBytes: cfg.MaxWaitingBytes,

@@ -26,7 +26,7 @@ func FuzzReceiveAndGenerate(f *testing.F) {
 			return
 		}
 		l := branchingLog(1500)
-		p := NewPeer()
+		p := NewState()
 		var a account
 		now := time.Now()
 		exchange := func(m *Message) {

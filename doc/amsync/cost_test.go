@@ -27,7 +27,7 @@ type account struct{ paid, cost int64 }
 
 // message reads m into p, answers it, and checks that all the work so
 // far is paid for.
-func (a *account) message(t *testing.T, p *Peer, l *Log, m *Message, now time.Time) *Outgoing {
+func (a *account) message(t *testing.T, p *State, l *Log, m *Message, now time.Time) *Outgoing {
 	t.Helper()
 	var out *Outgoing
 	a.cost += visits(l, func() {
@@ -54,7 +54,7 @@ func visits(l *Log, f func()) int64 {
 
 // receive reads m into p as a peer's message would be, the log's heads
 // unchanged by it.
-func receive(t *testing.T, p *Peer, l *Log, m *Message) {
+func receive(t *testing.T, p *State, l *Log, m *Message) {
 	t.Helper()
 	if _, err := Decode(m.Encode()); err != nil {
 		t.Fatalf("the crafted message does not read: %v", err)
@@ -101,7 +101,7 @@ func TestAChangeAskedForManyTimesGoesOnce(t *testing.T) {
 	for i := range need {
 		need[i] = big
 	}
-	p := NewPeer()
+	p := NewState()
 	receive(t, p, l, &Message{Heads: l.Heads(), Need: need, Have: []Have{{LastSync: l.Heads()}}})
 	out := p.Generate(l, nil, nil, time.Now())
 	if out == nil || len(out.Indices) != 1 {
@@ -144,7 +144,7 @@ func TestASaturatedFilterIsRefusedAsItIsRead(t *testing.T) {
 // sent.
 func TestAFullFilterCostsItsEntriesAndWhatIsSent(t *testing.T) {
 	l := typedLog(100_000)
-	p := NewPeer()
+	p := NewState()
 	var a account
 	for i := range 50 {
 		b := newBloom(64)
@@ -163,7 +163,7 @@ func TestAFullFilterCostsItsEntriesAndWhatIsSent(t *testing.T) {
 func TestAPeerThatKeepsSayingItLacksEverythingIsNotWalkedAgain(t *testing.T) {
 	const n = 100_000
 	l := typedLog(n)
-	p := NewPeer()
+	p := NewState()
 	var a account
 	out := a.message(t, p, l, &Message{Heads: unheardHashes(1, 0), Have: []Have{{Bloom: sparse(16)}}}, time.Now())
 	if out == nil || len(out.Indices) != n {
@@ -194,7 +194,7 @@ func TestAPeerThatKeepsSayingItLacksEverythingIsNotWalkedAgain(t *testing.T) {
 func TestOldHeadsCostTheirBytesOnceTheDocumentIsSent(t *testing.T) {
 	const n = 100_000
 	l := typedLog(n)
-	p := NewPeer()
+	p := NewState()
 	var a account
 	if out := a.message(t, p, l, &Message{Have: []Have{{}}}, time.Now()); out == nil || len(out.Indices) != n {
 		t.Fatal("the document was not sent")
@@ -214,7 +214,7 @@ func TestOldHeadsCostTheirBytesOnceTheDocumentIsSent(t *testing.T) {
 func TestARepeatedMessageCostsALookup(t *testing.T) {
 	const n = 20_000
 	l := typedLog(n)
-	p := NewPeer()
+	p := NewState()
 	m := &Message{Heads: unheardHashes(1, 3), Need: []Hash{l.HashAt(5)}, Have: []Have{{Bloom: sparse(n)}}}
 	var a account
 	if out := a.message(t, p, l, m, time.Now()); out == nil || len(out.Indices) != n {
@@ -247,7 +247,7 @@ func TestASyncStateKeepsNoFilterNorNeedList(t *testing.T) {
 	}
 	filter := sparse(8 << 20 / 10 * 8) // 8 MiB of bits
 	m := &Message{Heads: unheardHashes(MaxHeads, 9), Need: need, Have: []Have{{Bloom: filter}}}
-	p := NewPeer()
+	p := NewState()
 	receive(t, p, l, m)
 	if kept, limit := p.Kept(), Holds(m)+4*l.Len(); kept > limit {
 		t.Fatalf("the state keeps %d bytes of a %d-byte message; Holds says %d", kept, m.size(), limit)

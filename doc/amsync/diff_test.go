@@ -33,19 +33,19 @@ type server interface {
 type goServer struct {
 	t      testing.TB
 	log    *Log
-	peers  map[int]*Peer
+	peers  map[int]*State
 	queued map[Hash]amcheck.Change
 	raw    map[Hash][]byte
 	from   map[Hash]int // who sent a queued change
 }
 
 func newGoServer(t testing.TB) *goServer {
-	return &goServer{t: t, log: NewLog(), peers: map[int]*Peer{}, queued: map[Hash]amcheck.Change{}, raw: map[Hash][]byte{}, from: map[Hash]int{}}
+	return &goServer{t: t, log: NewLog(), peers: map[int]*State{}, queued: map[Hash]amcheck.Change{}, raw: map[Hash][]byte{}, from: map[Hash]int{}}
 }
 
-func (s *goServer) peer(i int) *Peer {
+func (s *goServer) peer(i int) *State {
 	if s.peers[i] == nil {
-		s.peers[i] = NewPeer()
+		s.peers[i] = NewState()
 	}
 	return s.peers[i]
 }

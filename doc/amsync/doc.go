@@ -8,7 +8,7 @@
 // which each change comes after its dependencies, and the heads. Of a
 // change written as automerge writes one it keeps only what follows the
 // dependencies, and puts the rest back, byte for byte, when the change
-// goes out. A Peer is
+// goes out. A State is
 // the sync state kept with one remote peer; Receive reads its message
 // (after the caller has added whatever changes it admits from it to the
 // Log) and Generate makes the next message for it, as automerge's
@@ -16,7 +16,7 @@
 // answered a message bringing it changes is sent nothing new until it
 // answers (or the answer is overdue), so each peer is paced by its own
 // reading, and its next message carries everything new since; and, with
-// Peer.Spacing, messages that bring a peer changes are at least that far
+// State.Spacing, messages that bring a peer changes are at least that far
 // apart (the first after a quiet spell goes at once).
 //
 // What amsync does not do is read a change's operations or decide whether

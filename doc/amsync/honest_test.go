@@ -89,7 +89,7 @@ func TestAPeerBackWithAnOfflineEditSendsOnlyIt(t *testing.T) {
 func TestMessagesHeldBySpacingPayForThemselves(t *testing.T) {
 	const n = 100_000
 	l := typedLog(n)
-	p := NewPeer()
+	p := NewState()
 	p.Spacing = 100 * time.Millisecond
 	now := time.Now()
 	var a account
@@ -114,7 +114,7 @@ func TestMessagesHeldBySpacingPayForThemselves(t *testing.T) {
 // the log takes after, not a look at each of its heads per answer.
 func TestUnknownHeadsAreNotLookedUpAgainPerAnswer(t *testing.T) {
 	l := typedLog(1000)
-	p := NewPeer()
+	p := NewState()
 	receive(t, p, l, &Message{Heads: unheardHashes(MaxHeads, 1), Have: []Have{{LastSync: l.Heads()}}})
 	p.Generate(l, nil, nil, time.Now())
 	var before, after runtime.MemStats
@@ -148,7 +148,7 @@ func TestALevelPeerKeepsNoFilter(t *testing.T) {
 	}
 	held = append(held, own)
 	b := NewBloom(len(held), func(i int) Hash { return held[i] })
-	p := NewPeer()
+	p := NewState()
 	receive(t, p, l, &Message{Heads: []Hash{own}, Have: []Have{{Bloom: b.Encode()}}})
 	if out := p.Generate(l, nil, nil, time.Now()); out == nil || len(out.Have) != 1 || len(out.Have[0].Bloom) == 0 {
 		t.Fatal("the peer was not sent a filter of the log")

@@ -227,7 +227,7 @@ func BenchmarkTypingIntoALongHistory(b *testing.B) {
 // it) is sent it again.
 func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
 	l := typedLog(3)
-	p := NewPeer()
+	p := NewState()
 	at := []Hash{l.HashAt(0)}
 	p.Receive(l, &Message{Heads: at, Have: []Have{{LastSync: at}}}, l.Heads())
 	out := p.Generate(l, nil, nil, time.Unix(0, 0))

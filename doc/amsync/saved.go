@@ -10,7 +10,7 @@ import (
 
 // A log may hold, besides its changes, its first changes saved as
 // automerge saves a document: one document chunk. A peer that has nothing
-// and reads a message's changes as one (Peer.joins) is sent that in their
+// and reads a message's changes as one (State.joins) is sent that in their
 // place, then the changes since (Outgoing.Saved): automerge loads a saved
 // document in one pass, several times faster than the same changes one by
 // one. The log does not make it (that needs automerge: doc/amsave); it

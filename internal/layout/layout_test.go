@@ -21,33 +21,48 @@ func TestMain(m *testing.M) {
 
 const module = "github.com/tandemhq/tandem"
 
-// rank places each package of the module on a level: a package may import
-// only packages on lower levels. Packages on one level do not import each
-// other: doc and awareness know nothing of each other, nor the WebSocket
-// server of the Redis bus.
-var rank = map[string]int{
-	"internal/auth":      0,
-	"internal/lifecycle": 0,
-	"internal/testenv":   0,
-	"internal/layout":    0,
-	"internal/smallmap":  0,
-	"internal/gctune":    0,
-	"internal/cmalloc":   0,
-	"transport/wire":     0,
-	"doc/amcheck":        0,
-	"doc/amsync":         0,
-	"doc/amsave":         0,
-	"doc/amcheck/amtest": 1, // test changes, for doc's tests and the bench
-	"doc":                1,
-	"awareness":          1,
-	"web/notify":         1,
-	"awareness/lastseen": 2, // presence's stores, for awareness's interface
-	"awareness/history":  2, // presence history: stores for awareness's interface, and their reading
-	"transport":          2,
-	"transport/redisbus": 2,
-	"web":                3,
-	"cmd/tandem":         4,
-	"cmd/tandem-bench":   4,
+// levels reads the level of each package of the module from the table
+// in cmd/tandem/ARCHITECTURE.md (rows "| level | `pkg`, `pkg` |"), the one
+// place it is written: a package may import only packages on lower
+// levels, and packages on one level do not import each other (doc and
+// awareness know nothing of each other, nor the WebSocket server of the
+// Redis bus). "dir/*" places every package under dir.
+func levels(t *testing.T) (exact map[string]int, under map[string]int) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root(t), "cmd/tandem/ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact, under = map[string]int{}, map[string]int{}
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| (.+) \|$`)
+	name := regexp.MustCompile("`([^`]+)`")
+	for _, m := range row.FindAllStringSubmatch(string(data), -1) {
+		level, _ := strconv.Atoi(m[1])
+		for _, n := range name.FindAllStringSubmatch(m[2], -1) {
+			if dir, ok := strings.CutSuffix(n[1], "/*"); ok {
+				under[dir] = level
+			} else {
+				exact[n[1]] = level
+			}
+		}
+	}
+	if len(exact) < 10 {
+		t.Fatalf("read only %d packages from ARCHITECTURE.md's level table", len(exact))
+	}
+	return exact, under
+}
+
+// levelOf returns a package's level from the table, if it has one.
+func levelOf(exact, under map[string]int, dir string) (int, bool) {
+	if l, ok := exact[dir]; ok {
+		return l, true
+	}
+	for d, l := range under {
+		if strings.HasPrefix(dir, d+"/") {
+			return l, true
+		}
+	}
+	return 0, false
 }
 
 type pkg struct {
@@ -121,14 +136,21 @@ func packages(t *testing.T) map[string]*pkg {
 // Imports go one way: from a level to the levels below it, never up and
 // never across.
 func TestImportsGoOneWay(t *testing.T) {
-	for dir, p := range packages(t) {
-		r, ok := rank[dir]
+	exact, under := levels(t)
+	all := packages(t)
+	for dir := range exact {
+		if _, ok := all[dir]; !ok {
+			t.Errorf("ARCHITECTURE.md's level table names %s, which is not a package", dir)
+		}
+	}
+	for dir, p := range all {
+		r, ok := levelOf(exact, under, dir)
 		if !ok {
-			t.Errorf("package %s has no level in this test's rank: place it", dir)
+			t.Errorf("package %s has no level in ARCHITECTURE.md's level table: place it", dir)
 			continue
 		}
 		for imp, file := range p.imports {
-			ir, ok := rank[imp]
+			ir, ok := levelOf(exact, under, imp)
 			if !ok {
 				continue // reported as a package of its own
 			}

@@ -21,10 +21,10 @@ import (
 // DocumentReplica is what the bus needs from the document layer.
 // *doc.Hub implements it.
 type DocumentReplica interface {
-	// Receive takes a document message another node published with
+	// ReceiveRemote takes a document message another node published with
 	// PublishDocument (doc/cluster.go is that protocol); it may block
 	// while the document layer is far behind, not longer.
-	Receive(documentID string, payload []byte) error
+	ReceiveRemote(documentID string, payload []byte) error
 	// AnnounceHeads publishes this node's heads of a document, if it has
 	// them: the other nodes answer with what either side lacks.
 	AnnounceHeads(documentID string)

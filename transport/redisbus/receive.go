@@ -236,7 +236,7 @@ func (b *Bus) dispatch(channel, payload string) {
 	case kindDoc:
 		// The document layer queues what takes its rooms' locks: presence
 		// does not wait for it.
-		if err := b.docs.Receive(docID, m.Data); err != nil {
+		if err := b.docs.ReceiveRemote(docID, m.Data); err != nil {
 			b.log.Warn("bus: a document message", "node", m.Node, "err", err)
 		}
 	case kindPresence:

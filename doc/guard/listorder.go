@@ -1,4 +1,4 @@
-package doc
+package guard
 
 // The order of a list's or text's elements, as automerge places them: each
 // element goes right after the one it was inserted after, before that

@@ -1,7 +1,8 @@
-package doc
+package guard
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/automerge/automerge-go"
@@ -47,8 +48,8 @@ type fuzzRef struct {
 }
 
 func newFuzzBase(t testing.TB) *fuzzBase {
-	o := stockAutomerge(t)
-	b := &fuzzBase{changes: o.trace(t, 7, 60), seqs: map[string]uint64{}}
+	o := amtest.StockAutomerge(t)
+	b := &fuzzBase{changes: o.Trace(t, 7, 60), seqs: map[string]uint64{}}
 	b.objs = append(b.objs, fuzzObj{kind: amcheck.MakeMap}) // the root
 	actorIndex := map[string]uint32{}
 	index := func(a []byte) uint32 {
@@ -233,7 +234,7 @@ func (b *fuzzBase) fuzzChange(in []byte) []byte {
 
 func FuzzReferenceCheck(f *testing.F) {
 	base := newFuzzBase(f)
-	o := stockAutomerge(f)
+	o := amtest.StockAutomerge(f)
 	for _, seed := range [][]byte{
 		{}, {0, 0, 0, 0, 0}, {3, 1, 0, 2, 1, 1}, {5, 4, 2, 4, 1, 9, 9}, {2, 0, 1, 1, 3, 0, 0, 1, 2},
 		{1, 7, 1, 2, 4, 0, 1, 1, 8}, {4, 2, 3, 1, 6, 6, 6}, {6, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
@@ -242,13 +243,13 @@ func FuzzReferenceCheck(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		forged := base.fuzzChange(in)
-		var l ledger
+		var l Ledger
 		for _, c := range base.changes {
 			p, err := amcheck.ParseSyncChange(c, amcheck.Limits{ListOps: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l.record([]change{{Change: p}})
+			l.Record([]Change{{Change: p}})
 		}
 		if err := admitOne(t, &l, forged); err != nil {
 			return // refused: nothing to check
@@ -267,10 +268,14 @@ func FuzzReferenceCheck(f *testing.F) {
 		if !sameHeads(again.Heads(), d.Heads()) {
 			t.Fatal("admitted, but automerge-go's save loads with other heads")
 		}
-		if ok, msg := o.applies(t, base.changes, [][]byte{forged}); !ok {
+		if ok, msg := o.Applies(t, base.changes, [][]byte{forged}); !ok {
 			t.Fatalf("admitted, but stock automerge fails: %s", msg)
 		}
 	})
 }
 
 var _ = bytes.Equal
+
+func sameHeads(a, b []automerge.ChangeHash) bool {
+	return slices.Equal(a, b)
+}

@@ -1,4 +1,4 @@
-package doc
+package guard
 
 import (
 	"bytes"
@@ -26,24 +26,17 @@ import (
 // Changes from the store or another node (stored ones) wait in the same
 // queue, for the same reason (a change can come over the bus before one
 // it depends on), but are not charged: they were checked and charged
-// where they were taken, and are let go past maxStoredWaiting (the heads
+// where they were taken, and are let go past MaxStoredWaiting (the heads
 // exchange and the store bring them again). They leave with the room.
-
-// queuedChange is a change that waits for a change it depends on, kept by
-// the guard with its bytes.
-type queuedChange struct {
-	change
-	from string // the peer that sent it: its leaving drops it; "" if stored
-}
 
 // maxQueued bounds the changes of local peers a document keeps back for
 // missing dependencies; a stock client never sends one before what it
 // depends on but for bloom filter false positives, which are a handful.
 const maxQueued = 1024
 
-// maxStoredWaiting bounds the stored changes a document keeps back for
+// MaxStoredWaiting bounds the stored changes a document keeps back for
 // missing dependencies.
-const maxStoredWaiting = 4096
+const MaxStoredWaiting = 4096
 
 // inOrder visits n changes (change(i) the i-th) in an order in which each
 // comes after what it depends on: take is called for each change whose
@@ -122,64 +115,64 @@ func readyNow(c *amcheck.Change, present func([32]byte) bool) bool {
 	return true
 }
 
-// unqueueFrom drops the queued changes a peer sent, as it leaves: what a
+// DropFrom drops the queued changes a peer sent, as it leaves: what a
 // peer keeps waiting lasts no longer than its connection (a stock client
 // sends them again when it comes back).
-func (l *ledger) unqueueFrom(peer string) {
+func (l *Ledger) DropFrom(peer string) {
 	for h, c := range l.queued {
-		if !c.stored && c.from == peer {
+		if !c.Stored && c.from == peer {
 			l.unqueue(h)
 		}
 	}
 }
 
-// unqueueAll empties the queue, giving its bytes back to the node's
+// DropAll empties the queue, giving its bytes back to the node's
 // count, as its room leaves memory.
-func (l *ledger) unqueueAll() {
+func (l *Ledger) DropAll() {
 	for h := range l.queued {
 		l.unqueue(h)
 	}
 }
 
-// queueHeld queues the changes an admission left waiting (admission.held:
+// Queue queues the changes an admission left waiting (Admission.wait:
 // peer's, or stored ones), and unqueues the queued ones the guard refused
 // once they were ready. It returns how many stored changes it let go, past
-// maxStoredWaiting.
-func (l *ledger) queueHeld(ad *admission, peer string) (letGo int) {
-	for _, c := range ad.held {
+// MaxStoredWaiting.
+func (l *Ledger) Queue(ad *Admission, peer string) (letGo int) {
+	for _, c := range ad.wait {
 		if l.queued == nil {
-			l.queued = make(map[[32]byte]queuedChange)
+			l.queued = make(map[[32]byte]Change)
 		}
 		if _, ok := l.queued[c.Hash]; ok {
 			continue
 		}
-		if c.stored {
-			if len(l.queued)-l.fromPeers >= maxStoredWaiting {
+		if c.Stored {
+			if len(l.queued)-l.fromPeers >= MaxStoredWaiting {
 				letGo++
 				continue
 			}
 			l.queued[c.Hash] = c
 			continue
 		}
+		c = c.kept()
 		c.from = peer
-		c.change = c.held()
 		l.queued[c.Hash] = c
 		l.fromPeers++
-		l.queuedBytes += cost(&c.Change)
+		l.queuedBytes += Cost(&c.Change)
 		if l.waiting != nil {
-			l.waiting.Add(cost(&c.Change))
+			l.waiting.Add(Cost(&c.Change))
 		}
 	}
-	for _, d := range ad.dropped {
-		l.unqueue(d.hash)
+	for _, d := range ad.Dropped {
+		l.unqueue(d.Hash)
 	}
 	return letGo
 }
 
-// held returns the change as it waits: its bytes copied out of the
+// kept returns the change as it waits: its bytes copied out of the
 // message, and its header read from the copy, without its operations.
-func (c change) held() change {
-	raw := bytes.Clone(c.raw)
+func (c Change) kept() Change {
+	raw := bytes.Clone(c.Raw)
 	h, err := amcheck.ParseSyncChange(raw, amcheck.Limits{})
 	if err != nil || h.Hash != c.Hash {
 		// It read before; it reads the same again. Were it not so, it
@@ -187,47 +180,48 @@ func (c change) held() change {
 		return c
 	}
 	h.Ops, h.Expanded = c.Ops, c.Expanded // what it was charged, whatever the limits read
-	return change{Change: h, raw: raw}
+	return Change{Change: h, Raw: raw}
 }
 
 // withOps returns a waiting change with its operations read again, now
 // that it is ready to be checked (a change that never waited has them).
-func (c change) withOps(lim Limits, charge func(ops, preds int) error) (change, error) {
+func (c Change) withOps(lim Limits, charge func(ops, preds int) error) (Change, error) {
 	if c.OpList != nil || c.Ops == 0 {
 		return c, nil
 	}
-	full, err := lim.readChangeListed(c.raw, true, charge)
+	full, err := lim.readChangeListed(c.Raw, true, charge)
 	if errors.Is(err, ErrBusy) || errors.Is(err, ErrLimit) {
 		return c, err
 	}
 	if err != nil {
 		return c, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
-	return change{Change: full, raw: c.raw}, nil
+	c.Change = full
+	return c, nil
 }
 
-func (l *ledger) unqueue(h [32]byte) {
+func (l *Ledger) unqueue(h [32]byte) {
 	if c, ok := l.queued[h]; ok {
 		delete(l.queued, h)
-		if c.stored {
+		if c.Stored {
 			return
 		}
 		l.fromPeers--
-		l.queuedBytes -= cost(&c.Change)
+		l.queuedBytes -= Cost(&c.Change)
 		if l.waiting != nil {
-			l.waiting.Add(-cost(&c.Change))
+			l.waiting.Add(-Cost(&c.Change))
 		}
 	}
 }
 
-// missingFrom returns the dependencies of the changes peer sent that
+// MissingFrom returns the dependencies of the changes peer sent that
 // wait in the queue which neither the document nor the queue holds: what
 // the room asks that peer for. Only that peer is asked: the others may
 // not have them, and each would answer every such question.
-func (l *ledger) missingFrom(peer string, known func(hash []byte) bool) []amsync.Hash {
+func (l *Ledger) MissingFrom(peer string, known func(hash []byte) bool) []amsync.Hash {
 	var out []amsync.Hash
 	for _, c := range l.queued {
-		if c.stored || c.from != peer {
+		if c.Stored || c.from != peer {
 			continue
 		}
 		for _, d := range c.Deps {
@@ -240,8 +234,14 @@ func (l *ledger) missingFrom(peer string, known func(hash []byte) bool) []amsync
 	return out
 }
 
-// holds reports whether the change waits in the queue.
-func (l *ledger) holds(h amsync.Hash) bool {
+// Waits reports whether the change waits in the queue.
+func (l *Ledger) Waits(h amsync.Hash) bool {
 	_, ok := l.queued[h]
 	return ok
+}
+
+// Waiting counts the changes that wait for a dependency: local peers'
+// and stored ones.
+func (l *Ledger) Waiting() (fromPeers, stored int) {
+	return l.fromPeers, len(l.queued) - l.fromPeers
 }

@@ -1,4 +1,4 @@
-package doc
+package guard
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 )
 
@@ -18,31 +19,31 @@ import (
 // it beside another's is asked to come back.
 func TestCheckingAMessageIsChargedBeforeItsOperationsAreListed(t *testing.T) {
 	const checkBytes = 20 << 20
-	changes := chain(5, 100_000, 0) // 100,000 ops each: 9.6 MB of lists each
+	changes := amtest.Chain(5, 100_000, 0) // 100,000 ops each: 9.6 MB of lists each
 	lim := Limits{CheckBytes: checkBytes}
-	lim.setDefaults()
+	lim.SetDefaults()
 
-	l := &ledger{log: amsync.NewLog()}
-	_, err := l.admit(lim, changes, func([]byte) bool { return false })
+	l := &Ledger{log: amsync.NewLog()}
+	_, err := l.Admit(lim, changes, func([]byte) bool { return false })
 	if !errors.Is(err, ErrLimit) || !strings.HasPrefix(err.Error(), "change 2:") {
 		t.Fatalf("a message of 48 MB of lists: err = %v, want ErrLimit at its third change, before its list is made", err)
 	}
 	if l.checked > checkBytes {
 		t.Fatalf("%d bytes of lists made, over the bound %d", l.checked, checkBytes)
 	}
-	l.releaseChecked()
+	l.Release()
 
 	// Two rooms checking at once share the node's bound.
 	var node atomic.Int64
-	a, b := &ledger{log: amsync.NewLog(), checking: &node}, &ledger{log: amsync.NewLog(), checking: &node}
-	if _, err := a.admit(lim, changes[:1], func([]byte) bool { return false }); err != nil {
+	a, b := &Ledger{log: amsync.NewLog(), checking: &node}, &Ledger{log: amsync.NewLog(), checking: &node}
+	if _, err := a.Admit(lim, changes[:1], func([]byte) bool { return false }); err != nil {
 		t.Fatalf("one change of 9.6 MB of lists: %v", err)
 	}
-	if _, err := b.admit(lim, changes[:2], func([]byte) bool { return false }); !errors.Is(err, ErrBusy) {
+	if _, err := b.Admit(lim, changes[:2], func([]byte) bool { return false }); !errors.Is(err, ErrBusy) {
 		t.Fatalf("beside another room's: err = %v, want ErrBusy", err)
 	}
-	a.releaseChecked()
-	b.releaseChecked()
+	a.Release()
+	b.Release()
 	if n := node.Load(); n != 0 {
 		t.Fatalf("%d bytes still charged after both were done", n)
 	}

@@ -1,4 +1,4 @@
-package doc
+package guard
 
 import (
 	"bytes"
@@ -11,63 +11,23 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
-// typing returns n+1 changes: a text made by actor A, then n characters
-// typed by A and B in turn, each after the one before (the worst case for
-// the reference index: no two neighbours share an actor, so no runs).
-func typing(n int) [][]byte {
-	actors := [][]byte{actorA, actorB}
-	first, prev := amtest.Encode(amtest.Change{Actors: actors[:1], Seq: 1, StartOp: 1,
-		Ops: []amtest.Op{{MapKey: true, Key: "text", Action: amcheck.MakeText}}})
-	out := [][]byte{first}
-	seqs := []uint64{1, 0}
-	last := amcheck.OpID{} // the last character: the head at first
-	for i := range n {
-		a := i % 2
-		seqs[a]++
-		ctr := uint64(i + 2)
-		ops := []amtest.Op{ins(amcheck.OpID{Counter: 1, Actor: uint32(a)}, last, "x")}
-		// Actor indices in the change: 0 is its author, 1 the other.
-		fix := func(id amcheck.OpID, owner int) amcheck.OpID {
-			if id.Counter == 0 {
-				return id
-			}
-			if owner == a {
-				id.Actor = 0
-			} else {
-				id.Actor = 1
-			}
-			return id
-		}
-		ops[0].Obj = fix(amcheck.OpID{Counter: 1}, 0)
-		if last.Counter != 0 {
-			ops[0].Elem = fix(amcheck.OpID{Counter: last.Counter}, int(last.Actor))
-		}
-		var chunk []byte
-		chunk, prev = amtest.Encode(amtest.Change{Deps: [][32]byte{prev}, Actors: [][]byte{actors[a], actors[1-a]},
-			Seq: seqs[a], StartOp: ctr, Ops: ops})
-		out = append(out, chunk)
-		last = amcheck.OpID{Counter: uint32(ctr), Actor: uint32(a)}
-	}
-	return out
-}
-
 // BenchmarkAdmitTypedChange measures the guard's checks of one typed
 // character (parse, sequence, references, causal check) against documents
 // of growing history, and what the ledger holds per change.
 func BenchmarkAdmitTypedChange(b *testing.B) {
-	all := typing(100_001)
+	all := amtest.Typing(100_001)
 	for _, n := range []int{100, 10_000, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			var ms0, ms1 runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&ms0)
-			var l ledger
+			var l Ledger
 			for _, c := range all[:n+1] {
 				p, err := amcheck.ParseSyncChange(c, amcheck.Limits{ListOps: true})
 				if err != nil {
 					b.Fatal(err)
 				}
-				l.record([]change{{Change: p}})
+				l.Record([]Change{{Change: p}})
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&ms1)
@@ -84,7 +44,7 @@ func BenchmarkAdmitTypedChange(b *testing.B) {
 // late: so no change of theirs depends on every head, as when people type
 // together over a network.
 func typingTogether(history, n, typists, lag int) [][]byte {
-	out := typing(0) // the text, made by A
+	out := amtest.Typing(0) // the text, made by A
 	hashes := make([][32]byte, 0, history+n+1)
 	deps := make([][][32]byte, 0, history+n+1)
 	add := func(chunk []byte, h [32]byte, d [][32]byte) {
@@ -97,13 +57,13 @@ func typingTogether(history, n, typists, lag int) [][]byte {
 		panic(err)
 	}
 	out = out[:0]
-	add(typing(0)[0], first.Hash, nil)
+	add(amtest.Typing(0)[0], first.Hash, nil)
 	text := amcheck.OpID{Counter: 1}
 	lastA := amcheck.OpID{}
 	for i := range history {
 		ctr := uint64(i + 2)
-		chunk, h := amtest.Encode(amtest.Change{Deps: [][32]byte{hashes[len(hashes)-1]}, Actors: [][]byte{actorA},
-			Seq: uint64(i + 2), StartOp: ctr, Ops: []amtest.Op{ins(text, lastA, "x")}})
+		chunk, h := amtest.Encode(amtest.Change{Deps: [][32]byte{hashes[len(hashes)-1]}, Actors: [][]byte{amtest.ActorA},
+			Seq: uint64(i + 2), StartOp: ctr, Ops: []amtest.Op{amtest.Insert(text, lastA, "x")}})
 		add(chunk, h, [][32]byte{hashes[len(hashes)-1]})
 		lastA = amcheck.OpID{Counter: uint32(ctr)}
 	}
@@ -149,8 +109,8 @@ func typingTogether(history, n, typists, lag int) [][]byte {
 			elem = amcheck.OpID{Counter: lastA.Counter, Actor: 1} // after A's text
 		}
 		t.seq++
-		chunk, h := amtest.Encode(amtest.Change{Deps: d, Actors: [][]byte{t.actor, actorA},
-			Seq: t.seq, StartOp: ctr, Ops: []amtest.Op{ins(amcheck.OpID{Counter: 1, Actor: 1}, elem, "y")}})
+		chunk, h := amtest.Encode(amtest.Change{Deps: d, Actors: [][]byte{t.actor, amtest.ActorA},
+			Seq: t.seq, StartOp: ctr, Ops: []amtest.Op{amtest.Insert(amcheck.OpID{Counter: 1, Actor: 1}, elem, "y")}})
 		add(chunk, h, d)
 		t.below = map[[32]byte]bool{}
 		for _, x := range d {
@@ -169,13 +129,13 @@ func BenchmarkAdmitTypingTogether(b *testing.B) {
 	for _, n := range []int{100, 100_000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			all := typingTogether(n, 2_001, 4, 6)
-			var l ledger
+			var l Ledger
 			for _, c := range all[:len(all)-1] {
 				p, err := amcheck.ParseSyncChange(c, amcheck.Limits{ListOps: true})
 				if err != nil {
 					b.Fatal(err)
 				}
-				l.record([]change{{Change: p}})
+				l.Record([]Change{{Change: p}})
 			}
 			benchAdmit(b, &l, all[len(all)-1])
 		})
@@ -184,14 +144,14 @@ func BenchmarkAdmitTypingTogether(b *testing.B) {
 
 // benchAdmit times the guard's admission of one change into l, over and
 // over (it is checked, never recorded).
-func benchAdmit(b *testing.B, l *ledger, next []byte) {
+func benchAdmit(b *testing.B, l *Ledger, next []byte) {
 	var lim Limits
-	lim.setDefaults()
+	lim.SetDefaults()
 	known := ledgerKnows(l)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := l.admit(lim, [][]byte{next}, known); err != nil {
+		if _, err := l.Admit(lim, [][]byte{next}, known); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // had the changes already (from another tab, say) may not answer at all.
 const AnswerWait = time.Second
 
-// Peer is the sync state kept with one remote peer of a Log: automerge's
+// State is the sync state kept with one remote peer of a Log: automerge's
 // sync state (shared heads, last sent heads, the peer's last heads, the
 // changes sent it), what the peer's last message says it lacks, and
 // whether a message bringing it changes awaits its answer.
@@ -26,7 +26,7 @@ const AnswerWait = time.Second
 // bloom filters and need list are not kept, and what is owed is dropped
 // once sent. Generate then costs what it sends, whatever the document's
 // size.
-type Peer struct {
+type State struct {
 	// ReadOnly is set for a peer whose changes are not taken: it is never
 	// asked for them (automerge's read-only sync state).
 	ReadOnly bool
@@ -145,30 +145,30 @@ func workFor(m *Message) int {
 
 const maxWork = 4 << 20
 
-// NewPeer returns the state for a peer the log knows nothing about.
-func NewPeer() *Peer { return &Peer{} }
+// NewState returns the state for a peer the log knows nothing about.
+func NewState() *State { return &State{} }
 
 // NewPeerAt returns the state for a peer known to have every change up to
 // heads (automerge's saved sync state: shared heads only).
-func NewPeerAt(heads []Hash) *Peer {
-	return &Peer{shared: slices.Clone(heads)}
+func NewPeerAt(heads []Hash) *State {
+	return &State{shared: slices.Clone(heads)}
 }
 
 // Shared returns the heads the peer is known to share with the log.
-func (p *Peer) Shared() []Hash { return p.shared }
+func (p *State) Shared() []Hash { return p.shared }
 
 // TheirHeads returns the heads the peer's last message named, and whether
 // there was one.
-func (p *Peer) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
+func (p *State) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
 
 // HeldUntil returns, when Generate last held a message back from the
 // peer to wait for its answer, when the wait ends; zero otherwise.
-func (p *Peer) HeldUntil() time.Time { return p.heldUntil }
+func (p *State) HeldUntil() time.Time { return p.heldUntil }
 
 // Kept returns the bytes the state holds, besides its fixed size: its
 // hash lists, what the peer is owed, the spans of what it was sent and
 // the log's filter made for it.
-func (p *Peer) Kept() int {
+func (p *State) Kept() int {
 	return 32*(len(p.shared)+len(p.lastSent)+len(p.theirHeads)+len(p.unknown)) + 48*len(p.unknownSet) +
 		4*(len(p.asked)+len(p.lacks)) + 8*len(p.sent.s) + len(p.ours.f.bits)
 }
@@ -187,7 +187,7 @@ func Holds(m *Message) int {
 // l the changes of m it admits; before are l's heads from before it did.
 // Nothing of m is kept: m may be let go. What its have entries say the
 // peer lacks is worked out here, once (lackedBy).
-func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
+func (p *State) Receive(l *Log, m *Message, before []Hash) {
 	// What the last message found owed and was not sent is worked out
 	// anew: its refund is taken back.
 	p.work -= p.refunded
@@ -277,7 +277,7 @@ func (p *Peer) Receive(l *Log, m *Message, before []Hash) {
 // heads lacks everything not sent it, which costs nothing to say
 // (lacksFrom 0); a walk that takes more than the peer paid for stops,
 // and every change not sent it is taken as lacked, and sent.
-func (p *Peer) exactLacks(l *Log) {
+func (p *State) exactLacks(l *Log) {
 	p.lacks, p.lacksFrom = nil, l.n
 	if len(p.theirHeads) == 0 {
 		p.lacksFrom = 0
@@ -456,7 +456,7 @@ func inList[T comparable](list []T) func(T) bool {
 // log's at Indices (Message.Changes stays empty: Encode takes them from
 // the log as it writes, so a message made for many peers copies them
 // once). Joined says they go as one entry, the change chunks one after
-// another, for a peer that reads them so (Peer.joins). Saved says the
+// another, for a peer that reads them so (State.joins). Saved says the
 // entry begins with the log's saved document (Log.SetSaved) in place of
 // the changes it holds, which are the first Saved of Indices.
 type Outgoing struct {
@@ -506,7 +506,7 @@ func (o *Outgoing) Encode() []byte {
 // filter otherwise. And a peer that has not answered a message that
 // brought it changes is sent nothing until it answers or AnswerWait has
 // passed: it then gets everything new since in one message.
-func (p *Peer) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
+func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	ours := l.Heads()
 	if p.unknownAt != l.n && len(p.unknownSet) > 0 {
@@ -652,7 +652,7 @@ func sortedFrom0(xs []int32) bool {
 
 // owes reports whether the peer is owed changes: asked for, or lacked
 // and not sent. Its cost is the lacks already sent, each looked at once.
-func (p *Peer) owes(l *Log) bool {
+func (p *State) owes(l *Log) bool {
 	if len(p.asked) > 0 {
 		return true
 	}
@@ -666,7 +666,7 @@ func (p *Peer) owes(l *Log) bool {
 // toSend returns the changes the peer is owed, in log order, the ones it
 // asked for by hash first (sent before or not: it lacks them). Its cost
 // is what it returns and the spans of what was sent.
-func (p *Peer) toSend(l *Log) []int32 {
+func (p *State) toSend(l *Log) []int32 {
 	if p.have == haveNone {
 		return p.asked
 	}
@@ -711,7 +711,7 @@ type ownFilter struct {
 // (a unit per change walked or put in it); if that runs out the message
 // goes with no have entry: the peer then sends only the heads asked of
 // it, and their dependencies are asked for as they come.
-func (p *Peer) haveSince(l *Log) []Have {
+func (p *State) haveSince(l *Log) []Have {
 	o := &p.ours
 	key := hashesDigest(p.shared)
 	switch {

@@ -1,4 +1,4 @@
-package doc
+package guard
 
 import (
 	"bytes"
@@ -32,10 +32,10 @@ import (
 // Entries are bounded node-wide in count and bytes; past either bound the
 // least recently used go. A forgotten change is only checked again.
 
-// Defaults for Config.RefusedChanges and Config.RefusedChangeBytes.
+// Defaults for NewRefusals' bounds.
 const (
-	defaultRefusedChanges     = 10_000
-	defaultRefusedChangeBytes = 4 << 20
+	DefaultRefusedChanges     = 10_000
+	DefaultRefusedChangeBytes = 4 << 20
 )
 
 // refusalOverhead is what one entry costs beyond its document id and
@@ -45,8 +45,8 @@ const refusalOverhead = 160
 // maxRefusalReason bounds the reason kept with an entry.
 const maxRefusalReason = 240
 
-// refusals is the hub's memory of refused changes. Safe for concurrent use.
-type refusals struct {
+// Refusals is a node's memory of refused changes. Safe for concurrent use.
+type Refusals struct {
 	maxEntries int
 	maxBytes   int64
 
@@ -73,10 +73,12 @@ type refusal struct {
 	size   int64
 }
 
-func newRefusals(cfg *Config) *refusals {
-	rf := &refusals{
-		maxEntries: cfg.RefusedChanges,
-		maxBytes:   cfg.RefusedChangeBytes,
+// NewRefusals returns a memory of at most maxEntries refused changes
+// taking at most maxBytes, its metrics registered with reg if not nil.
+func NewRefusals(maxEntries int, maxBytes int64, reg prometheus.Registerer) *Refusals {
+	rf := &Refusals{
+		maxEntries: maxEntries,
+		maxBytes:   maxBytes,
 		entries:    make(map[refusalKey]*list.Element),
 		order:      list.New(),
 		perDoc:     make(map[string]int),
@@ -94,19 +96,19 @@ func newRefusals(cfg *Config) *refusals {
 	count := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tandem_refused_changes_remembered",
 		Help: "Refused changes (or sets of changes) remembered by hash, node-wide.",
-	}, func() float64 { return float64(rf.stats().Remembered) })
+	}, func() float64 { return float64(rf.Stats().Remembered) })
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tandem_refused_changes_remembered_bytes",
 		Help: "Bytes the remembered refused changes take, as counted against the hub's RefusedChangeBytes.",
-	}, func() float64 { return float64(rf.stats().Bytes) })
-	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(refused, count, size)
+	}, func() float64 { return float64(rf.Stats().Bytes) })
+	if reg != nil {
+		reg.MustRegister(refused, count, size)
 	}
 	return rf
 }
 
-// RefusalStats counts the hub's refusals of sync messages since it
-// started, and what it remembers of them.
+// RefusalStats counts the refusals of sync messages since the memory
+// was made, and what it remembers of them.
 type RefusalStats struct {
 	// ByGuard counts messages the guard checked and refused; ByMemory
 	// those refused by a remembered hash, unchecked.
@@ -116,12 +118,8 @@ type RefusalStats struct {
 	Bytes      int64
 }
 
-// RefusalStats returns the hub's refusal counts.
-func (h *Hub) RefusalStats() RefusalStats {
-	return h.refusals.stats()
-}
-
-func (rf *refusals) stats() RefusalStats {
+// Stats returns the refusal counts.
+func (rf *Refusals) Stats() RefusalStats {
 	s := RefusalStats{ByGuard: rf.byGuard.Load(), ByMemory: rf.byMemory.Load()}
 	rf.mu.Lock()
 	s.Remembered, s.Bytes = rf.order.Len(), rf.size
@@ -131,7 +129,7 @@ func (rf *refusals) stats() RefusalStats {
 
 // check refuses a message whose changes, or whose set of changes, were
 // refused before in this document, with the same kind of error.
-func (rf *refusals) check(documentID string, changes [][]byte) error {
+func (rf *Refusals) Check(documentID string, changes [][]byte) error {
 	if len(changes) == 0 {
 		return nil
 	}
@@ -177,7 +175,7 @@ func (rf *refusals) check(documentID string, changes [][]byte) error {
 // refused counts a refusal by the guard and remembers what it refused.
 // cause wraps ErrLimit or ErrRefused; lim are the limits it was checked
 // against.
-func (rf *refusals) refused(documentID string, changes [][]byte, cause error, lim Limits) {
+func (rf *Refusals) Refused(documentID string, changes [][]byte, cause error, lim Limits) {
 	kind := ErrRefused
 	if errors.Is(cause, ErrLimit) {
 		kind = ErrLimit
@@ -219,7 +217,7 @@ func (rf *refusals) refused(documentID string, changes [][]byte, cause error, li
 }
 
 // add remembers e, making room for it. The caller holds rf.mu.
-func (rf *refusals) add(e *refusal) {
+func (rf *Refusals) add(e *refusal) {
 	if el := rf.entries[e.key]; el != nil {
 		rf.order.MoveToFront(el)
 		return
@@ -236,7 +234,7 @@ func (rf *refusals) add(e *refusal) {
 	rf.size += e.size
 }
 
-func (rf *refusals) remove(el *list.Element) {
+func (rf *Refusals) remove(el *list.Element) {
 	e := rf.order.Remove(el).(*refusal)
 	delete(rf.entries, e.key)
 	if rf.perDoc[e.key.doc]--; rf.perDoc[e.key.doc] <= 0 {

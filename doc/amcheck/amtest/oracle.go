@@ -1,17 +1,20 @@
-package doc
+package amtest
 
 import (
 	"bufio"
 	"encoding/base64"
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 )
 
-// amOracle is stock automerge (the JS package stock clients run), in a
-// node process the tests share: testdata/am-oracle.mjs.
-type amOracle struct {
+// Oracle is stock automerge (the JS package stock clients run), in a
+// node process the tests of a package share (oracle.mjs beside this
+// file; the module's node_modules must be installed: npm ci).
+type Oracle struct {
 	mu  sync.Mutex
 	in  *json.Encoder
 	out *bufio.Scanner
@@ -19,14 +22,16 @@ type amOracle struct {
 
 var (
 	oracleOnce sync.Once
-	oracle     *amOracle
+	oracle     *Oracle
 	oracleErr  error
 )
 
-func stockAutomerge(t testing.TB) *amOracle {
+// StockAutomerge returns the oracle, started on first use.
+func StockAutomerge(t testing.TB) *Oracle {
 	t.Helper()
 	oracleOnce.Do(func() {
-		cmd := exec.Command("node", "testdata/am-oracle.mjs")
+		_, file, _, _ := runtime.Caller(0)
+		cmd := exec.Command("node", filepath.Join(filepath.Dir(file), "oracle.mjs"))
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			oracleErr = err
@@ -42,15 +47,17 @@ func stockAutomerge(t testing.TB) *amOracle {
 		}
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 256<<20)
-		oracle = &amOracle{in: json.NewEncoder(in), out: sc}
+		oracle = &Oracle{in: json.NewEncoder(in), out: sc}
 	})
 	if oracleErr != nil {
-		t.Fatalf("stock automerge (node testdata/am-oracle.mjs; run npm ci first): %v", oracleErr)
+		t.Fatalf("stock automerge (node oracle.mjs in doc/amcheck/amtest; run npm ci first): %v", oracleErr)
 	}
 	return oracle
 }
 
-func (o *amOracle) call(t testing.TB, req, res any) {
+// Call sends the oracle a request (see oracle.mjs for the ops) and reads
+// its answer into res.
+func (o *Oracle) Call(t testing.TB, req, res any) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -73,11 +80,11 @@ func b64s(bs [][]byte) []string {
 	return out
 }
 
-// trace returns a random editing session's changes, as stock automerge
+// Trace returns a random editing session's changes, as stock automerge
 // makes them, in the order they were made.
-func (o *amOracle) trace(t testing.TB, seed, steps int) [][]byte {
+func (o *Oracle) Trace(t testing.TB, seed, steps int) [][]byte {
 	var res struct{ Changes []string }
-	o.call(t, map[string]any{"op": "trace", "seed": seed, "steps": steps}, &res)
+	o.Call(t, map[string]any{"op": "trace", "seed": seed, "steps": steps}, &res)
 	out := make([][]byte, len(res.Changes))
 	for i, s := range res.Changes {
 		b, err := base64.StdEncoding.DecodeString(s)
@@ -89,14 +96,14 @@ func (o *amOracle) trace(t testing.TB, seed, steps int) [][]byte {
 	return out
 }
 
-// applies reports whether stock automerge applies changes on top of base
+// Applies reports whether stock automerge applies changes on top of base
 // and keeps working on the result (materialize, save and load, sync to a
 // fresh peer and to one at base).
-func (o *amOracle) applies(t testing.TB, base, changes [][]byte) (bool, string) {
+func (o *Oracle) Applies(t testing.TB, base, changes [][]byte) (bool, string) {
 	var res struct {
 		OK  bool
 		Err string
 	}
-	o.call(t, map[string]any{"op": "apply", "base": b64s(base), "changes": b64s(changes)}, &res)
+	o.Call(t, map[string]any{"op": "apply", "base": b64s(base), "changes": b64s(changes)}, &res)
 	return res.OK, res.Err
 }

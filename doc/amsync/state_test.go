@@ -31,7 +31,7 @@ func TestLongListsCostTheirLength(t *testing.T) {
 	for i := range int32(n) {
 		asked = append(asked, l.HashAt(i))
 	}
-	p := NewPeer()
+	p := NewState()
 	p.Receive(l, &Message{Heads: unheardHashes(MaxHeads, 1), Need: asked, Have: []Have{{}}}, l.Heads())
 	start := time.Now()
 	out := p.Generate(l, nil, nil, time.Now())

@@ -1,0 +1,91 @@
+package guard
+
+import (
+	"encoding/binary"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/amsync"
+)
+
+// A message whose changes come last first is taken whole, in an order the
+// log can take, in time that grows with the message: the guard used to
+// look at every waiting change again for each change it took, so 16,000
+// empty changes (864 KB) held the room's lock for 8 s, and every other
+// document's with it (evictIdle).
+func TestAChainSentLastChangeFirstIsTakenInLinearTime(t *testing.T) {
+	const n = 40_000
+	chain := amtest.Chain(n, 0, 0)
+	slices.Reverse(chain)
+	var lim Limits
+	lim.SetDefaults()
+	l := &Ledger{log: amsync.NewLog()}
+	start := time.Now()
+	ad, err := l.Admit(lim, chain, l.log.HasBytes)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ad.Apply) != n || len(ad.wait) != 0 {
+		t.Fatalf("took %d changes and held %d of %d", len(ad.Apply), len(ad.wait), n)
+	}
+	for i, c := range ad.Apply {
+		if c.Seq != uint64(i+1) {
+			t.Fatalf("change %d to take is seq %d", i, c.Seq)
+		}
+	}
+	// Linear, this is well under a second (a few under -race); the
+	// quadratic guard took minutes.
+	if took > 30*time.Second {
+		t.Fatalf("admitting %d changes took %v", n, took)
+	}
+}
+
+func BenchmarkAdmitAChainLastChangeFirst(b *testing.B) {
+	chain := amtest.Chain(10_000, 0, 0)
+	slices.Reverse(chain)
+	var lim Limits
+	lim.SetDefaults()
+	for b.Loop() {
+		l := &Ledger{log: amsync.NewLog()}
+		if _, err := l.Admit(lim, chain, l.log.HasBytes); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// apart returns n changes of n actors, none depending on another: each
+// a head of its own.
+func apart(n, from int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		actor := binary.BigEndian.AppendUint32([]byte{0xee}, uint32(from+i))
+		out[i], _ = amtest.Encode(amtest.Change{Actors: [][]byte{actor}, Seq: 1, StartOp: 1})
+	}
+	return out
+}
+
+// A document's heads are bounded: one message of independent changes
+// (about 50 bytes each) could otherwise give it any number, which every
+// change the log takes, every peer's message and every client's load then
+// pays for.
+func TestADocumentsHeadsAreBounded(t *testing.T) {
+	var lim Limits
+	lim.SetDefaults()
+	l := &Ledger{log: amsync.NewLog()}
+	ad, err := l.Admit(lim, apart(maxHeads, 0), l.log.HasBytes)
+	if err != nil {
+		t.Fatalf("%d heads: %v", maxHeads, err)
+	}
+	for _, c := range ad.Apply { // what the room does with an admission (no dependencies here)
+		if _, err := l.log.Add(c.Hash, nil, c.Raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Admit(lim, apart(1, maxHeads), l.log.HasBytes); !errors.Is(err, ErrLimit) {
+		t.Fatalf("one head more: err = %v, want ErrLimit", err)
+	}
+}
