@@ -15,16 +15,6 @@ import (
 // depends on. This file reads changes from the bytes they are stored and
 // relayed as; apply.go adds them to the log.
 
-// change is a change read from bytes: what amcheck read, and the bytes.
-type change struct {
-	amcheck.Change
-	raw []byte
-	// stored is set for a change that came from the store or from
-	// another node, which stores what it takes before it publishes it:
-	// the store holds it already (apply.go).
-	stored bool
-}
-
 // readChanges reads stored or relayed bytes as changes, appended to dst:
 // change chunks one after another, as Tandem stores and relays them. A
 // whole document saved by automerge (as an earlier version of Tandem
