@@ -54,6 +54,12 @@ type frameConn struct {
 	budget  *readBudget     // charged the buffer's bytes while it is taken; may be nil
 	raw     syscall.RawConn // the socket, for the writer's tryWrite; nil when not a plain one
 
+	// The reader's raw read (readWhenReady, Unix): the function, bound
+	// once, and what its last call read.
+	readFn func(fd uintptr) bool
+	rn     int
+	rerr   error
+
 	// The deadline of the message gorilla is reading (readMessage), set
 	// on the socket at the first read that may wait on it: a message
 	// that has arrived whole costs no timer.

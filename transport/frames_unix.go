@@ -24,22 +24,12 @@ func (f *frameConn) readWhenReady() (int, error) {
 	if rc == nil {
 		return f.getBufferAndRead()
 	}
-	var n int
-	var rerr error
-	err := rc.Read(func(fd uintptr) bool {
-		f.getBuffer()
-		for {
-			n, rerr = unix.Read(int(fd), *f.buf)
-			if rerr != unix.EINTR {
-				break
-			}
-		}
-		if rerr == unix.EAGAIN {
-			f.putBuffer() // nothing yet: wait with no buffer
-			return false
-		}
-		return true
-	})
+	if f.readFn == nil {
+		f.readFn = f.readRaw // bound once: a closure made for each read is an allocation for each
+	}
+	err := rc.Read(f.readFn)
+	n, rerr := f.rn, f.rerr
+	f.rn, f.rerr = 0, nil
 	switch {
 	case err != nil: // the deadline, or the socket closed
 		return 0, err
@@ -75,6 +65,24 @@ func (w *rawWrite) write(fd uintptr) bool {
 		}
 	}
 	return true // never wait: what is left is the writer's turn's
+}
+
+// readRaw reads the socket into a buffer taken for it, for readWhenReady,
+// leaving the result in rn and rerr; it reports false, giving the buffer
+// back, when the socket has nothing yet.
+func (f *frameConn) readRaw(fd uintptr) bool {
+	f.getBuffer()
+	for {
+		f.rn, f.rerr = unix.Read(int(fd), *f.buf)
+		if f.rerr != unix.EINTR {
+			break
+		}
+	}
+	if f.rerr == unix.EAGAIN {
+		f.putBuffer() // nothing yet: wait with no buffer
+		return false
+	}
+	return true
 }
 
 // initRaw keeps the socket's raw connection for tryWrite, if it is a
