@@ -59,6 +59,10 @@ type conn struct {
 	// writing. Both count in the server's tandem_send_queue_bytes.
 	outBytes, writingBytes int64
 
+	// The ephemerals sent that a stock client may pass back: written by
+	// whoever sends them, read by the reader (passedon.go).
+	passOns atomic.Int64
+
 	grant   *auth.Grant // what the token allows; nil when running open
 	limiter bucket      // the message rate: excess ephemerals dropped
 	flood   bucket      // twice the rate: beyond it the connection closes
@@ -287,6 +291,7 @@ func (c *conn) SendEphemeral(documentID string, e doc.Ephemeral) {
 	})
 	if b != nil && c.pushEphemeral(b) {
 		c.srv.metrics.sentEphemeral.Inc()
+		c.owePassOns(1)
 	}
 }
 

@@ -18,8 +18,12 @@ import (
 )
 
 // handle checks one inbound frame (flood, type, size, sender) and hands
-// it to the method for its kind.
+// it to the method for its kind. An ephemeral the connection was sent and
+// passes back goes first, unread (passedon.go).
 func (c *conn) handle(ctx context.Context, mt int, data []byte) {
+	if c.passedOn(mt, data) {
+		return
+	}
 	now := time.Now()
 	rate, burst := c.srv.cfg.MessageRate, c.srv.cfg.MessageBurst
 	if !c.flood.allow(2*rate, 2*burst, now) {

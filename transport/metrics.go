@@ -23,7 +23,10 @@ type metrics struct {
 	syncBytes   *prometheus.CounterVec
 	sendWait    prometheus.Histogram
 
-	sentEphemeral prometheus.Counter // sent{type="ephemeral"}, resolved once for the hot path
+	// Resolved once for the hot paths.
+	sentEphemeral     prometheus.Counter // sent{type="ephemeral"}
+	receivedEphemeral prometheus.Counter // received{type="ephemeral"}
+	droppedForeign    prometheus.Counter // dropped{reason="foreign_sender"}
 
 	readBuffers atomic.Int64 // bytes of read buffers the readers hold (frameConn)
 	queuedBytes atomic.Int64 // bytes in the connections' lossless lanes (conn.outBytes, writingBytes)
@@ -93,5 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, func() float64 { return float64(m.queuedBytes.Load()) }))
 	}
 	m.sentEphemeral = m.sent.WithLabelValues(wire.TypeEphemeral)
+	m.receivedEphemeral = m.received.WithLabelValues(wire.TypeEphemeral)
+	m.droppedForeign = m.dropped.WithLabelValues(dropForeignSender)
 	return m
 }

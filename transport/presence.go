@@ -64,6 +64,12 @@ func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out [
 // by the first of them to take it; the writer splices in each one's
 // targetId.
 func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Delivery) []outFrame {
+	if len(d.Messages) > 0 {
+		c.owePassOns(len(d.Messages)) // a client passes on every one (passedon.go)
+	}
+	if len(d.Messages) > 0 {
+		c.owePassOns(len(d.Messages)) // a client passes on every one (passedon.go)
+	}
 	if d.Batch != nil { // it holds d.Messages
 		if msgs := d.Batch.Messages; len(msgs) > wire.MaxBatchEntries {
 			// A room of more peers than a batch may hold (a cluster's

@@ -41,3 +41,41 @@ func FuzzValidateDocumentID(f *testing.F) {
 		_ = ValidateDocumentID(id)
 	})
 }
+
+// FuzzPassedOn feeds PassedOn arbitrary frames. It must never panic, and
+// it must agree with Decode on every frame Decode takes: an ephemeral in
+// another sender's name, and nothing else.
+func FuzzPassedOn(f *testing.F) {
+	entries, err := os.ReadDir(filepath.Join("testdata", "frames"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range entries {
+		f.Add(readFrame(f, e.Name()[:len(e.Name())-len(".cbor")]), "me")
+	}
+	f.Add([]byte{}, "")
+	f.Add(nested(20), "me")
+	f.Fuzz(func(t *testing.T, frame []byte, self string) {
+		got := PassedOn(frame, self)
+		m, err := Decode(frame)
+		if err != nil {
+			return
+		}
+		want := m.Type == TypeEphemeral && m.SenderID != "" && m.SenderID != self
+		if got != want && !duplicateKeys(frame) {
+			t.Fatalf("PassedOn says %v for %+v from %q's view", got, m, self)
+		}
+	})
+}
+
+// duplicateKeys reports whether a frame's top-level map names a key twice:
+// PassedOn takes the first, Decode the last.
+func duplicateKeys(frame []byte) bool {
+	var pairs map[string]any
+	if decMode.Unmarshal(frame, &pairs) != nil {
+		return true
+	}
+	s := skimmer{b: frame}
+	_, n, _ := s.head()
+	return uint64(len(pairs)) != n
+}

@@ -1,0 +1,50 @@
+package transport
+
+import (
+	"github.com/gorilla/websocket"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+// What stock clients pass on. automerge-repo's Repo sends every ephemeral
+// it receives on to its other peers of the document, under the original
+// sender; a client's one peer is the server, which sent it. So a stock
+// client sends back one message for each ephemeral it is sent, presence
+// included, and Tandem's JS client one for each message of a presence
+// batch. The server sent them and drops them; they are most of what it
+// reads from a busy room's clients.
+//
+// A connection is owed as many as it was sent (passOns): each of those
+// is recognized without decoding the frame (wire.PassedOn) and dropped
+// before anything else is done with it, without counting against the
+// connection's message rate, since it is the server's own traffic coming
+// back, not the client's. Past what it is owed, a message in another
+// sender's name is read as any other message, rate limit and all
+// (conn.foreign).
+
+// maxPassOns bounds what a connection is owed: a client that passes
+// nothing on is owed no more than this.
+const maxPassOns = 1 << 14
+
+// owePassOns notes that the connection was sent n ephemerals, which a
+// stock client passes back.
+func (c *conn) owePassOns(n int) {
+	if c.passOns.Add(int64(n)) > maxPassOns {
+		c.passOns.Store(maxPassOns)
+	}
+}
+
+// passedOn reports whether a frame is an ephemeral the connection was
+// sent and passes back, and then drops it.
+func (c *conn) passedOn(mt int, data []byte) bool {
+	if mt != websocket.BinaryMessage || c.peerID == "" || c.passOns.Load() <= 0 || !wire.PassedOn(data, c.peerID) {
+		return false
+	}
+	if c.passOns.Add(-1) < 0 {
+		c.passOns.Add(1)
+		return false
+	}
+	c.srv.metrics.receivedEphemeral.Inc()
+	c.srv.metrics.droppedForeign.Inc()
+	return true
+}
