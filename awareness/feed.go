@@ -2,6 +2,7 @@ package awareness
 
 import (
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 )
@@ -634,10 +635,26 @@ func (h *Hub) notify() {
 // (Hub.tellAtOnce, which tests raise).
 const tellAtOnce = 32
 
-// tell tells each peer that its feed has something for it.
+// tell tells each peer that its feed has something for it, then lets
+// the Flushers among them write (Flusher): after the goroutines that wait
+// for a core have run, so that what they post for the same peers goes in
+// the same write.
 func tell(ready []readyPeer) {
+	flush := false
 	for _, r := range ready {
 		r.peer.PresenceReady(r.feed)
+		if _, ok := r.peer.(Flusher); ok {
+			flush = true
+		}
+	}
+	if !flush {
+		return
+	}
+	runtime.Gosched()
+	for _, r := range ready {
+		if f, ok := r.peer.(Flusher); ok {
+			f.PresenceFlush()
+		}
 	}
 }
 

@@ -26,6 +26,20 @@ type Peer interface {
 	PresenceReady(f *Feed)
 }
 
+// Flusher is a Peer that writes what it takes only once every peer told
+// with it has been told. The hub tells peers in groups (the members a
+// post concerns): it calls PresenceReady on each, then lets every
+// goroutine waiting for a core run, then calls PresenceFlush on each
+// Flusher of the group. A Flusher's PresenceReady only notes that it has
+// something; its PresenceFlush takes and writes, without blocking. What
+// the goroutines that ran meanwhile posted for the same peer joins that
+// take: when no goroutine waits, nothing waits; when a node is busy, its
+// peers' writes carry more each, and cost less each (feed.go).
+type Flusher interface {
+	Peer
+	PresenceFlush()
+}
+
 // Hub holds the presence of every document in use on this node.
 type Hub struct {
 	cfg     Config

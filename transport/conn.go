@@ -35,8 +35,8 @@ type conn struct {
 	unwatched bool   // the socket is closing: it never parks again
 
 	// The writer (writer.go). wmu guards out, feed, feeds, feedsAt, writing,
-	// closing, shut, shutDone, the timers, movedTo and the lane's bytes
-	// below.
+	// told, closing, shut, shutDone, the timers, movedTo and the lane's
+	// bytes below.
 	wmu      sync.Mutex
 	out      []outFrame        // the lossless lane: frames for the writer, bounded by SendQueue
 	feed     *awareness.Feed   // the first presence feed with something for this connection (presence.go)
@@ -45,6 +45,7 @@ type conn struct {
 	deadline time.Time         // the socket's write deadline: the writer's own, unguarded
 	leftover *leftover         // what a write at once left for the writer's turn: the writer's own
 	writing  bool              // a writer goroutine runs
+	told     bool              // PresenceReady took the writer for PresenceFlush (presence.go)
 	closing  bool              // the close frame is queued: nothing more is
 	shut     bool              // the writer closed the socket
 	pinger   *time.Timer
@@ -85,6 +86,7 @@ var (
 	_ awareness.Peer       = (*conn)(nil)
 	_ awareness.Identified = (*conn)(nil)
 	_ awareness.Batcher    = (*conn)(nil)
+	_ awareness.Flusher    = (*conn)(nil)
 )
 
 func newConn(s *Server, ws *websocket.Conn, fr *frameConn, ip string, grant *auth.Grant) *conn {

@@ -14,21 +14,27 @@ import (
 // presence waits in the document's feed (awareness/feed.go), which decides
 // what replaces what. The connection only notes which feeds have
 // something for it, and its writer takes from them when it is about to
-// write: at once when it is idle, on the goroutine that posted, as far as
-// the socket takes it without waiting (writeNow); when it is busy (a write
-// in progress, a full socket, a busy core), after that, all that piled up
-// meanwhile in the same write, as one batch frame per document for a
-// client that takes batches. Presence so never waits for company, and
-// never fills the lossless lane: a connection cannot be closed for the
-// presence it is sent, and holds none of it itself.
+// write: when it is idle, on the goroutine that posted, once that has
+// told every member of the post and let the goroutines waiting for a core
+// run (awareness.Flusher), as far as the socket takes it without waiting
+// (writeNow); when it is busy (a write in progress, a full socket), after
+// that. Either way all that piled up meanwhile goes in the same write, as
+// one frame per message (one batch frame per document for a client that
+// takes batches), each peer's newest value only. At light load nothing
+// waits: no goroutine waits for a core, and each update is a write of
+// its own. The busier the node, the longer the goroutines that run first,
+// the more each write carries, and the less each delivery costs. Presence
+// so never waits for company or a timer, and never fills the lossless
+// lane: a connection cannot be closed for the presence it is sent, and
+// holds none of it itself.
 
 // PresenceReady implements awareness.Peer: f has presence for this
-// connection, which the writer takes; if no writer runs, the caller
-// writes what it can at once (writeNow).
+// connection, which the writer takes. If no writer runs, the caller takes
+// the writer's place, and writes in PresenceFlush.
 func (c *conn) PresenceReady(f *awareness.Feed) {
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	if c.closing {
-		c.wmu.Unlock()
 		return
 	}
 	if c.feed == nil {
@@ -36,10 +42,21 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 	} else {
 		c.feeds = append(c.feeds, f)
 	}
-	start := !c.writing
-	c.writing = true
+	if !c.writing {
+		c.writing, c.told = true, true
+	}
+}
+
+// PresenceFlush implements awareness.Flusher: the goroutine that took the
+// writer's place in PresenceReady (this one or another that told this
+// connection meanwhile) writes what it can at once (writeNow), what was
+// posted since included.
+func (c *conn) PresenceFlush() {
+	c.wmu.Lock()
+	told := c.told
+	c.told = false
 	c.wmu.Unlock()
-	if start {
+	if told {
 		c.writeNow()
 	}
 }
@@ -64,9 +81,6 @@ func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out [
 // by the first of them to take it; the writer splices in each one's
 // targetId.
 func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Delivery) []outFrame {
-	if len(d.Messages) > 0 {
-		c.owePassOns(len(d.Messages)) // a client passes on every one (passedon.go)
-	}
 	if len(d.Messages) > 0 {
 		c.owePassOns(len(d.Messages)) // a client passes on every one (passedon.go)
 	}

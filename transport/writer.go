@@ -354,9 +354,9 @@ type leftover struct {
 	frames []outFrame
 }
 
-// writeNow is a writer's turn taken at once by the goroutine that made
-// presence ready for an idle connection (PresenceReady), without the
-// hand-over to a goroutine of the pool: most turns write a frame or two,
+// writeNow is a writer's turn taken by the goroutine that made presence
+// ready for an idle connection (PresenceReady, then PresenceFlush), without
+// the hand-over to a goroutine of the pool: most turns write a frame or two,
 // and the hand-over cost a third again as much as the write. It writes
 // only what the socket takes without waiting; what is left (a full
 // socket, a large message's tail, the close frame, more than maxBatch) and
