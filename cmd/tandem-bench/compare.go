@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -131,7 +132,10 @@ func (s *server) restart() error {
 
 // runCompare runs one scenario (presence, typing, idle or document) against Tandem
 // and against the stock server, one after the other on the same machine,
-// and prints the figures side by side with the ratios Tandem/stock.
+// and prints the figures side by side with the ratios Tandem/stock. The
+// presence scenario may run Centrifugo too, or instead (--compare-with).
+var compareWith = flag.String("compare-with", "stock", "compare: the servers run after Tandem, comma-separated: stock, centrifugo (presence only, with --centrifugo-bin)")
+
 func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []string, stockDir string) error {
 	dataDir, err := os.MkdirTemp("", "tandem-bench-")
 	if err != nil {
@@ -143,33 +147,64 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		// Stored, so that a restart finds the document again (cold find).
 		stock = append(stock, filepath.Join(dataDir, "stock"))
 	}
-	targets := []struct {
+	type target struct {
 		name, ready, path string
 		argv              []string
-	}{
+	}
+	targets := []target{
 		{"tandem", "tandem serving", "/ws", append([]string{tandemBin, "--addr", "127.0.0.1:{port}", "--data-dir", dataDir,
 			"--log-level", "info", "--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}, tandemFlags...)},
-		{"stock", "listening", "", stock},
+	}
+	for _, name := range strings.Split(*compareWith, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "stock":
+			targets = append(targets, target{"stock", "listening", "", stock})
+		case "centrifugo":
+			if o.scenario != "presence" {
+				return fmt.Errorf("--compare-with centrifugo runs the presence scenario only")
+			}
+			if *centrifugoBin == "" {
+				return errNoCentrifugo
+			}
+			targets = append(targets, target{name: "centrifugo"})
+		case "":
+		default:
+			return fmt.Errorf("--compare-with: unknown server %q", name)
+		}
 	}
 	var (
-		presence [2]presenceResult
+		presence = map[string]presenceResult{}
 		typing   [2]typingResult
 		idle     [2]idleResult
 		document [2]documentResult
 	)
 	for i, tg := range targets {
-		srv, err := startServer(tg.name, tg.ready, tg.path, tg.argv...)
+		var srv *server
+		var err error
+		if tg.name == "centrifugo" {
+			srv, err = startCentrifugo(*centrifugoBin, dataDir)
+		} else {
+			srv, err = startServer(tg.name, tg.ready, tg.path, tg.argv...)
+		}
 		if err != nil {
 			return err
 		}
+		i = min(i, 1)
 		run := o
 		run.urls = []string{srv.url}
 		run.serverPIDs = []int{srv.cmd.Process.Pid}
 		fmt.Printf("== %s\n", tg.name)
 		switch o.scenario {
 		case "presence":
-			if presence[i], err = measurePresence(ctx, run); err == nil {
-				printPresence(presence[i], run)
+			var r presenceResult
+			if tg.name == "centrifugo" {
+				r, err = measurePresenceOn(ctx, run, dialCentrifugo, newChannel)
+			} else {
+				r, err = measurePresence(ctx, run)
+			}
+			if err == nil {
+				presence[tg.name] = r
+				printPresence(r, run)
 			}
 		case "typing":
 			if typing[i], err = measureTyping(ctx, run); err == nil {
@@ -198,18 +233,28 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 			return fmt.Errorf("%s: %w", tg.name, err)
 		}
 	}
+	if len(targets) < 2 {
+		return nil
+	}
 	ratio := func(a, b float64) float64 { return a / max(b, 1e-9) }
-	fmt.Printf("== tandem / stock\n")
+	if o.scenario != "presence" {
+		fmt.Printf("== tandem / stock\n")
+	}
 	switch o.scenario {
 	case "presence":
-		t, s := presence[0], presence[1]
-		perCPU := func(r presenceResult) float64 { return float64(r.delivered) / max(r.cpu, 0.01) }
-		fmt.Printf("delivered            %.2f×\n", ratio(float64(t.delivered), float64(s.delivered)))
-		fmt.Printf("deliveries per CPU-s %.2f×\n", ratio(perCPU(t), perCPU(s)))
-		fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
-		fmt.Printf("  steady p99         %.2f× (lower is better)\n", ratio(float64(pct(t.steady, 99)), float64(pct(s.steady, 99))))
-		fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
-		fmt.Printf("frames to clients    %.2f× (lower is better)\n", ratio(float64(t.frames), float64(s.frames)))
+		t := presence["tandem"]
+		for _, tg := range targets[1:] {
+			s := presence[tg.name]
+			perCPU := func(r presenceResult) float64 { return float64(r.delivered) / max(r.cpu, 0.01) }
+			fmt.Printf("== tandem / %s\n", tg.name)
+			fmt.Printf("delivered            %.2f×\n", ratio(float64(t.delivered), float64(s.delivered)))
+			fmt.Printf("deliveries per CPU-s %.2f×\n", ratio(perCPU(t), perCPU(s)))
+			fmt.Printf("latency p99          %.2f× (lower is better)\n", ratio(float64(pct(t.latencies, 99)), float64(pct(s.latencies, 99))))
+			fmt.Printf("  steady p99         %.2f× (lower is better)\n", ratio(float64(pct(t.steady, 99)), float64(pct(s.steady, 99))))
+			fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
+			fmt.Printf("frames to clients    %.2f× (lower is better)\n", ratio(float64(t.frames), float64(s.frames)))
+		}
+		return nil
 	case "typing":
 		t, s := typing[0], typing[1]
 		fmt.Printf("arrivals             %.2f×\n", ratio(float64(len(t.latencies)), float64(len(s.latencies))))

@@ -33,6 +33,11 @@ type peer struct {
 	doc     string
 	replica *automerge.Doc
 	state   *automerge.SyncState
+
+	// counts is the last ephemeral count the peer took from each sender
+	// and session, as automerge-repo's NetworkSubsystem keeps it: a
+	// message whose count is not higher is dropped. Only the reader uses it.
+	counts map[string]uint64
 }
 
 func dialPeer(url string) (*peer, error) { return dialPeerAsking(url, false) }
@@ -40,9 +45,8 @@ func dialPeer(url string) (*peer, error) { return dialPeerAsking(url, false) }
 // dialPeerAsking is dialPeer for a peer that, with batches, asks for
 // presence in batches in its join, as Tandem's JS client does.
 func dialPeerAsking(url string, batches bool) (*peer, error) {
-	var b [8]byte
-	rand.Read(b[:])
-	p := &peer{id: "bench-" + hex.EncodeToString(b[:]), session: hex.EncodeToString(b[:4])}
+	id := newPeerID()
+	p := &peer{id: id, session: id[len(id)-8:]}
 	ws, _, err := dialer().Dial(url, nil)
 	if err != nil {
 		return nil, err
@@ -95,6 +99,11 @@ func dialer() *websocket.Dialer {
 
 func (p *peer) send(m *wire.Message) error {
 	m.SenderID = p.id
+	return p.sendAs(m)
+}
+
+// sendAs sends m to the server under the sender m names.
+func (p *peer) sendAs(m *wire.Message) error {
 	if p.server != "" {
 		m.TargetID = p.server
 	}
@@ -105,6 +114,32 @@ func (p *peer) send(m *wire.Message) error {
 	p.wmu.Lock() // the reader answers sync while a sender moves cursors
 	defer p.wmu.Unlock()
 	return p.ws.WriteMessage(websocket.BinaryMessage, b)
+}
+
+// fresh reports whether an ephemeral is new to the peer, and notes it, as
+// automerge-repo's NetworkSubsystem does: its count must be higher than
+// the last taken from its sender's session. Only the reader calls it.
+func (p *peer) fresh(m *wire.Message) bool {
+	if p.counts == nil {
+		p.counts = make(map[string]uint64)
+	}
+	source := m.SenderID + ":" + m.SessionID
+	if last, ok := p.counts[source]; ok && m.Count <= last {
+		return false
+	}
+	p.counts[source] = m.Count
+	return true
+}
+
+// passOn sends an ephemeral the peer took to its other peers in the
+// document, under its sender, as automerge-repo's DocSynchronizer does
+// with every ephemeral it receives: the peer's one other peer is the
+// server, which sent it.
+func (p *peer) passOn(m *wire.Message) error {
+	if m.SenderID == p.server {
+		return nil
+	}
+	return p.sendAs(m)
 }
 
 func (p *peer) recv() (*wire.Message, error) {
@@ -134,6 +169,7 @@ func (p *peer) create(doc string) error {
 	d.RootMap().Set("bench", "yes")
 	d.Commit("create")
 	state := automerge.NewSyncState(d)
+	p.doc, p.replica, p.state = doc, d, state // its reader answers what comes later (answer)
 	p.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
 	defer p.ws.SetReadDeadline(time.Time{})
 	for round := 0; round < 10; round++ {
@@ -182,6 +218,13 @@ func (p *peer) answer(data []byte) error {
 		return p.send(&wire.Message{Type: wire.TypeSync, DocumentID: p.doc, Data: m.Bytes()})
 	}
 	return nil
+}
+
+// newPeerID makes a peer id of its own.
+func newPeerID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "bench-" + hex.EncodeToString(b[:])
 }
 
 func newDocID() string {

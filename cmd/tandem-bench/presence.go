@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +71,13 @@ type presenceResult struct {
 
 func runPresence(ctx context.Context, o options) error {
 	fmt.Printf("presence: %d documents × %d peers at %.0f moves/s for %v\n", o.docs, o.peers, o.rate, o.duration)
-	r, err := measurePresence(ctx, o)
+	measure := measurePresence
+	if strings.HasSuffix(o.urls[0], centrifugoPath) {
+		measure = func(ctx context.Context, o options) (presenceResult, error) {
+			return measurePresenceOn(ctx, o, dialCentrifugo, newChannel)
+		}
+	}
+	r, err := measure(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -100,38 +109,104 @@ func printPresence(r presenceResult, o options) {
 	}
 }
 
+// presenceClient is one client of a presence run, whichever server it
+// speaks to: an automerge-repo peer (amPresence) or a Centrifugo client
+// (centrifugo.go).
+type presenceClient interface {
+	ID() string
+	// Greet says who the client is: its presence's first message.
+	Greet() error
+	// Move moves its cursor: seq, sent at sent (Unix nanoseconds).
+	Move(seq uint64, sent int64) error
+	// Read takes what the client is sent, at about a real client's cost,
+	// until the connection ends.
+	Read(r *receiver, delivered *atomic.Int64)
+	// Received is what the client was sent: frames and bytes.
+	Received() (frames, bytes int64)
+	Close()
+}
+
+// dialPresence connects the i-th client of a room: the first makes the
+// room (an automerge document), the others join it.
+type dialPresence func(url, room string, first bool) (presenceClient, error)
+
+// amPresence is an automerge-repo peer in one document.
+type amPresence struct {
+	p   *peer
+	doc string
+}
+
+func dialAutomerge(batches bool) dialPresence {
+	return func(url, doc string, first bool) (presenceClient, error) {
+		p, err := dialPeerAsking(url, batches)
+		if err != nil {
+			return nil, err
+		}
+		if first {
+			err = p.create(doc)
+		} else {
+			err = p.open(doc)
+		}
+		if err != nil {
+			p.ws.Close()
+			return nil, err
+		}
+		return &amPresence{p: p, doc: doc}, nil
+	}
+}
+
+func (a *amPresence) ID() string { return a.p.id }
+
+func (a *amPresence) Greet() error {
+	hello, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{
+		"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": a.p.id, "name": a.p.id}},
+	}})
+	return a.p.ephemeral(a.doc, hello)
+}
+
+func (a *amPresence) Move(seq uint64, sent int64) error {
+	value, _ := cbor.Marshal(cursor{Seq: seq, Sent: sent})
+	data, _ := cbor.Marshal(map[string]update{"__presence": {Type: "update", Channel: "cursor", Value: value}})
+	return a.p.ephemeral(a.doc, data)
+}
+
+func (a *amPresence) Read(r *receiver, delivered *atomic.Int64) { readPresence(a.p, r, delivered) }
+
+func (a *amPresence) Received() (int64, int64) { return a.p.framesIn.Load(), a.p.bytesIn.Load() }
+
+func (a *amPresence) Close() { a.p.ws.Close() }
+
 func measurePresence(ctx context.Context, o options) (presenceResult, error) {
+	return measurePresenceOn(ctx, o, dialAutomerge(o.batches), newDocID)
+}
+
+// measurePresenceOn runs the presence load with clients that dial makes,
+// in rooms that newRoom names.
+func measurePresenceOn(ctx context.Context, o options, dial dialPresence, newRoom func() string) (presenceResult, error) {
 	type member struct {
-		p    *peer
+		c    presenceClient
 		doc  string
 		recv *receiver
 	}
 	var members []*member
 	byDoc := map[string][]*member{}
+	defer func() {
+		for _, m := range members {
+			m.c.Close()
+		}
+	}()
 	for d := 0; d < o.docs; d++ {
-		doc := newDocID()
+		doc := newRoom()
 		for i := 0; i < o.peers; i++ {
-			p, err := dialPeerAsking(o.urls[len(members)%len(o.urls)], o.batches)
+			c, err := dial(o.urls[len(members)%len(o.urls)], doc, i == 0)
 			if err != nil {
 				return presenceResult{}, fmt.Errorf("connect peer %d: %w", len(members), err)
 			}
-			if i == 0 {
-				if err := p.create(doc); err != nil {
-					return presenceResult{}, fmt.Errorf("create document: %w", err)
-				}
-			} else if err := p.open(doc); err != nil {
-				return presenceResult{}, err
-			}
-			m := &member{p: p, doc: doc, recv: &receiver{last: map[string]*uint64{}}}
+			m := &member{c: c, doc: doc, recv: &receiver{last: map[string]*uint64{}}}
 			members = append(members, m)
 			byDoc[doc] = append(byDoc[doc], m)
 		}
 	}
-	defer func() {
-		for _, m := range members {
-			m.p.ws.Close()
-		}
-	}()
 
 	var delivered atomic.Int64
 	var readers sync.WaitGroup
@@ -139,7 +214,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			readPresence(m.p, m.recv, &delivered)
+			m.c.Read(m.recv, &delivered)
 		}()
 	}
 
@@ -150,10 +225,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	// peer has heard every other.
 	greet := func() error {
 		for _, m := range members {
-			hello, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{
-				"type": "snapshot", "state": map[string]any{"user": map[string]any{"id": m.p.id, "name": m.p.id}},
-			}})
-			if err := m.p.ephemeral(m.doc, hello); err != nil {
+			if err := m.c.Greet(); err != nil {
 				return fmt.Errorf("greet: %w", err)
 			}
 		}
@@ -184,15 +256,18 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	received := func() (frames, bytes int64) {
+		for _, m := range members {
+			f, b := m.c.Received()
+			frames, bytes = frames+f, bytes+b
+		}
+		return frames, bytes
+	}
 
 	cpu0, _ := cpuSeconds(o.serverPIDs)
 	self := []int{os.Getpid()}
 	client0, _ := cpuSeconds(self)
-	var frames0, bytes0 int64
-	for _, m := range members {
-		frames0 += m.p.framesIn.Load()
-		bytes0 += m.p.bytesIn.Load()
-	}
+	frames0, bytes0 := received()
 	start := time.Now()
 	for _, m := range members {
 		m.recv.mu.Lock()
@@ -214,7 +289,7 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		senders.Add(1)
 		go func() {
 			defer senders.Done()
-			final[i] = sendCursors(loadCtx, m.p, m.doc, o.rate)
+			final[i] = sendCursors(loadCtx, m.c, o.rate)
 		}()
 	}
 	senders.Wait()
@@ -229,17 +304,13 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
 	client1, _ := cpuSeconds(self)
-	var frames, bytes int64
-	for _, m := range members {
-		frames += m.p.framesIn.Load()
-		bytes += m.p.bytesIn.Load()
-	}
+	frames, bytes := received()
 	var rss int64
 	if len(o.serverPIDs) > 0 {
 		rss, _ = rssBytes(o.serverPIDs)
 	}
 	for _, m := range members {
-		m.p.ws.Close()
+		m.c.Close()
 	}
 	readers.Wait()
 
@@ -251,14 +322,14 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 		first = append(first, m.recv.start...)
 		last = append(last, m.recv.end...)
 		for j, other := range members {
-			if other.doc == m.doc && other != m && m.recv.lastFrom(other.p.id) != final[j] {
+			if other.doc == m.doc && other != m && m.recv.lastFrom(other.c.ID()) != final[j] {
 				missingFinal++
 			}
 		}
 	}
 	offered := int64(0)
-	for _, m := range members {
-		offered += int64(final[slices.Index(members, m)]) * int64(len(byDoc[m.doc])-1)
+	for i, m := range members {
+		offered += int64(final[i]) * int64(len(byDoc[m.doc])-1)
 	}
 	slices.Sort(all)
 	slices.Sort(steady)
@@ -271,9 +342,9 @@ func measurePresence(ctx context.Context, o options) (presenceResult, error) {
 	}, nil
 }
 
-// sendCursors moves the peer's cursor at rate per second, with jitter so
+// sendCursors moves the client's cursor at rate per second, with jitter so
 // peers do not send in step, until ctx ends. It returns the last seq sent.
-func sendCursors(ctx context.Context, p *peer, doc string, rate float64) uint64 {
+func sendCursors(ctx context.Context, c presenceClient, rate float64) uint64 {
 	interval := time.Duration(float64(time.Second) / rate)
 	timer := time.NewTimer(time.Duration(rand.Int64N(int64(interval))))
 	defer timer.Stop()
@@ -285,73 +356,122 @@ func sendCursors(ctx context.Context, p *peer, doc string, rate float64) uint64 
 		case <-timer.C:
 		}
 		seq++
-		value, _ := cbor.Marshal(cursor{Seq: seq, Sent: time.Now().UnixNano()})
-		data, _ := cbor.Marshal(map[string]update{"__presence": {Type: "update", Channel: "cursor", Value: value}})
-		if err := p.ephemeral(doc, data); err != nil {
+		if err := c.Move(seq, time.Now().UnixNano()); err != nil {
 			return seq - 1
 		}
 		timer.Reset(interval*9/10 + time.Duration(rand.Int64N(int64(interval/5)+1)))
 	}
 }
 
+// passOn is --pass-on: whether the peers send every ephemeral they take
+// back to the server, as stock clients do (peer.passOn).
+var passOn = flag.Bool("pass-on", true, "presence: peers send every ephemeral they take back to the server under its sender, as automerge-repo's Repo does (stock clients and Tandem's JS client alike); false: they do not, which spares the server a message per delivery")
+
+// readPresence reads what the peer is sent as a stock automerge-repo
+// client does, at about its cost: every frame decoded whole (wire.Decode,
+// as cbor-x decodes a message), a sync message answered (answer), an
+// ephemeral dropped unless its count is new for its sender's session,
+// then its payload decoded whole (as the repo's DocSynchronizer does) and
+// taken, and passed on back to the server (--pass-on). A presence batch,
+// which Tandem's JS client asks for, is unbatched into the ephemerals it
+// holds, as that client's network adapter does.
 func readPresence(p *peer, r *receiver, delivered *atomic.Int64) {
-	var f scannedFrame
 	for {
 		_, b, err := p.ws.ReadMessage()
 		if err != nil {
 			return
 		}
 		p.counted(b)
-		if scanFrame(b, &f) != nil {
+		m, err := wire.Decode(b)
+		if err != nil {
 			continue
 		}
-		switch string(f.typ) {
+		switch m.Type {
 		case wire.TypeSync:
-			p.answer(f.data) // as automerge-repo does
+			p.answer(m.Data)
 		case wire.TypeEphemeral:
-			r.mu.Lock()
-			r.take(f.sender, f.data, delivered)
-			r.mu.Unlock()
+			receiveEphemeral(p, r, m, delivered)
 		case wire.TypePresenceBatch:
-			r.mu.Lock()
-			for _, e := range f.entries {
-				if string(e.sender) != p.id {
-					r.take(e.sender, e.data, delivered)
+			for _, e := range m.Batch {
+				if e.SenderID == p.id {
+					continue
 				}
+				receiveEphemeral(p, r, &wire.Message{
+					Type: wire.TypeEphemeral, SenderID: e.SenderID, TargetID: p.id, DocumentID: m.DocumentID,
+					SessionID: m.SessionID, Count: e.Count, Data: e.Data,
+				}, delivered)
 			}
-			r.mu.Unlock()
 		}
 	}
 }
 
-// take counts one presence message from sender, if it moves a cursor.
-// The caller holds r.mu: a batch is taken under one lock.
-func (r *receiver) take(sender, data []byte, delivered *atomic.Int64) {
-	var m scannedPresence
-	if scanPresence(data, &m) != nil || len(m.typ) == 0 {
+// receiveEphemeral takes one ephemeral as a stock client does.
+func receiveEphemeral(p *peer, r *receiver, m *wire.Message, delivered *atomic.Int64) {
+	if !p.fresh(m) {
 		return
 	}
-	last := r.last[string(sender)] // a lookup by bytes does not allocate
+	var payload any
+	if payloadMode.Unmarshal(m.Data, &payload) != nil {
+		return
+	}
+	r.mu.Lock()
+	r.take(m.SenderID, payload, delivered)
+	r.mu.Unlock()
+	if *passOn {
+		p.passOn(m)
+	}
+}
+
+// payloadMode decodes an ephemeral's payload whole, maps as string-keyed
+// maps, as a JavaScript client decodes it into objects.
+var payloadMode, _ = cbor.DecOptions{DefaultMapType: reflect.TypeOf(map[string]any(nil))}.DecMode()
+
+// take counts one presence message from sender, if it moves a cursor.
+// The caller holds r.mu.
+func (r *receiver) take(sender string, payload any, delivered *atomic.Int64) {
+	env, _ := payload.(map[string]any)
+	m, _ := env["__presence"].(map[string]any)
+	typ, _ := m["type"].(string)
+	if typ == "" {
+		return
+	}
+	last := r.last[sender]
 	if last == nil {
 		last = new(uint64)
-		r.last[string(sender)] = last
+		r.last[sender] = last
 	}
-	c := m.cursor
-	if string(m.typ) != "update" || string(m.channel) != "cursor" || !m.isCursor || c.Sent == 0 {
+	channel, _ := m["channel"].(string)
+	value, _ := m["value"].(map[string]any)
+	seq, sent := number(value["s"]), number(value["t"])
+	if typ != "update" || channel != "cursor" || sent == 0 {
 		return
 	}
-	lat := time.Duration(time.Now().UnixNano() - c.Sent)
+	lat := time.Duration(time.Now().UnixNano() - sent)
 	delivered.Add(1)
 	r.latencies = append(r.latencies, lat)
 	switch {
-	case c.Sent < r.from:
+	case sent < r.from:
 		r.start = append(r.start, lat)
-	case c.Sent < r.to:
+	case sent < r.to:
 		r.steady = append(r.steady, lat)
 	default:
 		r.end = append(r.end, lat)
 	}
-	*last = max(*last, c.Seq)
+	*last = max(*last, uint64(seq))
+}
+
+// number is a decoded CBOR integer, whichever Go type it came as; 0 if
+// it is none.
+func number(v any) int64 {
+	switch n := v.(type) {
+	case uint64:
+		return int64(n)
+	case int64:
+		return n
+	case float64: // JSON's, as JavaScript reads it
+		return int64(n)
+	}
+	return 0
 }
 
 // lastFrom is the last cursor seq heard from a peer.
