@@ -15,6 +15,7 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // jsFlags is the flags section stock JS automerge 3.5 ends each of its
@@ -23,19 +24,15 @@ var jsFlags = []byte{0x02, 0x02, 0x84}
 
 // savedDocument waits, up to 10 s, for the room's saved document, and
 // returns how many changes it holds and its bytes.
-func savedDocument(t testing.TB, r *room) (int, []byte) {
+func savedDocument(t testing.TB, r *room) (n int, saved []byte) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.WaitFor(t, "the saved document", func() bool {
 		r.mu.Lock()
-		n, saved := r.log.Saved()
-		r.mu.Unlock()
-		if n > 0 {
-			return n, saved
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no saved document within 10 s")
-		}
-	}
+		defer r.mu.Unlock()
+		n, saved = r.log.Saved()
+		return n > 0
+	})
+	return n, saved
 }
 
 // A large document is saved, in a worker, for new readers: a peer that
@@ -228,17 +225,12 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no save within 10 s of the document going quiet")
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.WaitFor(t, "the saved document to hold the 1,200 changes", func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		n, _ := r.log.Saved()
-		r.mu.Unlock()
-		if n == 1200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the saved document holds %d changes, want 1,200", n)
-		}
-	}
+		return n == 1200
+	})
 	if n := testutil.ToFloat64(h.savesPending); n != 0 {
 		t.Fatalf("%v saves pending once the document is saved", n)
 	}
@@ -530,17 +522,11 @@ func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
 		return nil, err
 	}})
 	r = roomOf(t, h, testDoc)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testenv.WaitFor(t, "a save once the document goes quiet", func() bool {
 		r.mu.Lock()
-		saving := r.saving
-		r.mu.Unlock()
-		if saving {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no save within 10 s of the document going quiet")
-		}
-	}
+		defer r.mu.Unlock()
+		return r.saving
+	})
 	if _, err := r.applyRemote(h, paste); err != nil {
 		t.Fatal(err)
 	}
