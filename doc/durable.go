@@ -156,15 +156,18 @@ func (h *Hub) Flush(ctx context.Context) error {
 		return nil
 	}
 
+	writes := make([]roomWrite, 0, len(rooms))
 	batch := make([]Write, 0, len(rooms))
 	for _, r := range rooms {
-		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
+		w := r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID)
+		writes = append(writes, w)
+		batch = append(batch, w.Write)
 	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())
 	for i, r := range rooms {
-		r.wrote(batch[i], h.cfg.NodeID, err == nil)
+		r.wrote(writes[i], h.cfg.NodeID, err == nil)
 		if err != nil {
 			h.markDirty(r) // try again on the next tick
 		}
@@ -185,11 +188,19 @@ func (h *Hub) Flush(ctx context.Context) error {
 // per byte.
 const bytesPerCompactChunk = 4 << 10
 
+// roomWrite is a room's part of a batch: what the store is to store, and
+// what the room records of it when the write is done (wrote).
+type roomWrite struct {
+	Write
+	upTo    uint64 // the room's applied count this write makes durable
+	pending int    // the room's pending chunks this write stores
+}
+
 // takeWrite takes the changes not yet stored out of the log.
-func (r *room) takeWrite(compactAfter int, nodeID string) Write {
+func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := Write{DocumentID: r.id, upTo: r.applied}
+	w := roomWrite{Write: Write{DocumentID: r.id}, upTo: r.applied}
 	n := r.log.Len()
 	if r.taken < n {
 		r.pending = append(r.pending, joinChanges(r.log, span(r.taken, n)))
@@ -216,7 +227,7 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 }
 
 // wrote records the outcome of storing w.
-func (r *room) wrote(w Write, nodeID string, ok bool) {
+func (r *room) wrote(w roomWrite, nodeID string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok {

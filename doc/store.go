@@ -64,9 +64,6 @@ type Write struct {
 	// A compaction leaves it: it holds a prefix of the document's changes,
 	// which the compaction keeps.
 	Saved []byte
-
-	upTo    uint64 // the room's applied count this write makes durable
-	pending int    // the room's pending chunks this write stores
 }
 
 // newUUID returns a random (version 4) UUID.
