@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
@@ -192,5 +193,51 @@ func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
 	c.level(t, h, true)
 	if got := c.get(t, "n"); got != "over" {
 		t.Fatalf("the room has n = %q", got)
+	}
+}
+
+// A compaction's Covers is a pure function of what takeWrite took under
+// the room's lock: the store calls it during its write, one chunk after
+// another, and it reads nothing of the room. So it answers while someone
+// else holds the room's lock, and a change the room takes after the
+// write was taken is not covered.
+func TestACompactionsCoversTakesNoLockOfTheRoom(t *testing.T) {
+	c := newClient("a")
+	c.setText(t, "n", "1")
+	first := c.doc.SaveIncremental()
+	c.setText(t, "n", "2")
+	second := c.doc.SaveIncremental()
+	r := roomWith(t, c.doc)
+	r.mu.Lock() // as takeWrite holds it
+	covers := r.coverage(r.log.Len())
+	c.setText(t, "n", "3")
+	later := c.doc.SaveIncremental()
+	cs, err := readChanges(nil, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addChanges(r.log, cs) // the room moves on before the store calls Covers
+
+	got := make(chan []bool, 1)
+	go func() { // the store's write, while the room's lock is held
+		got <- []bool{covers(first), covers(second), covers(slices.Concat(first, second)),
+			covers(later), covers(slices.Concat(first, later)), covers([]byte("garbage"))}
+	}()
+	select {
+	case g := <-got:
+		if want := []bool{true, true, true, false, false, false}; !slices.Equal(g, want) {
+			t.Errorf("covers first, second, both, later, first and later, garbage = %v, want %v", g, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Covers did not return while the room's lock was held")
+	}
+	r.mu.Unlock()
+
+	// A compaction of a prefix covers that prefix only.
+	r.mu.Lock()
+	covers = r.coverage(1)
+	r.mu.Unlock()
+	if !covers(first) || covers(second) {
+		t.Errorf("a compaction of the first change covers it: %v, the second: %v", covers(first), covers(second))
 	}
 }
