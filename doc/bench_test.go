@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
@@ -302,7 +303,7 @@ func BenchmarkColdLoad(b *testing.B) {
 		snapshot = append(snapshot, c...)
 	}
 	s := openStore(b, b.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -331,7 +332,7 @@ func BenchmarkTypingIntoHistory(b *testing.B) {
 				history = append(history, c...)
 			}
 			s := openStore(b, b.TempDir())
-			if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
+			if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
 				b.Fatal(err)
 			}
 			h := newTestHub(b, s, mentionsOn(true))

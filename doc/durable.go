@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // Durable before acknowledged. A sync message that names a head tells its
@@ -161,7 +162,7 @@ func (h *Hub) Flush(ctx context.Context) error {
 	}
 
 	writes := make([]roomWrite, 0, len(rooms))
-	batch := make([]Write, 0, len(rooms))
+	batch := make([]store.Write, 0, len(rooms))
 	for _, r := range rooms {
 		w := r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID)
 		writes = append(writes, w)
@@ -195,7 +196,7 @@ const bytesPerCompactChunk = 4 << 10
 // roomWrite is a room's part of a batch: what the store is to store, and
 // what the room records of it when the write is done (wrote).
 type roomWrite struct {
-	Write
+	store.Write
 	upTo    uint64 // the room's applied count this write makes durable
 	pending int    // the room's pending chunks this write stores
 }
@@ -204,7 +205,7 @@ type roomWrite struct {
 func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := roomWrite{Write: Write{DocumentID: r.id}, upTo: r.applied}
+	w := roomWrite{Write: store.Write{DocumentID: r.id}, upTo: r.applied}
 	n := r.log.Len()
 	if r.taken < n {
 		r.pending = append(r.pending, joinChanges(r.log, span(r.taken, n)))

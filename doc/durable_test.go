@@ -11,12 +11,14 @@ import (
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
+
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // gateStore holds every write until the test lets it through, and tells
 // the test when one has started.
 type gateStore struct {
-	Store
+	store.Store
 	started chan struct{}
 	proceed chan struct{}
 }
@@ -25,7 +27,7 @@ func newGateStore(t testing.TB) *gateStore {
 	return &gateStore{Store: openStore(t, t.TempDir()), started: make(chan struct{}, 1), proceed: make(chan struct{})}
 }
 
-func (g *gateStore) Write(ctx context.Context, b []Write) error {
+func (g *gateStore) Write(ctx context.Context, b []store.Write) error {
 	select {
 	case g.started <- struct{}{}:
 	default:
@@ -147,7 +149,7 @@ func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
 // changes; the next is refused whole (ErrStoreBehind), so what waits for
 // the store stops growing. Once a write succeeds, changes are taken again.
 func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
-	fs := &DownStore{Store: openStore(t, t.TempDir())}
+	fs := &store.Down{Store: openStore(t, t.TempDir())}
 	h := newTestHub(t, fs, Config{})
 	a := newClient("a")
 	a.setText(t, "n", "0")

@@ -25,6 +25,4 @@ var (
 	// dependency while the node holds Limits.WaitingBytes of such changes
 	// already: nothing of it is applied; the peer is to come back later.
 	ErrBusy = errors.New("the node holds too many changes waiting for their dependencies: changes not taken now")
-	// ErrNotFound is returned by a Store for a document it does not have.
-	ErrNotFound = errors.New("document not found")
 )

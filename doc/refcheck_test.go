@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // ledgerKnows reports the changes the ledger's index holds, standing in
@@ -191,7 +192,7 @@ func TestACompactionKeepsEveryChangeAsItsBytes(t *testing.T) {
 		{MapKey: true, Key: "old", Action: amcheck.Put, Value: v, Raw: raw},
 		put(id(0, 0), "n"),
 	}})
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
 		t.Fatal(err)
 	}
 	h := newTestHub(t, s, Config{CompactAfter: 1})

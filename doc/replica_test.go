@@ -17,9 +17,9 @@ import (
 // them: what one node learns of the other's changes comes from the store.
 func twoNodes(t *testing.T) (h1, h2 *Hub) {
 	t.Helper()
-	store := openStore(t, t.TempDir())
-	h1 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
-	h2 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
+	shared := openStore(t, t.TempDir())
+	h1 = newTestHub(t, sharedStore{shared}, Config{Cluster: &fakeCluster{}})
+	h2 = newTestHub(t, sharedStore{shared}, Config{Cluster: &fakeCluster{}})
 	return h1, h2
 }
 

@@ -37,6 +37,7 @@ var rank = map[string]int{
 	"doc/amcheck":        0,
 	"doc/amsync":         0,
 	"doc/amsave":         0,
+	"doc/store":          0, // the document stores, below doc, which names them in its Config
 	"doc/amcheck/amtest": 1, // test changes, for doc's tests and the bench
 	"doc":                1,
 	"awareness":          1,
