@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Bolt is the embedded store: one bbolt file under the data directory,
@@ -21,9 +19,12 @@ import (
 // because bbolt rewrites a leaf, large values and all, whenever a key in
 // it changes: a snapshot beside the chunks would be written again with
 // every chunk. (Files written before keep a snapshot under "s" in the
-// document's own bucket; it is read there until the next compaction, and
-// as well as the other if an earlier version wrote it after this one.)
-// A document's saved form for new readers is in "saved", under its id.
+// document's own bucket; it is read there until a compaction covers it,
+// and as well as the other if an earlier version wrote it after this one.)
+// A compaction deletes only what its Write.Covers says the snapshot
+// holds, as PostgreSQL does: hubs may share the file (tests run two, as
+// two nodes). A document's saved form for new readers is in "saved",
+// under its id.
 type Bolt struct {
 	db        *bbolt.DB
 	closeOnce sync.Once
@@ -162,35 +163,17 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 		docs, snaps := tx.Bucket(bucketDocs), tx.Bucket(bucketSnap)
 		for _, w := range batch {
 			key := []byte(w.DocumentID)
-			if w.Snapshot != nil {
-				for _, all := range []*bbolt.Bucket{docs, snaps} {
-					if err := all.DeleteBucket(key); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-						return err
-					}
-				}
-				sb, err := snaps.CreateBucket(key)
-				if err != nil {
-					return err
-				}
-				if err := sb.Put(keySnap, w.Snapshot); err != nil {
-					return err
-				}
-			}
 			b, err := docs.CreateBucketIfNotExists(key)
 			if err != nil {
 				return err
 			}
-			for _, c := range w.Chunks {
-				seq, err := b.NextSequence()
-				if err != nil {
+			if w.Snapshot != nil {
+				if err := compact(b, snaps, w); err != nil {
 					return err
 				}
-				var k [9]byte
-				k[0] = chunkTag
-				binary.BigEndian.PutUint64(k[1:], seq)
-				if err := b.Put(k[:], c); err != nil {
-					return err
-				}
+			}
+			if err := appendChunks(b, w.Chunks); err != nil {
+				return err
 			}
 			if err := writeJournals(tx, w); err != nil {
 				return err
@@ -203,6 +186,70 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 		}
 		return nil
 	})
+}
+
+// compact writes w's snapshot in place of the document's and deletes what
+// it covers: each stored chunk, and the snapshot it replaces, for which
+// w.Covers reports true (all of them if Covers is nil). A chunk it does
+// not cover stays where it is; a snapshot it does not cover becomes a
+// chunk after the others. b is the document's bucket of chunks.
+func compact(b, snaps *bbolt.Bucket, w Write) error {
+	covers := w.Covers
+	if covers == nil {
+		covers = func([]byte) bool { return true }
+	}
+	key := []byte(w.DocumentID)
+	var kept []byte // the snapshot replaced, if not covered
+	sb := snaps.Bucket(key)
+	if sb == nil {
+		var err error
+		if sb, err = snaps.CreateBucket(key); err != nil {
+			return err
+		}
+	} else if old := sb.Get(keySnap); old != nil && !covers(old) {
+		kept = append([]byte(nil), old...)
+	}
+	if err := sb.Put(keySnap, w.Snapshot); err != nil {
+		return err
+	}
+	var covered [][]byte // keys: a bucket is not changed while it is walked
+	err := b.ForEach(func(k, v []byte) error {
+		chunk := string(k) == string(keySnap) || (len(k) == 9 && k[0] == chunkTag) // the earlier place's snapshot is a chunk now
+		if chunk && covers(v) {
+			covered = append(covered, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range covered {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	if kept != nil {
+		return appendChunks(b, [][]byte{kept})
+	}
+	return nil
+}
+
+// appendChunks appends chunks to the document's bucket b, each under the
+// bucket's next sequence number.
+func appendChunks(b *bbolt.Bucket, chunks [][]byte) error {
+	for _, c := range chunks {
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		var k [9]byte
+		k[0] = chunkTag
+		binary.BigEndian.PutUint64(k[1:], seq)
+		if err := b.Put(k[:], c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StorageID returns this store's stable identity, made on first use. The

@@ -49,9 +49,12 @@ type Stored struct {
 
 // Write is one document's part of a batch. A non-nil Snapshot replaces
 // what is stored for the document (compaction) before Chunks are appended:
-// every stored chunk for which Covers reports true (all of them if Covers
-// is nil). In a cluster another node may have stored changes this node
-// has not seen yet; those chunks must stay.
+// every stored chunk, and the snapshot stored before, for which Covers
+// reports true (all of them if Covers is nil). In a cluster another node
+// may have stored changes this node has not seen yet; what Covers does
+// not cover stays, and loads among the chunks. Covers is called during
+// the write, inside the store's transaction, once for each of them: it
+// must not block.
 type Write struct {
 	DocumentID string
 	Snapshot   []byte

@@ -34,6 +34,7 @@ func (s suite) run(t *testing.T) {
 	}{
 		{"ADocumentLoadsAsItsSnapshotAndItsChunksInOrder", testRoundTrip},
 		{"ADocumentNeverWrittenIsNotFound", testNotFound},
+		{"ACompactionKeepsWhatItDoesNotCover", testCompaction},
 		{"JournalsAreReplacedAndDeletedPerNodeAndListed", testJournals},
 		{"TheSavedDocumentIsStoredAndLeftByACompaction", testSaved},
 		{"ABatchOfSeveralDocumentsIsStoredWholeOrNotAtAll", testBatch},
@@ -113,6 +114,54 @@ func testRoundTrip(t *testing.T, open func() Store, _ string) {
 	s = open()
 	defer s.Close()
 	check("opened again")
+}
+
+func testCompaction(t *testing.T, open func() Store, _ string) {
+	s := open()
+	defer s.Close()
+	// Chunks of this node's ("a…") and of another's that this node has
+	// not seen ("b…"); a compaction of this node covers its own.
+	write(t, s, Write{DocumentID: doc, Chunks: chunks("a1", "b1")})
+	write(t, s, Write{DocumentID: doc, Chunks: chunks("a2")})
+	write(t, s, Write{DocumentID: doc, Chunks: chunks("b2")})
+	var asked []string
+	covers := func(prefix ...string) func([]byte) bool {
+		asked = nil
+		return func(chunk []byte) bool {
+			asked = append(asked, string(chunk))
+			for _, p := range prefix {
+				if strings.HasPrefix(string(chunk), p) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	// The chunks a compaction carries are appended after it: Covers is
+	// not asked about them.
+	write(t, s, Write{DocumentID: doc, Snapshot: []byte("a1 a2"), Chunks: chunks("a3"), Covers: covers("a")})
+	if snap, cs := reads(load(t, s, doc)); snap != "a1 a2" || !slices.Equal(cs, []string{"b1", "b2", "a3"}) {
+		t.Fatalf("after a compaction covering a's: snapshot %q and chunks %q, want a1 a2 and b1, b2, a3", snap, cs)
+	}
+	if sort.Strings(asked); !slices.Equal(asked, []string{"a1", "a2", "b1", "b2"}) {
+		t.Fatalf("Covers was asked about %q, want every chunk stored before the compaction, once", asked)
+	}
+	// A compaction by a node that has seen b2 only: the snapshot stored
+	// before (another node's, with changes this one lacks) stays, and so
+	// does b1; they load with the rest.
+	write(t, s, Write{DocumentID: doc, Snapshot: []byte("b2 a3"), Covers: covers("b2", "a3")})
+	if sort.Strings(asked); !slices.Equal(asked, []string{"a1 a2", "a3", "b1", "b2"}) {
+		t.Fatalf("Covers was asked about %q, want the snapshot and the chunks stored before, once", asked)
+	}
+	snap, cs := reads(load(t, s, doc))
+	if got := slices.Sorted(slices.Values(append(cs, snap))); !slices.Equal(got, []string{"a1 a2", "b1", "b2 a3"}) {
+		t.Fatalf("after a compaction covering b2 and a3: snapshot %q and chunks %q, want a1 a2, b1 and b2 a3", snap, cs)
+	}
+	// A compaction that covers everything leaves its snapshot alone.
+	write(t, s, Write{DocumentID: doc, Snapshot: []byte("all"), Covers: covers("")})
+	if snap, cs := reads(load(t, s, doc)); snap != "all" || len(cs) != 0 {
+		t.Fatalf("after a compaction covering everything: snapshot %q and chunks %q", snap, cs)
+	}
 }
 
 func testNotFound(t *testing.T, open func() Store, _ string) {
