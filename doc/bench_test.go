@@ -13,6 +13,7 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
@@ -303,7 +304,7 @@ func BenchmarkColdLoad(b *testing.B) {
 		snapshot = append(snapshot, c...)
 	}
 	s := openStore(b, b.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -332,7 +333,7 @@ func BenchmarkTypingIntoHistory(b *testing.B) {
 				history = append(history, c...)
 			}
 			s := openStore(b, b.TempDir())
-			if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
+			if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
 				b.Fatal(err)
 			}
 			h := newTestHub(b, s, mentionsOn(true))

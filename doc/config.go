@@ -2,18 +2,22 @@ package doc
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tandemhq/tandem/doc/guard"
+
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // Config configures a Hub. Zero fields take the documented defaults.
 type Config struct {
 	// Store keeps documents durable. Required.
-	Store Store
+	Store store.Store
 	// Logger receives the hub's logs; default slog.Default().
 	Logger *slog.Logger
 	// FlushInterval is how often a failed write is tried again and idle
@@ -142,4 +146,13 @@ func (c *Config) setDefaults() error {
 		c.RefusedChangeBytes = guard.DefaultRefusedChangeBytes
 	}
 	return nil
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var u [16]byte
+	rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }

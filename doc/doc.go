@@ -15,7 +15,8 @@
 // faster than the changes, in worker processes off every message's path
 // (saved.go, package amsave).
 //
-// A Hub owns the rooms. It loads a document from its Store on first use,
+// A Hub owns the rooms. It loads a document from its store.Store (package
+// doc/store: the embedded bbolt file or PostgreSQL) on first use,
 // writes accepted changes back as soon as the write before them is done,
 // all the rooms that changed meanwhile in one batch, and names no change to
 // any peer or node before it is stored (durable.go); a failed write is
@@ -55,8 +56,8 @@
 // stored, other nodes' changes come back through ReceiveRemote, and the heads
 // exchange (AnnounceHeads) repairs what a lost message missed. The bus
 // that carries these messages sees only bytes. A room that had a gap in
-// what the bus carried catches up from the store (replica.go). Stores: the
-// embedded BoltStore and the shared PostgresStore.
+// what the bus carried catches up from the store (replica.go), which in a
+// cluster is PostgreSQL, shared by the nodes.
 //
 // Changes enter the log by one way (apply.go), from a local peer, another
 // node, a catch-up or the load: package guard orders them and checks a

@@ -1,9 +1,14 @@
 package doc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // Durable before acknowledged. A sync message that names a head tells its
@@ -156,15 +161,18 @@ func (h *Hub) Flush(ctx context.Context) error {
 		return nil
 	}
 
-	batch := make([]Write, 0, len(rooms))
+	writes := make([]roomWrite, 0, len(rooms))
+	batch := make([]store.Write, 0, len(rooms))
 	for _, r := range rooms {
-		batch = append(batch, r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID))
+		w := r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID)
+		writes = append(writes, w)
+		batch = append(batch, w.Write)
 	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())
 	for i, r := range rooms {
-		r.wrote(batch[i], h.cfg.NodeID, err == nil)
+		r.wrote(writes[i], h.cfg.NodeID, err == nil)
 		if err != nil {
 			h.markDirty(r) // try again on the next tick
 		}
@@ -185,11 +193,19 @@ func (h *Hub) Flush(ctx context.Context) error {
 // per byte.
 const bytesPerCompactChunk = 4 << 10
 
+// roomWrite is a room's part of a batch: what the store is to store, and
+// what the room records of it when the write is done (wrote).
+type roomWrite struct {
+	store.Write
+	upTo    uint64 // the room's applied count this write makes durable
+	pending int    // the room's pending chunks this write stores
+}
+
 // takeWrite takes the changes not yet stored out of the log.
-func (r *room) takeWrite(compactAfter int, nodeID string) Write {
+func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w := Write{DocumentID: r.id, upTo: r.applied}
+	w := roomWrite{Write: store.Write{DocumentID: r.id}, upTo: r.applied}
 	n := r.log.Len()
 	if len(r.unstored) > 0 {
 		r.pending = append(r.pending, joinChanges(r.log, r.unstored))
@@ -216,7 +232,7 @@ func (r *room) takeWrite(compactAfter int, nodeID string) Write {
 }
 
 // wrote records the outcome of storing w.
-func (r *room) wrote(w Write, nodeID string, ok bool) {
+func (r *room) wrote(w roomWrite, nodeID string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !ok {
@@ -244,22 +260,38 @@ func (r *room) wrote(w Write, nodeID string, ok bool) {
 
 // coverage returns what a compaction writing the log's first n changes
 // (a snapshot) may delete: the stored chunks whose every change is among
-// them. The store calls it during the write, without the room's lock
-// held, one chunk after another. A chunk that does not read as changes is
-// kept: nothing is deleted that is not known to be in the snapshot.
+// them. The caller holds r.mu: the hashes of those changes are taken now,
+// so that the store, which calls the function during its write, one chunk
+// after another, reads nothing of the room and takes no lock of it. They
+// cost 32 bytes a change, at a compaction only, which copies the whole
+// log's bytes anyway.
 func (r *room) coverage(n int) func(chunk []byte) bool {
-	return func(chunk []byte) bool {
-		cs, err := readChanges(nil, chunk)
-		if err != nil {
+	c := make(covered, n)
+	for i := range c {
+		c[i] = r.log.HashAt(int32(i))
+	}
+	slices.SortFunc(c, compareHashes)
+	return c.covers
+}
+
+// covered is what a compaction covers: the hashes of its changes, sorted.
+// It is not changed once made.
+type covered []amsync.Hash
+
+// covers reports whether every change of chunk is covered. A chunk that
+// does not read as changes is kept: nothing is deleted that is not known
+// to be in the snapshot.
+func (c covered) covers(chunk []byte) bool {
+	cs, err := readChanges(nil, chunk)
+	if err != nil {
+		return false
+	}
+	for i := range cs {
+		if _, ok := slices.BinarySearchFunc(c, amsync.Hash(cs[i].Hash), compareHashes); !ok {
 			return false
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		for _, c := range cs {
-			if i, ok := r.log.IndexOf(c.Hash); !ok || int(i) >= n {
-				return false
-			}
-		}
-		return true
 	}
+	return true
 }
+
+func compareHashes(a, b amsync.Hash) int { return bytes.Compare(a[:], b[:]) }

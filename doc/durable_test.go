@@ -8,17 +8,20 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // gateStore holds every write until the test lets it through, and tells
 // the test when one has started.
 type gateStore struct {
-	Store
+	store.Store
 	started chan struct{}
 	proceed chan struct{}
 }
@@ -27,7 +30,7 @@ func newGateStore(t testing.TB) *gateStore {
 	return &gateStore{Store: openStore(t, t.TempDir()), started: make(chan struct{}, 1), proceed: make(chan struct{})}
 }
 
-func (g *gateStore) Write(ctx context.Context, b []Write) error {
+func (g *gateStore) Write(ctx context.Context, b []store.Write) error {
 	select {
 	case g.started <- struct{}{}:
 	default:
@@ -149,7 +152,7 @@ func TestNothingNamesAChangeBeforeItIsStored(t *testing.T) {
 // changes; the next is refused whole (ErrStoreBehind), so what waits for
 // the store stops growing. Once a write succeeds, changes are taken again.
 func TestChangesAreRefusedWhileTheStoreIsFarBehind(t *testing.T) {
-	fs := &DownStore{Store: openStore(t, t.TempDir())}
+	fs := &store.Down{Store: openStore(t, t.TempDir())}
 	h := newTestHub(t, fs, Config{})
 	a := newClient("a")
 	a.setText(t, "n", "0")
@@ -211,7 +214,7 @@ func TestACompactionKeepsEveryChangeAsItsBytes(t *testing.T) {
 		{MapKey: true, Key: "old", Action: amcheck.Put, Value: v, Raw: raw},
 		{MapKey: true, Key: "n", Action: amcheck.Put, Value: v, Raw: raw},
 	}})
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Chunks: [][]byte{old}}}); err != nil {
 		t.Fatal(err)
 	}
 	h := newTestHub(t, s, Config{CompactAfter: 1})
@@ -233,5 +236,51 @@ func TestACompactionKeepsEveryChangeAsItsBytes(t *testing.T) {
 	b.sync(t, h2, true)
 	if b.get(t, "old") != "kept" || b.get(t, "new") != "added" {
 		t.Fatalf("after a restart b sees old = %q, new = %q", b.get(t, "old"), b.get(t, "new"))
+	}
+}
+
+// A compaction's Covers is a pure function of what takeWrite took under
+// the room's lock: the store calls it during its write, one chunk after
+// another, and it reads nothing of the room. So it answers while someone
+// else holds the room's lock, and a change the room takes after the
+// write was taken is not covered.
+func TestACompactionsCoversTakesNoLockOfTheRoom(t *testing.T) {
+	c := newClient("a")
+	c.setText(t, "n", "1")
+	first := c.doc.SaveIncremental()
+	c.setText(t, "n", "2")
+	second := c.doc.SaveIncremental()
+	r := roomWith(t, c.doc)
+	r.mu.Lock() // as takeWrite holds it
+	covers := r.coverage(r.log.Len())
+	c.setText(t, "n", "3")
+	later := c.doc.SaveIncremental()
+	cs, err := readChanges(nil, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addToLog(r.log, cs) // the room moves on before the store calls Covers
+
+	got := make(chan []bool, 1)
+	go func() { // the store's write, while the room's lock is held
+		got <- []bool{covers(first), covers(second), covers(slices.Concat(first, second)),
+			covers(later), covers(slices.Concat(first, later)), covers([]byte("garbage"))}
+	}()
+	select {
+	case g := <-got:
+		if want := []bool{true, true, true, false, false, false}; !slices.Equal(g, want) {
+			t.Errorf("covers first, second, both, later, first and later, garbage = %v, want %v", g, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Covers did not return while the room's lock was held")
+	}
+	r.mu.Unlock()
+
+	// A compaction of a prefix covers that prefix only.
+	r.mu.Lock()
+	covers = r.coverage(1)
+	r.mu.Unlock()
+	if !covers(first) || covers(second) {
+		t.Errorf("a compaction of the first change covers it: %v, the second: %v", covers(first), covers(second))
 	}
 }

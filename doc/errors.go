@@ -26,6 +26,4 @@ var (
 	// now (package guard): nothing of it is applied; the peer is to come
 	// back later.
 	ErrBusy = guard.ErrBusy
-	// ErrNotFound is returned by a Store for a document it does not have.
-	ErrNotFound = errors.New("document not found")
 )

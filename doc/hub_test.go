@@ -10,6 +10,7 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/lifecycle"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -172,7 +173,7 @@ func (c *client) syncWith(t testing.TB, h *Hub, opts SyncMessage) (refused bool)
 	return refused
 }
 
-func newTestHub(t testing.TB, s Store, cfg Config) *Hub {
+func newTestHub(t testing.TB, s store.Store, cfg Config) *Hub {
 	t.Helper()
 	cfg.Store = s
 	cfg.Logger = testenv.QuietLogger()
@@ -191,9 +192,9 @@ func newTestHub(t testing.TB, s Store, cfg Config) *Hub {
 	return h
 }
 
-func openStore(t testing.TB, dir string) *BoltStore {
+func openStore(t testing.TB, dir string) *store.Bolt {
 	t.Helper()
-	s, err := OpenBoltStore(dir)
+	s, err := store.OpenBolt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // Requests for a document the room does not have.
@@ -286,7 +287,7 @@ func (h *Hub) reload(r *room) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	stored, err := h.cfg.Store.Load(ctx, r.id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return
 	}
 	if err != nil {

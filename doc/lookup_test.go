@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/automerge/automerge-go"
+
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // syncLoop runs c's sync loop with the hub for document id until neither
@@ -51,7 +53,7 @@ type fakeFinder struct{ asked chan func(bool) }
 func (f *fakeFinder) FindDocument(_ string, done func(bool)) { f.asked <- done }
 
 // sharedStore lets two hubs, as two nodes, use one store; the test closes it.
-type sharedStore struct{ Store }
+type sharedStore struct{ store.Store }
 
 func (sharedStore) Close() error { return nil }
 
@@ -240,9 +242,9 @@ func TestAMemberThatHasTheDocumentHoldsTheVerdict(t *testing.T) {
 // Another node stored the document after this node loaded the room empty:
 // the lookup reads the store again.
 func TestLookupReadsTheStoreAgain(t *testing.T) {
-	store := openStore(t, t.TempDir())
-	h1 := newTestHub(t, sharedStore{store}, Config{})
-	h2 := newTestHub(t, sharedStore{store}, Config{UnavailableGrace: time.Millisecond})
+	shared := openStore(t, t.TempDir())
+	h1 := newTestHub(t, sharedStore{shared}, Config{})
+	h2 := newTestHub(t, sharedStore{shared}, Config{UnavailableGrace: time.Millisecond})
 	early := newClient("early")
 	early.sync(t, h2, true) // h2 loads the room: nothing there yet
 	early.peer.waitUnavailable(t)
@@ -262,10 +264,10 @@ func TestLookupReadsTheStoreAgain(t *testing.T) {
 // In a cluster the lookup asks the other nodes; one that holds the document
 // stores it first, and this node reads it from the shared store.
 func TestLookupAsksTheCluster(t *testing.T) {
-	store := openStore(t, t.TempDir())
+	shared := openStore(t, t.TempDir())
 	finder := &fakeFinder{asked: make(chan func(bool), 1)}
-	h1 := newTestHub(t, sharedStore{store}, Config{})
-	h2 := newTestHub(t, sharedStore{store}, Config{UnavailableGrace: time.Millisecond, Finder: finder})
+	h1 := newTestHub(t, sharedStore{shared}, Config{})
+	h2 := newTestHub(t, sharedStore{shared}, Config{UnavailableGrace: time.Millisecond, Finder: finder})
 
 	b := newClient("b")
 	b.sync(t, h2, true)
@@ -286,7 +288,7 @@ func TestLookupAsksTheCluster(t *testing.T) {
 
 	// Nobody has this one: doc-unavailable once the cluster says so.
 	const other = "3z6nXk1ZJj2Lu7JkH2nF7C8tZ5pH"
-	h3 := newTestHub(t, sharedStore{store}, Config{UnavailableGrace: time.Millisecond, Finder: finder})
+	h3 := newTestHub(t, sharedStore{shared}, Config{UnavailableGrace: time.Millisecond, Finder: finder})
 	c := newClient("c")
 	if err := c.syncLoop(h3, other, true); err != nil {
 		t.Fatal(err)

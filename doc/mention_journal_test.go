@@ -11,26 +11,27 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // crashCopy returns a new store holding what from holds for the test
 // document, journals included: the disk of a node killed at this moment.
-func crashCopy(t *testing.T, from Store) *BoltStore {
+func crashCopy(t *testing.T, from store.Store) *store.Bolt {
 	t.Helper()
 	st, err := from.Load(context.Background(), testDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	to := openStore(t, t.TempDir())
-	w := Write{DocumentID: testDoc, Snapshot: st.Snapshot, Chunks: st.Chunks, Journals: st.Journals}
-	if err := to.Write(context.Background(), []Write{w}); err != nil {
+	w := store.Write{DocumentID: testDoc, Snapshot: st.Snapshot, Chunks: st.Chunks, Journals: st.Journals}
+	if err := to.Write(context.Background(), []store.Write{w}); err != nil {
 		t.Fatal(err)
 	}
 	return to
 }
 
-func storedJournals(t *testing.T, s Store) int {
+func storedJournals(t *testing.T, s store.Store) int {
 	t.Helper()
 	js, err := s.Journals(context.Background())
 	if err != nil {
@@ -39,66 +40,9 @@ func storedJournals(t *testing.T, s Store) int {
 	return len(js)
 }
 
-func waitNoJournals(t *testing.T, s Store) {
+func waitNoJournals(t *testing.T, s store.Store) {
 	t.Helper()
 	testenv.WaitFor(t, "the journals to be deleted", func() bool { return storedJournals(t, s) == 0 })
-}
-
-// testJournals checks a store's journals: written, replaced and deleted
-// per node with the document's changes, kept across a compaction, loaded
-// with the document and listed.
-func testJournals(t *testing.T, s Store, docID string) {
-	ctx := context.Background()
-	write := func(w Write) {
-		t.Helper()
-		w.DocumentID = docID
-		if err := s.Write(ctx, []Write{w}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	journals := func() map[string]string {
-		t.Helper()
-		st, err := s.Load(ctx, docID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]string{}
-		for n, d := range st.Journals {
-			out[n] = string(d)
-		}
-		return out
-	}
-	c := newClient("w")
-	c.setText(t, "k", "v")
-	write(Write{Chunks: [][]byte{c.doc.SaveIncremental()}, Journals: map[string][]byte{"a": []byte("1"), "b": []byte("2")}})
-	write(Write{Journals: map[string][]byte{"a": []byte("3")}})
-	write(Write{Snapshot: c.doc.Save(), Journals: map[string][]byte{"b": {}}})
-	if got := journals(); len(got) != 1 || got["a"] != "3" {
-		t.Fatalf("journals = %v, want a=3", got)
-	}
-	listed, err := s.Journals(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, j := range listed {
-		found = found || (j.DocumentID == docID && j.Node == "a" && string(j.Data) == "3")
-	}
-	if !found {
-		t.Fatalf("Journals() = %+v, missing %s/a", listed, docID)
-	}
-	write(Write{Journals: map[string][]byte{"a": {}}})
-	if got := journals(); len(got) != 0 {
-		t.Fatalf("journals after deleting = %v", got)
-	}
-}
-
-func TestBoltStoreJournals(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	testJournals(t, s, testDoc)
-	if n := storedJournals(t, s); n != 0 {
-		t.Fatalf("%d journals listed after all were deleted", n)
-	}
 }
 
 func authors(documentID string, p Peer) (string, string) {

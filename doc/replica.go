@@ -7,6 +7,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // Applying what other nodes accepted (cluster.go speaks the protocol), and
@@ -114,7 +115,7 @@ func (r *room) catchUp(ctx context.Context, h *Hub) {
 		return // caught up by the caller before
 	}
 	stored, err := h.cfg.Store.Load(context.WithoutCancel(ctx), r.id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		r.caughtUp.Store(gaps)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -21,9 +22,9 @@ import (
 // them: what one node learns of the other's changes comes from the store.
 func twoNodes(t *testing.T) (h1, h2 *Hub) {
 	t.Helper()
-	store := openStore(t, t.TempDir())
-	h1 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
-	h2 = newTestHub(t, sharedStore{store}, Config{Cluster: &fakeCluster{}})
+	shared := openStore(t, t.TempDir())
+	h1 = newTestHub(t, sharedStore{shared}, Config{Cluster: &fakeCluster{}})
+	h2 = newTestHub(t, sharedStore{shared}, Config{Cluster: &fakeCluster{}})
 	return h1, h2
 }
 
@@ -245,12 +246,12 @@ func TestRemoteChangesWaitingForADependencyAreBounded(t *testing.T) {
 // change (a compaction's snapshot, which rewrites the log by design, is
 // not counted).
 type countingStore struct {
-	Store
+	store.Store
 	mu      sync.Mutex
 	written map[[32]byte]int
 }
 
-func (s *countingStore) Write(ctx context.Context, batch []Write) error {
+func (s *countingStore) Write(ctx context.Context, batch []store.Write) error {
 	s.mu.Lock()
 	for _, w := range batch {
 		for _, chunk := range w.Chunks {

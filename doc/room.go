@@ -11,6 +11,7 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/store"
 )
 
 // errEvicted tells a caller that raced with eviction to look the room up
@@ -139,10 +140,10 @@ func newRoom(id string) *room {
 // load reads the document from the store. A chunk that does not load is
 // logged and skipped, so one damaged write cannot make a document
 // unreadable.
-func (r *room) load(ctx context.Context, s Store, h *Hub) {
+func (r *room) load(ctx context.Context, s store.Store, h *Hub) {
 	defer close(r.loaded)
 	stored, err := s.Load(context.WithoutCancel(ctx), r.id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return
 	}
 	if err != nil {

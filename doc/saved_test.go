@@ -15,6 +15,7 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -47,7 +48,7 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 		snapshot = append(snapshot, c...)
 	}
 	s := openStore(t, t.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
 		t.Fatal(err)
 	}
 	saver, err := amsave.New(amsave.Config{})
@@ -109,7 +110,7 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 	all := amtest.Typing(2000)
 	s := openStore(t, t.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: slices.Concat(all[:900]...)}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: slices.Concat(all[:900]...)}}); err != nil {
 		t.Fatal(err)
 	}
 	saves := make(chan int, 10)
@@ -237,17 +238,17 @@ func TestADocumentThatGoesQuietIsSavedAgain(t *testing.T) {
 }
 
 // storeOf stores snapshot as the test document.
-func storeOf(t testing.TB, snapshot []byte) Store {
+func storeOf(t testing.TB, snapshot []byte) store.Store {
 	t.Helper()
 	s := openStore(t, t.TempDir())
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
 // storedTyping stores a snapshot of n typed changes as the test document.
-func storedTyping(t testing.TB, n int) Store {
+func storedTyping(t testing.TB, n int) store.Store {
 	t.Helper()
 	var snapshot []byte
 	for _, c := range amtest.Typing(n) {
@@ -367,7 +368,7 @@ func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := storedTyping(t, savedMinChanges) // ten changes fewer than the saved document holds
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Saved: d.Save()}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: d.Save()}}); err != nil {
 		t.Fatal(err)
 	}
 	saves := make(chan struct{}, 1)
@@ -394,7 +395,7 @@ func TestAStoredSavedDocumentThatDoesNotFitIsLeft(t *testing.T) {
 // changes that follow: were it what the store refused, it would hold them
 // back. The next save is stored in its turn.
 func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
-	s := &DownStore{Store: storedTyping(t, savedMinChanges+10)}
+	s := &store.Down{Store: storedTyping(t, savedMinChanges+10)}
 	release := make(chan struct{})
 	h := newTestHub(t, s, Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		<-release

@@ -1,30 +1,25 @@
 package doc
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
-func storedHas(t testing.TB, s Store, key, want string) bool {
+func storedHas(t testing.TB, s store.Store, key, want string) bool {
 	t.Helper()
 	c := newClient("reader")
 	stored, err := s.Load(context.Background(), testDoc)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return false
 	}
 	if err != nil {
@@ -169,7 +164,7 @@ func TestDamagedChunkIsSkipped(t *testing.T) {
 	if err := h.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Chunks: [][]byte{[]byte("garbage")}}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Chunks: [][]byte{[]byte("garbage")}}}); err != nil {
 		t.Fatal(err)
 	}
 	h2 := newTestHub(t, s, Config{})
@@ -182,12 +177,12 @@ func TestDamagedChunkIsSkipped(t *testing.T) {
 
 // failingStore fails its first n writes.
 type failingStore struct {
-	Store
+	store.Store
 	mu    sync.Mutex
 	fails int
 }
 
-func (f *failingStore) Write(ctx context.Context, b []Write) error {
+func (f *failingStore) Write(ctx context.Context, b []store.Write) error {
 	f.mu.Lock()
 	if f.fails > 0 {
 		f.fails--
@@ -237,23 +232,6 @@ func TestFailedWriteIsRetried(t *testing.T) {
 	}
 }
 
-func TestStorageIDIsStable(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	id, err := s.StorageID()
-	if err != nil || len(id) != 36 {
-		t.Fatalf("id %q, err %v", id, err)
-	}
-	s.Close()
-	again, err := openStore(t, dir).StorageID()
-	if err != nil || again != id {
-		t.Fatalf("after reopen %q (err %v), want %q", again, err, id)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "tandem.db")); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A document an earlier version stored (a snapshot automerge saved, then
 // incremental chunks) loads, is rewritten as change bytes at the next
 // compaction, and what is stored then loads in automerge-go.
@@ -270,7 +248,7 @@ func TestADocumentStoredByAnEarlierVersionLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Commit("two")
-	if err := s.Write(context.Background(), []Write{{DocumentID: testDoc, Snapshot: snapshot, Chunks: [][]byte{old.SaveIncremental()}}}); err != nil {
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot, Chunks: [][]byte{old.SaveIncremental()}}}); err != nil {
 		t.Fatal(err)
 	}
 	h := newTestHub(t, s, Config{})
@@ -295,96 +273,9 @@ func TestADocumentStoredByAnEarlierVersionLoads(t *testing.T) {
 	}
 }
 
-// A chunk written beside a large snapshot costs the chunk's pages, not the
-// snapshot's: bbolt rewrites a leaf whole, large values and all, when a
-// key in it changes, so the snapshot lives apart from the chunks.
-func TestAChunkDoesNotRewriteTheSnapshot(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	ctx := context.Background()
-	big := make([]byte, 2<<20)
-	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: big}}); err != nil {
-		t.Fatal(err)
-	}
-	before := s.db.Stats().TxStats
-	for i := range 10 {
-		if err := s.Write(ctx, []Write{{DocumentID: testDoc, Chunks: [][]byte{{byte(i), 1, 2, 3}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	after := s.db.Stats().TxStats
-	if alloc := after.GetPageAlloc() - before.GetPageAlloc(); alloc > 10*64<<10 {
-		t.Fatalf("ten 4-byte chunks allocated %d bytes of pages beside a 2 MiB snapshot", alloc)
-	}
-	stored, err := s.Load(ctx, testDoc)
-	if err != nil || len(stored.Snapshot) != len(big) || len(stored.Chunks) != 10 {
-		t.Fatalf("loaded a snapshot of %d bytes and %d chunks (err %v)", len(stored.Snapshot), len(stored.Chunks), err)
-	}
-}
-
-// A file that keeps a document's snapshot in the document's own bucket, as
-// earlier versions wrote it, loads; the next snapshot moves it.
-func TestASnapshotInItsEarlierPlaceLoads(t *testing.T) {
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	ctx := context.Background()
-	writeEarlierLayout(t, s, "earlier", "chunk")
-	stored, err := s.Load(ctx, testDoc)
-	if err != nil || string(stored.Snapshot) != "earlier" || len(stored.Chunks) != 1 {
-		t.Fatalf("loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
-	}
-	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: []byte("now")}}); err != nil {
-		t.Fatal(err)
-	}
-	stored, err = s.Load(ctx, testDoc)
-	if err != nil || string(stored.Snapshot) != "now" || len(stored.Chunks) != 0 {
-		t.Fatalf("after a new snapshot: loaded %q and %d chunks (err %v)", stored.Snapshot, len(stored.Chunks), err)
-	}
-}
-
-// An earlier version run on the file after this one compacted a document
-// writes its snapshot in the earlier place and does not see this one's:
-// both are read, so that neither's changes are lost.
-func TestBothSnapshotPlacesAreRead(t *testing.T) {
-	s := openStore(t, t.TempDir())
-	ctx := context.Background()
-	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: []byte("this version's")}}); err != nil {
-		t.Fatal(err)
-	}
-	writeEarlierLayout(t, s, "the earlier version's", "a chunk after it")
-	stored, err := s.Load(ctx, testDoc)
-	if err != nil || string(stored.Snapshot) != "this version's" || len(stored.Chunks) != 2 ||
-		string(stored.Chunks[0]) != "the earlier version's" || string(stored.Chunks[1]) != "a chunk after it" {
-		t.Fatalf("loaded %q and chunks %q (err %v)", stored.Snapshot, stored.Chunks, err)
-	}
-}
-
-// writeEarlierLayout writes the test document as an earlier version of
-// the store wrote one, over what the file holds of it: a bucket of "docs"
-// with the snapshot under "s" and one chunk.
-func writeEarlierLayout(t *testing.T, s *BoltStore, snapshot, chunk string) {
-	t.Helper()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		docs := tx.Bucket(bucketDocs)
-		if err := docs.DeleteBucket([]byte(testDoc)); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-			return err
-		}
-		b, err := docs.CreateBucket([]byte(testDoc))
-		if err != nil {
-			return err
-		}
-		if err := b.Put(keySnap, []byte(snapshot)); err != nil {
-			return err
-		}
-		return b.Put([]byte{chunkTag, 0, 0, 0, 0, 0, 0, 0, 1}, []byte(chunk))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // flushedStored flushes the hub and returns what the store holds of the
 // test document.
-func flushedStored(t *testing.T, h *Hub, s Store) Stored {
+func flushedStored(t *testing.T, h *Hub, s store.Store) store.Stored {
 	t.Helper()
 	if err := h.Flush(context.Background()); err != nil {
 		t.Fatal(err)
@@ -396,31 +287,121 @@ func flushedStored(t *testing.T, h *Hub, s Store) Stored {
 	return stored
 }
 
-// The embedded store keeps a saved document beside the document's
-// changes, replaced by the next, kept through a compaction and a reopen.
-func TestTheEmbeddedStoreStoresTheSavedDocument(t *testing.T) {
+// A compaction keeps the changes it has not seen: node A compacts while
+// node B has stored changes A never saw, in the chunks nodes write
+// (incremental: their dependencies are in other chunks); B's changes must
+// survive, and so must a change A applied after it took its snapshot. In
+// both stores: PostgreSQL is shared by the nodes of a cluster, and hubs
+// may share a bbolt file (tests do).
+func TestACompactionKeepsChangesItHasNotSeen(t *testing.T) {
+	for name, open := range map[string]func(t *testing.T) store.Store{
+		"bolt":     func(t *testing.T) store.Store { return openStore(t, t.TempDir()) },
+		"postgres": func(t *testing.T) store.Store { return openPostgres(t) },
+	} {
+		t.Run(name, func(t *testing.T) { testCompactionKeepsChangesItHasNotSeen(t, open(t)) })
+	}
+}
+
+func testCompactionKeepsChangesItHasNotSeen(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := openStore(t, dir)
-	all := amtest.Typing(3)
-	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Chunks: [][]byte{all[0]}}}); err != nil {
+	id := testDoc
+	a := automerge.New()
+	a.RootMap().Set("base", "x")
+	a.Commit("base")
+	s.Write(ctx, []store.Write{{DocumentID: id, Chunks: [][]byte{a.SaveIncremental()}}})
+	b := loadDoc(t, s, id) // node B loads the document, as a room does
+	b.SaveIncremental()    // what it loaded is stored
+	for i := range 3 {
+		b.RootMap().Set(fmt.Sprint("from-b-", i), "y")
+		b.Commit("b")
+		s.Write(ctx, []store.Write{{DocumentID: id, Chunks: [][]byte{b.SaveIncremental()}}}) // B's own edits
+	}
+	a.RootMap().Set("from-a", "z")
+	a.Commit("a")
+	r := roomWith(t, a)
+	n := r.log.Len()
+	w := store.Write{DocumentID: id, Snapshot: joinChanges(r.log, span(0, n)), Covers: r.coverage(n)}
+	// Between A's snapshot and its write, another node's change reaches
+	// A's document: it is not in the snapshot, so its chunk must stay.
+	late, _ := automerge.Load(b.Save())
+	late.SaveIncremental()
+	late.RootMap().Set("late", "w")
+	late.Commit("late")
+	lateChunk := late.SaveIncremental()
+	s.Write(ctx, []store.Write{{DocumentID: id, Chunks: [][]byte{lateChunk}}})
+	lateChanges, err := readChanges(nil, late.Save())
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, saved := range []string{"first", "second"} {
-		if err := s.Write(ctx, []Write{{DocumentID: testDoc, Saved: []byte(saved)}}); err != nil {
+	addInOrder(r, lateChanges)
+	if err := s.Write(ctx, []store.Write{w}); err != nil {
+		t.Fatal(err)
+	}
+	got := loadDoc(t, s, id)
+	for _, k := range []string{"base", "from-a", "from-b-0", "from-b-1", "from-b-2", "late"} {
+		if v, _ := got.RootMap().Get(k); v.Kind() != automerge.KindStr {
+			t.Errorf("%s lost by the compaction", k)
+		}
+	}
+	stored, _ := s.Load(ctx, id)
+	if stored.Snapshot == nil || len(stored.Chunks) != 4 {
+		t.Errorf("after compaction: snapshot %v, %d chunks; want the snapshot, B's three chunks and the late one", stored.Snapshot != nil, len(stored.Chunks))
+	}
+
+	// A compaction by a node that has everything removes every chunk.
+	all := roomWith(t, got)
+	n = all.log.Len()
+	if err := s.Write(ctx, []store.Write{{DocumentID: id, Snapshot: joinChanges(all.log, span(0, n)), Covers: all.coverage(n)}}); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ := s.Load(ctx, id); stored.Snapshot == nil || len(stored.Chunks) != 0 {
+		t.Errorf("a snapshot holding everything left %d chunks", len(stored.Chunks))
+	}
+}
+
+// roomWith returns a room whose log holds d's changes.
+func roomWith(t testing.TB, d *automerge.Doc) *room {
+	t.Helper()
+	r := newRoom(testDoc)
+	cs, err := readChanges(nil, d.Save())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addInOrder(r, cs)
+	return r
+}
+
+func loadDoc(t testing.TB, s store.Store, id string) *automerge.Doc {
+	t.Helper()
+	stored, err := s.Load(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := automerge.New()
+	if stored.Snapshot != nil {
+		if err := d.LoadIncremental(stored.Snapshot); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := s.Load(ctx, testDoc); err != nil || string(got.Saved) != saved {
-			t.Fatalf("loaded saved %q (err %v), want %q", got.Saved, err, saved)
+	}
+	for _, c := range stored.Chunks {
+		if err := d.LoadIncremental(c); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if err := s.Write(ctx, []Write{{DocumentID: testDoc, Snapshot: bytes.Join(all, nil)}}); err != nil {
-		t.Fatal(err)
+	return d
+}
+
+// openPostgres opens the PostgreSQL store in a schema of the test's own.
+// CI starts PostgreSQL; a test that cannot reach it fails rather than
+// skips.
+func openPostgres(t testing.TB) *store.Postgres {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := store.OpenPostgres(ctx, testenv.PostgresSchema(t))
+	if err != nil {
+		t.Fatalf("PostgreSQL at %s: %v", testenv.PostgresURL(), err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := openStore(t, dir).Load(ctx, testDoc); err != nil || string(got.Saved) != "second" {
-		t.Fatalf("after a compaction and a reopen: saved %q (err %v)", got.Saved, err)
-	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 
 	"github.com/fxamacker/cbor/v2"
@@ -44,12 +45,12 @@ func startClusterNode(t *testing.T, redisAddr, id string) *clusterNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	hub, err := doc.NewHub(doc.Config{Store: st, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -219,12 +220,12 @@ func TestRefusedChangeCostsTheDocumentNotTheConnection(t *testing.T) {
 	testenv.WaitFor(t, "both peers still on the other document", func() bool { return s.hub.Stats().Peers == 3 })
 }
 
-func openTestStore(t *testing.T) doc.Store {
+func openTestStore(t *testing.T) store.Store {
 	t.Helper()
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	return store
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	return st
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -44,18 +45,18 @@ type testServer struct {
 
 func newTestServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	return newTestServerOn(t, cfg, store)
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	return newTestServerOn(t, cfg, st)
 }
 
 // newTestServerOn is newTestServer on a store of the test's choosing.
-func newTestServerOn(t *testing.T, cfg Config, store doc.Store) *testServer {
+func newTestServerOn(t *testing.T, cfg Config, st store.Store) *testServer {
 	t.Helper()
-	return newTestServerHub(t, cfg, doc.Config{Store: store})
+	return newTestServerHub(t, cfg, doc.Config{Store: st})
 }
 
 // newTestServerHub is newTestServerOn with a hub configured by the test.
@@ -647,12 +648,12 @@ func TestLargeSyncMessagesArriveWhole(t *testing.T) {
 // connection closes with 1013 (try again later), so that its client comes
 // back later and sends it again.
 func TestStoreFarBehindClosesTryAgainLater(t *testing.T) {
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	ds := &doc.DownStore{Store: store}
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	ds := &store.Down{Store: st}
 	s := newTestServerOn(t, Config{MessageRate: 1e6, MessageBurst: 1e6}, ds)
 	w := newSyncer(t, s, dial(t, s.url), "w")
 	w.set("n", "0")

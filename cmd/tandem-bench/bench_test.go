@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport"
 )
@@ -78,12 +79,12 @@ func TestTypingScenario(t *testing.T) {
 func startTestNode(t *testing.T) string {
 	t.Helper()
 	logger := testenv.QuietLogger()
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger})
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	hub, err := doc.NewHub(doc.Config{Store: st, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

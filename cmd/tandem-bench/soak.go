@@ -21,9 +21,9 @@ import (
 	"github.com/fxamacker/cbor/v2"
 	"github.com/gorilla/websocket"
 
-	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -775,17 +775,17 @@ func someKeys(keys []string) string {
 // afresh would, and counts acknowledged edits missing or wrong there: the
 // nodes may still hold in memory what the store lost.
 func (s *soak) verifyStore(ctx context.Context, postgresURL string) (lost int, err error) {
-	store, err := doc.OpenPostgresStore(ctx, postgresURL)
+	st, err := store.OpenPostgres(ctx, postgresURL)
 	if err != nil {
 		return 0, err
 	}
-	defer store.Close()
+	defer st.Close()
 	byDoc := map[string][]*soakPeer{}
 	for _, p := range s.peers {
 		byDoc[p.doc] = append(byDoc[p.doc], p)
 	}
 	for id, peers := range byDoc {
-		stored, err := store.Load(ctx, id)
+		stored, err := st.Load(ctx, id)
 		if err != nil {
 			return 0, fmt.Errorf("load %s from PostgreSQL: %w", id, err)
 		}

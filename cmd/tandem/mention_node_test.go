@@ -10,7 +10,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 
-	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -105,7 +105,7 @@ func TestMentionSurvivesKill(t *testing.T) {
 	// be reported.
 	n.cmd.Process.Signal(syscall.SIGTERM)
 	<-n.done
-	s, err := doc.OpenBoltStore(dir)
+	s, err := store.OpenBolt(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/awareness/history"
 	"github.com/tandemhq/tandem/awareness/lastseen"
-	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/web"
 )
 
@@ -17,7 +17,7 @@ import (
 // documents (doc), when each user was last seen and presence history
 // (presence).
 type stores struct {
-	docs      doc.Store
+	docs      store.Store
 	lastSeen  lastSeenStore
 	history   historyStore                    // nil with --presence-history 0
 	storageID string                          // announced to clients
@@ -78,7 +78,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 		if err != nil {
 			return nil, err
 		}
-		s, err := doc.OpenBoltStore(cfg.DataDir)
+		s, err := store.OpenBolt(cfg.DataDir)
 		if err != nil {
 			seen.Close()
 			return nil, err
@@ -99,7 +99,7 @@ func openStores(ctx context.Context, cfg config, log *slog.Logger) (*stores, err
 	}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	s, err := doc.OpenPostgresStore(octx, cfg.PostgresURL)
+	s, err := store.OpenPostgres(octx, cfg.PostgresURL)
 	if err != nil {
 		return nil, err
 	}

@@ -13,5 +13,5 @@
 // (MemoryLastSeen) and a reader of fuzz corpus files (ReadFuzzSeed). It
 // imports nothing of the module, so any package's tests can use it; a
 // shared fake that needs a module's types lives beside the interface it
-// implements instead (doc.DownStore).
+// implements instead (doc/store's Down).
 package testenv

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 
 	"github.com/automerge/automerge-go"
@@ -83,12 +84,12 @@ func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)
 		t.Fatal(err)
 	}
 	pcfg.Replicator = bus
-	store, err := doc.OpenBoltStore(t.TempDir())
+	st, err := store.OpenBolt(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the hub's Close: registered before it
-	hub, err := doc.NewHub(doc.Config{Store: store, Logger: logger, Cluster: bus})
+	t.Cleanup(func() { st.Close() }) // after the hub's Close: registered before it
+	hub, err := doc.NewHub(doc.Config{Store: st, Logger: logger, Cluster: bus})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ type localSQLite struct{ *riversqlite.Driver }
 func (localSQLite) SupportsListener() bool { return false }
 
 // migrationLock is the advisory lock the document store takes for its own
-// migrations (doc/store_postgres.go): the schema changes one node at a
+// migrations (doc/store/postgres.go): the schema changes one node at a
 // time across the cluster. Without it, nodes starting together on a fresh
 // database raced to create the same tables, and one exited with a
 // duplicate-key error.

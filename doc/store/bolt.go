@@ -1,36 +1,37 @@
-package doc
+package store
 
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+	bbolt "go.etcd.io/bbolt"
 )
 
-// BoltStore is the embedded store: one bbolt file under the data directory,
+// Bolt is the embedded store: one bbolt file under the data directory,
 // pure Go, nothing to install. Each document is a bucket of "docs" holding
 // its incremental chunks under "c" + an 8-byte sequence number, and a
 // bucket of "snapshots" holding its snapshot under "s". The two are apart
 // because bbolt rewrites a leaf, large values and all, whenever a key in
 // it changes: a snapshot beside the chunks would be written again with
 // every chunk. (Files written before keep a snapshot under "s" in the
-// document's own bucket; it is read there until the next compaction, and
-// as well as the other if an earlier version wrote it after this one.)
-// A document's saved form for new readers is in "saved", under its id.
-type BoltStore struct {
-	db        *bolt.DB
+// document's own bucket; it is read there until a compaction covers it,
+// and as well as the other if an earlier version wrote it after this one.)
+// A compaction deletes only what its Write.Covers says the snapshot
+// holds, as PostgreSQL does: hubs may share the file (tests run two, as
+// two nodes). A document's saved form for new readers is in "saved",
+// under its id.
+type Bolt struct {
+	db        *bbolt.DB
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ Store = (*BoltStore)(nil)
+var _ Store = (*Bolt)(nil)
 
 var (
 	bucketDocs = []byte("docs")
@@ -43,17 +44,17 @@ var (
 	keyStorage = []byte("storage-id")
 )
 
-// OpenBoltStore opens (creating if needed) the store in dir.
-func OpenBoltStore(dir string) (*BoltStore, error) {
+// OpenBolt opens (creating if needed) the store in dir.
+func OpenBolt(dir string) (*Bolt, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	path := filepath.Join(dir, "tandem.db")
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bbolt.Tx) error {
 		// Files from before awareness/lastseen also hold a "last-seen"
 		// bucket: that package copies it, this one leaves it alone.
 		for _, name := range [][]byte{bucketDocs, bucketSnap, bucketMeta, bucketJrnl, bucketSave} {
@@ -67,13 +68,13 @@ func OpenBoltStore(dir string) (*BoltStore, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &BoltStore{db: db}, nil
+	return &Bolt{db: db}, nil
 }
 
 // Load implements Store.
-func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
+func (s *Bolt) Load(_ context.Context, documentID string) (Stored, error) {
 	var out Stored
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		b := tx.Bucket(bucketDocs).Bucket([]byte(documentID))
 		if b == nil {
 			return ErrNotFound
@@ -114,9 +115,9 @@ func (s *BoltStore) Load(_ context.Context, documentID string) (Stored, error) {
 }
 
 // Journals implements Store.
-func (s *BoltStore) Journals(context.Context) ([]Journal, error) {
+func (s *Bolt) Journals(context.Context) ([]Journal, error) {
 	var out []Journal
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.db.View(func(tx *bbolt.Tx) error {
 		return tx.Bucket(bucketJrnl).ForEachBucket(func(docID []byte) error {
 			return tx.Bucket(bucketJrnl).Bucket(docID).ForEach(func(node, data []byte) error {
 				out = append(out, Journal{DocumentID: string(docID), Node: string(node), Data: append([]byte(nil), data...)})
@@ -128,7 +129,7 @@ func (s *BoltStore) Journals(context.Context) ([]Journal, error) {
 }
 
 // writeJournals applies a Write's journals.
-func writeJournals(tx *bolt.Tx, w Write) error {
+func writeJournals(tx *bbolt.Tx, w Write) error {
 	if len(w.Journals) == 0 {
 		return nil
 	}
@@ -154,43 +155,25 @@ func writeJournals(tx *bolt.Tx, w Write) error {
 }
 
 // Write implements Store: the whole batch is one transaction and one fsync.
-func (s *BoltStore) Write(_ context.Context, batch []Write) error {
+func (s *Bolt) Write(_ context.Context, batch []Write) error {
 	if len(batch) == 0 {
 		return nil
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.db.Update(func(tx *bbolt.Tx) error {
 		docs, snaps := tx.Bucket(bucketDocs), tx.Bucket(bucketSnap)
 		for _, w := range batch {
 			key := []byte(w.DocumentID)
-			if w.Snapshot != nil {
-				for _, all := range []*bolt.Bucket{docs, snaps} {
-					if err := all.DeleteBucket(key); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-						return err
-					}
-				}
-				sb, err := snaps.CreateBucket(key)
-				if err != nil {
-					return err
-				}
-				if err := sb.Put(keySnap, w.Snapshot); err != nil {
-					return err
-				}
-			}
 			b, err := docs.CreateBucketIfNotExists(key)
 			if err != nil {
 				return err
 			}
-			for _, c := range w.Chunks {
-				seq, err := b.NextSequence()
-				if err != nil {
+			if w.Snapshot != nil {
+				if err := compact(b, snaps, w); err != nil {
 					return err
 				}
-				var k [9]byte
-				k[0] = chunkTag
-				binary.BigEndian.PutUint64(k[1:], seq)
-				if err := b.Put(k[:], c); err != nil {
-					return err
-				}
+			}
+			if err := appendChunks(b, w.Chunks); err != nil {
+				return err
 			}
 			if err := writeJournals(tx, w); err != nil {
 				return err
@@ -205,11 +188,75 @@ func (s *BoltStore) Write(_ context.Context, batch []Write) error {
 	})
 }
 
+// compact writes w's snapshot in place of the document's and deletes what
+// it covers: each stored chunk, and the snapshot it replaces, for which
+// w.Covers reports true (all of them if Covers is nil). A chunk it does
+// not cover stays where it is; a snapshot it does not cover becomes a
+// chunk after the others. b is the document's bucket of chunks.
+func compact(b, snaps *bbolt.Bucket, w Write) error {
+	covers := w.Covers
+	if covers == nil {
+		covers = func([]byte) bool { return true }
+	}
+	key := []byte(w.DocumentID)
+	var kept []byte // the snapshot replaced, if not covered
+	sb := snaps.Bucket(key)
+	if sb == nil {
+		var err error
+		if sb, err = snaps.CreateBucket(key); err != nil {
+			return err
+		}
+	} else if old := sb.Get(keySnap); old != nil && !covers(old) {
+		kept = append([]byte(nil), old...)
+	}
+	if err := sb.Put(keySnap, w.Snapshot); err != nil {
+		return err
+	}
+	var covered [][]byte // keys: a bucket is not changed while it is walked
+	err := b.ForEach(func(k, v []byte) error {
+		chunk := string(k) == string(keySnap) || (len(k) == 9 && k[0] == chunkTag) // the earlier place's snapshot is a chunk now
+		if chunk && covers(v) {
+			covered = append(covered, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range covered {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	if kept != nil {
+		return appendChunks(b, [][]byte{kept})
+	}
+	return nil
+}
+
+// appendChunks appends chunks to the document's bucket b, each under the
+// bucket's next sequence number.
+func appendChunks(b *bbolt.Bucket, chunks [][]byte) error {
+	for _, c := range chunks {
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		var k [9]byte
+		k[0] = chunkTag
+		binary.BigEndian.PutUint64(k[1:], seq)
+		if err := b.Put(k[:], c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // StorageID returns this store's stable identity, made on first use. The
 // server announces it as its storageId in the peer handshake.
-func (s *BoltStore) StorageID() (string, error) {
+func (s *Bolt) StorageID() (string, error) {
 	var id string
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bbolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		if v := meta.Get(keyStorage); v != nil {
 			id = string(v)
@@ -222,7 +269,7 @@ func (s *BoltStore) StorageID() (string, error) {
 }
 
 // Close implements Store.
-func (s *BoltStore) Close() error {
+func (s *Bolt) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.db.Close() })
 	return s.closeErr
 }

@@ -1,4 +1,4 @@
-package doc
+package store
 
 import (
 	"context"
@@ -27,7 +27,7 @@ type Store interface {
 }
 
 // Journal is one node's record of a document's mentions that it has not
-// yet handed to the notification queue (mention_journal.go). It is
+// yet handed to the notification queue (doc/mention_journal.go). It is
 // written in the same transaction as the changes it accounts for, so that
 // a node killed at any moment leaves behind exactly what it still owed.
 type Journal struct {
@@ -41,7 +41,7 @@ type Stored struct {
 	Snapshot []byte
 	Chunks   [][]byte
 	// Saved is the document saved as automerge saves one, for new
-	// readers (saved.go); nil if none was stored.
+	// readers (doc/saved.go); nil if none was stored.
 	Saved []byte
 	// Journals are the mention journals of the document, by node.
 	Journals map[string][]byte
@@ -49,9 +49,12 @@ type Stored struct {
 
 // Write is one document's part of a batch. A non-nil Snapshot replaces
 // what is stored for the document (compaction) before Chunks are appended:
-// every stored chunk for which Covers reports true (all of them if Covers
-// is nil). In a cluster another node may have stored changes this node
-// has not seen yet; those chunks must stay.
+// every stored chunk, and the snapshot stored before, for which Covers
+// reports true (all of them if Covers is nil). In a cluster another node
+// may have stored changes this node has not seen yet; what Covers does
+// not cover stays, and loads among the chunks. Covers is called during
+// the write, inside the store's transaction, once for each of them: it
+// must not block.
 type Write struct {
 	DocumentID string
 	Snapshot   []byte
@@ -60,13 +63,10 @@ type Write struct {
 	// Journals replaces the document's mention journals of the nodes it
 	// names; an empty one is deleted.
 	Journals map[string][]byte
-	// Saved, if not nil, replaces the document's saved document (saved.go).
+	// Saved, if not nil, replaces the document's saved document.
 	// A compaction leaves it: it holds a prefix of the document's changes,
 	// which the compaction keeps.
 	Saved []byte
-
-	upTo    uint64 // the room's applied count this write makes durable
-	pending int    // the room's pending chunks this write stores
 }
 
 // newUUID returns a random (version 4) UUID.

@@ -1,4 +1,4 @@
-package doc
+package store
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PostgresStore keeps documents in PostgreSQL, shared by every node of a
+// Postgres keeps documents in PostgreSQL, shared by every node of a
 // cluster. A document is rows of tandem_doc_chunks in
 // id order: snapshots and incremental chunks (see Store).
-type PostgresStore struct {
+type Postgres struct {
 	pool *pgxpool.Pool
 }
 
-var _ Store = (*PostgresStore)(nil)
+var _ Store = (*Postgres)(nil)
 
 // migrations bring the schema from version i to i+1. Never edit one that
 // has shipped: add another. (The first made tandem_last_seen, which is
@@ -52,9 +52,9 @@ var migrations = []string{
 	);`,
 }
 
-// OpenPostgresStore connects and migrates the schema. Nodes starting
+// OpenPostgres connects and migrates the schema. Nodes starting
 // together migrate one at a time (an advisory lock).
-func OpenPostgresStore(ctx context.Context, url string) (*PostgresStore, error) {
+func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -63,7 +63,7 @@ func OpenPostgresStore(ctx context.Context, url string) (*PostgresStore, error) 
 		pool.Close()
 		return nil, fmt.Errorf("postgres migrate: %w", err)
 	}
-	return &PostgresStore{pool: pool}, nil
+	return &Postgres{pool: pool}, nil
 }
 
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
@@ -94,12 +94,12 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // Ping checks that the database answers.
-func (s *PostgresStore) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+func (s *Postgres) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
 
 // Load implements Store: a snapshot first, then the rest in id order as
 // chunks (a second snapshot, from two nodes compacting at once, loads as a
 // chunk: either reads as changes).
-func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, error) {
+func (s *Postgres) Load(ctx context.Context, documentID string) (Stored, error) {
 	rows, err := s.pool.Query(ctx, `SELECT snapshot, data FROM tandem_doc_chunks WHERE doc_id = $1 ORDER BY snapshot DESC, id`, documentID)
 	if err != nil {
 		return Stored{}, err
@@ -148,7 +148,7 @@ func (s *PostgresStore) Load(ctx context.Context, documentID string) (Stored, er
 }
 
 // Journals implements Store.
-func (s *PostgresStore) Journals(ctx context.Context) ([]Journal, error) {
+func (s *Postgres) Journals(ctx context.Context) ([]Journal, error) {
 	rows, err := s.pool.Query(ctx, `SELECT doc_id, node, data FROM tandem_mention_journals`)
 	if err != nil {
 		return nil, err
@@ -167,7 +167,7 @@ func (s *PostgresStore) Journals(ctx context.Context) ([]Journal, error) {
 // Write implements Store: one transaction for the batch. A compaction
 // deletes only the rows its snapshot covers (Write.Covers), because
 // another node may have appended changes this one has not seen.
-func (s *PostgresStore) Write(ctx context.Context, batch []Write) error {
+func (s *Postgres) Write(ctx context.Context, batch []Write) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -233,7 +233,7 @@ func compactRows(ctx context.Context, tx pgx.Tx, w Write) error {
 }
 
 // StorageID returns the cluster's storage identity, made once.
-func (s *PostgresStore) StorageID(ctx context.Context) (string, error) {
+func (s *Postgres) StorageID(ctx context.Context) (string, error) {
 	id := newUUID()
 	_, err := s.pool.Exec(ctx, `INSERT INTO tandem_meta (key, value) VALUES ('storage-id', $1) ON CONFLICT DO NOTHING`, id)
 	if err != nil {
@@ -244,7 +244,7 @@ func (s *PostgresStore) StorageID(ctx context.Context) (string, error) {
 }
 
 // Close implements Store.
-func (s *PostgresStore) Close() error {
+func (s *Postgres) Close() error {
 	s.pool.Close()
 	return nil
 }
