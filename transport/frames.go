@@ -67,10 +67,44 @@ type frameConn struct {
 	armed       bool      // msgDeadline is set on the socket
 }
 
-// controlHandler takes the control frames frameConn reads itself.
+// controlHandler takes the control frames frameConn reads itself, and
+// the messages a client passes back.
 type controlHandler interface {
 	onPing(payload []byte) // the payload, unmasked and copied, to echo in a pong
 	onPong()
+	// owed reports whether the connection is owed messages passed back.
+	owed() bool
+	// passedOn reports whether a binary message (its payload unmasked,
+	// only for the call's time) is one the connection was sent and
+	// passes back, and then counts it dropped (passedon.go).
+	passedOn(payload []byte) bool
+}
+
+// maxPassedOn bounds the messages frame looks at for one passed back: a
+// presence message, or a small ephemeral.
+const maxPassedOn = 4 << 10
+
+// passedOn unmasks a buffered binary message in place, asks the
+// connection whether it is one passed back, and masks it again for
+// gorilla if not.
+func (f *frameConn) passedOn(key, payload []byte) bool {
+	if f.control == nil || !f.control.owed() {
+		return false
+	}
+	mask(key, payload)
+	if f.control.passedOn(payload) {
+		return true
+	}
+	mask(key, payload)
+	return false
+}
+
+// mask masks or unmasks a frame's payload with its key (RFC 6455 section
+// 5.3): the same operation both ways.
+func mask(key, payload []byte) {
+	for i := range payload {
+		payload[i] ^= key[i%4]
+	}
 }
 
 func newFrameConn(nc net.Conn, budget *readBudget) *frameConn {
@@ -150,8 +184,8 @@ func (f *frameConn) await(park func() bool) (parked bool, err error) {
 				graced = true
 			}
 		}
-		if f.frame() {
-			continue // a ping or pong, taken: look again
+		if f.frame(park != nil) {
+			continue // a ping or pong, or a message passed back, taken: look again
 		}
 		if f.left > 0 {
 			return false, nil
@@ -178,9 +212,12 @@ func isTimeout(err error) bool {
 }
 
 // frame looks at the buffered header. For a ping or pong buffered whole
-// it handles and drops it and reports true; for any other frame whose
-// header is buffered it sets left to the frame's size.
-func (f *frameConn) frame() bool {
+// it handles and drops it and reports true; so too, between messages,
+// for a small binary message buffered whole that the connection was sent
+// and passes back (controlHandler.passedOn), which gorilla then never
+// reads. For any other frame whose header is buffered it sets left to
+// the frame's size.
+func (f *frameConn) frame(between bool) bool {
 	b := f.buffered()
 	if len(b) < 2 {
 		return false
@@ -200,6 +237,13 @@ func (f *frameConn) frame() bool {
 	}
 	control := (op == 0x9 || op == 0xa) && fin && masked && n <= 125
 	if !control {
+		if between && op == 0x2 && fin && masked && n <= maxPassedOn && int64(len(b)) >= int64(size)+n && f.passedOn(b[size-4:size], b[size:size+int(n)]) {
+			f.off += size + int(n)
+			if f.off == f.end {
+				f.putBuffer()
+			}
+			return true
+		}
 		f.left = int64(size) + n // gorilla's, whatever it is
 		return false
 	}
@@ -207,10 +251,7 @@ func (f *frameConn) frame() bool {
 		return false // the rest of the ping or pong is on its way
 	}
 	payload := b[size : size+int(n)]
-	key := b[size-4 : size]
-	for i := range payload {
-		payload[i] ^= key[i%4]
-	}
+	mask(b[size-4:size], payload)
 	switch {
 	case f.control == nil:
 	case op == 0x9:

@@ -21,7 +21,7 @@ import (
 // it to the method for its kind. An ephemeral the connection was sent and
 // passes back goes first, unread (passedon.go).
 func (c *conn) handle(ctx context.Context, mt int, data []byte) {
-	if c.passedOn(mt, data) {
+	if mt == websocket.BinaryMessage && c.passedOn(data) {
 		return
 	}
 	now := time.Now()

@@ -1,10 +1,6 @@
 package transport
 
-import (
-	"github.com/gorilla/websocket"
-
-	"github.com/tandemhq/tandem/transport/wire"
-)
+import "github.com/tandemhq/tandem/transport/wire"
 
 // What stock clients pass on. automerge-repo's Repo sends every ephemeral
 // it receives on to its other peers of the document, under the original
@@ -15,12 +11,14 @@ import (
 // reads from a busy room's clients.
 //
 // A connection is owed as many as it was sent (passOns): each of those
-// is recognized without decoding the frame (wire.PassedOn) and dropped
-// before anything else is done with it, without counting against the
-// connection's message rate, since it is the server's own traffic coming
-// back, not the client's. Past what it is owed, a message in another
-// sender's name is read as any other message, rate limit and all
-// (conn.foreign).
+// is recognized without decoding it (wire.PassedOn) and dropped before
+// anything else is done with it: by the reader, as it finds the frame
+// whole in its buffer, before gorilla reads it (frameConn.frame); by
+// handle for a message that is not read so. It does not count against
+// the connection's message rate, since it is the server's own traffic
+// coming back, not the client's. Past what it is owed, a message in
+// another sender's name is read as any other message, rate limit and
+// all (conn.foreign).
 
 // maxPassOns bounds what a connection is owed: a client that passes
 // nothing on is owed no more than this.
@@ -34,10 +32,16 @@ func (c *conn) owePassOns(n int) {
 	}
 }
 
-// passedOn reports whether a frame is an ephemeral the connection was
-// sent and passes back, and then drops it.
-func (c *conn) passedOn(mt int, data []byte) bool {
-	if mt != websocket.BinaryMessage || c.peerID == "" || c.passOns.Load() <= 0 || !wire.PassedOn(data, c.peerID) {
+// owed implements controlHandler: the connection was sent ephemerals it
+// may pass back.
+func (c *conn) owed() bool { return c.passOns.Load() > 0 }
+
+// passedOn implements controlHandler: it reports whether a binary message
+// is an ephemeral the connection was sent and passes back, and then drops
+// it. The reader (frameConn.frame) asks it of every small message read
+// whole between messages, before gorilla reads it; handle, of the others.
+func (c *conn) passedOn(data []byte) bool {
+	if c.peerID == "" || c.passOns.Load() <= 0 || !wire.PassedOn(data, c.peerID) {
 		return false
 	}
 	if c.passOns.Add(-1) < 0 {
