@@ -42,6 +42,9 @@ type receiver struct {
 	// last holds, for every peer any presence came from, the last
 	// cursor seq it sent (0 if none), written in place.
 	last map[string]*uint64
+	// older counts cursors older than one delivered before from the
+	// same peer.
+	older int
 	// The steady window, in Unix nanoseconds: the load without its
 	// first and last steadyTrim, when every peer starts moving at once
 	// and when all stop together (each last value waits for its period).
@@ -60,6 +63,7 @@ type presenceResult struct {
 	start, end         []time.Duration // sorted: sent before it, after it
 	missingFinal       int
 	pairs              int
+	older              int     // cursors older than one delivered before from the same peer
 	cpu                float64 // server CPU seconds, with --server-pid
 	rss                int64   // server RSS at the end of the load
 	// The clients' side: this process's CPU seconds, and the frames and
@@ -93,7 +97,7 @@ func printPresence(r presenceResult, o options) {
 	fmt.Printf("  steady p50/p95/p99 %v / %v / %v (sent %v after the start to %v before the end)\n",
 		pct(r.steady, 50), pct(r.steady, 95), pct(r.steady, 99), steadyTrim, steadyTrim)
 	fmt.Printf("  start p99 %v, end p99 %v (sent in the first %v, in the last)\n", pct(r.start, 99), pct(r.end, 99), steadyTrim)
-	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs\n", r.missingFinal, r.pairs)
+	fmt.Printf("final cursor missing %d of %d (receiver, sender) pairs; %d older than one delivered\n", r.missingFinal, r.pairs, r.older)
 	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core), %.0f deliveries per CPU-second\n",
 			r.cpu, 100*r.cpu/(r.sendTime+o.drain).Seconds(), float64(r.delivered)/max(r.cpu, 0.01))
@@ -315,12 +319,13 @@ func measurePresenceOn(ctx context.Context, o options, dial dialPresence, newRoo
 	readers.Wait()
 
 	var all, steady, first, last []time.Duration
-	missingFinal := 0
+	missingFinal, older := 0, 0
 	for _, m := range members {
 		all = append(all, m.recv.latencies...)
 		steady = append(steady, m.recv.steady...)
 		first = append(first, m.recv.start...)
 		last = append(last, m.recv.end...)
+		older += m.recv.older
 		for j, other := range members {
 			if other.doc == m.doc && other != m && m.recv.lastFrom(other.c.ID()) != final[j] {
 				missingFinal++
@@ -337,7 +342,7 @@ func measurePresenceOn(ctx context.Context, o options, dial dialPresence, newRoo
 	slices.Sort(last)
 	return presenceResult{
 		offered: offered, delivered: delivered.Load(), sendTime: sendTime, latencies: all, steady: steady, start: first, end: last,
-		missingFinal: missingFinal, pairs: countPairs(byDoc), cpu: cpu1 - cpu0, rss: rss,
+		missingFinal: missingFinal, pairs: countPairs(byDoc), older: older, cpu: cpu1 - cpu0, rss: rss,
 		clientCPU: client1 - client0, frames: frames - frames0, bytes: bytes - bytes0, churn: churned,
 	}, nil
 }
@@ -440,11 +445,26 @@ func (r *receiver) take(sender string, payload any, delivered *atomic.Int64) {
 		last = new(uint64)
 		r.last[sender] = last
 	}
-	channel, _ := m["channel"].(string)
-	value, _ := m["value"].(map[string]any)
+	var value map[string]any
+	switch channel, _ := m["channel"].(string); {
+	case typ == "update" && channel == "cursor":
+		value, _ = m["value"].(map[string]any)
+	case typ == "snapshot":
+		// A snapshot carries the cursor too when the server sends a
+		// peer's whole state (a member that fell behind is sent the
+		// room): a delivery if it is news.
+		state, _ := m["state"].(map[string]any)
+		value, _ = state["cursor"].(map[string]any)
+		if seq := number(value["s"]); seq == 0 || uint64(seq) <= *last {
+			return
+		}
+	}
 	seq, sent := number(value["s"]), number(value["t"])
-	if typ != "update" || channel != "cursor" || sent == 0 {
+	if sent == 0 {
 		return
+	}
+	if uint64(seq) < *last {
+		r.older++ // a value older than one delivered: presence promises never
 	}
 	lat := time.Duration(time.Now().UnixNano() - sent)
 	delivered.Add(1)
