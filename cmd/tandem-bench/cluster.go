@@ -15,8 +15,9 @@ import (
 )
 
 const clusterHelp = `start a cluster of this many Tandem nodes (--tandem-bin) on a
-private redis-server and --postgres-url, spread the --scenario's peers over
-them and report their CPU and RSS summed`
+private redis-server and a schema of the run's own in --postgres-url, spread
+the --scenario's peers over them and report their CPU and RSS summed (typing:
+and the rows and bytes the nodes inserted into the store per change)`
 
 const redisShardsHelp = `with --cluster: run the nodes on a private Redis Cluster of this many
 masters (at least 3, no replicas) instead of one redis-server, and report
@@ -29,8 +30,8 @@ type redisProc struct {
 }
 
 // runCluster runs one scenario against n Tandem nodes that share a
-// redis-server of their own and PostgreSQL: peers are dealt to the nodes in
-// turn, so most of what a peer sees crosses Redis.
+// redis-server and a PostgreSQL schema of their own: peers are dealt to
+// the nodes in turn, so most of what a peer sees crosses Redis.
 func runCluster(ctx context.Context, o options, tandemBin string, n int, postgresURL string) error {
 	_, err := measureCluster(ctx, o, tandemBin, n, postgresURL)
 	return err
@@ -51,6 +52,15 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 	if err != nil {
 		return presenceResult{}, err
 	}
+	store, err := newStoreWrites(ctx, postgresURL)
+	if err != nil {
+		return presenceResult{}, err
+	}
+	defer func() {
+		if err := store.drop(); err != nil {
+			fmt.Fprintln(os.Stderr, "tandem-bench:", err)
+		}
+	}()
 	var redisFlags []string
 	if o.redisShards > 0 {
 		redisFlags = []string{"--redis-cluster"}
@@ -60,7 +70,7 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 	for i := range n {
 		args := append([]string{tandemBin,
 			"--addr", "127.0.0.1:{port}", "--node-id", fmt.Sprintf("bench-%d", i+1),
-			"--redis-url", redisURL, "--postgres-url", postgresURL,
+			"--redis-url", redisURL, "--postgres-url", store.url,
 			"--data-dir", filepath.Join(dataDir, fmt.Sprint(i+1)), "--log-level", "info",
 			"--max-conns-per-ip", "1000000", "--message-rate", "1000", "--message-burst", "2000"}, redisFlags...)
 		node, err := startServer(fmt.Sprintf("node %d", i+1), "tandem serving", "/ws", args...)
@@ -71,6 +81,10 @@ func measureCluster(ctx context.Context, o options, tandemBin string, n int, pos
 		run.urls = append(run.urls, node.url)
 		run.serverPIDs = append(run.serverPIDs, node.cmd.Process.Pid)
 	}
+	if err := store.count(ctx); err != nil { // the nodes have made the tables
+		return presenceResult{}, err
+	}
+	run.store = store
 	// Redis's CPU at rest first (cron, the cluster's own gossip, the
 	// nodes' heartbeats and probes), to tell what the scenario adds.
 	rest := redisCounts(ctx, redises)

@@ -14,7 +14,9 @@
 //	          syncing with automerge; reports how long a keystroke takes
 //	          to reach the readers, the server's CPU, and the clients'
 //	          frames, bytes and CPU; --history N types into a document of N
-//	          one-character changes.
+//	          one-character changes. Under --cluster, also the rows and
+//	          bytes the nodes inserted into the store's tandem_doc_chunks
+//	          per change typed (storewrites.go).
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //	document  one writer makes N one-character changes (--changes), at most
@@ -43,6 +45,7 @@
 //
 // With --server-pid it reads the server's CPU time and RSS from /proc;
 // --compare runs the stock server after Tandem with the same clients, and
-// --cluster N starts N nodes on a private redis-server. RESULTS.md, beside
+// --cluster N starts N nodes on a private redis-server and a PostgreSQL
+// schema of the run's own (dropped at the end). RESULTS.md, beside
 // this file, holds the latest figures and the command for each.
 package main

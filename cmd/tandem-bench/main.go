@@ -42,6 +42,9 @@ type options struct {
 	queries     int
 	keepSchema  bool
 	reuseSchema string
+	// typing under --cluster: counts what the nodes insert into
+	// PostgreSQL (nil otherwise)
+	store *storeWrites
 }
 
 const compareHelp = `run the --scenario against Tandem (--tandem-bin) and the stock
@@ -79,7 +82,7 @@ func main() {
 	cluster := flag.Int("cluster", 0, clusterHelp)
 	flag.IntVar(&o.redisShards, "redis-shards", 0, redisShardsHelp)
 	ttlKeys := flag.Int("ttl-keys", 10000, ttlKeysHelp)
-	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster and soak: the nodes' shared PostgreSQL; history-query: where it makes its schema")
+	postgresURL := flag.String("postgres-url", "postgres://postgres@127.0.0.1:5432/test", "cluster and soak: the nodes' shared PostgreSQL (a cluster's in a schema of its own); history-query: where it makes its schema")
 	compare := flag.Bool("compare", false, compareHelp)
 	tandemBin := flag.String("tandem-bin", "./bin/tandem", "compare: the tandem binary")
 	tandemFlags := flag.String("tandem-flags", "", "compare: more flags for the tandem binary, space-separated (e.g. \"--presence-tick 100ms\")")

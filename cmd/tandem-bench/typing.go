@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/automerge/automerge-go"
@@ -64,6 +65,8 @@ type typingResult struct {
 	// automerge receive and generate runs here).
 	frames, bytes int64
 	clientCPU     float64
+	typed         int64      // changes the typists made
+	stored        storeCount // inserted into PostgreSQL meanwhile, with o.store
 }
 
 func runTyping(ctx context.Context, o options) error {
@@ -84,6 +87,9 @@ func printTyping(r typingResult, o options) {
 	}
 	fmt.Printf("clients received     %d frames, %.1f MB\n", r.frames, float64(r.bytes)/1e6)
 	fmt.Printf("clients' CPU         %.2f s (%.0f%% of a core)\n", r.clientCPU, 100*r.clientCPU/window)
+	if o.store != nil {
+		printStoreWrites(r.stored, r.typed)
+	}
 }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
@@ -172,6 +178,14 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 		frames0 += p.framesIn.Load()
 		bytes0 += p.bytesIn.Load()
 	}
+	var stored0 storeCount
+	if o.store != nil {
+		var err error
+		if stored0, err = o.store.read(ctx); err != nil {
+			return typingResult{}, err
+		}
+	}
+	var typed atomic.Int64
 	start := time.Now()
 	loadCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
@@ -195,6 +209,7 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 				p.d.Path("text").Text().Append("x")
 				p.d.RootMap().Set(key, time.Now().UnixNano())
 				p.d.Commit("type")
+				typed.Add(1)
 				p.push()
 				p.mu.Unlock()
 				t.Reset(interval)
@@ -209,7 +224,14 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
 	client1, _ := cpuSeconds(self)
-	r := typingResult{elapsed: elapsed, cpu: cpu1 - cpu0, clientCPU: client1 - client0}
+	r := typingResult{elapsed: elapsed, cpu: cpu1 - cpu0, clientCPU: client1 - client0, typed: typed.Load()}
+	if o.store != nil {
+		stored1, err := o.store.read(ctx)
+		if err != nil {
+			return typingResult{}, err
+		}
+		r.stored = stored1.minus(stored0)
+	}
 	for _, p := range peers {
 		r.frames += p.framesIn.Load()
 		r.bytes += p.bytesIn.Load()
