@@ -52,6 +52,15 @@ func dialPeerAsking(url string, batches bool) (*peer, error) {
 		return nil, err
 	}
 	p.ws = ws
+	// A pong as a browser sends it: whenever the socket takes it. Gorilla's
+	// own gives up after a second, and a failed write ends the socket's
+	// reads too: on a loaded machine peers went deaf mid-run.
+	ws.SetPingHandler(func(data string) error {
+		p.wmu.Lock()
+		defer p.wmu.Unlock()
+		ws.WriteControl(websocket.PongMessage, []byte(data), time.Time{})
+		return nil
+	})
 	if err := p.send(&wire.Message{Type: wire.TypeJoin, PeerMetadata: &wire.PeerMetadata{IsEphemeral: true, PresenceBatch: batches},
 		SupportedProtocolVersions: []string{wire.ProtocolV1}}); err != nil {
 		return nil, err
