@@ -213,10 +213,16 @@ func (l *Ledger) Admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 // Changes of peers that waited for them are checked as admit checks
 // them, and dropped if they fail. What still lacks a dependency is
 // returned in wait, to wait in the same queue (Queue).
+//
+// It takes cs for its own: the changes are marked stored in place, and
+// those the document has or the queue holds are left out by moving the
+// others down (a document's load hands over every change it holds, and
+// is not copied).
 func (l *Ledger) AdmitStored(lim Limits, cs []Change, known func(hash []byte) bool) *Admission {
 	l.Release()
-	fresh := make([]Change, 0, len(cs))
-	for _, c := range cs {
+	fresh := cs[:0]
+	for i := range cs {
+		c := &cs[i]
 		if known(c.Hash[:]) {
 			continue
 		}
@@ -224,7 +230,7 @@ func (l *Ledger) AdmitStored(lim Limits, cs []Change, known func(hash []byte) bo
 			continue
 		}
 		c.Stored = true
-		fresh = append(fresh, c)
+		fresh = append(fresh, *c)
 	}
 	ad, err := l.replay(lim, fresh, known)
 	if err != nil { // only a check of a fresh peer's change fails the replay, and there is none
@@ -241,6 +247,21 @@ func (l *Ledger) AdmitStored(lim Limits, cs []Change, known func(hash []byte) bo
 // replay; a queued one that fails is dropped. The ledger is not changed.
 func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool) (*Admission, error) {
 	ad := &Admission{}
+	// Taken as they came, fresh's first taken changes are Apply itself,
+	// not a copy (a document's load); past the first change taken out of
+	// that order, Apply is a list of its own.
+	taken, apart := 0, false
+	admit := func(c *Change) {
+		if !apart && taken < len(fresh) && c == &fresh[taken] {
+			taken++
+			return
+		}
+		if !apart {
+			apart = true
+			ad.Apply = append(make([]Change, 0, len(fresh)+len(l.queued)), fresh[:taken]...)
+		}
+		ad.Apply = append(ad.Apply, *c)
+	}
 	// Peers' changes are checked against what the replay took before
 	// them: a stored change taken before one is in the overlay. With
 	// none to check, stored changes need no overlay, nor clocks.
@@ -248,7 +269,7 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 	for i := range fresh {
 		checks = checks || !fresh[i].Stored
 	}
-	have := make(map[[32]byte]bool)
+	have := make(map[[32]byte]bool, len(fresh)+len(l.queued))
 	clocks := make(map[string]actorClock)
 	clock := func(a string) actorClock {
 		if c, ok := clocks[a]; ok {
@@ -264,7 +285,7 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 	take := func(c *Change) error {
 		if c.Stored {
 			have[c.Hash] = true
-			ad.Apply = append(ad.Apply, *c)
+			admit(c)
 			if !checks {
 				return nil
 			}
@@ -299,7 +320,7 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 		}
 		clocks[a] = ac
 		have[c.Hash] = true
-		ad.Apply = append(ad.Apply, *c)
+		admit(c)
 		return nil
 	}
 	all := make([]*Change, 0, len(fresh)+len(l.queued))
@@ -326,6 +347,9 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 		})
 	if err != nil {
 		return nil, err
+	}
+	if !apart {
+		ad.Apply = fresh[:taken:taken]
 	}
 	for _, i := range lacking {
 		if i < len(fresh) {
