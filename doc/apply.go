@@ -21,13 +21,13 @@ import (
 // the node of the peer that made it.
 
 // take adds the changes the guard admitted to the log, in the order it
-// admitted them, and follows them: the guard's ledger and the mention
-// text (record), the changes that wait (queued for from, or stored), and
+// admitted them, and follows them: the guard's ledger (record), the
+// room's observer (Observer.Applied), the changes that wait (queued for from, or stored), and
 // for those a local peer made (from, not nil), the write that stores them
 // and, once it is done, the copy for the other nodes. It reports whether
 // the log took any. The caller holds r.applyMu and r.mu (or the room is
-// not shared yet), fans out what changed and, for a local peer's changes,
-// has told the mention tracker first (mentions.before).
+// not shared yet), fans out what changed and has told the observer first
+// (Observer.Applying).
 func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	var deps []amsync.Hash
 	added := ad.Apply[:0] // in place: the i-th added is at most the i-th admitted
@@ -69,8 +69,12 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	}
 	r.record(added)
 	r.exists = true
-	if r.mentions != nil && local < len(added) {
-		r.mentions.refresh() // mentions from other nodes are theirs to report
+	if r.obs != nil {
+		by := from
+		if local == 0 {
+			by = nil
+		}
+		r.obs.Applied(by, changesOf(added), local < len(added))
 	}
 	if local == 0 {
 		return true
@@ -81,9 +85,6 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	if r.publish != nil {
 		r.sendWhenStored(outgoing{changes: joinChanges(r.log, r.unstored[len(r.unstored)-local:])})
 	}
-	if r.mentions != nil && from != nil {
-		r.mentions.changed(from, h.cfg.MentionSettle)
-	}
 	return true
 }
 
@@ -93,14 +94,13 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 func (r *room) applyStored(h *Hub, cs []guard.Change) bool {
 	r.applyMu.Lock()
 	defer r.applyMu.Unlock()
-	mentioned, _ := r.readMentions(h, func(t *mentionTracker) bool { return t.needsCount() }, false)
+	if r.obs != nil {
+		r.obs.Applying(nil)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
 		return false
-	}
-	if r.mentions != nil {
-		r.mentions.count(mentioned) // local peers' pending changes are theirs
 	}
 	defer r.guard.Release()
 	if !r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, cs, r.log.HasBytes)) {

@@ -27,24 +27,19 @@ import (
 // server-ns/op is the server's work per keystroke (receive, store write,
 // fan-out to 40 readers), client-ns/op one reader's (receive and answer),
 // ack-ns/op the server's work for one reader's acknowledgement (nearly all
-// of it under the room's lock).
+// of it under the room's lock). With the mention tracker observing the
+// room: doc/mention's BenchmarkKeystroke.
 
 func BenchmarkKeystroke(b *testing.B) {
 	for _, size := range []int{0, 1_000_000} {
-		for _, mentions := range []bool{false, true} {
-			b.Run(fmt.Sprintf("chars=%d/mentions=%v", size, mentions), func(b *testing.B) {
-				benchKeystroke(b, size, mentions)
-			})
-		}
+		b.Run(fmt.Sprintf("chars=%d/mentions=false", size), func(b *testing.B) {
+			benchKeystroke(b, size)
+		})
 	}
 }
 
-func benchKeystroke(b *testing.B, size int, mentions bool) {
-	cfg := Config{}
-	if mentions {
-		cfg.Mentions = func(Mention) error { return nil }
-	}
-	h := newTestHub(b, openStore(b, b.TempDir()), cfg)
+func benchKeystroke(b *testing.B, size int) {
+	h := newTestHub(b, openStore(b, b.TempDir()), Config{})
 	typist := newClient("typist")
 	if err := typist.doc.RootMap().Set("text", automerge.NewText("")); err != nil {
 		b.Fatal(err)
@@ -144,108 +139,52 @@ func levelAt(heads []automerge.ChangeHash) []byte {
 	return m.Encode()
 }
 
-// BenchmarkMentionCount is what reading a document's mentions costs: the
-// text read out of the room's content (content.go) and scanned, by text
-// size. The tracker pays it when another author's change follows a
-// peer's, when another node's change arrives, and when a burst settles;
-// a keystroke of a peer typing alone pays nothing.
-func BenchmarkMentionCount(b *testing.B) {
-	for _, size := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("text=%d", size), func(b *testing.B) {
-			d := automerge.New()
-			if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
-				b.Fatal(err)
-			}
-			line := "a line of text that mentions @ana now and then, like most notes do\n"
-			var text []byte
-			for len(text) < size {
-				text = append(text, line...)
-			}
-			if err := d.Path("text").Text().Set(string(text[:size])); err != nil {
-				b.Fatal(err)
-			}
-			d.Commit("text")
-			cs, err := readChanges(nil, d.Save())
-			if err != nil {
-				b.Fatal(err)
-			}
-			f := MentionFields{}
-			f.setDefaults()
-			c := newContent(f)
-			c.take(cs)
-			b.ResetTimer()
-			for range b.N {
-				if len(countMentions(c.text())) != 1 {
-					b.Fatal("no mention counted")
-				}
-			}
-		})
-	}
-}
-
-// mentionsOn is a hub's configuration with mentions reported (to nobody,
-// the bursts never settling) or not.
-func mentionsOn(on bool) Config {
-	if !on {
-		return Config{}
-	}
-	return Config{Mentions: func(Mention) error { return nil }, MentionSettle: time.Hour}
-}
-
 // BenchmarkDocumentMemory is what a room holds per typed change once a
 // document of 20,000 changes has been typed into it through the hub: the
-// Go heap (the log, the guard's ledger, the members' sync states, and
-// with mentions on the text the tracker reads) and the C heap, after a
-// collection, per change.
+// Go heap (the log, the guard's ledger, the members' sync states) and the
+// C heap, after a collection, per change. With the text the mention
+// tracker keeps besides: doc/mention's BenchmarkDocumentMemory.
 func BenchmarkDocumentMemory(b *testing.B) {
 	const n = 20_000
 	all := amtest.Typing(n)
-	for _, mentions := range []bool{false, true} {
-		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
-			for range b.N {
-				cfg := mentionsOn(mentions)
-				var ms0, ms1 runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&ms0)
-				c0, _, _ := cmalloc.Stats()
-				h := newTestHub(b, openStore(b, b.TempDir()), cfg)
-				p, q := &fakePeer{id: "typist"}, &fakePeer{id: "reader"}
-				for i, c := range all {
-					if err := sendChanges(h, testDoc, p, c); err != nil {
-						b.Fatal(err)
-					}
-					if i%1000 == 0 {
-						h.Flush(context.Background())
-						p.takeSyncs()
-					}
-				}
-				if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
+	b.Run("mentions=false", func(b *testing.B) {
+		for range b.N {
+			cfg := Config{}
+			var ms0, ms1 runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&ms0)
+			c0, _, _ := cmalloc.Stats()
+			h := newTestHub(b, openStore(b, b.TempDir()), cfg)
+			p, q := &fakePeer{id: "typist"}, &fakePeer{id: "reader"}
+			for i, c := range all {
+				if err := sendChanges(h, testDoc, p, c); err != nil {
 					b.Fatal(err)
 				}
-				h.Flush(context.Background())
-				p.takeSyncs()
-				q.takeSyncs()
-				if mentions { // the tracker reads the text: its copy is made
-					r := roomOf(b, h, testDoc)
-					r.applyMu.Lock()
-					r.readMentions(h, func(*mentionTracker) bool { return true }, false)
-					r.applyMu.Unlock()
+				if i%1000 == 0 {
+					h.Flush(context.Background())
+					p.takeSyncs()
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&ms1)
-				c1, _, _ := cmalloc.Stats()
-				b.ReportMetric(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/n, "go-B/change")
-				b.ReportMetric(float64(int64(c1)-int64(c0))/n, "c-B/change")
-				h.Close(context.Background())
 			}
-		})
-	}
+			if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
+				b.Fatal(err)
+			}
+			h.Flush(context.Background())
+			p.takeSyncs()
+			q.takeSyncs()
+			runtime.GC()
+			runtime.ReadMemStats(&ms1)
+			c1, _, _ := cmalloc.Stats()
+			b.ReportMetric(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/n, "go-B/change")
+			b.ReportMetric(float64(int64(c1)-int64(c0))/n, "c-B/change")
+			h.Close(context.Background())
+		}
+	})
 }
 
 // BenchmarkPaste is the hub's work for one change that pastes a megabyte
-// of text: admitted, stored and sent to a reader, with mentions off and
-// on (the tracker then reads the text once the paste settles, here at
-// once).
+// of text: admitted, stored and sent to a reader. With the mention
+// tracker reading the text once the paste settles: doc/mention's
+// BenchmarkPaste.
 func BenchmarkPaste(b *testing.B) {
 	d := automerge.New()
 	if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
@@ -261,37 +200,28 @@ func BenchmarkPaste(b *testing.B) {
 		b.Fatal(err)
 	}
 	msg := messageWithChanges(d.Heads(), cs)
-	for _, mentions := range []bool{false, true} {
-		b.Run(fmt.Sprintf("mentions=%v", mentions), func(b *testing.B) {
-			for range b.N {
-				cfg := mentionsOn(mentions)
-				h := newTestHub(b, openStore(b, b.TempDir()), cfg)
-				p, q := &fakePeer{id: "writer"}, &fakePeer{id: "reader"}
-				start := time.Now()
-				if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
-					b.Fatal(err)
-				}
-				admitted := time.Since(start)
-				if err := h.Flush(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
-					b.Fatal(err)
-				}
-				served := time.Since(start)
-				if mentions {
-					r := roomOf(b, h, testDoc)
-					r.applyMu.Lock()
-					r.readMentions(h, func(*mentionTracker) bool { return true }, false)
-					r.applyMu.Unlock()
-				}
-				b.ReportMetric(admitted.Seconds(), "admit-s")
-				b.ReportMetric(served.Seconds(), "served-s")
-				b.ReportMetric(time.Since(start).Seconds(), "all-s")
-				h.Close(context.Background())
+	b.Run("mentions=false", func(b *testing.B) {
+		for range b.N {
+			h := newTestHub(b, openStore(b, b.TempDir()), Config{})
+			p, q := &fakePeer{id: "writer"}, &fakePeer{id: "reader"}
+			start := time.Now()
+			if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			admitted := time.Since(start)
+			if err := h.Flush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			if err := h.Sync(context.Background(), q, SyncMessage{DocumentID: testDoc, Data: (&amsync.Message{Have: []amsync.Have{{}}}).Encode(), Request: true}); err != nil {
+				b.Fatal(err)
+			}
+			served := time.Since(start)
+			b.ReportMetric(admitted.Seconds(), "admit-s")
+			b.ReportMetric(served.Seconds(), "served-s")
+			b.ReportMetric(time.Since(start).Seconds(), "all-s")
+			h.Close(context.Background())
+		}
+	})
 }
 
 // BenchmarkColdLoad is a room's load of a document of 100,000 typed
@@ -337,7 +267,7 @@ func BenchmarkTypingIntoHistory(b *testing.B) {
 			if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: history}}); err != nil {
 				b.Fatal(err)
 			}
-			h := newTestHub(b, s, mentionsOn(true))
+			h := newTestHub(b, s, Config{})
 			typists := []*fakePeer{{id: "typist-a"}, {id: "typist-b"}}
 			var readers []*fakePeer
 			r := roomOf(b, h, testDoc)

@@ -2,15 +2,13 @@ package doc
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/tandemhq/tandem/doc/guard"
 
+	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/doc/store"
 )
 
@@ -51,34 +49,11 @@ type Config struct {
 	SyncStateBytes int64
 	// Registerer receives the hub's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Mentions, when set, receives the mentions (`@<userId>` in a
-	// document's text field, MentionFields) that local peers insert, once each, after the
-	// peer's edits have paused for MentionSettle (default 1.5 s). It is
-	// called on its own goroutine. Until it returns nil for a report, the
-	// report stays in the document's mention journal, stored with the
-	// changes (mention_journal.go), and is offered again: after a backoff,
-	// or by the node that takes the journal over if this one dies. A
-	// report offered again keeps its Key. An error that says it is
-	// permanent (it, or one it wraps, has a method Permanent() bool that
-	// returns true) drops the report instead: offered again, it would
-	// fail again. A failing report holds up no other (handRound).
-	Mentions      func(Mention) error
-	MentionSettle time.Duration
-	// MentionFields names the fields mentions are read from; by default
-	// the root "text" and "title".
-	MentionFields MentionFields
-	// MentionAuthor names the user behind a peer whose edits mention
-	// someone, for the report; by default the report names the peer id.
-	MentionAuthor func(documentID string, p Peer) (userID, name string)
-	// NodeID names this node in the mention journals; default a random id.
-	NodeID string
-	// NodeAlive tells whether another node is alive, so that its mention
-	// journals are left to it; by default every other node counts as gone
-	// (a node alone: a journal of another node id is of an earlier run).
-	NodeAlive func(ctx context.Context, node string) (bool, error)
-	// JournalSweep is how often the store's mention journals are looked
-	// through for those of gone nodes; default 15s.
-	JournalSweep time.Duration
+	// Observe, when set, makes the Observer of each room as the room is
+	// made (observer.go): package doc/mention's tracker follows the
+	// mentions in each document's text that way. It is called with the
+	// hub's lock held, and must return at once.
+	Observe func(Room) Observer
 	// UnavailableGrace is how long a request for a document this node
 	// does not have waits for it to arrive before the store and the other
 	// nodes are asked and, if none has it, doc-unavailable is sent
@@ -113,16 +88,6 @@ func (c *Config) setDefaults() error {
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = 200 * time.Millisecond
 	}
-	if c.MentionSettle <= 0 {
-		c.MentionSettle = mentionSettle
-	}
-	c.MentionFields.setDefaults()
-	if c.NodeID == "" {
-		c.NodeID = newUUID()
-	}
-	if c.JournalSweep <= 0 {
-		c.JournalSweep = 15 * time.Second
-	}
 	if c.UnavailableGrace <= 0 {
 		c.UnavailableGrace = 200 * time.Millisecond
 	}
@@ -146,13 +111,4 @@ func (c *Config) setDefaults() error {
 		c.RefusedChangeBytes = guard.DefaultRefusedChangeBytes
 	}
 	return nil
-}
-
-// newUUID returns a random (version 4) UUID.
-func newUUID() string {
-	var u [16]byte
-	rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }

@@ -6,10 +6,9 @@
 // change's hash, dependencies and bytes, not its content. It speaks
 // automerge's sync protocol in Go against that log, with one sync state
 // per member (amsync.State), and relays changes as the bytes they came in.
-// No call into automerge lies on the path of a sync message. Of the
-// content, the node keeps only what the mention tracker reads, the
-// mention fields' values, followed in Go from the changes (content.go).
-// automerge-go reads one thing in the node: a document an earlier version
+// No call into automerge lies on the path of a sync message, and the
+// content is not kept: what a layer above needs of it, it follows from
+// the changes itself, as the room's Observer (below). automerge-go reads one thing in the node: a document an earlier version
 // of Tandem stored as automerge saved it, once (changes.go). It also saves
 // large documents for new readers, who load the saved form several times
 // faster than the changes, in worker processes off every message's path
@@ -25,14 +24,24 @@
 //
 // Concurrency: Hub methods are safe for concurrent use. Locks are per room,
 // not one for the hub (as presence has): one document's work must not hold
-// up another's. A room has four, taken in this order: catchMu (one
+// up another's. A room has three, taken in this order: catchMu (one
 // catch-up from the store at a time), applyMu (whoever changes the
-// document holds it; the mention tracker reads the text under it), handMu
-// (one hand-over of mention reports at a time) and mu (the log, the
-// members and their sync states). Acknowledgements and fan-outs take mu
-// alone, briefly; a sync message is parsed before any lock. Peer methods
-// are called with mu held and must not block: they queue the message or
-// drop the peer.
+// document holds it; the room's observer works under it alone) and mu
+// (the log, the members and their sync states). Acknowledgements and
+// fan-outs take mu alone, briefly; a sync message is parsed before any
+// lock. Peer methods are called with mu held and must not block: they
+// queue the message or drop the peer.
+//
+// A room tells its Observer (observer.go; Config.Observe makes one per
+// room) where it changes: before changes apply (under applyMu alone, so
+// that slow work there holds up the next change, not the room), the
+// changes applied, a peer left, the document loaded with the journals
+// stored with it, the journal each write carries in its transaction and
+// the write's outcome, and whether the room may leave memory. The
+// observer asks the room in turn through a Room: to hold the document
+// still while it reads (applyMu), to be written. Package doc/mention's
+// tracker follows the mentions in each document's text that way; doc
+// knows nothing of mentions.
 //
 // Fan-out (fanout.go): every member is sent what its sync state says it
 // lacks, one message made and encoded once for the members that get the

@@ -164,7 +164,7 @@ func (h *Hub) Flush(ctx context.Context) error {
 	writes := make([]roomWrite, 0, len(rooms))
 	batch := make([]store.Write, 0, len(rooms))
 	for _, r := range rooms {
-		w := r.takeWrite(h.cfg.CompactAfter, h.cfg.NodeID)
+		w := r.takeWrite(h.cfg.CompactAfter)
 		writes = append(writes, w)
 		batch = append(batch, w.Write)
 	}
@@ -172,7 +172,7 @@ func (h *Hub) Flush(ctx context.Context) error {
 	err := h.cfg.Store.Write(ctx, batch)
 	h.flushSeconds.Observe(time.Since(start).Seconds())
 	for i, r := range rooms {
-		r.wrote(writes[i], h.cfg.NodeID, err == nil)
+		r.wrote(writes[i], err == nil)
 		if err != nil {
 			h.markDirty(r) // try again on the next tick
 		}
@@ -202,7 +202,7 @@ type roomWrite struct {
 }
 
 // takeWrite takes the changes not yet stored out of the log.
-func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
+func (r *room) takeWrite(compactAfter int) roomWrite {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := roomWrite{Write: store.Write{DocumentID: r.id}, upTo: r.applied}
@@ -221,8 +221,8 @@ func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
 		w.pending = len(r.pending)
 	}
 	r.dirty = false
-	if r.mentions != nil {
-		w.Journals = r.mentions.takeWrite(nodeID)
+	if r.obs != nil {
+		w.Journals = r.obs.Journal()
 	}
 	if r.savedDirty {
 		_, w.Saved = r.log.Saved()
@@ -232,13 +232,13 @@ func (r *room) takeWrite(compactAfter int, nodeID string) roomWrite {
 }
 
 // wrote records the outcome of storing w.
-func (r *room) wrote(w roomWrite, nodeID string, ok bool) {
+func (r *room) wrote(w roomWrite, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.obs != nil && w.Journals != nil {
+		r.obs.Wrote(w.Journals, ok)
+	}
 	if !ok {
-		if r.mentions != nil {
-			r.mentions.unwritten(nodeID, w.Journals)
-		}
 		if w.Snapshot != nil {
 			r.forceCompact = true // written again as a whole at the next write
 		}

@@ -65,11 +65,6 @@ type Hub struct {
 
 	background sync.WaitGroup // work running under whileOpen; added to under mu while not closed
 
-	// Mention reports (mention_journal.go): taken over from gone nodes'
-	// journals, handed over, failed to hand over, dropped.
-	mentionsTaken, mentionsHanded, mentionsFailed, mentionsDropped prometheus.Counter
-	sweepNow                                                       chan struct{} // NodeGone asks for a sweep
-
 	// The document lane (cluster.go): other nodes' changes, heads and
 	// wants, handled in order by laneLoop.
 	lane chan laneWork
@@ -96,7 +91,6 @@ func NewHub(cfg Config) (*Hub, error) {
 
 		lane: make(chan laneWork, laneSize),
 
-		sweepNow: make(chan struct{}, 1),
 		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tandem_storage_flush_seconds",
 			Help:    "Time to write one batch of accepted changes to the store.",
@@ -128,12 +122,6 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_requests_repeated_total",
 		Help: "Requests (or sync resets) left unanswered because the whole document sent to the same peer was not yet answered: the copy asked for is on its way.",
 	})
-	mentions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tandem_mention_reports_total",
-		Help: "Mention reports, by event: taken_over (from the journal of a gone node), handed_over (to the notification queue), failed (handing over failed for now; the report stays in the journal), dropped (the notifications refused the report for good; it leaves the journal).",
-	}, []string{"event"})
-	h.mentionsTaken, h.mentionsHanded, h.mentionsFailed = mentions.WithLabelValues("taken_over"), mentions.WithLabelValues("handed_over"), mentions.WithLabelValues("failed")
-	h.mentionsDropped = mentions.WithLabelValues("dropped")
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
 		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",
@@ -152,7 +140,7 @@ func NewHub(cfg Config) (*Hub, error) {
 		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the save worker's turn, or under way.",
 	})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, mentions, integrity, saves, h.savesPending,
+		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -166,19 +154,14 @@ func NewHub(cfg Config) (*Hub, error) {
 
 // Run works until ctx ends or Close: it writes accepted changes to the
 // store as they come (and nothing names a change before it is stored),
-// handles other nodes' document messages in order, evicts idle rooms and
-// sweeps gone nodes' mention journals. Without Run, changes are stored
-// only by Flush and Close.
+// handles other nodes' document messages in order and evicts idle rooms.
+// Without Run, changes are stored only by Flush and Close.
 func (h *Hub) Run(ctx context.Context) error {
 	return h.loop.Run(ctx, func(ctx context.Context) error {
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); h.flushLoop(ctx) }()
 		go func() { defer wg.Done(); h.laneLoop(ctx) }()
-		if h.cfg.Mentions != nil {
-			wg.Add(1)
-			go func() { defer wg.Done(); h.sweepLoop(ctx) }()
-		}
 		wg.Wait()
 		return nil
 	})
@@ -337,26 +320,14 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 		if h.cfg.Cluster != nil {
 			r.publish = h.publishChanges
 		}
-		if h.cfg.Mentions != nil {
-			r.mentions = h.newMentionTracker(r)
-			r.text = newContent(h.cfg.MentionFields)
+		if h.cfg.Observe != nil {
+			r.obs = h.cfg.Observe(observed{h, r})
 		}
 		h.rooms[documentID] = r
 	}
 	h.mu.Unlock()
 	if !ok {
 		r.load(ctx, h.cfg.Store, h)
-		if r.mentions != nil {
-			r.mu.Lock()
-			dirty, owed := r.mentions.dirty, len(r.mentions.ready) > 0
-			r.mu.Unlock()
-			if dirty {
-				h.markDirty(r) // gone nodes' journals taken over: to delete
-			}
-			if owed {
-				h.goAfter(0, func() { h.handOver(r, true) })
-			}
-		}
 	}
 	select {
 	case <-r.loaded:
@@ -401,9 +372,6 @@ func (h *Hub) Close(ctx context.Context) error {
 		close(h.stop) // a ReceiveRemote waiting for the lane gives up
 		_, err := h.loop.Stop(ctx)
 		h.background.Wait()
-		if h.cfg.Mentions != nil {
-			h.reportAllMentions() // before the notification queue stops
-		}
 		h.closeErr = errors.Join(err, h.Flush(ctx))
 	})
 	return h.closeErr

@@ -26,16 +26,10 @@ type room struct {
 
 	// applyMu is held, before mu, by whoever changes the document: a
 	// local peer's message carrying changes, another node's changes, a
-	// catch-up. The mention tracker reads the text under applyMu alone
-	// (readMentions), so the text it counts is the document's, while
+	// catch-up. The observer works under applyMu alone (Observer.Applying,
+	// Room.Hold), so what it reads is the document's, while
 	// acknowledgements and fan-outs, under mu alone, go on.
 	applyMu sync.Mutex
-	// beforeMentionRead, set by tests before any traffic, runs before the
-	// mention tracker reads the text.
-	beforeMentionRead func()
-	// handMu makes one caller at a time hand the room's mention reports
-	// over (mentions.go); taken before mu.
-	handMu sync.Mutex
 	// Gaps in what the bus carried of the document, counted: a caller
 	// found the room without peers (the bus carries the document only
 	// while the room has some) or the bus lost messages. caughtUp is the
@@ -93,8 +87,7 @@ type room struct {
 	deferred     bool         // a lookup waits for arriving to reach zero
 	questions    []func(bool) // other nodes' Holds, waiting for arriving to reach zero
 
-	mentions *mentionTracker // nil unless the hub reports mentions
-	text     *content        // the mention fields' values, for the tracker (content.go)
+	obs Observer // nil unless Config.Observe is set (observer.go)
 
 	// paceAt is when a fan-out to peers held back for their answers is
 	// due (fanout.go); zero if none is scheduled.
@@ -186,9 +179,10 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub) {
 	}
 	r.maybeSave(h, true)
 	r.mu.Unlock()
-	if r.mentions != nil {
-		r.mentions.refresh()
-		h.takeOverAtLoad(ctx, r, stored.Journals)
+	if r.obs != nil {
+		// Last: the observer may queue the room for a write, which reads
+		// what the load wrote without the lock.
+		r.obs.Loaded(ctx, stored.Journals)
 	}
 }
 
@@ -216,13 +210,12 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 // changes go into the log as the bytes they came in: nothing on this path
 // calls automerge.
 func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) error {
-	var mentioned map[string]int // the text's mentions before this change, if the tracker needs them
 	if len(sm.changes) > 0 {
 		r.applyMu.Lock()
 		defer r.applyMu.Unlock()
-		// A read-only peer's changes are refused: they cost no read.
-		if r.mentions != nil && !msg.ReadOnly {
-			mentioned, _ = r.readMentions(h, func(t *mentionTracker) bool { return t.needsBefore(p) }, false)
+		// A read-only peer's changes are refused: the observer is not told.
+		if r.obs != nil && !msg.ReadOnly {
+			r.obs.Applying(p)
 		}
 	}
 	r.mu.Lock()
@@ -263,12 +256,6 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	}
 	m := r.join(h, p, msg.ReadOnly)
 	m.bare = sm.bare()
-	if ad != nil && len(ad.Apply) > 0 && r.mentions != nil {
-		if mentioned == nil && r.mentions.needsBefore(p) {
-			mentioned = r.mentionsNow() // not read above: read under the lock, as rarely as that
-		}
-		r.mentions.before(mentioned, p)
-	}
 	before := r.log.Heads()
 	if ad != nil {
 		changed = r.take(h, p, ad)
@@ -292,13 +279,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	return nil
 }
 
-// record follows the changes the log took: in the guard's ledger, and in
-// the content the mention tracker reads.
+// record follows the changes the log took in the guard's ledger.
 func (r *room) record(added []guard.Change) {
 	r.guard.Record(added)
-	if r.text != nil {
-		r.text.take(added)
-	}
 }
 
 // noteDropped reports queued changes the guard refused once they were
@@ -357,10 +340,8 @@ func (r *room) relayEphemeral(h *Hub, p Peer, e Ephemeral) error {
 func (r *room) leave(h *Hub, p Peer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.mentions != nil {
-		if b := r.mentions.bursts[p.ID()]; b != nil && b.peer == p {
-			r.mentions.arm(p.ID(), b, 0) // a leaving peer's mentions count at once
-		}
+	if r.obs != nil {
+		r.obs.Left(p)
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		m.release(h)
@@ -399,8 +380,10 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 	default:
 	}
 	if len(r.members) > 0 || r.dirty || len(r.pending) > 0 || r.forceCompact || len(r.untilStored) > 0 ||
-		(r.mentions != nil && r.mentions.busy()) ||
 		now.Sub(r.emptySince) < after {
+		return false
+	}
+	if r.obs != nil && r.obs.Busy() { // asked last: on false it is gone
 		return false
 	}
 	r.evicted = true

@@ -19,6 +19,7 @@ import (
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/doc/guard"
+	"github.com/tandemhq/tandem/doc/mention"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 	"github.com/tandemhq/tandem/internal/gctune"
@@ -33,13 +34,13 @@ import (
 const shutdownTimeout = 10 * time.Second
 
 // tandemNode is one node's components, built in dependency order: the
-// stores, then Redis and the bus, the notifications, the document hub and
-// presence, the WebSocket server, the HTTP server. Each runs under one
-// errgroup (serve) and stops in the reverse order (stop), so that
-// what a component still has to say reaches the one after it: the
-// sockets' goodbyes reach presence and the bus, the hub's last mentions
-// reach the notification queue, the bus's bye goes out before Redis
-// closes.
+// stores, then Redis and the bus, the notifications, the document hub, the
+// mentions in its documents and presence, the WebSocket server, the HTTP
+// server. Each runs under one errgroup (serve) and stops in the reverse
+// order (stop), so that what a component still has to say reaches the one
+// after it: the sockets' goodbyes reach presence and the bus, the last
+// mentions reach the notification queue (and what is left of them the
+// hub's last flush), the bus's bye goes out before Redis closes.
 type tandemNode struct {
 	log *slog.Logger
 
@@ -48,6 +49,7 @@ type tandemNode struct {
 	bus      *redisbus.Bus         // nil alone
 	notes    *notifications
 	docs     *doc.Hub
+	mentions *mention.Tracker
 	presence *awareness.Hub
 	ws       *transport.Server
 	gcTune   *gctune.Config // nil: the collector is left alone
@@ -122,17 +124,24 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 
 	mentionsCtx, endMentions := context.WithCancel(context.Background())
 	n.endMentions = endMentions
+	mentionCfg := mention.Config{
+		// Reports are offered until the tracker closes, and posting them
+		// needs no running worker: only the stop's deadline ends them.
+		Report: mentionSink(mentionsCtx, n.notes.mentions),
+		// Set before the node serves, so before any mention.
+		Author:   func(documentID string, p doc.Peer) (string, string) { return n.presence.UserOf(documentID, p) },
+		Fields:   mention.Fields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
+		NodeID:   cfg.NodeID,
+		Journals: n.stores.docs,
+		Logger:   log, Registerer: reg,
+	}
 	docCfg := doc.Config{
 		Store: n.stores.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncSpacing:      cfg.SyncSpacing,
-		// Reports are offered until the hub closes, and posting them needs
-		// no running worker: only the stop's deadline ends them.
-		Mentions: mentionSink(mentionsCtx, n.notes.mentions),
-		// Set before the node serves, so before any mention.
-		MentionAuthor: func(documentID string, p doc.Peer) (string, string) { return n.presence.UserOf(documentID, p) },
-		MentionFields: doc.MentionFields{Text: cfg.MentionTextField, Title: cfg.MentionTitleField},
-		NodeID:        cfg.NodeID,
+		// The hub makes no room before the node serves, so after the
+		// tracker is made, below.
+		Observe: func(r doc.Room) doc.Observer { return n.mentions.Observe(r) },
 		Limits: guard.Limits{
 			ChangeBytes:   cfg.MaxChangeBytes,
 			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
@@ -192,7 +201,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		presenceCfg.RemoteTTL = 3 * n.bus.RosterInterval()
 		docCfg.Cluster = n.bus
 		docCfg.Finder = n.bus
-		docCfg.NodeAlive = n.bus.NodeAlive
+		mentionCfg.NodeAlive = n.bus.NodeAlive
 		presenceCfg.Replicator = n.bus
 		presenceCfg.Directory = n.bus
 		transportCfg.Bus = n.bus
@@ -201,11 +210,15 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	if n.docs, err = doc.NewHub(docCfg); err != nil {
 		return nil, err
 	}
+	mentionCfg.Documents = n.docs
+	if n.mentions, err = mention.New(mentionCfg); err != nil {
+		return nil, err
+	}
 	if n.presence, err = awareness.New(presenceCfg); err != nil {
 		return nil, err
 	}
 	if n.bus != nil {
-		n.bus.Attach(n.docs, n.presence)
+		n.bus.Attach(docReplica{n.docs, n.mentions}, n.presence)
 	}
 	transportCfg.Documents, transportCfg.Presence = n.docs, n.presence
 	if n.ws, err = transport.NewServer(transportCfg); err != nil {
@@ -246,7 +259,7 @@ func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
 	if n.gcTune != nil {
 		g.Go(func() error { gctune.Run(gctx, *n.gcTune); return nil })
 	}
-	runs := []func(context.Context) error{n.docs.Run, n.presence.Run, n.notes.Run}
+	runs := []func(context.Context) error{n.docs.Run, n.mentions.Run, n.presence.Run, n.notes.Run}
 	if n.bus != nil {
 		runs = append(runs, n.bus.Run)
 	}
@@ -287,7 +300,8 @@ func (n *tandemNode) stop(ctx context.Context) error {
 	errs := []error{
 		n.http.Shutdown(ctx),
 		n.ws.Close(ctx),       // peers leave: goodbyes in their names, to presence and the bus
-		n.docs.Close(ctx),     // flushes every document; hands the last mentions over
+		n.mentions.Close(ctx), // hands the last mentions over
+		n.docs.Close(ctx),     // flushes every document, and what is left of the mentions
 		n.presence.Close(ctx), // writes the queued last-seen times and ends history's intervals
 	}
 	if n.bus != nil {
@@ -306,6 +320,9 @@ func (n *tandemNode) dismantle() {
 	ctx := context.Background()
 	if n.endMentions != nil {
 		n.endMentions() // nothing more is posted: Close reports to the journal
+	}
+	if n.mentions != nil {
+		n.mentions.Close(ctx)
 	}
 	if n.docs != nil {
 		n.docs.Close(ctx)
@@ -359,3 +376,15 @@ func redisClient(cfg config) (redis.UniversalClient, error) {
 	}
 	return redis.NewClient(opts), nil
 }
+
+// docReplica is the document layer the bus replicates: the hub, and the
+// mention tracker, which takes over what a gone node owed.
+type docReplica struct {
+	*doc.Hub
+	mentions *mention.Tracker
+}
+
+var _ redisbus.NodeWatcher = docReplica{}
+
+// NodeGone sweeps the gone node's mention journals now.
+func (d docReplica) NodeGone(node string) { d.mentions.NodeGone(node) }

@@ -6,5 +6,5 @@
 // config.go reads the flags; stores.go opens what the node keeps on disk;
 // assemble.go builds the components in dependency order, runs them under
 // one errgroup and stops each after those that talk to it; notify.go wires the
-// notifications and the mentions the document hub reports.
+// notifications and the mentions doc/mention's tracker reports.
 package main

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/mention"
 	"github.com/tandemhq/tandem/transport/redisbus"
 	"github.com/tandemhq/tandem/web/notify"
 )
@@ -86,10 +86,10 @@ func (n *notifications) Close(ctx context.Context) error {
 	return err
 }
 
-// mentionSink hands the document hub's mention reports to the
-// notifications' policy (notify.Mentions), which posts them.
-func mentionSink(ctx context.Context, p *notify.Mentions) func(doc.Mention) error {
-	return func(m doc.Mention) error {
+// mentionSink hands the mention tracker's reports to the notifications'
+// policy (notify.Mentions), which posts them.
+func mentionSink(ctx context.Context, p *notify.Mentions) func(mention.Report) error {
+	return func(m mention.Report) error {
 		return p.Report(ctx, notify.Mention{
 			DocumentID: m.DocumentID, Key: m.Key, Actor: m.Actor, ActorName: m.ActorName, Title: m.Title, Users: m.Users,
 		})

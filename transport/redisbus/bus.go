@@ -31,12 +31,16 @@ type DocumentReplica interface {
 	// Holds answers whether this node holds the document, stored; it
 	// may answer later, and must not block.
 	Holds(documentID string, answer func(held bool))
-	// NodeGone tells that a node stopped or went silent past its TTL:
-	// what it still owed (its mention journals) is this node's to take.
-	NodeGone(node string)
 	// Missed tells that the bus may have lost messages (Redis was
 	// unreachable): documents in memory catch up from the store.
 	Missed()
+}
+
+// NodeWatcher is told when a node stops or goes silent past its TTL:
+// what it still owed (its mention journals) is this node's to take. The
+// bus tells the document layer if its DocumentReplica is one.
+type NodeWatcher interface {
+	NodeGone(node string)
 }
 
 // PresenceReplica is what the bus needs from the presence layer.

@@ -108,7 +108,9 @@ func (b *Bus) endAsk(id uint64, found bool) {
 // questions.
 func (b *Bus) nodeGone(node string) {
 	b.presence.NodeGone(node)
-	b.docs.NodeGone(node)
+	if w, ok := b.docs.(NodeWatcher); ok {
+		w.NodeGone(node)
+	}
 	var ended []uint64
 	b.amu.Lock()
 	for id, p := range b.asks {

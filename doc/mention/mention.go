@@ -1,21 +1,47 @@
-package doc
+package mention
 
 import (
 	"strings"
+
+	"github.com/tandemhq/tandem/doc"
 )
 
-// What a mention is (`@<userId>`), and the fields it is read from.
+// What a mention is (`@<userId>`), the fields it is read from, and the
+// report a burst of edits that inserted some makes.
 
-// MentionFields names where a document keeps what mentions are read
-// from: Text, the text searched for `@<userId>`, and Title, what names the
-// document in a notification. Each is a key of the root map, or a path of
-// keys through nested maps separated by dots ("body.text"). Defaults
-// "text" and "title", the demo's.
-type MentionFields struct {
+// Report reports that a local peer inserted mentions of users into a
+// document's text: `@<userId>` in its text field (Fields).
+type Report struct {
+	DocumentID string
+	// Key names this report for good: a report handed over again (after
+	// a failed attempt, or by the node that took over a dead node's
+	// journal) has the same key, so that the receiver can tell a repeat.
+	Key string
+	// Peer is the peer whose changes inserted them; nil when the report
+	// comes from the journal of a node that died (PeerID names it then).
+	Peer   doc.Peer
+	PeerID string
+	// Actor and ActorName are the user behind the peer, as Config.Author
+	// said when the peer's edits began or settled; Actor is the peer id
+	// when it could not say.
+	Actor, ActorName string
+	// Title is the document's title field, or else the first line of its
+	// text, for the notification to name the document.
+	Title string
+	// Users has one entry per inserted mention.
+	Users []string
+}
+
+// Fields names where a document keeps what mentions are read from: Text,
+// the text searched for `@<userId>`, and Title, what names the document
+// in a notification. Each is a key of the root map, or a path of keys
+// through nested maps separated by dots ("body.text"). Defaults "text"
+// and "title", the demo's.
+type Fields struct {
 	Text, Title string
 }
 
-func (f *MentionFields) setDefaults() {
+func (f *Fields) setDefaults() {
 	if f.Text == "" {
 		f.Text = "text"
 	}
@@ -72,9 +98,4 @@ func countMentions(text string) map[string]int {
 
 func mentionChar(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
-}
-
-// mentionsNow counts the mentions in the text now. The caller holds r.mu.
-func (r *room) mentionsNow() map[string]int {
-	return countMentions(r.text.mentionText())
 }

@@ -1,8 +1,9 @@
-package doc
+package mention
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,18 +22,15 @@ func TestContentKeepsTheTextAsAutomergeDoes(t *testing.T) {
 	if testing.Short() {
 		seeds = 2
 	}
-	var f MentionFields
+	var f Fields
 	f.setDefaults()
 	for seed := 1; seed <= seeds; seed++ {
 		changes := o.Trace(t, seed, 300)
 		c := newContent(f)
 		d := automerge.New()
 		for i, raw := range changes {
-			cs, err := readChanges(nil, raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.take(cs)
+			cs := readChanges(t, raw)
+			c.take(slices.Values(cs))
 			if err := d.LoadIncremental(raw); err != nil {
 				t.Fatal(err)
 			}
@@ -52,13 +50,10 @@ func TestContentFollowsNestedFieldsAndTheirReplacement(t *testing.T) {
 	d := automerge.New()
 	take := func(c *content) {
 		t.Helper()
-		cs, err := readChanges(nil, d.Save())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.take(cs)
+		cs := readChanges(t, d.Save())
+		c.take(slices.Values(cs))
 	}
-	f := MentionFields{Text: "body.text", Title: "meta.title"}
+	f := Fields{Text: "body.text", Title: "meta.title"}
 	if err := d.Path("body", "text").Set(automerge.NewText("first @ana")); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +85,7 @@ func TestContentFollowsNestedFieldsAndTheirReplacement(t *testing.T) {
 // single characters, characters of several bytes, and two actors editing
 // apart and merging; checked after every change, by a random walk.
 func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
-	var f MentionFields
+	var f Fields
 	f.setDefaults()
 	words := []string{"a", "lorem ipsum ", "ü", "日本語", "😀x", "\n", strings.Repeat("paste ", 50), "@", "hi @ana "}
 	for seed := range uint64(8) {
@@ -124,11 +119,8 @@ func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 				if err := seen.LoadIncremental(raw); err != nil {
 					t.Fatal(err)
 				}
-				cs, err := readChanges(nil, raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c.take(cs)
+				cs := readChanges(t, raw)
+				c.take(slices.Values(cs))
 			}
 			want, err := seen.Path("text").Text().Get()
 			if err != nil {
@@ -187,7 +179,7 @@ func TestContentRunsKeepTheTextAsAutomergeDoes(t *testing.T) {
 // it; its texts do not, but a change may) takes the element out of its
 // run, and a deletion naming the value put over it deletes it.
 func TestContentPutsOverAnElementOfARun(t *testing.T) {
-	var f MentionFields
+	var f Fields
 	f.setDefaults()
 	text := amtest.ID(1, 0)
 	first, h1 := amtest.Encode(amtest.Change{Actors: [][]byte{amtest.ActorA}, Seq: 1, StartOp: 1, Ops: []amtest.Op{
@@ -210,11 +202,8 @@ func TestContentPutsOverAnElementOfARun(t *testing.T) {
 		raw  []byte
 		want string
 	}{{first, "abcd"}, {over, "aXcd"}, {stale, "aXcd"}, {del, "ad"}} {
-		cs, err := readChanges(nil, step.raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.take(cs)
+		cs := readChanges(t, step.raw)
+		c.take(slices.Values(cs))
 		if got := c.text(); got != step.want {
 			t.Fatalf("step %d: the text is %q, want %q", i, got, step.want)
 		}

@@ -1,4 +1,4 @@
-package doc
+package mention
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
@@ -45,7 +46,7 @@ func waitNoJournals(t *testing.T, s store.Store) {
 	testenv.WaitFor(t, "the journals to be deleted", func() bool { return storedJournals(t, s) == 0 })
 }
 
-func authors(documentID string, p Peer) (string, string) {
+func authors(documentID string, p doc.Peer) (string, string) {
 	switch p.ID() {
 	case "peer-ana":
 		return "ana", "Ana"
@@ -58,7 +59,7 @@ func authors(documentID string, p Peer) (string, string) {
 // typeTwoBursts leaves a hub owing two reports: ana's mention of bo,
 // counted when cy began to type, and cy's mention of dee, not counted
 // yet (its changes are pending).
-func typeTwoBursts(t *testing.T, h *Hub) {
+func typeTwoBursts(t *testing.T, h *doc.Hub) {
 	t.Helper()
 	ana, cy := newClient("peer-ana"), newClient("peer-cy")
 	ana.splice(t, 0, 0, "Roadmap\n")
@@ -77,9 +78,9 @@ func typeTwoBursts(t *testing.T, h *Hub) {
 	}
 }
 
-func sortedReports(t *testing.T, got chan Mention, n int) map[string]Mention {
+func sortedReports(t *testing.T, got chan Report, n int) map[string]Report {
 	t.Helper()
-	out := map[string]Mention{}
+	out := map[string]Report{}
 	for range n {
 		select {
 		case m := <-got:
@@ -99,9 +100,10 @@ func sortedReports(t *testing.T, got chan Mention, n int) map[string]Mention {
 // reports what it owed, once, for the right authors, and deletes it.
 func TestMentionsOfAKilledNodeAreReportedByTheNext(t *testing.T) {
 	var killed atomic.Bool
-	a := newTestHub(t, openStore(t, t.TempDir()), Config{
-		NodeID: "node-a", MentionAuthor: authors, MentionSettle: time.Hour,
-		Mentions: func(m Mention) error {
+	aStore := openStore(t, t.TempDir())
+	a, _ := newTestHub(t, aStore, Config{
+		NodeID: "node-a", Author: authors, Settle: time.Hour,
+		Report: func(m Report) error {
 			if !killed.Load() {
 				t.Errorf("node a reported %+v before it was killed", m)
 			}
@@ -109,17 +111,17 @@ func TestMentionsOfAKilledNodeAreReportedByTheNext(t *testing.T) {
 		},
 	})
 	typeTwoBursts(t, a)
-	disk := crashCopy(t, a.cfg.Store)
+	disk := crashCopy(t, aStore)
 	killed.Store(true) // what node a does from here on is not on this disk
 	js, _ := disk.Journals(context.Background())
 	if len(js) != 1 || js[0].Node != "node-a" {
 		t.Fatalf("the killed node's disk holds journals %+v, want node-a's", js)
 	}
 
-	got := make(chan Mention, 10)
+	got := make(chan Report, 10)
 	newTestHub(t, disk, Config{
-		NodeID: "node-b", MentionAuthor: authors,
-		Mentions: func(m Mention) error { got <- m; return nil },
+		NodeID: "node-b", Author: authors,
+		Report: func(m Report) error { got <- m; return nil },
 	})
 	reports := sortedReports(t, got, 2)
 	if m := reports["ana"]; !slices.Equal(m.Users, []string{"bo"}) || m.ActorName != "Ana" || m.PeerID != "peer-ana" || m.Title != "Roadmap" || m.Key == "" {
@@ -139,24 +141,25 @@ func TestMentionsOfAKilledNodeAreReportedByTheNext(t *testing.T) {
 // A journal whose node is alive is its node's to report; once the node is
 // gone, a node that has the document loaded already takes it over.
 func TestAJournalIsTakenOverOnlyOnceItsNodeIsGone(t *testing.T) {
-	a := newTestHub(t, openStore(t, t.TempDir()), Config{
-		NodeID: "node-a", MentionAuthor: authors, MentionSettle: time.Hour,
-		Mentions: func(Mention) error { return nil },
+	aStore := openStore(t, t.TempDir())
+	a, _ := newTestHub(t, aStore, Config{
+		NodeID: "node-a", Author: authors, Settle: time.Hour,
+		Report: func(Report) error { return nil },
 	})
 	typeTwoBursts(t, a)
-	disk := crashCopy(t, a.cfg.Store)
+	disk := crashCopy(t, aStore)
 
 	var aAlive atomic.Bool
 	aAlive.Store(true)
-	got := make(chan Mention, 10)
-	b := newTestHub(t, disk, Config{
-		NodeID: "node-b", MentionAuthor: authors,
-		Mentions:  func(m Mention) error { got <- m; return nil },
+	got := make(chan Report, 10)
+	b, trB := newTestHub(t, disk, Config{
+		NodeID: "node-b", Author: authors,
+		Report:    func(m Report) error { got <- m; return nil },
 		NodeAlive: func(_ context.Context, node string) (bool, error) { return node == "node-a" && aAlive.Load(), nil },
 	})
 	reader := newClient("reader")
 	reader.sync(t, b, true) // the room is loaded, with node a's journal left alone
-	if err := b.SweepJournals(context.Background()); err != nil {
+	if err := trB.SweepJournals(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 0 {
@@ -164,7 +167,7 @@ func TestAJournalIsTakenOverOnlyOnceItsNodeIsGone(t *testing.T) {
 	}
 
 	aAlive.Store(false)
-	b.NodeGone("node-a")
+	trB.NodeGone("node-a")
 	reports := sortedReports(t, got, 2)
 	if !slices.Equal(reports["ana"].Users, []string{"bo"}) || !slices.Equal(reports["cy"].Users, []string{"dee"}) {
 		t.Fatalf("reports = %+v", reports)
@@ -176,11 +179,11 @@ func TestAJournalIsTakenOverOnlyOnceItsNodeIsGone(t *testing.T) {
 // offered again, with the same key, until it is taken.
 func TestAFailedReportIsOfferedAgainWithItsKey(t *testing.T) {
 	var calls atomic.Int32
-	offered := make(chan Mention, 10)
+	offered := make(chan Report, 10)
 	s := openStore(t, t.TempDir())
-	h := newTestHub(t, s, Config{
-		MentionAuthor: authors, MentionSettle: time.Millisecond,
-		Mentions: func(m Mention) error {
+	h, _ := newTestHub(t, s, Config{
+		Author: authors, Settle: time.Millisecond,
+		Report: func(m Report) error {
 			offered <- m
 			if calls.Add(1) < 3 {
 				return errors.New("queue away")
@@ -222,10 +225,10 @@ func (refusedError) Permanent() bool { return true }
 func TestAReportRefusedForGoodIsDroppedAndHoldsUpNoOther(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	var refused atomic.Int32
-	got := make(chan Mention, 10)
-	h := newTestHub(t, s, Config{
-		MentionAuthor: authors, MentionSettle: time.Hour, EvictAfter: time.Millisecond,
-		Mentions: func(m Mention) error {
+	got := make(chan Report, 10)
+	h, tr := newTestHub(t, s, Config{
+		Author: authors, Settle: time.Hour,
+		Report: func(m Report) error {
 			if m.Actor == "ana" {
 				refused.Add(1)
 				return fmt.Errorf("queue 1 mentions in %s: %w", m.DocumentID, refusedError{})
@@ -233,7 +236,7 @@ func TestAReportRefusedForGoodIsDroppedAndHoldsUpNoOther(t *testing.T) {
 			got <- m
 			return nil
 		},
-	})
+	}, doc.Config{EvictAfter: time.Millisecond})
 	ana, cy := newClient("peer-ana"), newClient("peer-cy")
 	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
 	ana.sync(t, h, false)
@@ -255,7 +258,7 @@ func TestAReportRefusedForGoodIsDroppedAndHoldsUpNoOther(t *testing.T) {
 	if n := refused.Load(); n != 1 {
 		t.Fatalf("the refused report was offered %d times, want once", n)
 	}
-	if n := testutil.ToFloat64(h.mentionsDropped); n != 1 {
+	if n := testutil.ToFloat64(tr.dropped); n != 1 {
 		t.Fatalf("dropped reports = %v, want 1", n)
 	}
 	h.Leave(ana.peer, testDoc)
@@ -271,11 +274,11 @@ func TestAReportThatFailsForNowHoldsUpNoOther(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	var away atomic.Bool
 	away.Store(true)
-	failed := make(chan Mention, 10)
-	got := make(chan Mention, 10)
-	h := newTestHub(t, s, Config{
-		MentionAuthor: authors, MentionSettle: time.Hour, EvictAfter: time.Millisecond,
-		Mentions: func(m Mention) error {
+	failed := make(chan Report, 10)
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, s, Config{
+		Author: authors, Settle: time.Hour,
+		Report: func(m Report) error {
 			if m.Actor == "ana" && away.Load() {
 				failed <- m
 				return errors.New("queue away")
@@ -283,7 +286,7 @@ func TestAReportThatFailsForNowHoldsUpNoOther(t *testing.T) {
 			got <- m
 			return nil
 		},
-	})
+	}, doc.Config{EvictAfter: time.Millisecond})
 	ana, cy := newClient("peer-ana"), newClient("peer-cy")
 	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
 	ana.sync(t, h, false)

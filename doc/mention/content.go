@@ -1,19 +1,19 @@
-package doc
+package mention
 
 import (
 	"bytes"
+	"iter"
 	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
-	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // content is what the node knows of a document's content: the values of
-// the mention fields (MentionFields), followed in Go from the changes the
-// room's log takes, for the mention tracker. It keeps the registers of
+// the mention fields (Fields), followed in Go from the changes the room's
+// log takes (doc.Observer.Applied), for the tracker. It keeps the registers of
 // the keys on the fields' paths, and each text object made at a field's
 // last key, in runs of elements (textObj), in automerge's order: an
 // element comes right after the one it was inserted after, and of the
@@ -22,8 +22,9 @@ import (
 //
 // Every change it takes passed the guard (or came from the store or
 // another node, where it had), in an order in which each comes after
-// what it depends on. Its methods are called under the room's applyMu:
-// take with the room's lock too, the readers without it.
+// what it depends on. Its methods are called under the room's apply lock
+// (doc.Room.Hold): take with the room's main lock too, the readers
+// without it.
 type content struct {
 	paths    [][]string        // the text field's keys, then the title field's
 	keys     map[string]bool   // every key on the paths
@@ -229,7 +230,7 @@ func (t *textObj) element(p uint64) (int32, uint32, bool) {
 	return r, k, found && t.runs[r].valID == 0
 }
 
-func newContent(f MentionFields) *content {
+func newContent(f Fields) *content {
 	c := &content{
 		paths:  [][]string{strings.Split(f.Text, "."), strings.Split(f.Title, ".")},
 		keys:   map[string]bool{},
@@ -257,9 +258,9 @@ func (c *content) later(a, b uint64) bool {
 }
 
 // take follows the changes the log took, in its order.
-func (c *content) take(cs []guard.Change) {
-	for i := range cs {
-		c.takeOne(&cs[i].Change)
+func (c *content) take(cs iter.Seq[*amcheck.Change]) {
+	for ch := range cs {
+		c.takeOne(ch)
 	}
 }
 

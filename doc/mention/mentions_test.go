@@ -1,16 +1,16 @@
-package doc
+package mention
 
 import (
-	"context"
-	"fmt"
+	"bytes"
 	"reflect"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/fxamacker/cbor/v2"
 
+	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -33,33 +33,13 @@ func TestCountMentions(t *testing.T) {
 	}
 }
 
-// typeText makes one change per call, splicing s into the text at pos.
-func (c *client) splice(t testing.TB, pos int, del int, s string) {
-	t.Helper()
-	v, err := c.doc.Path("text").Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Kind() != automerge.KindText {
-		if err := c.doc.RootMap().Set("text", automerge.NewText("")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.doc.Path("text").Text().Splice(pos, del, s); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.doc.Commit("type"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestMentionsCountOncePerInsertionWhenTypingPauses(t *testing.T) {
-	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions: func(m Mention) error { got <- m; return nil },
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Report: func(m Report) error { got <- m; return nil },
 		// The pause comes when the test says so (settleBursts), never
 		// because a busy machine held up a keystroke.
-		MentionSettle: time.Hour,
+		Settle: time.Hour,
 	})
 	ana := newClient("peer-ana")
 	ana.splice(t, 0, 0, "Roadmap\n")
@@ -102,43 +82,39 @@ func TestMentionsCountOncePerInsertionWhenTypingPauses(t *testing.T) {
 
 // settleBursts ends every open burst of the test document's room as its
 // settle timer would when it fires: the peer's typing has paused.
-func settleBursts(t *testing.T, h *Hub) {
+func settleBursts(t *testing.T, h *doc.Hub) {
 	t.Helper()
-	h.mu.Lock()
-	r := h.rooms[testDoc]
-	h.mu.Unlock()
+	r := roomOf(t, h, testDoc)
 	type open struct {
 		peer string
 		gen  uint64
 	}
 	var bursts []open
 	r.mu.Lock()
-	for id, b := range r.mentions.bursts {
+	for id, b := range r.bursts {
 		bursts = append(bursts, open{id, b.gen})
 	}
 	r.mu.Unlock()
 	for _, b := range bursts {
-		r.mentions.fire(b.peer, b.gen)
+		r.fire(b.peer, b.gen)
 	}
 }
 
 // waitNoBursts waits until every peer's burst of edits has been reported
 // (or found to mention nobody).
-func waitNoBursts(t *testing.T, h *Hub) {
+func waitNoBursts(t *testing.T, h *doc.Hub) {
 	t.Helper()
+	r := roomOf(t, h, testDoc)
 	testenv.WaitFor(t, "every burst reported", func() bool {
-		h.mu.Lock()
-		r := h.rooms[testDoc]
-		h.mu.Unlock()
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return len(r.mentions.bursts) == 0
+		return len(r.bursts) == 0
 	})
 }
 
 func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
-	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) error { got <- m; return nil }, MentionSettle: time.Millisecond})
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(m Report) error { got <- m; return nil }, Settle: time.Millisecond})
 	local := newClient("local")
 	local.splice(t, 0, 0, "x")
 	local.sync(t, h, false)
@@ -146,9 +122,7 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 	remote := newClient("remote")
 	remote.doc, _ = automerge.Load(local.doc.Save())
 	remote.splice(t, 1, 0, " @ana ")
-	if err := h.applyRemoteChanges(testDoc, remote.doc.Save()); err != nil {
-		t.Fatal(err)
-	}
+	receiveChanges(t, h, remote.doc)
 	// Then a local edit elsewhere in the text: it inserted no mention.
 	local.sync(t, h, false)
 	local.splice(t, 0, 0, "y")
@@ -163,8 +137,8 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 // Two peers edit in turn: each mention counts for the peer whose change
 // inserted it, though the text is read only when the author changes.
 func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
-	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{Mentions: func(m Mention) error { got <- m; return nil }, MentionSettle: time.Hour})
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(m Report) error { got <- m; return nil }, Settle: time.Hour})
 	ana, bo := newClient("peer-ana"), newClient("peer-bo")
 	ana.splice(t, 0, 0, "notes ")
 	ana.sync(t, h, false)
@@ -190,15 +164,15 @@ func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
 }
 
 // An author who never pauses still has their mentions reported, within
-// maxMentionWait of the burst's first change, not only when they stop.
+// maxWait of the burst's first change, not only when they stop.
 func TestMentionsOfAnAuthorWhoNeverPausesAreReported(t *testing.T) {
-	old := maxMentionWait
-	maxMentionWait = 300 * time.Millisecond
-	t.Cleanup(func() { maxMentionWait = old })
-	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(m Mention) error { got <- m; return nil },
-		MentionSettle: time.Hour, // the pause never comes
+	old := maxWait
+	maxWait = 300 * time.Millisecond
+	t.Cleanup(func() { maxWait = old })
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Report: func(m Report) error { got <- m; return nil },
+		Settle: time.Hour, // the pause never comes
 	})
 	ana := newClient("peer-ana")
 	ana.splice(t, 0, 0, "Roadmap\nhi @bo ")
@@ -223,11 +197,11 @@ func TestMentionsOfAnAuthorWhoNeverPausesAreReported(t *testing.T) {
 // Mentions are read from the fields the configuration names, here a text
 // and a title inside a nested map; the root "text" then mentions nobody.
 func TestMentionsComeFromTheConfiguredFields(t *testing.T) {
-	got := make(chan Mention, 10)
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(m Mention) error { got <- m; return nil },
-		MentionSettle: 20 * time.Millisecond,
-		MentionFields: MentionFields{Text: "page.body", Title: "page.heading"},
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Report: func(m Report) error { got <- m; return nil },
+		Settle: 20 * time.Millisecond,
+		Fields: Fields{Text: "page.body", Title: "page.heading"},
 	})
 	ana := newClient("peer-ana")
 	page := automerge.NewMap()
@@ -263,91 +237,28 @@ func TestMentionsComeFromTheConfiguredFields(t *testing.T) {
 	}
 }
 
-// Reading the text for mentions takes milliseconds in a large document;
-// it happens when another author's change follows a peer's. It holds up
-// the next change to the document, never the room: while it runs, a peer
-// acknowledging what it was sent is answered. Repeated.
-func TestMentionReadsDoNotHoldTheRoom(t *testing.T) {
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(Mention) error { return nil },
-		MentionSettle: time.Hour, // bursts stay open: every round switches authors
+// receiveChanges has the hub take d's changes as another node's (stored
+// already), as the bus brings them, and waits until its heads are d's.
+func receiveChanges(t *testing.T, h *doc.Hub, d *automerge.Doc) {
+	t.Helper()
+	msg, err := cbor.Marshal(map[string]any{"k": "chg", "d": d.Save()}) // doc/cluster.go's chg
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ReceiveRemote(testDoc, msg); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the hub to take the other node's changes", func() bool {
+		heads, _ := h.Heads(testDoc)
+		want := d.Heads()
+		if len(heads) != len(want) {
+			return false
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(heads, func(h []byte) bool { return bytes.Equal(h, w[:]) }) {
+				return false
+			}
+		}
+		return true
 	})
-	a, b, c := newClient("a"), newClient("b"), newClient("c")
-	a.splice(t, 0, 0, "notes for @ana\n")
-	a.sync(t, h, false)
-	b.sync(t, h, true)
-	c.sync(t, h, true)
-	r := roomOf(t, h, testDoc)
-	reading, release := make(chan struct{}, 1), make(chan struct{})
-	var hold atomic.Bool
-	r.beforeMentionRead = func() {
-		if hold.Load() {
-			reading <- struct{}{}
-			<-release
-		}
-	}
-	for round := range 20 {
-		a.splice(t, 0, 0, "a")
-		a.sync(t, h, false) // a is the pending author; c is sent the change
-		hold.Store(true)
-		b.splice(t, 0, 0, "b")
-		m, ok := b.state.GenerateMessage()
-		if !ok {
-			t.Fatal("b has nothing to send")
-		}
-		done := make(chan error, 1)
-		go func() {
-			done <- h.Sync(context.Background(), b.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()})
-		}()
-		select {
-		case <-reading: // b's change waits while a's mentions are read
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: the tracker never read the text for b's change", round)
-		}
-		hold.Store(false)
-		acked := make(chan struct{})
-		go func() { c.sync(t, h, false); close(acked) }()
-		select {
-		case <-acked:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: c's acknowledgement waited for the mention read", round)
-		}
-		close(release)
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		release = make(chan struct{})
-		b.sync(t, h, false)
-		a.sync(t, h, false)
-	}
-	c.sync(t, h, false)
-	if !sameHeads(c.doc.Heads(), a.doc.Heads()) || !sameHeads(b.doc.Heads(), a.doc.Heads()) {
-		t.Fatal("the peers did not converge")
-	}
-}
-
-// A read-only peer's changes are refused, and cost no read of the text,
-// however often it sends them while another peer's edits are pending.
-func TestReadOnlyChangesCostNoMentionRead(t *testing.T) {
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{
-		Mentions:      func(Mention) error { return nil },
-		MentionSettle: time.Hour,
-	})
-	a, viewer := newClient("a"), newClient("viewer")
-	a.splice(t, 0, 0, "notes for @ana\n")
-	a.sync(t, h, false)
-	viewer.sync(t, h, true)
-	a.splice(t, 0, 0, "x")
-	a.sync(t, h, false) // a's edits are pending: another author's change would read the text
-	var reads atomic.Int32
-	roomOf(t, h, testDoc).beforeMentionRead = func() { reads.Add(1) }
-	for i := range 20 {
-		viewer.splice(t, 0, 0, fmt.Sprint(i))
-		if refused := viewer.syncWith(t, h, SyncMessage{ReadOnly: true}); !refused {
-			t.Fatal("a read-only peer's change was taken")
-		}
-	}
-	if n := reads.Load(); n != 0 {
-		t.Fatalf("a read-only peer's refused changes read the text %d times", n)
-	}
 }
