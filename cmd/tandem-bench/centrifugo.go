@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -41,8 +42,23 @@ func startCentrifugo(bin, dir string) (*server, error) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return nil, err
 	}
-	return startServer("centrifugo", "serving websocket", centrifugoPath,
+	srv, err := startServer("centrifugo", "serving websocket", centrifugoPath,
 		bin, "--config", path, "--http_server.address", "127.0.0.1", "--http_server.port", "{port}")
+	if err != nil {
+		return nil, err
+	}
+	// It says it serves just before it listens: wait for the port.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", srv.port))
+		if err == nil {
+			c.Close()
+			return srv, nil
+		}
+		if time.Now().After(deadline) {
+			srv.stop()
+			return nil, fmt.Errorf("centrifugo does not listen on %d: %w", srv.port, err)
+		}
+	}
 }
 
 // cfClient is a Centrifugo client in one channel.
