@@ -69,6 +69,13 @@ type node struct {
 // startNode starts a node; opts adjust its bus and presence settings.
 func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)) *node {
 	t.Helper()
+	return startNodeWith(t, id, nil, opts...)
+}
+
+// startNodeWith is startNode with before, if not nil, called on the bus
+// before it runs: where a test sets the bus's hooks.
+func startNodeWith(t *testing.T, id string, before func(*Bus), opts ...func(*Config, *awareness.Config)) *node {
+	t.Helper()
 	logger := testenv.QuietLogger()
 	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
 	if err := client.Ping(context.Background()).Err(); err != nil {
@@ -102,6 +109,9 @@ func startNode(t *testing.T, id string, opts ...func(*Config, *awareness.Config)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	bus.Attach(hub, presence)
+	if before != nil {
+		before(bus)
+	}
 	go func() { defer wg.Done(); bus.Run(ctx) }()
 	go func() { defer wg.Done(); presence.Run(ctx) }()
 	n := &node{hub: hub, presence: presence, bus: bus}
@@ -238,17 +248,19 @@ func TestLostGoodbyeIsRepairedByTheRoster(t *testing.T) {
 		b.NodeTTL = time.Minute
 		p.RemoteTTL = time.Minute // the roster, not the TTL, must end it
 	}
-	n1, n2 := startNode(t, "roster-n1", fast), startNode(t, "roster-n2", fast)
 	var lost sync.WaitGroup
 	lost.Add(1)
 	var once sync.Once
-	n1.bus.lose = func(o busOut) bool {
-		if o.leave {
-			once.Do(lost.Done)
-			return true
+	loseLeaves := func(b *Bus) { // before the bus runs: its publisher reads the hook
+		b.lose = func(o busOut) bool {
+			if o.leave {
+				once.Do(lost.Done)
+				return true
+			}
+			return false
 		}
-		return false
 	}
+	n1, n2 := startNodeWith(t, "roster-n1", loseLeaves, fast), startNode(t, "roster-n2", fast)
 	watcher := &recorder{id: "watcher"}
 	n2.bus.Join(docID)
 	n2.presence.Join(watcher, docID)
