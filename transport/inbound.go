@@ -300,7 +300,6 @@ func (c *conn) documentError(documentID string, err error) {
 	}
 }
 
-// protocolError sends the client an error message and counts it.
 // violation tells the client why its message cannot be taken (it breaks
 // the protocol, or the server cannot store it now), then closes the
 // connection with the code that names the cause (r.Name is also the
@@ -310,6 +309,7 @@ func (c *conn) violation(r CloseReason, text string) {
 	c.close(r, true)
 }
 
+// protocolError sends the client an error message and counts it.
 func (c *conn) protocolError(reason, text string) {
 	c.srv.metrics.errors.WithLabelValues(reason).Inc()
 	c.srv.log.Debug("protocol error", "peer", c.peerID, "remote", c.remote(), "reason", reason, "detail", text)
