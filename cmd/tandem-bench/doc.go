@@ -7,6 +7,10 @@
 //	          second (automerge-repo Presence updates); reports end-to-end
 //	          latency of what is delivered, deliveries per second, and
 //	          whether every peer's final cursor reached every other peer.
+//	          Peers behave as stock clients: each decodes what it receives
+//	          and sends every ephemeral back to the server (--pass-on);
+//	          --compare-with stock,centrifugo with --centrifugo-bin runs
+//	          Centrifugo v6 under the same load.
 //	          --churn-rate adds users who come and go beside the load, in
 //	          documents of their own (churn.go): what presence history
 //	          records under load.
