@@ -54,6 +54,9 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 			local++
 		}
 	}
+	if len(added) > 0 {
+		r.record(added) // first: what the queue held and the log took leaves it
+	}
 	peer := ""
 	if from != nil {
 		peer = from.ID()
@@ -67,7 +70,6 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	if len(added) == 0 {
 		return false
 	}
-	r.record(added)
 	r.exists = true
 	if r.obs != nil {
 		by := from

@@ -185,7 +185,7 @@ func (l *Ledger) Admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 			return nil, fmt.Errorf("%w: actor %s already has a change %d", ErrRefused, a, c.Seq)
 		}
 	}
-	ad, err := l.replay(lim, parsed, known)
+	ad, err := l.replay(lim, parsed, known, false)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +214,7 @@ func (l *Ledger) Admit(lim Limits, changes [][]byte, known func(hash []byte) boo
 // them, and dropped if they fail. What still lacks a dependency is
 // returned in wait, to wait in the same queue (Queue).
 //
+// A stored change of which a peer's copy waits takes that copy's place.
 // It takes cs for its own: the changes are marked stored in place, and
 // those the document has or the queue holds are left out by moving the
 // others down (a document's load hands over every change it holds, and
@@ -226,13 +227,19 @@ func (l *Ledger) AdmitStored(lim Limits, cs []Change, known func(hash []byte) bo
 		if known(c.Hash[:]) {
 			continue
 		}
-		if _, ok := l.queued[c.Hash]; ok {
-			continue
+		if q, ok := l.queued[c.Hash]; ok {
+			if q.Stored {
+				continue
+			}
+			// A peer's copy waits: the stored one takes its place, so that
+			// the peer's leaving, or its copy failing its check, does not
+			// lose it, nor is it written again as the peer's.
+			l.unqueue(c.Hash)
 		}
 		c.Stored = true
 		fresh = append(fresh, *c)
 	}
-	ad, err := l.replay(lim, fresh, known)
+	ad, err := l.replay(lim, fresh, known, true)
 	if err != nil { // only a check of a fresh peer's change fails the replay, and there is none
 		panic(fmt.Sprintf("doc: replaying stored changes failed: %v", err))
 	}
@@ -245,7 +252,9 @@ func (l *Ledger) AdmitStored(lim Limits, cs []Change, known func(hash []byte) bo
 // counters, references); a stored change (from the store or another node)
 // is taken as it is. A fresh peer's change that fails refuses the whole
 // replay; a queued one that fails is dropped. The ledger is not changed.
-func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool) (*Admission, error) {
+// stored says that fresh are stored changes: only then are the stored
+// changes that wait tried again.
+func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool, stored bool) (*Admission, error) {
 	ad := &Admission{}
 	// Taken as they came, fresh's first taken changes are Apply itself,
 	// not a copy (a document's load); past the first change taken out of
@@ -329,6 +338,13 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 	}
 	for h := range l.queued {
 		c := l.queued[h]
+		if c.Stored && !stored {
+			// Stored changes that wait are tried again when stored
+			// changes come (AdmitStored), not with every peer's message:
+			// up to MaxStoredWaiting of them would be walked per
+			// keystroke.
+			continue
+		}
 		all = append(all, &c)
 	}
 	lacking, err := inOrder(len(all), func(i int) *amcheck.Change { return &all[i].Change }, present,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 )
@@ -87,5 +88,70 @@ func TestADocumentsHeadsAreBounded(t *testing.T) {
 	}
 	if _, err := l.Admit(lim, apart(1, maxHeads), l.log.HasBytes); !errors.Is(err, ErrLimit) {
 		t.Fatalf("one head more: err = %v, want ErrLimit", err)
+	}
+}
+
+// A stored change whose copy from a peer waits for a dependency takes
+// that copy's place: it is neither lost when the peer leaves nor taken
+// as the peer's (which would write it again).
+func TestAStoredChangeReplacesAPeersWaitingCopy(t *testing.T) {
+	chain := amtest.Chain(3, 1, 0)
+	var lim Limits
+	lim.SetDefaults()
+	stored := func(bs ...[]byte) []Change {
+		var out []Change
+		for _, b := range bs {
+			c, _, err := amcheck.ParseChange(b, amcheck.Limits{ListOps: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, Change{Change: c, Raw: b})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		then func(l *Ledger) *Admission
+	}{
+		{"the peer leaves, then the dependency comes", func(l *Ledger) *Admission {
+			l.Queue(l.AdmitStored(lim, stored(chain[1]), l.log.HasBytes), "")
+			l.DropFrom("p")
+			return l.AdmitStored(lim, stored(chain[0]), l.log.HasBytes)
+		}},
+		{"both come at once", func(l *Ledger) *Admission {
+			return l.AdmitStored(lim, stored(chain[0], chain[1]), l.log.HasBytes)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger(amsync.NewLog(), nil, nil)
+			ad, err := l.Admit(lim, chain[1:2], l.log.HasBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Queue(ad, "p")
+			if peers, _ := l.Waiting(); peers != 1 {
+				t.Fatalf("%d of the peer's changes wait, want 1", peers)
+			}
+			ad = tc.then(l)
+			if len(ad.Apply) != 2 {
+				t.Fatalf("admitted %d changes, want both", len(ad.Apply))
+			}
+			for i, c := range ad.Apply {
+				if !c.Stored {
+					t.Errorf("change %d is taken as a peer's: it would be written again", i)
+				}
+				var deps []amsync.Hash
+				for _, d := range c.Deps {
+					deps = append(deps, d)
+				}
+				if _, err := l.log.Add(c.Hash, deps, c.Raw); err != nil { // as the room takes them
+					t.Fatal(err)
+				}
+			}
+			l.Record(ad.Apply)
+			if peers, stored := l.Waiting(); peers != 0 || stored != 0 {
+				t.Errorf("%d of the peer's and %d stored changes still wait", peers, stored)
+			}
+		})
 	}
 }

@@ -234,10 +234,12 @@ func (l *Ledger) MissingFrom(peer string, known func(hash []byte) bool) []amsync
 	return out
 }
 
-// Waits reports whether the change waits in the queue.
+// Waits reports whether a local peer's change waits in the queue: the
+// peers need not be asked for it (a stored one that waits is asked for as
+// any change the document lacks).
 func (l *Ledger) Waits(h amsync.Hash) bool {
-	_, ok := l.queued[h]
-	return ok
+	c, ok := l.queued[h]
+	return ok && !c.Stored
 }
 
 // Waiting counts the changes that wait for a dependency: local peers'
