@@ -7,6 +7,7 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/fxamacker/cbor/v2"
 
+	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -43,9 +44,17 @@ func (l *link) setLossy(on bool) {
 // linkedHubs starts two hubs, each with a store of its own, joined by links.
 func linkedHubs(t *testing.T) (h1, h2 *Hub, to1, to2 *link) {
 	t.Helper()
+	return linkedHubsOn(t, openStore(t, t.TempDir()), openStore(t, t.TempDir()), Config{})
+}
+
+// linkedHubsOn starts two hubs on these stores with cfg, joined by links.
+func linkedHubsOn(t *testing.T, s1, s2 store.Store, cfg Config) (h1, h2 *Hub, to1, to2 *link) {
+	t.Helper()
 	to1, to2 = &link{queue: make(chan []byte, 64)}, &link{queue: make(chan []byte, 64)}
-	h1 = newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: to2})
-	h2 = newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: to1})
+	cfg.Cluster = to2
+	h1 = newTestHub(t, s1, cfg)
+	cfg.Cluster = to1
+	h2 = newTestHub(t, s2, cfg)
 	to1.to, to2.to = h1, h2
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -286,29 +286,7 @@ func (s *countingStore) Close() error { return nil }
 // nodes share one store and a bus; a peer on each types in turn.
 func TestEachChangeIsWrittenOnceInACluster(t *testing.T) {
 	store := &countingStore{Store: openStore(t, t.TempDir()), written: map[[32]byte]int{}}
-	to1, to2 := &link{queue: make(chan []byte, 64)}, &link{queue: make(chan []byte, 64)}
-	cfg := func(l *link) Config { return Config{Cluster: l, CompactAfter: 1 << 20} }
-	h1, h2 := newTestHub(t, store, cfg(to2)), newTestHub(t, store, cfg(to1))
-	to1.to, to2.to = h1, h2
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, l := range []*link{to1, to2} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case p := <-l.queue:
-					if err := l.to.ReceiveRemote(testDoc, p); err != nil {
-						t.Error(err)
-					}
-				}
-			}
-		}()
-	}
-	t.Cleanup(func() { close(stop); wg.Wait() })
+	h1, h2, _, _ := linkedHubsOn(t, store, store, Config{CompactAfter: 1 << 20})
 
 	a, b := newClient("a"), newClient("b")
 	a.setText(t, "title", "start")
