@@ -63,7 +63,7 @@ type Hub struct {
 	// syncStates sums the sync states kept per connection (syncstate.go).
 	syncStates *syncStates
 
-	background sync.WaitGroup // work running under whileOpen; added to under mu while not closed
+	background lifecycle.Background // timers and retries off the loop, waited for by Close
 
 	// The document lane (cluster.go): other nodes' changes, heads and
 	// wants, handled in order by laneLoop.
@@ -369,34 +369,19 @@ func (h *Hub) Close(ctx context.Context) error {
 		h.mu.Lock()
 		h.closed = true
 		h.mu.Unlock()
+		h.background.Refuse()
 		close(h.stop) // a ReceiveRemote waiting for the lane gives up
 		_, err := h.loop.Stop(ctx)
-		h.background.Wait()
+		h.background.Close()
 		h.closeErr = errors.Join(err, h.Flush(ctx))
 	})
 	return h.closeErr
 }
 
 // goAfter runs f on a goroutine of its own once d has passed, as the
-// hub's background work (whileOpen): not once the hub is closing, and
-// Close waits for it.
-func (h *Hub) goAfter(d time.Duration, f func()) {
-	time.AfterFunc(d, func() { h.whileOpen(f) })
-}
-
-// whileOpen runs f as the hub's background work, which Close waits for;
-// once the hub is closing, f does not run (Close does what is left).
-func (h *Hub) whileOpen(f func()) {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.background.Add(1)
-	h.mu.Unlock()
-	defer h.background.Done()
-	f()
-}
+// hub's background work: not once the hub is closing, and Close waits
+// for it.
+func (h *Hub) goAfter(d time.Duration, f func()) { h.background.After(d, f) }
 
 // RefusalStats returns the hub's refusal counts.
 func (h *Hub) RefusalStats() guard.RefusalStats {

@@ -120,7 +120,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 		return
 	}
 	r.quiet = time.AfterFunc(h.cfg.SaveQuiet, func() {
-		h.whileOpen(func() {
+		h.background.Do(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if !r.quietDue {
@@ -163,7 +163,7 @@ func (r *room) save(h *Hub) {
 	r.stopQuiet(h)
 	r.saving = true
 	h.savesPending.Inc()
-	go h.whileOpen(func() {
+	go h.background.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {

@@ -132,7 +132,7 @@ func (r *room) arm(id string, b *burst, after time.Duration) {
 // that fires while the tracker closes does nothing: Close reports every
 // burst still open.
 func (r *room) fire(peerID string, gen uint64) {
-	r.t.whileOpen(func() { r.report(peerID, gen) })
+	r.t.background.Do(func() { r.report(peerID, gen) })
 }
 
 // Applying implements doc.Observer. Before p's change (p not nil), the

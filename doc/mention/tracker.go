@@ -24,12 +24,11 @@ type Tracker struct {
 	taken, handed, failed, dropped prometheus.Counter
 	sweepNow                       chan struct{} // NodeGone asks for a sweep
 
-	mu     sync.Mutex // guards closed and owing
-	closed bool
-	owing  map[*room]struct{} // rooms with bursts or reports: Close reports them
-	// background is the work running under whileOpen (timers, retries);
-	// added to under mu while not closed.
-	background sync.WaitGroup
+	mu    sync.Mutex         // guards owing
+	owing map[*room]struct{} // rooms with bursts or reports: Close reports them
+	// background is the work off the loop (timers, retries), which Close
+	// waits for.
+	background lifecycle.Background
 
 	loop      lifecycle.Loop
 	closeOnce sync.Once
@@ -74,11 +73,9 @@ func (t *Tracker) Run(ctx context.Context) error {
 // queue after both. Close is safe to call more than once.
 func (t *Tracker) Close(ctx context.Context) error {
 	t.closeOnce.Do(func() {
-		t.mu.Lock()
-		t.closed = true
-		t.mu.Unlock()
+		t.background.Refuse()
 		_, t.closeErr = t.loop.Stop(ctx)
-		t.background.Wait()
+		t.background.Close()
 		t.mu.Lock()
 		rooms := make([]*room, 0, len(t.owing))
 		for r := range t.owing {
@@ -122,23 +119,6 @@ func (t *Tracker) owes(r *room, owes bool) {
 }
 
 // goAfter runs f on a goroutine of its own once d has passed, as the
-// tracker's background work (whileOpen): not once the tracker is closing,
-// and Close waits for it.
-func (t *Tracker) goAfter(d time.Duration, f func()) {
-	time.AfterFunc(d, func() { t.whileOpen(f) })
-}
-
-// whileOpen runs f as the tracker's background work, which Close waits
-// for; once the tracker is closing, f does not run (Close does what is
-// left).
-func (t *Tracker) whileOpen(f func()) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return
-	}
-	t.background.Add(1)
-	t.mu.Unlock()
-	defer t.background.Done()
-	f()
-}
+// tracker's background work: not once the tracker is closing, and Close
+// waits for it.
+func (t *Tracker) goAfter(d time.Duration, f func()) { t.background.After(d, f) }

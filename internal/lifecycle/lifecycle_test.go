@@ -81,3 +81,32 @@ func TestRunEndsWithItsContext(t *testing.T) {
 		t.Fatalf("Run returned %v", err)
 	}
 }
+
+// Background work started before Close is waited for; none starts after.
+func TestBackgroundWorkIsWaitedForAndRefusedOnceClosed(t *testing.T) {
+	var b Background
+	started, release := make(chan struct{}), make(chan struct{})
+	finished := make(chan struct{})
+	go b.Do(func() { close(started); <-release; close(finished) })
+	<-started
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while work was under way")
+	case <-time.After(50 * time.Millisecond): // a bound on a wrong answer, not synchronisation
+	}
+	close(release)
+	<-closed
+	select {
+	case <-finished:
+	default:
+		t.Fatal("Close returned before the work finished")
+	}
+	ran := false
+	b.Do(func() { ran = true })
+	if ran {
+		t.Fatal("work ran after Close")
+	}
+	b.Close() // twice is fine
+}
