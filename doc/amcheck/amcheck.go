@@ -82,6 +82,9 @@ type Change struct {
 	// another (Op.ValueAt).
 	OpList []Op
 	Values []byte
+	// Extra is what the chunk holds after its columns, which automerge
+	// keeps with the change but does not read.
+	Extra []byte
 	// Compressed reports a compressed (type 2) chunk. automerge's sync
 	// message decoder does not inflate such chunks (it reads their
 	// compressed bytes as if they were a change body), so a change from a
@@ -410,6 +413,9 @@ func parseBody(c *Change, data []byte, lim Limits) error {
 	colData, err := r.take(total, "column data")
 	if err != nil {
 		return err
+	}
+	if r.left() > 0 {
+		c.Extra = bytes.Clone(r.b[r.off:])
 	}
 	c.Actors = make([][]byte, len(actors))
 	for i := range actors {

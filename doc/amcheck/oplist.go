@@ -59,8 +59,9 @@ type Op struct {
 	// addresses the list or text element Elem (Counter 0: the head, for
 	// an insert at the start).
 	MapKey bool
-	Key    string
-	Elem   OpID
+	// Key is a map op's key, and a mark's start's name (MarkStart).
+	Key  string
+	Elem OpID
 	// Insert reports an op that inserts a new element after Elem.
 	Insert bool
 	Action Action
@@ -120,7 +121,9 @@ func (o *opsCheck) listOps() error {
 		op.Value = ValueType(m & 0xf)
 		op.ValueAt, op.ValueLen = uint32(valAt), uint32(m>>4)
 		valAt += m >> 4
-		op.MarkStart = !mark.row().null
+		if name := mark.row(); !name.null {
+			op.MarkStart, op.Key = true, string(name.s)
+		}
 		op.Expand = expand.row().u == 1
 		n := pnum.row().u
 		if n > math.MaxUint32 {

@@ -107,3 +107,27 @@ func (o *Oracle) Applies(t testing.TB, base, changes [][]byte) (bool, string) {
 	o.Call(t, map[string]any{"op": "apply", "base": b64s(base), "changes": b64s(changes)}, &res)
 	return res.OK, res.Err
 }
+
+// Save returns the document the changes make, as stock automerge saves
+// it.
+func (o *Oracle) Save(t testing.TB, changes [][]byte) []byte {
+	var res struct{ Doc string }
+	o.Call(t, map[string]any{"op": "save", "changes": b64s(changes)}, &res)
+	b, err := base64.StdEncoding.DecodeString(res.Doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// LoadsAs reports whether stock automerge loads doc as the document the
+// changes make: the same heads, changes and content, and the same bytes
+// when it saves it again.
+func (o *Oracle) LoadsAs(t testing.TB, changes [][]byte, doc []byte) (bool, string) {
+	var res struct {
+		OK  bool
+		Err string
+	}
+	o.Call(t, map[string]any{"op": "load", "changes": b64s(changes), "doc": base64.StdEncoding.EncodeToString(doc)}, &res)
+	return res.OK, res.Err
+}

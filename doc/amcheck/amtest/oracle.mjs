@@ -8,6 +8,12 @@
 //   {"op":"order","seed":n,"steps":n} → {"changes":[b64...],"cursors":[...]}:
 //        the session of "trace", and the text's characters in order, each
 //        as the op that inserted it ("<counter>@<actor hex>").
+//   {"op":"save","changes":[b64...]} → {"doc":b64}: the document the
+//        changes make, as automerge saves it.
+//   {"op":"load","changes":[b64...],"doc":b64} → {"ok":true} if automerge
+//        loads doc as the document the changes make: the same heads, the
+//        same changes, the same content, and after one more change by
+//        each, the same again; else {"ok":false,"err"}.
 //   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
 //        automerge applies the changes on top of the base, materializes
 //        the result, saves and loads it with the same heads, and a fresh
@@ -128,6 +134,25 @@ function apply(base, changes) {
   return { ok: true }
 }
 
+function loadAs(changes, doc) {
+  try {
+    const [want] = A.applyChanges(A.init(), changes)
+    const got = A.load(doc)
+    const heads = (d) => A.getHeads(d).slice().sort().join()
+    if (heads(got) !== heads(want)) return { ok: false, err: `heads ${heads(got)}, want ${heads(want)}` }
+    const hashes = (d) => A.getAllChanges(d).map((c) => A.decodeChange(c).hash).sort().join()
+    if (hashes(got) !== hashes(want)) return { ok: false, err: 'the changes differ' }
+    const gotJS = JSON.stringify(A.toJS(got)), wantJS = JSON.stringify(A.toJS(want))
+    if (gotJS !== wantJS) return { ok: false, err: `content ${gotJS.slice(0, 300)}, want ${wantJS.slice(0, 300)}` }
+    const edit = (d) => A.change(A.clone(d, { actor: 'ab'.repeat(16) }), { time: 0 }, (x) => { x.__probe = 1 })
+    const [g2, w2] = [edit(got), edit(want)]
+    if (heads(g2) !== heads(w2)) return { ok: false, err: 'a change made on it differs from one made on the changes' }
+  } catch (e) {
+    return { ok: false, err: String(e && e.message || e) }
+  }
+  return { ok: true }
+}
+
 const rl = readline.createInterface({ input: process.stdin })
 rl.on('line', (line) => {
   const req = JSON.parse(line)
@@ -140,6 +165,8 @@ rl.on('line', (line) => {
     for (let i = 0; i < d.text.length; i++) cursors.push(A.getCursor(d, ['text'], i))
     res = { changes: changes.map(b64), cursors }
   }
+  else if (req.op === 'save') res = { doc: b64(A.save(A.applyChanges(A.init(), req.changes.map(unb64))[0])) }
+  else if (req.op === 'load') res = loadAs(req.changes.map(unb64), unb64(req.doc))
   else res = apply(req.base.map(unb64), req.changes.map(unb64))
   process.stdout.write(JSON.stringify(res) + '\n')
 })

@@ -1,0 +1,28 @@
+// Package amdoc saves a document as automerge saves one, in Go: from the
+// changes of a log, one document chunk, which automerge 0.6 and later
+// (what automerge-repo clients run) load several times faster than the
+// same changes one by one.
+//
+// A saved document holds ops, not changes: every op of every change, each
+// object's together (the root, then the others in the order of their IDs),
+// a map's by key, a list's or text's in the list's order, with the ops
+// that overwrote, deleted or incremented each (its successors); and each
+// change's actor, sequence number, last op, time, message and
+// dependencies. automerge rebuilds every change from that when it loads
+// the document and checks their hashes, so the changes must be encoded
+// as automerge encodes them (amcheck's Canonical check, which every
+// change a client sends passes) and the columns written as automerge
+// writes them (columns.go): the op columns Save writes are automerge's own,
+// byte for byte (doc/amdoc's tests compare them with stock automerge's).
+// The changes may be listed in another order than automerge's, which
+// loading does not mind.
+//
+// Save reads the changes with amcheck and holds, while it runs, about 60
+// bytes per op besides the changes' values and the document it writes: a
+// list's order comes from its elements' tree (each element after the one
+// it was inserted after, later insertions first), walked without
+// recursion. It takes time linear in the ops, and n log n for what it
+// sorts: a map's keys, an element's children, the objects.
+//
+// Save is a pure function, safe for concurrent use.
+package amdoc
