@@ -69,12 +69,12 @@ type Config struct {
 	// SaveDocument, when set, returns a document's changes (change chunks
 	// one after another, which it calls changes for when it is ready to
 	// take them) saved as automerge saves a document; a large document's
-	// new readers are sent that (saved.go). doc/amsave's Saver.Save does
-	// it in a worker process. Nil: readers get changes.
+	// new readers are sent that (saved.go). doc/amdoc's Saver.Save does
+	// it in Go. Nil: readers get changes.
 	SaveDocument func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error)
 	// SaveQuiet is how long a document goes without a change before the
 	// changes since its last save are saved too, when they are more than
-	// a sixteenth of it (saved.go); default 2s.
+	// a sixteenth of it (saved.go); default 500ms.
 	SaveQuiet time.Duration
 }
 
@@ -95,7 +95,7 @@ func (c *Config) setDefaults() error {
 		c.EvictAfter = time.Minute
 	}
 	if c.SaveQuiet <= 0 {
-		c.SaveQuiet = 2 * time.Second
+		c.SaveQuiet = 500 * time.Millisecond
 	}
 	if c.CompactAfter <= 0 {
 		c.CompactAfter = 64

@@ -8,11 +8,11 @@
 // per member (amsync.State), and relays changes as the bytes they came in.
 // No call into automerge lies on the path of a sync message, and the
 // content is not kept: what a layer above needs of it, it follows from
-// the changes itself, as the room's Observer (below). automerge-go reads one thing in the node: a document an earlier version
-// of Tandem stored as automerge saved it, once (changes.go). It also saves
-// large documents for new readers, who load the saved form several times
-// faster than the changes, in worker processes off every message's path
-// (saved.go, package amsave).
+// the changes itself, as the room's Observer (below). automerge-go reads
+// one thing in the node: a document an earlier version of Tandem stored as
+// automerge saved it, once (changes.go). Large documents are saved for
+// new readers, who load the saved form several times faster than the
+// changes, in Go off every message's path (saved.go, package amdoc).
 //
 // A Hub owns the rooms. It loads a document from its store.Store (package
 // doc/store: the embedded bbolt file or PostgreSQL) on first use,

@@ -53,7 +53,7 @@ type Hub struct {
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter
 	// savesPending counts the rooms whose save is decided and not done
-	// (saved.go): waiting for quiet, for the worker, or running.
+	// (saved.go): waiting for quiet, for the saver, or running.
 	savesPending prometheus.Gauge
 	// saves and savesFailed count the saved documents made for new
 	// readers (saved.go).
@@ -137,7 +137,7 @@ func NewHub(cfg Config) (*Hub, error) {
 	h.saves, h.savesFailed = saves.WithLabelValues("saved"), saves.WithLabelValues("failed")
 	h.savesPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tandem_document_saves_pending",
-		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the save worker's turn, or under way.",
+		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the saver's turn, or under way.",
 	})
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending,

@@ -11,28 +11,28 @@ import (
 // A saved document for new readers. Automerge 0.6 and later (what
 // automerge-repo clients run) load a document saved as one document chunk
 // several times faster than the same changes one by one: 100,000 typed
-// changes in 0.4 s against 1.0 s. So a room of a large document keeps its
-// changes saved that way (amsync.Log.SetSaved), made by Config.SaveDocument
-// (doc/amsave: automerge-go in a worker process, off the path of every
-// message), and a peer that has nothing and reads a message's changes as
-// one is sent it, then the changes since.
+// changes in 0.4 s against 1.0 s, and a paste of 1 MiB in 0.8 s against
+// 2 s. So a room of a large document keeps its changes saved that way
+// (amsync.Log.SetSaved), made by Config.SaveDocument (doc/amdoc: written
+// in Go from the log's changes, off the path of every message), and a
+// peer that has nothing and reads a message's changes as one is sent it,
+// then the changes since.
 //
-// A save covers the log as it stood when the worker took it; the room
-// takes another once the log's bytes have grown by more than a third
+// A save covers the log as it stood when the saver took it; the room
+// takes another once the log's bytes have grown by more than an eighth
 // since (for a document of at least savedMinChanges changes or
-// savedMinBytes bytes, and at most what savedMaxCost lets the worker
-// hold), so the saves of a growing document cost a few times its
-// last one in all. Once the document goes Config.SaveQuiet without a
-// change, the changes since are saved too if they are more than a
-// sixteenth of it: a document is mostly read after its editing pauses,
-// and its readers then load it in one pass. A document just loaded waits
-// for quiet (or its next change) too: a reader asked for it, and a save
-// would take the CPU it is to be served with. One save of a room runs at
-// a time; a failed one is counted and logged, and the next waits for the
-// same growth. The worker takes its jobs in turn and paces them
-// (doc/amsave), so a document written fast is sent to a new reader as
-// its last save and more of its changes. One that grows past the limits
-// keeps the last save it had, and its readers get the rest as changes.
+// savedMinBytes bytes), so the saves of a growing document cost about
+// nine times its last one in all, and a new reader is sent at most about
+// an eighth of the document as changes. Once the document goes
+// Config.SaveQuiet without a change, the changes since are saved too if
+// they are more than a sixteenth of it: a document is mostly read after
+// its editing pauses, and its readers then load it in one pass. A
+// document just loaded waits for quiet (or its next change) too: a reader
+// asked for it, and a save would take the CPU it is to be served with.
+// One save of a room runs at a time; a failed one is counted and logged,
+// and the next waits for the same growth. The saver takes its jobs in
+// turn and paces them (amdoc.Saver), so a document written fast is sent
+// to a new reader as its last save and more of its changes.
 //
 // A save is stored with the document (Write.Saved, with the room's next
 // write), so that the first reader after a restart has it too: at load it
@@ -47,39 +47,13 @@ const (
 	savedMinBytes   = 256 << 10
 )
 
-// What a save costs the worker: automerge-go holds a document it loads
-// from changes as its changes (their bytes, and a commit message again as
-// a string), each change's place in the history, each actor's and each
-// operation in its op tree, besides the changes read in. Measured on
-// automerge-go 0.5 (TestTheSaveCostBoundsTheWorker), with a margin: 1.6-1.9
-// KB a change, 1 KB more for one by a new actor, 1.35 KB an operation,
-// and 4 to 6 times the bytes of long commit messages. So 20,000 changes
-// with no operations, each by an actor of its own, cost the worker 51 MiB,
-// and with a commit message of 3,000 bytes each (58 MB) 390 MiB, where the
-// document's budgets charge them 1 MiB and 58 MiB.
-const (
-	saveCostPerChange = 2 << 10
-	saveCostPerActor  = 1 << 10
-	saveCostPerOp     = 1792
-	saveCostPerByte   = 7
-)
-
-// savedMaxCost bounds what a save may cost the worker (saveCost): the
-// worker runs one save at a time, and its memory counts as the node's.
-// A document that would cost more is not saved again; its readers get
-// its changes. A typed document is saved up to about 60,000 changes, a
-// paste made as one change up to 150,000 characters.
-const savedMaxCost = 256 << 20
-
-// saveCost is what saving a document of these changes, actors,
-// operations and bytes costs the worker.
-func saveCost(changes, actors int, ops, bytes int64) int64 {
-	return int64(changes)*saveCostPerChange + int64(actors)*saveCostPerActor + ops*saveCostPerOp + bytes*saveCostPerByte
-}
+// savedGrowShare: a document is saved again once its bytes have grown by
+// more than this share of what its last save tried (1/savedGrowShare).
+const savedGrowShare = 8
 
 // maybeSave takes a save of the document if it is due, or with quiet
 // once the document goes quiet (a room just loaded). The save copies
-// the changes only when the worker is ready for them, under the room's
+// the changes only when the saver is ready for them, under the room's
 // lock; meanwhile it holds nothing but the room. The caller holds r.mu.
 func (r *room) maybeSave(h *Hub, quiet bool) {
 	if h.cfg.SaveDocument == nil || r.saving || r.evicted {
@@ -91,7 +65,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 	}
 	size := r.log.Bytes()
 	switch grown := size - r.saveTried; {
-	case grown > r.saveTried/3 && !quiet:
+	case grown > r.saveTried/savedGrowShare && !quiet:
 		r.save(h)
 	case grown > size/savedQuietShare:
 		r.saveWhenQuiet(h)
@@ -99,11 +73,9 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 }
 
 // savable reports whether the document is one to save: large enough to
-// be worth it, small enough for the worker. The caller holds r.mu.
+// be worth it. The caller holds r.mu.
 func (r *room) savable() bool {
-	size := r.log.Bytes()
-	return saveCost(r.log.Len(), r.guard.Actors(), r.guard.Ops(), size) <= savedMaxCost &&
-		(r.log.Len() >= savedMinChanges || size >= savedMinBytes)
+	return r.log.Len() >= savedMinChanges || r.log.Bytes() >= savedMinBytes
 }
 
 // savedQuietShare: a document that goes quiet is saved again if more than
@@ -154,10 +126,6 @@ func (r *room) setQuietDue(h *Hub, due bool) {
 	r.quietDue = due
 }
 
-// errNotSavable: by the time the worker took it, the document had grown
-// past what is saved.
-var errNotSavable = errors.New("the document grew past what is saved")
-
 // save takes a save of the document. The caller holds r.mu.
 func (r *room) save(h *Hub) {
 	r.stopQuiet(h)
@@ -177,11 +145,8 @@ func (r *room) save(h *Hub) {
 		saved, err := h.cfg.SaveDocument(ctx, func() ([]byte, error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			switch {
-			case r.evicted:
+			if r.evicted {
 				return nil, errEvicted
-			case !r.savable(): // it grew while the save waited its turn
-				return nil, errNotSavable
 			}
 			n = r.log.Len()
 			r.saveTried = r.log.Bytes()
@@ -191,8 +156,8 @@ func (r *room) save(h *Hub) {
 		defer r.mu.Unlock()
 		r.saving = false
 		h.savesPending.Dec()
-		if ctx.Err() != nil || errors.Is(err, errEvicted) || errors.Is(err, errNotSavable) || r.evicted {
-			return // the hub closed, the room left memory or grew too large: nothing to send
+		if ctx.Err() != nil || errors.Is(err, errEvicted) || r.evicted {
+			return // the hub closed or the room left memory: nothing to send
 		}
 		if err == nil {
 			err = r.log.SetSaved(n, saved)
@@ -228,7 +193,7 @@ func (r *room) takeStoredSaved(saved []byte) {
 	}
 	if r.log.SetSaved(int(n)+1, saved) == nil {
 		for i := range n + 1 {
-			r.saveTried += int64(r.log.ChangeLen(i)) // the next save when the log has grown a third past it
+			r.saveTried += int64(r.log.ChangeLen(i)) // the next save when the log has grown past it
 		}
 	}
 }

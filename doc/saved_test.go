@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
-	"github.com/tandemhq/tandem/doc/amsave"
+	"github.com/tandemhq/tandem/doc/amdoc"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/testenv"
@@ -37,7 +36,7 @@ func savedDocument(t testing.TB, r *room) (n int, saved []byte) {
 	return n, saved
 }
 
-// A large document is saved, in a worker, for new readers: a peer that
+// A large document is saved for new readers: a peer that
 // has nothing and sends a flags section is sent the saved document and
 // then the changes since, in one entry, which load to the document's
 // heads; a peer whose messages carry no flags (automerge-go 0.5) is sent
@@ -52,11 +51,7 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: snapshot}}); err != nil {
 		t.Fatal(err)
 	}
-	saver, err := amsave.New(amsave.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newTestHub(t, s, Config{SaveDocument: saver.Save, SaveQuiet: time.Millisecond})
+	h := newTestHub(t, s, Config{SaveDocument: amdoc.NewSaver(1).Save, SaveQuiet: time.Millisecond})
 	r := roomOf(t, h, testDoc)
 	n, saved := savedDocument(t, r)
 	if n != len(all) {
@@ -106,9 +101,9 @@ func TestANewReaderOfALargeDocumentIsSentItSaved(t *testing.T) {
 }
 
 // A document is saved once it has savedMinChanges changes (or
-// savedMinBytes), and again only once its bytes have grown by more than a
-// third since the last save was taken.
-func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
+// savedMinBytes), and again only once its bytes have grown by more than an
+// eighth since the last save was taken.
+func TestADocumentIsSavedAgainAfterGrowingByAnEighth(t *testing.T) {
 	all := amtest.Typing(2000)
 	s := openStore(t, t.TempDir())
 	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Snapshot: slices.Concat(all[:900]...)}}); err != nil {
@@ -137,18 +132,18 @@ func TestADocumentIsSavedAgainAfterGrowingByAThird(t *testing.T) {
 		t.Fatalf("the first save took %d bytes, want the 1,100 changes' %d", first, want)
 	}
 	savedDocument(t, r)   // the save is done
-	apply(all[1100:1400]) // less than a third more
+	apply(all[1100:1200]) // less than an eighth more
 	if got := tried(); got != int64(first) {
 		t.Fatalf("saved again after growing by %d of %d bytes", got-int64(first), first)
 	}
-	apply(all[1400:1500]) // past a third
-	if second := takeSave(t, saves); second != len(slices.Concat(all[:1500]...)) {
-		t.Fatalf("the second save took %d bytes, want the 1,500 changes' %d", second, len(slices.Concat(all[:1500]...)))
+	apply(all[1200:1300]) // past an eighth
+	if second := takeSave(t, saves); second != len(slices.Concat(all[:1300]...)) {
+		t.Fatalf("the second save took %d bytes, want the 1,300 changes' %d", second, len(slices.Concat(all[:1300]...)))
 	}
 }
 
-// countedSaves saves documents with automerge-go in this process and
-// sends each save's size in bytes of changes to saves.
+// countedSaves saves documents (amdoc) and sends each save's size in
+// bytes of changes to saves.
 func countedSaves(saves chan<- int) func(context.Context, func() ([]byte, error)) ([]byte, error) {
 	return func(_ context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		b, err := changes()
@@ -156,11 +151,7 @@ func countedSaves(saves chan<- int) func(context.Context, func() ([]byte, error)
 			return nil, err
 		}
 		saves <- len(b)
-		d, err := automerge.Load(b)
-		if err != nil {
-			return nil, err
-		}
-		return d.Save(), nil
+		return amdoc.Save(b)
 	}
 }
 
@@ -326,11 +317,7 @@ func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
 // reader is sent it at once, with no save made again.
 func TestASavedDocumentIsStoredAndTakenBackAtLoad(t *testing.T) {
 	s := storedTyping(t, savedMinChanges+10)
-	saver, err := amsave.New(amsave.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newTestHub(t, s, Config{SaveDocument: saver.Save, SaveQuiet: time.Millisecond})
+	h := newTestHub(t, s, Config{SaveDocument: amdoc.NewSaver(1).Save, SaveQuiet: time.Millisecond})
 	_, saved := savedDocument(t, roomOf(t, h, testDoc))
 	if err := h.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -434,114 +421,35 @@ func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
 	}
 }
 
-// opsPastSaveCost is more operations than a saved document may hold
-// (savedMaxCost), whatever else it holds.
-const opsPastSaveCost = savedMaxCost/saveCostPerOp + 1
-
-// A document of more operations than savedMaxCost pays for is not saved:
-// the worker would hold too much loading it. Here a paste of that many
-// characters, made as one change.
-func TestADocumentOfTooManyOpsIsNotSaved(t *testing.T) {
-	d := automerge.New()
-	if err := d.RootMap().Set("text", automerge.NewText(strings.Repeat("x", max(opsPastSaveCost, savedMinBytes)))); err != nil {
-		t.Fatal(err)
-	}
-	d.Commit("paste")
-	cs, err := d.Changes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saves := make(chan int, 1)
-	h := newTestHub(t, storeOf(t, cs[0].Save()), Config{SaveDocument: countedSaves(saves), SaveQuiet: time.Hour})
+// A paste of 300,000 characters made as one change (more than
+// automerge-go could save within its worker's memory) is saved, and a new
+// reader is sent it saved.
+func TestALargePasteIsSavedForItsReaders(t *testing.T) {
+	paste := amtest.Paste(300_000)
+	h := newTestHub(t, storeOf(t, paste), Config{SaveDocument: amdoc.NewSaver(1).Save, SaveQuiet: time.Millisecond})
 	r := roomOf(t, h, testDoc)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.log.Bytes() < savedMinBytes {
-		t.Fatalf("the document is %d bytes: too small to be saved anyway", r.log.Bytes())
+	n, saved := savedDocument(t, r)
+	if n != 1 {
+		t.Fatalf("a saved document of %d changes, want the paste's one", n)
 	}
-	if r.saving || r.quietDue {
-		t.Fatalf("a document of %d ops: a save under way %v, waiting for quiet %v", r.guard.Ops(), r.saving, r.quietDue)
+	d, err := automerge.Load(saved)
+	if err != nil {
+		t.Fatalf("the saved paste does not load: %v", err)
 	}
-}
-
-// A document that grows past savedMaxCost is not saved: not by a save that
-// waited for quiet, nor by one that waited for the worker's turn.
-func TestADocumentThatGrowsPastTheLimitsIsNotSaved(t *testing.T) {
-	d := automerge.New()
-	if err := d.RootMap().Set("text", automerge.NewText("")); err != nil {
+	if got := d.Path("text").Text().Len(); got != 300_000 {
+		t.Fatalf("the saved paste holds %d characters", got)
+	}
+	fresh := automerge.NewSyncState(automerge.New())
+	request, _ := fresh.GenerateMessage()
+	p := &fakePeer{id: "reader", told: make(chan struct{}, 1)}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
 		t.Fatal(err)
 	}
-	d.Commit("create")
-	text := d.Path("text").Text()
-	for range savedMinChanges {
-		if err := text.Append("x"); err != nil {
-			t.Fatal(err)
-		}
-		d.Commit("type")
-	}
-	typed, err := d.Changes()
+	m, err := amsync.Decode(p.takeSyncs()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := text.Append(strings.Repeat("y", opsPastSaveCost)); err != nil {
-		t.Fatal(err)
-	}
-	d.Commit("paste")
-	all, err := d.Changes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var snapshot []byte
-	for _, c := range typed {
-		snapshot = append(snapshot, c.Save()...)
-	}
-	paste := all[len(all)-1].Save()
-
-	// Waiting for quiet after the load, then the paste.
-	h := newTestHub(t, storeOf(t, snapshot), Config{SaveDocument: countedSaves(make(chan int, 1)), SaveQuiet: time.Hour})
-	r := roomOf(t, h, testDoc)
-	quietDue := func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.quietDue
-	}
-	if !quietDue() {
-		t.Fatal("just loaded, no save waits for quiet")
-	}
-	if _, err := r.applyRemote(h, paste); err != nil {
-		t.Fatal(err)
-	}
-	if quietDue() {
-		t.Fatal("past the limit, a save still waits for quiet")
-	}
-	if n := testutil.ToFloat64(h.savesPending); n != 0 {
-		t.Fatalf("%v saves pending once none waits", n)
-	}
-
-	// Waiting for the worker, then the paste.
-	turn := make(chan struct{})
-	result := make(chan error, 1)
-	h = newTestHub(t, storeOf(t, snapshot), Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
-		<-turn
-		_, err := changes()
-		result <- err
-		return nil, err
-	}})
-	r = roomOf(t, h, testDoc)
-	testenv.WaitFor(t, "a save once the document goes quiet", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return r.saving
-	})
-	if _, err := r.applyRemote(h, paste); err != nil {
-		t.Fatal(err)
-	}
-	close(turn)
-	if err := <-result; !errors.Is(err, errNotSavable) {
-		t.Fatalf("the worker took a document past the limit: %v", err)
-	}
-	h.Close(context.Background())
-	if n := testutil.ToFloat64(h.savesFailed); n != 0 {
-		t.Fatalf("%v saves counted as failed", n)
+	if len(m.Changes) != 1 || !bytes.Equal(m.Changes[0], saved) {
+		t.Fatal("the new reader was not sent the saved paste")
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
-	"github.com/tandemhq/tandem/doc/amsave"
+	"github.com/tandemhq/tandem/doc/amdoc"
 	"github.com/tandemhq/tandem/doc/guard"
 	"github.com/tandemhq/tandem/doc/mention"
 	"github.com/tandemhq/tandem/internal/auth"
@@ -151,11 +151,9 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		SyncStateBytes: cfg.SyncStateBytes,
 	}
 	if cfg.SaveDocs {
-		saver, err := amsave.New(amsave.Config{})
-		if err != nil {
-			return nil, err
-		}
-		docCfg.SaveDocument = saver.Save
+		// Saves take at most half of one core over time: a document
+		// written fast is saved again as it grows, paced by that.
+		docCfg.SaveDocument = amdoc.NewSaver(0.5).Save
 	}
 	presenceCfg := awareness.Config{
 		Tick:       cfg.PresenceTick,

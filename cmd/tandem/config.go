@@ -131,7 +131,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.SyncSpacing, "sync-spacing", 100*time.Millisecond,
 		"the least time between two sync messages that bring a peer changes of a document: the first change after a quiet spell goes at once, the next ones together at the end; 0 sends each as soon as the peer answered the last")
 	fs.BoolVar(&c.SaveDocs, "save-documents", true,
-		"send a new reader of a large document (1,000 changes or 256 KiB or more) the document as automerge saves it, made in a worker process (this binary run again), instead of its changes; automerge 3 loads it several times faster")
+		"send a new reader of a large document (1,000 changes or 256 KiB or more) the document as automerge saves it, written in Go from its changes, instead of its changes; automerge 3 loads it several times faster")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
 		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")

@@ -16,13 +16,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/tandemhq/tandem/doc/amsave"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/cmalloc"
 )
 
 func main() {
-	amsave.ServeIfWorker() // started as a worker that saves a document: that, then exit
 	if os.Getenv("MALLOC_ARENA_MAX") == "" && !strings.Contains(os.Getenv("GLIBC_TUNABLES"), "arena_max") {
 		// One malloc arena per core, not eight: automerge's C heap
 		// otherwise scatters its free space over many (internal/cmalloc).

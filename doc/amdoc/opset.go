@@ -126,6 +126,8 @@ func (s *opSet) add(c *amcheck.Change) error {
 	if uint64(len(s.values))+uint64(len(c.Values)) >= 1<<32 {
 		return fmt.Errorf("the document's values pass 4 GiB")
 	}
+	s.ops = slices.Grow(s.ops, len(c.OpList))
+	s.predAt = slices.Grow(s.predAt, len(c.OpList))
 	valBase := uint32(len(s.values))
 	s.values = append(s.values, c.Values...)
 	for i := range c.OpList {

@@ -201,7 +201,7 @@ func (s *opSet) docOrder() ([]int32, error) {
 	slices.SortFunc(objOrder[1:], func(a, b int32) int { return s.lamport(objs[a], objs[b]) })
 
 	order := make([]int32, 0, len(grouped))
-	l := lister{s: s}
+	l := lister{s: s, local: make([]int32, len(s.ops))}
 	for _, n := range objOrder {
 		group := grouped[at[n]:at[n+1]]
 		if !isList[n] {
@@ -232,9 +232,9 @@ func (s *opSet) docOrder() ([]int32, error) {
 // the next.
 type lister struct {
 	s        *opSet
-	local    map[int32]int32 // an element's op index → its place in elems
-	elems    []int32         // the list's elements (insertions)
-	childAt  []int32         // element e's children are children[childAt[e]:childAt[e+1]]; the head is the last
+	local    []int32 // an element's op index → 1 + its place in elems, for the list being ordered
+	elems    []int32 // the list's elements (insertions)
+	childAt  []int32 // element e's children are children[childAt[e]:childAt[e+1]]; the head is the last
 	children []int32
 	updAt    []int32 // element e's other ops are upd[updAt[e]:updAt[e+1]]
 	upd      []int32
@@ -245,17 +245,18 @@ type lister struct {
 
 func (l *lister) list(order, group []int32) ([]int32, error) {
 	s := l.s
-	if l.local == nil {
-		l.local = make(map[int32]int32)
-	}
-	clear(l.local)
 	l.elems = l.elems[:0]
 	for _, i := range group {
 		if s.ops[i].flags&flagInsert != 0 {
-			l.local[i] = int32(len(l.elems))
 			l.elems = append(l.elems, i)
+			l.local[i] = int32(len(l.elems))
 		}
 	}
+	defer func() {
+		for _, i := range l.elems {
+			l.local[i] = 0
+		}
+	}()
 	n := int32(len(l.elems))
 	head := n
 	// Where each element hangs, and what each other op is on.
@@ -268,16 +269,14 @@ func (l *lister) list(order, group []int32) ([]int32, error) {
 		e := head
 		if o.elem.ctr != 0 {
 			j, ok := s.opIndex(o.elem)
-			var found bool
-			if ok {
-				e, found = l.local[int32(j)]
-			}
-			if !found {
+			if ok && l.local[j] > 0 {
+				e = l.local[j] - 1
+			} else {
 				return nil, fmt.Errorf("op %d@%x names element %d@%x, which is not in its list", o.id.ctr, s.actors[o.id.actor], o.elem.ctr, s.actors[o.elem.actor])
 			}
 		}
 		if o.flags&flagInsert != 0 {
-			l.parent[l.local[i]] = e
+			l.parent[l.local[i]-1] = e
 			l.childAt[e+2]++
 			continue
 		}

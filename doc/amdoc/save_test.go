@@ -56,7 +56,7 @@ func TestATypedDocumentIsAutomergesOwn(t *testing.T) {
 // docParts is a document chunk read apart, its columns inflated.
 type docParts struct {
 	actors, heads, tail []byte
-	changes, ops       map[uint32][]byte
+	changes, ops        map[uint32][]byte
 }
 
 func readDoc(t testing.TB, b []byte) docParts {

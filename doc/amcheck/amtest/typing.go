@@ -96,3 +96,19 @@ func Put(obj amcheck.OpID, key string, preds ...amcheck.OpID) Op {
 	v, raw := Int(7)
 	return Op{Obj: obj, MapKey: true, Key: key, Action: amcheck.Put, Value: v, Raw: raw, Preds: preds}
 }
+
+// Paste returns one change by ActorA, as automerge makes a document
+// created with n characters of text at the root's "text": the text
+// object, then each character inserted after the one before.
+func Paste(n int) []byte {
+	ops := make([]Op, 0, n+1)
+	ops = append(ops, Op{MapKey: true, Key: "text", Action: amcheck.MakeText})
+	text := amcheck.OpID{Counter: 1}
+	after := amcheck.OpID{}
+	for i := range n {
+		ops = append(ops, Insert(text, after, string(rune('a'+i%26))))
+		after = amcheck.OpID{Counter: uint32(i + 2)}
+	}
+	chunk, _ := Encode(Change{Actors: [][]byte{ActorA}, Seq: 1, StartOp: 1, Ops: ops})
+	return chunk
+}
