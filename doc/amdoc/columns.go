@@ -41,11 +41,13 @@ type rle struct {
 	typ uint32 // typeUint, typeDelta (values are deltas) or typeString
 
 	// The state of the value being written: nulls pending, or a run of
-	// one value (n of it), or a literal run (lit, then cur) being built.
+	// one value (n of it), or a literal run (litN values written to lit,
+	// then cur) being built.
 	nulls   uint64
 	cur     rleValue
 	n       uint64
-	lit     []rleValue
+	lit     []byte
+	litN    int64
 	anyVals bool
 }
 
@@ -54,21 +56,21 @@ func (e *rle) put(v rleValue) {
 	case e.nulls > 0:
 		e.flushNulls()
 		e.cur, e.n = v, 1
-	case e.n == 0 && len(e.lit) == 0:
+	case e.n == 0 && e.litN == 0:
 		e.cur, e.n = v, 1
-	case len(e.lit) > 0:
+	case e.litN > 0:
 		// Building a literal run whose last value is cur (n == 1).
 		if e.cur == v {
 			e.flushLiteral(false)
 			e.n = 2
 			return
 		}
-		e.lit = append(e.lit, e.cur)
+		e.addLiteral(e.cur)
 		e.cur = v
 	case e.cur == v:
 		e.n++
 	case e.n == 1:
-		e.lit = append(e.lit, e.cur)
+		e.addLiteral(e.cur)
 		e.cur = v
 	default:
 		e.flushRun()
@@ -80,28 +82,31 @@ func (e *rle) put(v rleValue) {
 func (e *rle) putNull() {
 	switch {
 	case e.nulls > 0:
-	case len(e.lit) > 0:
+	case e.litN > 0 || e.n == 1:
 		e.flushLiteral(true)
 	case e.n > 1:
 		e.flushRun()
-	case e.n == 1:
-		e.lit = append(e.lit, e.cur)
-		e.flushLiteral(false)
 	}
 	e.n = 0
 	e.nulls++
 }
 
-func (e *rle) value(v rleValue) {
+// appendValue writes one value as the column holds it.
+func (e *rle) appendValue(out []byte, v rleValue) []byte {
 	switch e.typ {
 	case typeDelta:
-		e.out = amcheck.AppendSleb(e.out, int64(v.u))
+		return amcheck.AppendSleb(out, int64(v.u))
 	case typeString:
-		e.out = binary.AppendUvarint(e.out, uint64(len(v.s)))
-		e.out = append(e.out, v.s...)
+		out = binary.AppendUvarint(out, uint64(len(v.s)))
+		return append(out, v.s...)
 	default:
-		e.out = binary.AppendUvarint(e.out, v.u)
+		return binary.AppendUvarint(out, v.u)
 	}
+}
+
+func (e *rle) addLiteral(v rleValue) {
+	e.lit = e.appendValue(e.lit, v)
+	e.litN++
 }
 
 func (e *rle) flushNulls() {
@@ -112,20 +117,18 @@ func (e *rle) flushNulls() {
 
 func (e *rle) flushRun() {
 	e.out = amcheck.AppendSleb(e.out, int64(e.n))
-	e.value(e.cur)
+	e.out = e.appendValue(e.out, e.cur)
 	e.n = 0
 }
 
 // flushLiteral writes the literal run, with cur at its end if withCur.
 func (e *rle) flushLiteral(withCur bool) {
 	if withCur {
-		e.lit = append(e.lit, e.cur)
+		e.addLiteral(e.cur)
 	}
-	e.out = amcheck.AppendSleb(e.out, -int64(len(e.lit)))
-	for _, v := range e.lit {
-		e.value(v)
-	}
-	e.lit = e.lit[:0]
+	e.out = amcheck.AppendSleb(e.out, -e.litN)
+	e.out = append(e.out, e.lit...)
+	e.lit, e.litN = e.lit[:0], 0
 	e.n = 0
 }
 
@@ -137,13 +140,10 @@ func (e *rle) finish() []byte {
 	switch {
 	case e.nulls > 0:
 		e.flushNulls()
-	case len(e.lit) > 0:
+	case e.litN > 0 || e.n == 1:
 		e.flushLiteral(true)
 	case e.n > 1:
 		e.flushRun()
-	case e.n == 1:
-		e.lit = append(e.lit, e.cur)
-		e.flushLiteral(false)
 	}
 	return e.out
 }

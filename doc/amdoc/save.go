@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -25,13 +26,28 @@ func Save(changes []byte) ([]byte, error) {
 	return s.save()
 }
 
-func read(changes []byte) (*opSet, error) {
-	s := &opSet{
+func newOpSet() *opSet {
+	return &opSet{
 		byHash:  make(map[[32]byte]int32),
 		actorNo: make(map[string]uint32),
 		keyNo:   make(map[string]uint32),
 	}
+}
+
+func read(changes []byte) (*opSet, error) {
+	s := newOpSet()
+	n := amcheck.Chunks(changes)
+	s.changes = make([]change, 0, n)
+	s.byHash = make(map[[32]byte]int32, n)
 	for off := 0; off < len(changes); {
+		n, err := s.addPlain(changes[off:])
+		if err == nil {
+			off += n
+			continue
+		}
+		if !errors.Is(err, errNotPlain) {
+			return nil, fmt.Errorf("change at byte %d: %w", off, err)
+		}
 		c, n, err := amcheck.ParseChange(changes[off:], amcheck.Limits{ListOps: true})
 		if err != nil {
 			return nil, fmt.Errorf("change at byte %d: %w", off, err)

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"reflect"
 	"testing"
 
+	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
@@ -169,4 +171,33 @@ func ulebs(b []byte) int {
 		}
 	}
 	return n
+}
+
+// TestChangesReadInOnePassAsAmcheckReadsThem reads random sessions'
+// changes both ways: in one pass (addPlain) and through amcheck (add),
+// into the same op set.
+func TestChangesReadInOnePassAsAmcheckReadsThem(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	for seed := 1; seed <= 30; seed++ {
+		changes := o.Trace(t, seed, 100)
+		fast, slow := newOpSet(), newOpSet()
+		for i, c := range changes {
+			n, err := fast.addPlain(c)
+			if err != nil || n != len(c) {
+				t.Fatalf("seed %d, change %d: read %d of %d bytes in one pass: %v", seed, i, n, len(c), err)
+			}
+			ac, _, err := amcheck.ParseChange(c, amcheck.Limits{ListOps: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := slow.add(&ac); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !reflect.DeepEqual(fast.ops, slow.ops) || !reflect.DeepEqual(fast.preds, slow.preds) ||
+			!reflect.DeepEqual(fast.predAt, slow.predAt) || !bytes.Equal(fast.values, slow.values) ||
+			!reflect.DeepEqual(fast.keys, slow.keys) || !reflect.DeepEqual(fast.changes, slow.changes) {
+			t.Fatalf("seed %d: the two reads differ", seed)
+		}
+	}
 }
