@@ -49,6 +49,9 @@ type SharedSender interface {
 // member's answer or spacing is sent when it is due. The caller holds
 // r.mu.
 func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
+	if r.waitForSave(h, m) {
+		return
+	}
 	out := m.sync.Generate(r.log, r.guard.MissingFrom(m.peer.ID(), r.known), r.guard.Waits, time.Now())
 	m.settle(h)
 	if out == nil {

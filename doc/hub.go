@@ -58,6 +58,8 @@ type Hub struct {
 	// saves and savesFailed count the saved documents made for new
 	// readers (saved.go).
 	saves, savesFailed prometheus.Counter
+	// readersWaited counts new readers that waited for a save (saved.go).
+	readersWaited prometheus.Counter
 
 	refusals *guard.Refusals // refused changes, remembered by hash
 	// syncStates sums the sync states kept per connection (syncstate.go).
@@ -135,12 +137,16 @@ func NewHub(cfg Config) (*Hub, error) {
 		Help: "Large documents saved as automerge saves a document, for new readers (Config.SaveDocument), by outcome: saved, failed (the readers are sent the changes).",
 	}, []string{"outcome"})
 	h.saves, h.savesFailed = saves.WithLabelValues("saved"), saves.WithLabelValues("failed")
+	h.readersWaited = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_readers_waited_for_save_total",
+		Help: "New readers of a large document that waited for its save, rather than be sent much of it as changes.",
+	})
 	h.savesPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tandem_document_saves_pending",
 		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the saver's turn, or under way.",
 	})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending,
+		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending, h.readersWaited,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),

@@ -115,6 +115,9 @@ type member struct {
 	whole bool
 	// kept is what its sync state was last charged (syncstate.go).
 	kept int64
+	// saveWait is where the bare peer stands with the save it may wait
+	// for before it is sent the document (saved.go: waitForSave).
+	saveWait uint8
 }
 
 func newRoom(id string) *room {
@@ -255,7 +258,9 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		}
 	}
 	m := r.join(h, p, msg.ReadOnly)
-	m.bare = sm.bare()
+	if m.bare = sm.bare(); !m.bare {
+		m.saveWait = saveNotWaited
+	}
 	before := r.log.Heads()
 	if ad != nil {
 		changed = r.take(h, p, ad)
@@ -309,7 +314,7 @@ func (r *room) known(hash []byte) bool { return r.log.HasBytes(hash) }
 // records whether m said it has nothing. The caller holds the room's lock.
 func (m *member) repeats(sm *syncMessage) bool {
 	if !sm.bare() {
-		m.bare, m.whole = false, false
+		m.bare, m.whole, m.saveWait = false, false, saveNotWaited
 		return false
 	}
 	if m.whole {

@@ -51,6 +51,55 @@ const (
 // more than this share of what its last save tried (1/savedGrowShare).
 const savedGrowShare = 8
 
+// A new reader that would be sent much of the document as changes waits
+// for a save instead: automerge 3 takes in a change several times slower
+// than the same change in a saved document, and a save costs the node
+// less than the reader's automerge saves. So a peer that has nothing and
+// reads a saved document (State.Joins) while the log holds more than a
+// sixteenth of its changes past its save waits for the save under way,
+// or one made for it, then is sent what there is: at most one save, so a
+// document written without pause is still sent to it.
+const savedReaderShare = 16
+
+// Where a member stands with the save it may wait for.
+const (
+	saveNotWaited = iota
+	saveWaiting
+	saveWaited
+)
+
+// waitForSave reports whether m's answer waits for a save (and has one
+// made if none is under way). The caller holds r.mu.
+func (r *room) waitForSave(h *Hub, m *member) bool {
+	switch {
+	case m.saveWait == saveWaiting:
+		return true
+	case m.saveWait == saveWaited || !m.bare || m.whole || !m.sync.Joins() ||
+		h.cfg.SaveDocument == nil || r.evicted || !r.savable():
+		return false
+	}
+	if n, _ := r.log.Saved(); r.log.Len()-n <= r.log.Len()/savedReaderShare {
+		return false
+	}
+	m.saveWait = saveWaiting
+	h.readersWaited.Inc()
+	if !r.saving {
+		r.save(h)
+	}
+	return true
+}
+
+// answerWaiting answers the members that waited for the save just done
+// or failed. The caller holds r.mu.
+func (r *room) answerWaiting(h *Hub) {
+	for _, m := range r.members {
+		if m.saveWait == saveWaiting {
+			m.saveWait = saveWaited
+			r.answer(h, m, nil)
+		}
+	}
+}
+
 // maybeSave takes a save of the document if it is due, or with quiet
 // once the document goes quiet (a room just loaded). The save copies
 // the changes only when the saver is ready for them, under the room's
@@ -166,11 +215,13 @@ func (r *room) save(h *Hub) {
 			h.savesFailed.Inc()
 			h.log.Warn("saving a document for new readers failed: they are sent its changes",
 				"document", r.id, "changes", n, "err", err)
+			r.answerWaiting(h)
 			return
 		}
 		h.saves.Inc()
 		r.savedDirty = true
-		h.markDirty(r)        // stored with the next write
+		h.markDirty(r) // stored with the next write
+		r.answerWaiting(h)
 		r.maybeSave(h, false) // for what came while it was saved
 	})
 }

@@ -453,3 +453,79 @@ func TestALargePasteIsSavedForItsReaders(t *testing.T) {
 		t.Fatal("the new reader was not sent the saved paste")
 	}
 }
+
+// A new reader of a document whose save lags far behind it waits for a
+// save made for it rather than be sent much of the document as changes,
+// which automerge 3 takes in several times slower; a reader whose
+// automerge cannot read a saved document is answered at once.
+func TestANewReaderWaitsForASaveRatherThanTakeItsChanges(t *testing.T) {
+	const n = savedMinChanges + 500
+	release := make(chan struct{})
+	started := make(chan struct{}, 4)
+	h := newTestHub(t, storedTyping(t, n), Config{SaveQuiet: time.Hour, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		started <- struct{}{}
+		<-release
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		return amdoc.Save(b)
+	}})
+	r := roomOf(t, h, testDoc)
+	request := func(p *fakePeer, flags bool) {
+		t.Helper()
+		fresh := automerge.NewSyncState(automerge.New())
+		m, _ := fresh.GenerateMessage()
+		data := slices.Clone(m.Bytes())
+		if flags {
+			data = append(data, jsFlags...)
+		}
+		if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: data, Request: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func(p *fakePeer) int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.syncs)
+	}
+
+	old := &fakePeer{id: "automerge-go"}
+	request(old, false)
+	testenv.WaitFor(t, "the reader with no flags answered", func() bool { return sent(old) == 1 })
+	if len(started) != 0 {
+		t.Fatal("a reader that cannot read a saved document had one made")
+	}
+
+	reader := &fakePeer{id: "automerge-3"}
+	request(reader, true)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no save made for the reader within 10 s")
+	}
+	if got := sent(reader); got != 0 {
+		t.Fatalf("the reader was sent %d messages before the save it waits for", got)
+	}
+	close(release)
+	testenv.WaitFor(t, "the reader answered once the save is made", func() bool { return sent(reader) == 1 })
+	m, err := amsync.Decode(reader.takeSyncs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, doc := r.savedNow()
+	if saved != n+1 || len(m.Changes) != 1 || !bytes.Equal(m.Changes[0], doc) {
+		t.Fatalf("the reader was not sent the whole document saved (%d changes saved of %d)", saved, n+1)
+	}
+	if got := testutil.ToFloat64(h.readersWaited); got != 1 {
+		t.Fatalf("%v readers counted as waiting for a save, want 1", got)
+	}
+}
+
+// savedNow returns the room's saved document and how many changes it
+// holds.
+func (r *room) savedNow() (int, []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.log.Saved()
+}

@@ -154,6 +154,10 @@ func NewPeerAt(heads []Hash) *State {
 	return &State{shared: slices.Clone(heads)}
 }
 
+// Joins reports whether the peer reads a message's changes as one (its
+// messages carry a flags section): it can be sent a saved document.
+func (p *State) Joins() bool { return p.joins }
+
 // Shared returns the heads the peer is known to share with the log.
 func (p *State) Shared() []Hash { return p.shared }
 
