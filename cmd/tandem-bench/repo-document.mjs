@@ -104,12 +104,20 @@ async function measure(server) {
   const paster = await client(server.url)
   const text = "lorem ipsum ".repeat(Math.ceil(pasteBytes / 12)).slice(0, pasteBytes)
   result.rssPaste0 = rssMiB(server.proc.pid)
+  let stored
   result.paste = await phase(server, async () => {
+    const t0 = performance.now()
     const p = paster.repo.create({ text })
     const pasted = A.getHeads(p.doc())
     await until(() => sameHeads(paster.serverHeads(p.documentId), pasted))
+    stored = Math.round(performance.now() - t0)
     await findWhole(server.url, p.url, pasted)
   })
+  result.paste.storedMs = stored
+  // What the server holds for the paste once it has settled: ten seconds
+  // after the reader had it, per character.
+  await new Promise(r => setTimeout(r, 10_000))
+  result.pasteRSS10 = rssMiB(server.proc.pid)
   await paster.repo.shutdown()
   return result
 }
@@ -122,6 +130,7 @@ function print(r) {
   line("first sync", r.firstSync)
   line("cold find", r.cold)
   line("paste", r.paste)
+  console.log(`${"".padEnd(12)} the server named its heads after ${(r.paste.storedMs / 1000).toFixed(2)} s; 10 s after the reader had it, RSS ${r.pasteRSS10.toFixed(1)} MiB: ${((r.pasteRSS10 - r.rssPaste0) * 1048576 / r.pasteBytes).toFixed(1)} bytes per character over the RSS before the paste`)
 }
 
 if (await eachServer(opt, (t, s, ratio) => {
