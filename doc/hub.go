@@ -58,8 +58,10 @@ type Hub struct {
 	// saves and savesFailed count the saved documents made for new
 	// readers (saved.go).
 	saves, savesFailed prometheus.Counter
-	// readersWaited counts new readers that waited for a save (saved.go).
-	readersWaited prometheus.Counter
+	// readersWaited counts new readers that waited for a save, and
+	// readersEarly those sent a stored one while the document loaded
+	// (saved.go).
+	readersWaited, readersEarly prometheus.Counter
 
 	refusals *guard.Refusals // refused changes, remembered by hash
 	// syncStates sums the sync states kept per connection (syncstate.go).
@@ -141,12 +143,16 @@ func NewHub(cfg Config) (*Hub, error) {
 		Name: "tandem_document_readers_waited_for_save_total",
 		Help: "New readers of a large document that waited for its save, rather than be sent much of it as changes.",
 	})
+	h.readersEarly = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tandem_document_readers_sent_early_total",
+		Help: "New readers of a large document sent its stored save while the document loaded.",
+	})
 	h.savesPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tandem_document_saves_pending",
 		Help: "Large documents whose save for new readers is decided and not done: waiting for the document to go quiet, for the saver's turn, or under way.",
 	})
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending, h.readersWaited,
+		cfg.Registerer.MustRegister(h.flushSeconds, h.syncStates.gauge, lockSeconds, waited, h.lookups, h.catchUps, h.repeats, integrity, saves, h.savesPending, h.readersWaited, h.readersEarly,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "tandem_documents", Help: "Documents in memory on this node.",
 			}, func() float64 { return float64(h.Stats().Rooms) }),
@@ -210,8 +216,12 @@ func (h *Hub) Sync(ctx context.Context, p Peer, m SyncMessage) error {
 			return err
 		}
 	}
+	var early *earlyReader
+	if sm.bare() && sm.msg.HasFlags {
+		early = &earlyReader{peer: p, readOnly: m.ReadOnly}
+	}
 	for {
-		r, err := h.acquire(ctx, m.DocumentID)
+		r, err := h.acquireFor(ctx, m.DocumentID, early)
 		if err != nil {
 			return err
 		}
@@ -314,6 +324,13 @@ func (h *Hub) loadedRoom(documentID string) *room {
 
 // acquire returns the loaded room of a document, loading it on first use.
 func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
+	return h.acquireFor(ctx, documentID, nil)
+}
+
+// acquireFor is acquire for a reader that has nothing of the document and
+// reads a saved one (nil: none): should this call load the document, the
+// reader may be sent it before the load is done (saved.go: early).
+func (h *Hub) acquireFor(ctx context.Context, documentID string, early *earlyReader) (*room, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -333,7 +350,7 @@ func (h *Hub) acquire(ctx context.Context, documentID string) (*room, error) {
 	}
 	h.mu.Unlock()
 	if !ok {
-		r.load(ctx, h.cfg.Store, h)
+		r.load(ctx, h.cfg.Store, h, early)
 	}
 	select {
 	case <-r.loaded:

@@ -136,7 +136,7 @@ func newRoom(id string) *room {
 // load reads the document from the store. A chunk that does not load is
 // logged and skipped, so one damaged write cannot make a document
 // unreadable.
-func (r *room) load(ctx context.Context, s store.Store, h *Hub) {
+func (r *room) load(ctx context.Context, s store.Store, h *Hub, early *earlyReader) {
 	defer close(r.loaded)
 	stored, err := s.Load(context.WithoutCancel(ctx), r.id)
 	if errors.Is(err, store.ErrNotFound) {
@@ -146,6 +146,7 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub) {
 		r.loadErr = err
 		return
 	}
+	sentEarly := early != nil && h.cfg.SaveDocument != nil && r.sendEarly(early.peer, stored)
 	size := amcheck.Chunks(stored.Snapshot)
 	for _, c := range stored.Chunks {
 		size += amcheck.Chunks(c)
@@ -179,6 +180,11 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub) {
 	r.mu.Lock()
 	if stored.Saved != nil {
 		r.takeStoredSaved(stored.Saved)
+	}
+	if sentEarly {
+		m := r.join(h, early.peer, early.readOnly)
+		m.bare, m.whole = true, true // its request is answered
+		h.readersEarly.Inc()
 	}
 	r.maybeSave(h, true)
 	r.mu.Unlock()

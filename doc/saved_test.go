@@ -529,3 +529,114 @@ func (r *room) savedNow() (int, []byte) {
 	defer r.mu.Unlock()
 	return r.log.Saved()
 }
+
+// loadWatcher is a peer that records how many changes the room's log held
+// when each message was sent to it.
+type loadWatcher struct {
+	fakePeer
+	h      *Hub
+	logLen []int
+}
+
+func (p *loadWatcher) SendSync(id string, data []byte) {
+	n := -1
+	p.h.mu.Lock()
+	r := p.h.rooms[id]
+	p.h.mu.Unlock()
+	if r != nil {
+		n = r.log.Len() // the load runs on the goroutine that sends the early save
+	}
+	p.mu.Lock()
+	p.logLen = append(p.logLen, n)
+	p.mu.Unlock()
+	p.fakePeer.SendSync(id, data)
+}
+
+// The first reader of a document that left memory is sent its stored
+// save before the room has loaded its changes, when the save covers
+// every stored change, and is not sent the document again once the room
+// has; its answer is then answered as usual, with nothing more to send.
+func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.T) {
+	all := amtest.Typing(savedMinChanges + 10)
+	saved, err := amdoc.Save(bytes.Join(all, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := storedTyping(t, savedMinChanges+10)
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
+	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	p := &loadWatcher{fakePeer: fakePeer{id: "reader"}, h: h}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	syncs := p.takeSyncs()
+	if len(syncs) != 1 || p.logLen[0] != 0 {
+		t.Fatalf("the reader was sent %d messages, the first when the log held %v changes; want one, before the load", len(syncs), p.logLen)
+	}
+	m, err := amsync.Decode(syncs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Changes) != 1 || !bytes.Equal(m.Changes[0], saved) {
+		t.Fatal("the early message does not carry the stored save")
+	}
+	if got := testutil.ToFloat64(h.readersEarly); got != 1 {
+		t.Fatalf("%v readers counted as sent early, want 1", got)
+	}
+
+	// The reader takes it in (as automerge 3 does: automerge-go's sync
+	// reads change chunks only, so it loads the entry) and answers with its
+	// heads: nothing more is due.
+	doc, err := automerge.Load(m.Changes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := doc.Path("text").Text().Len(); n != savedMinChanges+10 {
+		t.Fatalf("the reader holds %d characters", n)
+	}
+	answer, ok := automerge.NewSyncState(doc).GenerateMessage()
+	if !ok {
+		t.Fatal("the reader has nothing to answer")
+	}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(answer.Bytes()), jsFlags...)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range p.takeSyncs() {
+		if m, err := amsync.Decode(b); err != nil || len(m.Changes) > 0 {
+			t.Fatalf("after the reader answered it was sent changes again (%v)", err)
+		}
+	}
+}
+
+// A stored save that does not cover every stored change is not sent
+// before the load: the reader is answered once the room holds them all.
+func TestAStoredSaveThatLagsIsNotSentBeforeTheLoad(t *testing.T) {
+	all := amtest.Typing(savedMinChanges + 10)
+	saved, err := amdoc.Save(bytes.Join(all[:savedMinChanges], nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := storedTyping(t, savedMinChanges+10)
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
+	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	p := &loadWatcher{fakePeer: fakePeer{id: "reader"}, h: h}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.logLen {
+		if n == 0 {
+			t.Fatal("the reader was sent a message before the load")
+		}
+	}
+	if got := testutil.ToFloat64(h.readersEarly); got != 0 {
+		t.Fatalf("%v readers counted as sent early", got)
+	}
+}
