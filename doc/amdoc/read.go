@@ -261,7 +261,7 @@ const (
 
 // addPlain reads one plain change chunk at the start of b into the op
 // set, and returns its length; errNotPlain if it is not one.
-func (s *opSet) addPlain(b []byte) (int, error) {
+func (s *opSet) addPlain(b []byte, opsLeft int) (int, error) {
 	if len(b) < 9 || b[0] != 0x85 || b[1] != 0x6f || b[2] != 0x4a || b[3] != 0x83 || b[8] != 1 {
 		return 0, errNotPlain
 	}
@@ -277,7 +277,11 @@ func (s *opSet) addPlain(b []byte) (int, error) {
 	}
 	c := cursor{b: hc.b[:n]}
 	ch := change{base: len(s.ops), hash: hash}
-	for range c.uvarint() {
+	nd := c.uvarint()
+	if nd > uint64(len(c.b))/32 {
+		return 0, errNotPlain
+	}
+	for range nd {
 		var d [32]byte
 		copy(d[:], c.take(32))
 		i, ok := s.byHash[d]
@@ -286,14 +290,26 @@ func (s *opSet) addPlain(b []byte) (int, error) {
 		}
 		ch.deps = append(ch.deps, i)
 	}
-	ch.actor = s.actor(c.take(c.uvarint()))
+	author := c.take(c.uvarint())
+	if c.bad || len(author) == 0 {
+		return 0, errNotPlain
+	}
+	ch.actor = s.actor(author)
 	ch.seq = c.uvarint()
 	ch.startOp = c.uvarint()
 	ch.time = c.varint()
 	ch.message = string(c.take(c.uvarint()))
 	actors := []uint32{ch.actor}
-	for range c.uvarint() {
-		actors = append(actors, s.actor(c.take(c.uvarint())))
+	na := c.uvarint()
+	if c.bad || na > uint64(len(c.b)) {
+		return 0, errNotPlain
+	}
+	for range na {
+		a := c.take(c.uvarint())
+		if c.bad {
+			return 0, errNotPlain
+		}
+		actors = append(actors, s.actor(a))
 	}
 	var cols [nSlots]rleReader
 	for i, typ := range [nSlots]uint32{typeUint, typeUint, typeUint, typeDelta, typeString, typeUint, typeUint, typeUint, typeUint, typeDelta, typeString} {
@@ -367,10 +383,12 @@ func (s *opSet) addPlain(b []byte) (int, error) {
 	valBase := uint64(len(s.values))
 	s.values = append(s.values, raw...)
 	valAt := valBase
-	if rows := rowsOf(act.b); rows > 0 {
-		s.ops = slices.Grow(s.ops, int(min(rows, 1<<26)))
-		s.predAt = slices.Grow(s.predAt, int(min(rows, 1<<26)))
+	rows := rowsOf(act.b)
+	if rows > uint64(max(opsLeft, 0)) {
+		return 0, errTooManyOps
 	}
+	s.ops = slices.Grow(s.ops, int(rows))
+	s.predAt = slices.Grow(s.predAt, int(rows))
 	ctr := ch.startOp
 	for len(act.b) > 0 || act.left > 0 {
 		a, null := act.next()
@@ -430,6 +448,9 @@ func (s *opSet) addPlain(b []byte) (int, error) {
 			s.hasMarks = true
 		}
 		np, _ := pnum.next()
+		if np > uint64(max(opsLeft, 0)) || len(s.preds)+int(np) > maxOps {
+			return 0, errTooManyOps // predecessors are bounded as ops are
+		}
 		for range np {
 			pa, null := predA.next()
 			pc, _ := predC.next()

@@ -19,7 +19,18 @@ import (
 // encoding, references to what exists), and a change given twice is
 // taken once.
 func Save(changes []byte) ([]byte, error) {
-	s, err := read(changes)
+	return saveWithin(changes, maxOps)
+}
+
+// maxOps bounds the ops Save reads: a document may hold no more than its
+// budget pays for (guard.Limits: 16 bytes an op, 256 MiB by default, so
+// 16 M), and what Save holds and does grows with them.
+const maxOps = 1 << 25
+
+var errTooManyOps = errors.New("amdoc: the changes hold more operations than a save reads")
+
+func saveWithin(changes []byte, opsLeft int) ([]byte, error) {
+	s, err := read(changes, opsLeft)
 	if err != nil {
 		return nil, err
 	}
@@ -34,13 +45,13 @@ func newOpSet() *opSet {
 	}
 }
 
-func read(changes []byte) (*opSet, error) {
+func read(changes []byte, opsLeft int) (*opSet, error) {
 	s := newOpSet()
 	n := amcheck.Chunks(changes)
 	s.changes = make([]change, 0, n)
 	s.byHash = make(map[[32]byte]int32, n)
 	for off := 0; off < len(changes); {
-		n, err := s.addPlain(changes[off:])
+		n, err := s.addPlain(changes[off:], opsLeft-len(s.ops))
 		if err == nil {
 			off += n
 			continue
@@ -48,7 +59,7 @@ func read(changes []byte) (*opSet, error) {
 		if !errors.Is(err, errNotPlain) {
 			return nil, fmt.Errorf("change at byte %d: %w", off, err)
 		}
-		c, n, err := amcheck.ParseChange(changes[off:], amcheck.Limits{ListOps: true})
+		c, n, err := amcheck.ParseChange(changes[off:], amcheck.Limits{ListOps: true, MaxOps: max(opsLeft-len(s.ops), 1)})
 		if err != nil {
 			return nil, fmt.Errorf("change at byte %d: %w", off, err)
 		}

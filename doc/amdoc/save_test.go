@@ -182,7 +182,7 @@ func TestChangesReadInOnePassAsAmcheckReadsThem(t *testing.T) {
 		changes := o.Trace(t, seed, 100)
 		fast, slow := newOpSet(), newOpSet()
 		for i, c := range changes {
-			n, err := fast.addPlain(c)
+			n, err := fast.addPlain(c, maxOps)
 			if err != nil || n != len(c) {
 				t.Fatalf("seed %d, change %d: read %d of %d bytes in one pass: %v", seed, i, n, len(c), err)
 			}
