@@ -13,8 +13,9 @@ import (
 // and reads a message's changes as one (State.joins) is sent that in their
 // place, then the changes since (Outgoing.Saved): automerge loads a saved
 // document in one pass, several times faster than the same changes one by
-// one. The log does not make it (that needs automerge: doc/amsave); it
-// checks that the document's heads are those of its first changes.
+// one. The log does not make it (doc/amdoc writes it from the log's
+// changes); it checks that the document's heads are those of its first
+// changes.
 
 // SetSaved records doc as the log's first n changes saved as automerge
 // saves a document. It refuses a document whose heads are not those of
