@@ -86,7 +86,7 @@ const MaxHistorySpan = time.Hour
 
 const (
 	historyEvery = 500 * time.Millisecond
-	// historyBeat is how often a run records that it is alive (and after
+	// historyBeat is how often a run records that it is alive (and before
 	// every write); a run whose beat is historyStale old is dead. Nodes'
 	// clocks must agree well within historyStale.
 	historyBeat  = 2 * time.Second
@@ -417,10 +417,14 @@ func (rec *historyRecorder) endAll(now time.Time) {
 // held stays for the next flush.
 func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
 	for len(rec.opened) > 0 || len(rec.closed) > 0 {
-		if rec.lastBeat.IsZero() {
-			// An interval of a run without a beat could not be ended if
-			// the run died.
-			if rec.beat(ctx, now); rec.lastBeat.IsZero() {
+		if rec.lastBeat.Before(now) {
+			// A beat first, at now, which is after every waiting
+			// interval began: from the moment they are stored, the
+			// run's last beat is past their start, so if the run dies
+			// they end after they began (CloseDeadRuns ends them at the
+			// beat). Stored before the beat, a death between the two
+			// would end them where they began: no presence, to readers.
+			if rec.beat(ctx, now); rec.lastBeat.Before(now) {
 				return
 			}
 		}
@@ -441,10 +445,6 @@ func (rec *historyRecorder) flush(ctx context.Context, now time.Time) {
 		}
 		rec.metrics.historyWrites.WithLabelValues("ok").Inc()
 		rec.written(n, m)
-		// A beat at once: every interval written began before the run's
-		// last beat, so if the run dies now its intervals end after they
-		// began.
-		rec.beat(ctx, now)
 	}
 }
 

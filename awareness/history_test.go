@@ -305,6 +305,46 @@ func TestHistoryStopAndNodeGone(t *testing.T) {
 	}
 }
 
+// A run that dies as soon as a write is stored (a SIGKILL before its
+// next store call) has beaten since every interval in it began: ended at
+// that beat by another node, each lasts from its start to the beat, and
+// none is left ending where it began (which readers show as no presence).
+func TestHistoryARunKilledRightAfterAWriteHasBeatenPastWhatItWrote(t *testing.T) {
+	f, store := newHistoryFixture(t)
+	ctx := context.Background()
+	a := &fakePeer{id: "a"}
+	f.update(a, ChannelUser, map[string]any{"id": "ana"})
+	f.hub.readHistory()
+	f.hub.hist.flush(ctx, f.clock.Now()) // the run's first beat, then Ana
+	f.clock.Advance(time.Second)
+	b := &fakePeer{id: "b"}
+	f.update(b, ChannelUser, map[string]any{"id": "bo"})
+	from := f.clock.Now()
+	f.clock.Advance(100 * time.Millisecond) // the recorder reads on its next tick
+	store.mu.Lock()
+	store.upFor = 1 // the next write is stored, then the run is gone
+	store.mu.Unlock()
+	f.hub.readHistory()
+	f.hub.hist.flush(ctx, f.clock.Now())
+
+	// The next run on this store ends the dead one's intervals.
+	store.mu.Lock()
+	store.fail = false
+	store.mu.Unlock()
+	if _, err := store.CloseDeadRuns(ctx, "", f.clock.Now().Add(time.Minute), 0); err != nil {
+		t.Fatal(err)
+	}
+	var bo []HistoryInterval
+	for _, iv := range store.intervals(doc1) {
+		if iv.User == "bo" {
+			bo = append(bo, iv)
+		}
+	}
+	if len(bo) != 1 || !bo[0].From.Equal(from) || !bo[0].To.After(from) {
+		t.Fatalf("Bo's intervals %+v: want one from %v, ended after it began", bo, from)
+	}
+}
+
 // A run whose beats failed for so long that another node may have ended
 // its intervals at its last beat continues them from that beat: the
 // history shows no gap, and no interval stays ended while its user is

@@ -10,7 +10,9 @@
 // agree, the same SQL (queries.go): SQLite, a file of the node's own in
 // its data directory (presence-history.sqlite), and Postgres, shared by
 // every node of a cluster. Times are stored as Unix milliseconds (bigint)
-// in both, so the SQL is portable.
+// in both, so the SQL is portable: rounded down, but for a run's beat,
+// rounded up (an interval that began before a beat ends after it began
+// if ended there).
 //
 // Schema:
 //
@@ -34,9 +36,10 @@
 //
 // Each run (one hub process) beats into the runs table. CloseDeadRuns
 // ends the open intervals of the runs that stopped beating at their last
-// beat; a run must beat before its first write for this to reach its
-// intervals. PruneHistory deletes old closed intervals in bounded batches,
-// and the rows of runs that have none open and have not beaten since.
+// beat; a run beats before each write, after every interval in it began,
+// so that this reaches them and ends each after it began. PruneHistory
+// deletes old closed intervals in bounded batches, and the rows of runs
+// that have none open and have not beaten since.
 //
 // Concurrency: both stores are safe for concurrent use; Merge and Hourly
 // are pure functions.

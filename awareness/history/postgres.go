@@ -168,10 +168,10 @@ func pgColumnsOf(ivs []awareness.HistoryInterval) pgColumns {
 	return c
 }
 
-// BeatHistory records that run, of node, was alive at at; an older beat
-// than the one stored is ignored.
+// BeatHistory records that run, of node, was alive at at (kept rounded
+// up to the millisecond); an older beat than the one stored is ignored.
 func (s *Postgres) BeatHistory(ctx context.Context, run int64, node string, at time.Time) error {
-	if _, err := s.pool.Exec(ctx, pgQueries.beat, run, node, ms(at)); err != nil {
+	if _, err := s.pool.Exec(ctx, pgQueries.beat, run, node, beatMs(at)); err != nil {
 		return fmt.Errorf("history: beat: %w", err)
 	}
 	return nil

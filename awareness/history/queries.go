@@ -250,6 +250,17 @@ func split(opened []awareness.HistoryInterval, closed []awareness.HistoryEnd) (d
 // ms is how a time is stored.
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+// beatMs is how a beat is stored: rounded up, where ms rounds down, so
+// that an interval that began before a beat, within the same millisecond,
+// still ends after it began when ended at that beat (CloseDeadRuns).
+func beatMs(t time.Time) int64 {
+	v := t.UnixMilli()
+	if time.UnixMilli(v).Before(t) {
+		v++
+	}
+	return v
+}
+
 // nullMs is how an end is stored: NULL while open.
 func nullMs(t time.Time) *int64 {
 	if t.IsZero() {

@@ -159,10 +159,10 @@ func (s *SQLite) inTx(ctx context.Context, f func(tx *sql.Tx) error) error {
 	return tx.Commit()
 }
 
-// BeatHistory records that run, of node, was alive at at; an older beat
-// than the one stored is ignored.
+// BeatHistory records that run, of node, was alive at at (kept rounded
+// up to the millisecond); an older beat than the one stored is ignored.
 func (s *SQLite) BeatHistory(ctx context.Context, run int64, node string, at time.Time) error {
-	if _, err := s.db.ExecContext(ctx, liteQueries.beat, run, node, ms(at)); err != nil {
+	if _, err := s.db.ExecContext(ctx, liteQueries.beat, run, node, beatMs(at)); err != nil {
 		return fmt.Errorf("history: beat: %w", err)
 	}
 	return nil

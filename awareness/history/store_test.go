@@ -272,6 +272,30 @@ func TestCloseDeadRunsEndsStaleRunsAtTheirBeat(t *testing.T) {
 	})
 }
 
+// Times are kept to the millisecond: an interval that began a moment
+// before its run's last beat, within the same millisecond, still ends
+// after it began when the run is taken for dead.
+func TestCloseDeadRunsEndsAnIntervalAfterItBeganWithinAMillisecond(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store) {
+		ctx := context.Background()
+		from := t0.Add(200 * time.Microsecond)
+		write(t, s, []awareness.HistoryInterval{{Run: 10, Seq: 1, Doc: "d", User: "ana", Status: awareness.StatusOnline, From: from}})
+		if err := s.BeatHistory(ctx, 10, "n1", from.Add(500*time.Microsecond)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.CloseDeadRuns(ctx, "", at(1), 0); err != nil || n != 1 {
+			t.Fatalf("CloseDeadRuns = %d, %v; want 1", n, err)
+		}
+		got, err := s.DocIntervals(ctx, "d", at(-1), at(1), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || !got[0].To.After(got[0].From) {
+			t.Fatalf("after its run died: %+v, want one interval that ends after it began", got)
+		}
+	})
+}
+
 // PruneHistory deletes the intervals that ended before its cutoff, at
 // most limit per call, keeps open and later ones, and forgets the runs
 // with nothing open that have not beaten since.
