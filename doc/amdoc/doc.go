@@ -17,12 +17,17 @@
 // The changes may be listed in another order than automerge's, which
 // loading does not mind.
 //
-// Save reads the changes with amcheck and holds, while it runs, about 60
-// bytes per op besides the changes' values and the document it writes: a
-// list's order comes from its elements' tree (each element after the one
-// it was inserted after, later insertions first), walked without
-// recursion. It takes time linear in the ops, and n log n for what it
-// sorts: a map's keys, an element's children, the objects.
+// Save reads the changes in one pass (read.go; amcheck reads what is not
+// a plain change chunk) and allocates, while it runs, about 120 bytes per
+// op and 700 per change besides the document it writes (a paste of 1 MiB:
+// 120 MB; 100,000 typed changes: 70 MB); it reads at most 2^25 ops and as
+// many predecessors, and refuses more before it holds them. A list's
+// order comes from its elements' tree (each element after the one it was
+// inserted after, later insertions first), walked without recursion. It
+// takes time linear in the ops, and n log n for what it sorts: a map's
+// keys (ranked once), an element's children, the objects.
 //
-// Save is a pure function, safe for concurrent use.
+// Save is a pure function, safe for concurrent use. A Saver (saver.go)
+// runs saves one at a time, paced, and ends one early when its context
+// ends.
 package amdoc

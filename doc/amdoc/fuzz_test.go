@@ -1,6 +1,7 @@
 package amdoc
 
 import (
+	"context"
 	"testing"
 
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
@@ -15,7 +16,7 @@ func FuzzSave(f *testing.F) {
 	f.Add(amtest.Paste(40))
 	f.Add(join(amtest.Chain(5, 3, 2)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		doc, err := saveWithin(b, 1<<16)
+		doc, err := save(context.Background(), b, 1<<16)
 		if err == nil && len(b) > 0 && len(doc) == 0 {
 			t.Fatal("no error and no document")
 		}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
 )
@@ -57,19 +58,21 @@ type change struct {
 }
 
 type opSet struct {
-	changes  []change
-	byHash   map[[32]byte]int32
-	actors   [][]byte
-	actorNo  map[string]uint32
-	byActor  [][]int32 // each actor's changes, in op counter order
-	ops      []op
-	preds    []id     // every op's predecessors, in op order (predAt)
-	predAt   []uint32 // op i's predecessors are preds[predAt[i]:predAt[i+1]]
-	keys     []string
-	keyNo    map[string]uint32
-	values   []byte
-	rank     []uint32 // actor number → place in the sorted actors
-	hasMarks bool
+	changes []change
+	byHash  map[[32]byte]int32
+	actors  [][]byte
+	actorNo map[string]uint32
+	byActor [][]int32 // each actor's changes, in op counter order
+	ops     []op
+	preds   []id     // every op's predecessors, in op order (predAt)
+	predAt  []uint32 // op i's predecessors are preds[predAt[i]:predAt[i+1]]
+	keys    []string
+	keyNo   map[string]uint32
+	keyRank []uint32 // key number → place in the sorted keys (sortKeys)
+	values  []byte
+	rank    []uint32 // actor number → place in the sorted actors
+	// budget bounds the ops, and apart the predecessors, the set takes.
+	budget int
 }
 
 func (s *opSet) actor(a []byte) uint32 {
@@ -155,16 +158,26 @@ func (s *opSet) add(c *amcheck.Change) error {
 		if o.Expand {
 			r.flags |= flagExpand
 		}
-		if o.Action == amcheck.Mark {
-			s.hasMarks = true
-		}
 		s.ops = append(s.ops, r)
 		for _, p := range o.Preds {
 			s.preds = append(s.preds, global(p))
 		}
 		s.predAt = append(s.predAt, uint32(len(s.preds)))
 	}
-	s.byHash[c.Hash] = int32(len(s.changes))
+	return s.commit(ch)
+}
+
+// commit adds a change whose ops the set took. An actor's changes must
+// come in the order of their ops (opIndex searches them so), as a log
+// that took them through the guard holds them.
+func (s *opSet) commit(ch change) error {
+	if prev := s.byActor[ch.actor]; len(prev) > 0 {
+		if last := &s.changes[prev[len(prev)-1]]; ch.startOp < last.startOp+uint64(last.ops) {
+			return fmt.Errorf("change %x: its ops start at %d, within or before its actor's change before it (%d ops from %d)",
+				ch.hash[:4], ch.startOp, last.ops, last.startOp)
+		}
+	}
+	s.byHash[ch.hash] = int32(len(s.changes))
 	s.byActor[ch.actor] = append(s.byActor[ch.actor], int32(len(s.changes)))
 	s.changes = append(s.changes, ch)
 	return nil
@@ -210,6 +223,20 @@ func (s *opSet) sortActors() {
 	s.rank = make([]uint32, len(s.actors))
 	for place, a := range order {
 		s.rank[a] = uint32(place)
+	}
+}
+
+// sortKeys ranks the map keys in byte order (keyRank), so that ops are
+// sorted by key without comparing strings.
+func (s *opSet) sortKeys() {
+	order := make([]uint32, len(s.keys))
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	slices.SortFunc(order, func(a, b uint32) int { return strings.Compare(s.keys[a], s.keys[b]) })
+	s.keyRank = make([]uint32, len(s.keys))
+	for place, k := range order {
+		s.keyRank[k] = uint32(place)
 	}
 }
 

@@ -261,7 +261,7 @@ const (
 
 // addPlain reads one plain change chunk at the start of b into the op
 // set, and returns its length; errNotPlain if it is not one.
-func (s *opSet) addPlain(b []byte, opsLeft int) (int, error) {
+func (s *opSet) addPlain(b []byte) (int, error) {
 	if len(b) < 9 || b[0] != 0x85 || b[1] != 0x6f || b[2] != 0x4a || b[3] != 0x83 || b[8] != 1 {
 		return 0, errNotPlain
 	}
@@ -384,7 +384,7 @@ func (s *opSet) addPlain(b []byte, opsLeft int) (int, error) {
 	s.values = append(s.values, raw...)
 	valAt := valBase
 	rows := rowsOf(act.b)
-	if rows > uint64(max(opsLeft, 0)) {
+	if rows > uint64(max(s.budget-len(s.ops), 0)) {
 		return 0, errTooManyOps
 	}
 	s.ops = slices.Grow(s.ops, int(rows))
@@ -444,11 +444,8 @@ func (s *opSet) addPlain(b []byte, opsLeft int) (int, error) {
 		if _, null := mark.next(); !null {
 			o.mark = s.key(string(mark.str))
 		}
-		if o.action == amcheck.Mark {
-			s.hasMarks = true
-		}
 		np, _ := pnum.next()
-		if np > uint64(max(opsLeft, 0)) || len(s.preds)+int(np) > maxOps {
+		if np > uint64(max(s.budget-len(s.preds), 0)) {
 			return 0, errTooManyOps // predecessors are bounded as ops are
 		}
 		for range np {
@@ -473,8 +470,8 @@ func (s *opSet) addPlain(b []byte, opsLeft int) (int, error) {
 		return 0, fmt.Errorf("change %x: a column does not read", hash[:4])
 	}
 	ch.ops = len(s.ops) - ch.base
-	s.byHash[hash] = int32(len(s.changes))
-	s.byActor[ch.actor] = append(s.byActor[ch.actor], int32(len(s.changes)))
-	s.changes = append(s.changes, ch)
+	if err := s.commit(ch); err != nil {
+		return 0, err
+	}
 	return whole, nil
 }

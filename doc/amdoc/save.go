@@ -3,6 +3,7 @@ package amdoc
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -19,22 +20,24 @@ import (
 // encoding, references to what exists), and a change given twice is
 // taken once.
 func Save(changes []byte) ([]byte, error) {
-	return saveWithin(changes, maxOps)
+	return save(context.Background(), changes, maxOps)
 }
 
-// maxOps bounds the ops Save reads: a document may hold no more than its
-// budget pays for (guard.Limits: 16 bytes an op, 256 MiB by default, so
-// 16 M), and what Save holds and does grows with them.
+// maxOps bounds the ops Save reads, and apart their predecessors: a
+// document may hold no more than its budget pays for (guard.Limits: 16
+// bytes an op, 256 MiB by default, so 16 M), and what Save holds and does
+// grows with them.
 const maxOps = 1 << 25
 
 var errTooManyOps = errors.New("amdoc: the changes hold more operations than a save reads")
 
-func saveWithin(changes []byte, opsLeft int) ([]byte, error) {
-	s, err := read(changes, opsLeft)
+// save is Save with a budget of ops, which ends early with ctx.
+func save(ctx context.Context, changes []byte, budget int) ([]byte, error) {
+	s, err := read(ctx, changes, budget)
 	if err != nil {
 		return nil, err
 	}
-	return s.save()
+	return s.save(ctx)
 }
 
 func newOpSet() *opSet {
@@ -45,13 +48,17 @@ func newOpSet() *opSet {
 	}
 }
 
-func read(changes []byte, opsLeft int) (*opSet, error) {
+func read(ctx context.Context, changes []byte, budget int) (*opSet, error) {
 	s := newOpSet()
+	s.budget = budget
 	n := amcheck.Chunks(changes)
 	s.changes = make([]change, 0, n)
 	s.byHash = make(map[[32]byte]int32, n)
-	for off := 0; off < len(changes); {
-		n, err := s.addPlain(changes[off:], opsLeft-len(s.ops))
+	for off, k := 0, 0; off < len(changes); k++ {
+		if k%1024 == 1023 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		n, err := s.addPlain(changes[off:])
 		if err == nil {
 			off += n
 			continue
@@ -59,7 +66,11 @@ func read(changes []byte, opsLeft int) (*opSet, error) {
 		if !errors.Is(err, errNotPlain) {
 			return nil, fmt.Errorf("change at byte %d: %w", off, err)
 		}
-		c, n, err := amcheck.ParseChange(changes[off:], amcheck.Limits{ListOps: true, MaxOps: max(opsLeft-len(s.ops), 1)})
+		// Not a plain change chunk (a compressed one, say): amcheck reads
+		// it, within what is left of the budget (8 expanded bytes a
+		// predecessor).
+		c, n, err := amcheck.ParseChange(changes[off:], amcheck.Limits{ListOps: true,
+			MaxOps: max(budget-len(s.ops), 1), MaxExpandedBytes: 8 * int64(max(budget-len(s.preds), 1))})
 		if err != nil {
 			return nil, fmt.Errorf("change at byte %d: %w", off, err)
 		}
@@ -71,15 +82,22 @@ func read(changes []byte, opsLeft int) (*opSet, error) {
 	return s, nil
 }
 
-func (s *opSet) save() ([]byte, error) {
+func (s *opSet) save(ctx context.Context) ([]byte, error) {
 	s.sortActors()
+	s.sortKeys()
 	succ, succAt, err := s.successors()
 	if err != nil {
 		return nil, err
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	order, err := s.docOrder()
 	if err != nil {
 		return nil, err
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	ops := s.opColumns(order, succ, succAt)
 	chs := s.changeColumns()
@@ -239,7 +257,7 @@ func (s *opSet) docOrder() ([]int32, error) {
 			}
 			slices.SortFunc(group, func(a, b int32) int {
 				x, y := &s.ops[a], &s.ops[b]
-				if c := cmp.Compare(s.keys[x.key-1], s.keys[y.key-1]); c != 0 {
+				if c := cmp.Compare(s.keyRank[x.key-1], s.keyRank[y.key-1]); c != 0 {
 					return c
 				}
 				return s.lamport(x.id, y.id)
@@ -272,6 +290,7 @@ type lister struct {
 
 func (l *lister) list(order, group []int32) ([]int32, error) {
 	s := l.s
+	start := len(order)
 	l.elems = l.elems[:0]
 	for _, i := range group {
 		if s.ops[i].flags&flagInsert != 0 {
@@ -351,8 +370,8 @@ func (l *lister) list(order, group []int32) ([]int32, error) {
 			l.stack = append(l.stack, [2]int32{l.childAt[e], l.childAt[e+1]})
 		}
 	}
-	if len(order) == 0 && len(group) > 0 {
-		return nil, fmt.Errorf("a list's elements do not hang from its head")
+	if len(order)-start != len(group) {
+		return nil, fmt.Errorf("%d of a list's %d ops do not hang from its head", len(group)-(len(order)-start), len(group))
 	}
 	return order, nil
 }
@@ -483,10 +502,10 @@ func (s *opSet) opColumns(order []int32, succ []id, succAt []uint32) []column {
 		{specSuccActor, succActor.finish()},
 		{specSuccCtr, succCtr.finish()},
 	}
-	if s.hasMarks {
-		cols = append(cols, column{specExpand, expand.finish()}, column{specMarkName, markName.finish()})
+	if expand.any { // left out when all false, as automerge does
+		cols = append(cols, column{specExpand, expand.finish()})
 	}
-	return cols
+	return append(cols, column{specMarkName, markName.finish()})
 }
 
 // Change columns of a document.

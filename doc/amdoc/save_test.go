@@ -3,7 +3,9 @@ package amdoc
 import (
 	"bytes"
 	"compress/flate"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -181,8 +183,9 @@ func TestChangesReadInOnePassAsAmcheckReadsThem(t *testing.T) {
 	for seed := 1; seed <= 30; seed++ {
 		changes := o.Trace(t, seed, 100)
 		fast, slow := newOpSet(), newOpSet()
+		fast.budget, slow.budget = maxOps, maxOps
 		for i, c := range changes {
-			n, err := fast.addPlain(c, maxOps)
+			n, err := fast.addPlain(c)
 			if err != nil || n != len(c) {
 				t.Fatalf("seed %d, change %d: read %d of %d bytes in one pass: %v", seed, i, n, len(c), err)
 			}
@@ -199,5 +202,47 @@ func TestChangesReadInOnePassAsAmcheckReadsThem(t *testing.T) {
 			!reflect.DeepEqual(fast.keys, slow.keys) || !reflect.DeepEqual(fast.changes, slow.changes) {
 			t.Fatalf("seed %d: the two reads differ", seed)
 		}
+	}
+}
+
+// TestEdgeCasesAreAutomergesOwn saves sessions made to reach what random
+// ones rarely do: marks that never expand (automerge then leaves the
+// expand column out), marked text deleted, concurrent insertions and
+// sets by actors whose IDs prefix one another, nested objects in a list,
+// counters incremented and deleted, a change with no ops.
+func TestEdgeCasesAreAutomergesOwn(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	for name, changes := range o.Cases(t) {
+		doc, err := Save(join(changes))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diff := columnDiff(t, doc, o.Save(t, changes)); diff != "" {
+			t.Errorf("%s: the columns differ from automerge's: %s", name, diff)
+		}
+		if ok, why := o.LoadsAs(t, changes, doc); !ok {
+			t.Errorf("%s: stock automerge does not load it as the changes' document: %s", name, why)
+		}
+	}
+}
+
+// A change whose predecessors pass the save's budget is refused before
+// they are held: a run-length run names any number of them in a few
+// bytes.
+func TestPredecessorsPastTheBudgetAreRefused(t *testing.T) {
+	text := amcheck.OpID{Counter: 1}
+	first, prev := amtest.Encode(amtest.Change{Actors: [][]byte{amtest.ActorA}, Seq: 1, StartOp: 1,
+		Ops: []amtest.Op{{MapKey: true, Key: "k", Action: amcheck.MakeText}}})
+	preds := make([]amcheck.OpID, 600)
+	for i := range preds {
+		preds[i] = text
+	}
+	var ops []amtest.Op
+	for range 3 {
+		ops = append(ops, amtest.Put(amcheck.OpID{}, "k", preds...))
+	}
+	bomb, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{prev}, Actors: [][]byte{amtest.ActorA}, Seq: 2, StartOp: 2, Ops: ops})
+	if _, err := save(context.Background(), append(first, bomb...), 1000); !errors.Is(err, errTooManyOps) {
+		t.Fatalf("1,800 predecessors against a budget of 1,000: %v", err)
 	}
 }

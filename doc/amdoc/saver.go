@@ -53,17 +53,17 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 	}
 	start := time.Now()
 	defer func() { s.next = time.Now().Add(time.Duration(float64(time.Since(start)) * (1/s.share - 1))) }()
-	return safeSave(b)
+	return safeSave(ctx, b)
 }
 
 // safeSave is Save, a panic in it returned as an error: the changes were
 // checked when they were taken, so a panic is a fault of Save's own,
 // which must not take the node down with every document it serves.
-func safeSave(b []byte) (doc []byte, err error) {
+func safeSave(ctx context.Context, b []byte) (doc []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			doc, err = nil, fmt.Errorf("amdoc: saving failed: %v", p)
 		}
 	}()
-	return Save(b)
+	return save(ctx, b, maxOps)
 }

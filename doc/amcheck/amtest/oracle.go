@@ -108,6 +108,24 @@ func (o *Oracle) Applies(t testing.TB, base, changes [][]byte) (bool, string) {
 	return res.OK, res.Err
 }
 
+// Cases returns small editing sessions, by name, made to reach what
+// random ones rarely do (see oracle.mjs).
+func (o *Oracle) Cases(t testing.TB) map[string][][]byte {
+	var res struct{ Cases map[string][]string }
+	o.Call(t, map[string]any{"op": "cases"}, &res)
+	out := make(map[string][][]byte, len(res.Cases))
+	for name, cs := range res.Cases {
+		for _, s := range cs {
+			b, err := base64.StdEncoding.DecodeString(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[name] = append(out[name], b)
+		}
+	}
+	return out
+}
+
 // Save returns the document the changes make, as stock automerge saves
 // it.
 func (o *Oracle) Save(t testing.TB, changes [][]byte) []byte {

@@ -8,6 +8,9 @@
 //   {"op":"order","seed":n,"steps":n} → {"changes":[b64...],"cursors":[...]}:
 //        the session of "trace", and the text's characters in order, each
 //        as the op that inserted it ("<counter>@<actor hex>").
+//   {"op":"cases"} → {"cases":{name:[b64...]}}: small sessions made to
+//        reach what random ones rarely do (marks that never expand,
+//        concurrent insertions by actors whose IDs prefix each other).
 //   {"op":"save","changes":[b64...]} → {"doc":b64}: the document the
 //        changes make, as automerge saves it.
 //   {"op":"load","changes":[b64...],"doc":b64} → {"ok":true} if automerge
@@ -134,6 +137,31 @@ function apply(base, changes) {
   return { ok: true }
 }
 
+function cases() {
+  const out = {}
+  let d = A.change(A.init({ actor: '0a' }), (x) => { x.t = 'one two three' })
+  d = A.change(d, (x) => { A.mark(x, ['t'], { start: 0, end: 3, expand: 'none' }, 'em', true) })
+  out.markNeverExpands = A.getAllChanges(d)
+  d = A.change(d, (x) => { A.splice(x, ['t'], 0, 8, '') })
+  out.markedTextDeleted = A.getAllChanges(d)
+  const base = A.change(A.init({ actor: '5c' }), (x) => { x.l = []; x.t = ''; x.m = {} })
+  let all = null
+  for (const [i, id] of ['5c', '5c00', '5c0000', '5d', '5bff'].entries()) {
+    const e = A.change(A.clone(base, { actor: id }), (x) => {
+      x.l.insertAt(0, i); A.splice(x, ['t'], 0, 0, 'x' + i); x.m.k = i
+    })
+    all = all ? A.merge(all, e) : e
+  }
+  all = A.change(all, (x) => { x.l.insertAt(2, { n: [1, { deep: 'y' }] }); x.l[0] = 'over'; x.l.deleteAt(1) })
+  out.prefixActors = A.getAllChanges(all)
+  let c = A.change(A.init({ actor: '7e' }), (x) => { x.l = [new A.Counter(1)]; x.c = new A.Counter(0) })
+  c = A.change(c, (x) => { x.l[0].increment(3); x.c.increment(-2) })
+  c = A.change(c, (x) => { delete x.c; x.l.deleteAt(0) })
+  out.countersDeleted = A.getAllChanges(c)
+  out.emptyChange = A.getAllChanges(A.emptyChange(A.change(A.init({ actor: '01' }), (x) => { x.a = 1 }), 'nothing'))
+  return out
+}
+
 function loadAs(changes, doc) {
   try {
     const [want] = A.applyChanges(A.init(), changes)
@@ -165,6 +193,7 @@ rl.on('line', (line) => {
     for (let i = 0; i < d.text.length; i++) cursors.push(A.getCursor(d, ['text'], i))
     res = { changes: changes.map(b64), cursors }
   }
+  else if (req.op === 'cases') res = { cases: Object.fromEntries(Object.entries(cases()).map(([k, v]) => [k, v.map(b64)])) }
   else if (req.op === 'save') res = { doc: b64(A.save(A.applyChanges(A.init(), req.changes.map(unb64))[0])) }
   else if (req.op === 'load') res = loadAs(req.changes.map(unb64), unb64(req.doc))
   else res = apply(req.base.map(unb64), req.changes.map(unb64))
