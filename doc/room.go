@@ -64,7 +64,9 @@ type room struct {
 	// way; the log's bytes when the last was taken; the last is not yet
 	// stored.
 	saving, savedDirty bool
-	saveTried          int64
+	saveTried          int64       // the log's bytes when its last save took them
+	savedBytes         int64       // the bytes of the changes the saved document holds
+	waitTimer          bool        // a deadline for the readers waiting for a save is set
 	quiet              *time.Timer // saves once the document goes quiet; nil until needed
 	quietDue           bool        // quiet is set to go off
 
@@ -118,6 +120,9 @@ type member struct {
 	// saveWait is where the bare peer stands with the save it may wait
 	// for before it is sent the document (saved.go: waitForSave).
 	saveWait uint8
+	// early is set while the request of a peer sent the stored save
+	// before the load (saved.go) is yet to come through: it is answered.
+	early bool
 }
 
 func newRoom(id string) *room {
@@ -183,7 +188,7 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub, early *earlyRead
 	}
 	if sentEarly {
 		m := r.join(h, early.peer, early.readOnly)
-		m.bare, m.whole = true, true // its request is answered
+		m.bare, m.whole, m.early = true, true, true // its request is answered
 		h.readersEarly.Inc()
 	}
 	r.maybeSave(h, true)
@@ -241,7 +246,11 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return errEvicted
 	}
 	if m := r.members[p.ID()]; m != nil && m.peer == p && m.repeats(sm) {
-		h.repeats.Inc()
+		if m.early {
+			m.early = false // its own request, answered before the load
+		} else {
+			h.repeats.Inc()
+		}
 		return nil // the whole document is on its way to it
 	}
 	if err := amsync.CheckHeads(r.log, sm.msg); err != nil {

@@ -60,11 +60,17 @@ const savedGrowShare = 8
 // for a save instead: automerge 3 takes in a change several times slower
 // than the same change in a saved document, and a save costs the node
 // less than the reader's automerge saves. So a peer that has nothing and
-// reads a saved document (State.Joins) while the log holds more than a
-// sixteenth of its changes past its save waits for the save under way,
-// or one made for it, then is sent what there is: at most one save, so a
-// document written without pause is still sent to it.
-const savedReaderShare = 16
+// reads a saved document (State.Joins) while more than a sixteenth of the
+// log's bytes are past its save waits for the save under way, or one
+// made for it if the log has grown since the last was tried (a save that
+// failed is not tried again for each reader), then is sent what there
+// is: at most one save, so a document written without pause is still
+// sent to it, and for at most savedReaderWait, so a saver busy with
+// other documents does not hold it.
+const (
+	savedReaderShare = 16
+	savedReaderWait  = 2 * time.Second
+)
 
 // Where a member stands with the save it may wait for.
 const (
@@ -83,13 +89,25 @@ func (r *room) waitForSave(h *Hub, m *member) bool {
 		h.cfg.SaveDocument == nil || r.evicted || !r.savable():
 		return false
 	}
-	if n, _ := r.log.Saved(); r.log.Len()-n <= r.log.Len()/savedReaderShare {
+	size := r.log.Bytes()
+	if size-r.savedBytes <= size/savedReaderShare || (!r.saving && size <= r.saveTried) {
 		return false
 	}
 	m.saveWait = saveWaiting
 	h.readersWaited.Inc()
 	if !r.saving {
 		r.save(h)
+	}
+	if !r.waitTimer {
+		r.waitTimer = true
+		h.goAfter(savedReaderWait, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.waitTimer = false
+			if !r.evicted {
+				r.answerWaiting(h) // those the save has not answered yet
+			}
+		})
 	}
 	return true
 }
@@ -216,10 +234,18 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 }
 
 // savable reports whether the document is one to save: large enough to
-// be worth it. The caller holds r.mu.
+// be worth it, and with op counters below savedMaxOp. The caller holds
+// r.mu.
 func (r *room) savable() bool {
-	return r.log.Len() >= savedMinChanges || r.log.Bytes() >= savedMinBytes
+	return r.guard.MaxOp() < savedMaxOp && (r.log.Len() >= savedMinChanges || r.log.Bytes() >= savedMinBytes)
 }
+
+// savedMaxOp: automerge 3.5 does not load a saved document whose op
+// counters reach this ("out of memory" inflating its ops), though it
+// takes the same changes one by one. The guard has a change's ops start
+// right after its past's, so only a document of that many ops reaches it
+// (the default budget pays for 16 M).
+const savedMaxOp = 1 << 25
 
 // savedQuietShare: a document that goes quiet is saved again if more than
 // this share of its bytes came since its last save (1/savedQuietShare).
@@ -313,6 +339,7 @@ func (r *room) save(h *Hub) {
 			return
 		}
 		h.saves.Inc()
+		r.savedBytes = r.saveTried
 		r.savedDirty = true
 		h.markDirty(r) // stored with the next write
 		r.answerWaiting(h)
@@ -340,5 +367,6 @@ func (r *room) takeStoredSaved(saved []byte) {
 		for i := range n + 1 {
 			r.saveTried += int64(r.log.ChangeLen(i)) // the next save when the log has grown past it
 		}
+		r.savedBytes = r.saveTried
 	}
 }

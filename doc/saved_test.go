@@ -640,3 +640,35 @@ func TestAStoredSaveThatLagsIsNotSentBeforeTheLoad(t *testing.T) {
 		t.Fatalf("%v readers counted as sent early", got)
 	}
 }
+
+// A reader waits for a save savedReaderWait at most: a saver busy with
+// other documents does not hold it. Then it is sent what there is.
+func TestAReaderWaitsForASaveNoLongerThanItsDeadline(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h := newTestHub(t, storedTyping(t, savedMinChanges+500), Config{SaveQuiet: time.Hour, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("no save today")
+	}})
+	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	p := &fakePeer{id: "reader", told: make(chan struct{}, 1)}
+	start := time.Now()
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.told:
+	case <-time.After(savedReaderWait + 10*time.Second):
+		t.Fatal("the reader was not answered while the save it waited for did not come")
+	}
+	if waited := time.Since(start); waited < savedReaderWait {
+		t.Fatalf("answered after %v, before its deadline", waited)
+	}
+	m, err := amsync.Decode(p.takeSyncs()[0])
+	if err != nil || len(m.Changes) == 0 {
+		t.Fatalf("the reader was not sent the document's changes (%v)", err)
+	}
+}

@@ -22,9 +22,10 @@ type actorClock struct {
 // mutex guards it.
 type Ledger struct {
 	actors  map[string]actorClock
-	ops     int64 // operations taken
-	changes int64 // changes taken
-	bytes   int64 // what the changes taken cost (cost)
+	ops     int64  // operations taken
+	maxOp   uint64 // the highest op counter taken
+	changes int64  // changes taken
+	bytes   int64  // what the changes taken cost (cost)
 	// queued are the changes that wait for a dependency (waiting.go):
 	// fromPeers of them sent by local peers, the rest stored ones.
 	queued    map[[32]byte]Change
@@ -60,6 +61,9 @@ func (l *Ledger) Actors() int { return len(l.actors) }
 // Ops counts the operations of the changes taken.
 func (l *Ledger) Ops() int64 { return l.ops }
 
+// MaxOp returns the highest op counter of the changes taken.
+func (l *Ledger) MaxOp() uint64 { return l.maxOp }
+
 func (l *Ledger) index() *refIndex {
 	if l.refs == nil {
 		l.refs = newBaseIndex(l.log)
@@ -79,6 +83,7 @@ func (l *Ledger) Record(changes []Change) {
 		ac.seq = max(ac.seq, c.Seq)
 		if c.Ops > 0 {
 			ac.maxOp = max(ac.maxOp, c.StartOp+uint64(c.Ops)-1)
+			l.maxOp = max(l.maxOp, ac.maxOp)
 		}
 		l.actors[a] = ac
 		l.ops += int64(c.Ops)

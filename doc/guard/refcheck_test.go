@@ -143,6 +143,18 @@ func TestForgedReferencesAreRefused(t *testing.T) {
 			return c
 		}(),
 		"an overwrite of a mark": byB(baseHash, markStart, markEnd, amtest.Op{Obj: text, Elem: amtest.ID(9, 0), Action: amcheck.Put, Value: amcheck.ValueTrue, Preds: []amcheck.OpID{amtest.ID(9, 0)}}),
+		// automerge takes these, but a document saved with the second
+		// does not load in it (its op counters reach 2^25).
+		"ops starting one past the last op of their past": func() []byte {
+			c, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{baseHash}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 1, StartOp: 10,
+				Ops: []amtest.Op{amtest.Put(m, "z")}})
+			return c
+		}(),
+		"ops starting at 2^25": func() []byte {
+			c, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{baseHash}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 1, StartOp: 1 << 25,
+				Ops: []amtest.Op{amtest.Put(m, "z")}})
+			return c
+		}(),
 	}
 	for name, c := range forged {
 		var l Ledger
