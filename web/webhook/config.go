@@ -49,8 +49,9 @@ type Config struct {
 	// MaxBacklog bounds the deliveries waiting for one endpoint (queued,
 	// being retried); default 100,000. Past it, a new event is not queued
 	// for that endpoint: dropped, counted under reason "backlog". The
-	// count is read every BacklogEvery (default 5s), so each node may add
-	// what it queues within one period on top.
+	// count is read every BacklogEvery (default 5s) and estimated between
+	// reads (what this node queued, less what it delivered), so each node
+	// may add what other nodes' deliveries free within one period on top.
 	MaxBacklog   int
 	BacklogEvery time.Duration
 	// MaxPendingDocuments bounds the documents this node holds changes of

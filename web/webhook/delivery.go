@@ -75,10 +75,12 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[deliveryArgs])
 	err := h.post(ctx, ep, job.Args.ID, []byte(job.Args.Body))
 	if err == nil {
 		h.m.deliveries.WithLabelValues(ep.key, "ok").Inc()
+		h.release(ep)
 		return nil
 	}
 	if time.Since(job.CreatedAt) >= h.cfg.RetryFor {
 		h.m.deliveries.WithLabelValues(ep.key, "expired").Inc()
+		h.release(ep)
 		h.log.Error("webhook: giving up a delivery", "endpoint", ep.url, "event", job.Args.ID, "type", job.Args.Type,
 			"attempts", job.Attempt, "err", err)
 		return river.JobCancel(fmt.Errorf("%w after %d attempts: %w", ErrExpired, job.Attempt, err))

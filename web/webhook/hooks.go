@@ -207,6 +207,20 @@ func (h *Hooks) room(ep *endpoint) bool {
 	return true
 }
 
+// release gives back a place in ep's backlog: a delivery of it is done
+// (delivered, given up or cancelled). The count read next replaces what
+// this estimates.
+func (h *Hooks) release(ep *endpoint) {
+	h.bmu.Lock()
+	defer h.bmu.Unlock()
+	switch {
+	case h.added[ep.key] > 0:
+		h.added[ep.key]--
+	case h.depth[ep.key] > 0:
+		h.depth[ep.key]--
+	}
+}
+
 // countBacklog reads how many deliveries wait for each endpoint.
 func (h *Hooks) countBacklog(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
