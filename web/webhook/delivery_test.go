@@ -46,8 +46,8 @@ type receiver struct {
 	t      testing.TB
 	key    []byte
 	mu     sync.Mutex
-	down   bool            // answers 503 while true
-	got    map[string]int  // deliveries accepted, by webhook-id
+	down   bool           // answers 503 while true
+	got    map[string]int // deliveries accepted, by webhook-id
 	bodies map[string]string
 	calls  atomic.Int64
 }
