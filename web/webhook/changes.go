@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // document.changed across a cluster. Each node notes its own peers'
@@ -29,41 +30,79 @@ type docChange struct {
 	heads          [][32]byte
 	first, last    time.Time
 	created        bool
+	cost           int // charged to Hooks.pendingBytes
 }
+
+// The bytes a pending entry is charged: what its map entry, strings and
+// slices take, roughly, and never less.
+const (
+	docCost  = 256
+	userCost = 64
+	headCost = 32
+	peerCost = 32
+)
 
 // noteChange notes that a local peer changed a document, which now has
 // these heads. It is called under the room's locks: it only updates a
-// map, or drops the change (counted) past MaxPendingDocuments.
+// map, or drops the change (counted) past MaxPendingDocuments or
+// MaxPendingBytes.
 func (h *Hooks) noteChange(docID string, user string, by interface{ ID() string }, heads [][32]byte, created bool) {
 	if !h.sends[DocumentChanged] && !(created && h.sends[DocumentCreated]) {
 		return
 	}
+	user = clip(user, MaxUserID)
+	heads = heads[:min(len(heads), MaxHeads+1)]
 	now := h.cfg.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.pending[docID]
 	if c == nil {
-		if len(h.pending) >= h.cfg.MaxPendingDocuments {
-			h.m.dropped.WithLabelValues("documents").Inc()
+		cost := docCost + len(docID) // the heads are charged below
+		if len(h.pending) >= h.cfg.MaxPendingDocuments || h.pendingBytes+cost+headCost*len(heads) > h.cfg.MaxPendingBytes {
+			h.m.dropped.WithLabelValues("pending").Inc()
 			return
 		}
-		c = &docChange{users: map[string]bool{}, first: now}
+		c = &docChange{users: map[string]bool{}, first: now, cost: cost}
 		h.pending[docID] = c
+		h.pendingBytes += cost
 		h.m.pending.Set(float64(len(h.pending)))
 	}
 	c.last = now
 	c.created = c.created || created
-	c.heads = append(c.heads[:0], heads[:min(len(heads), MaxHeads+1)]...)
+	if d := headCost * (len(heads) - len(c.heads)); d <= 0 || h.pendingBytes+d <= h.cfg.MaxPendingBytes {
+		c.heads = append(c.heads[:0], heads...)
+		c.cost += d
+		h.pendingBytes += d
+	} else {
+		h.m.dropped.WithLabelValues("pending").Inc() // the heads stay those of the change before
+	}
 	switch {
 	case user != "":
-		c.addUser(user)
-	case by != nil && h.cfg.Author != nil && len(c.unnamed) < MaxUsers:
+		if c.users[user] {
+			return
+		}
+		if len(c.users) >= MaxUsers {
+			c.usersTruncated = true
+			return
+		}
+		if h.pendingBytes+userCost+len(user) > h.cfg.MaxPendingBytes {
+			c.usersTruncated = true
+			h.m.dropped.WithLabelValues("pending").Inc()
+			return
+		}
+		c.users[user] = true
+		c.cost += userCost + len(user)
+		h.pendingBytes += userCost + len(user)
+	case by != nil && h.cfg.Author != nil && len(c.unnamed) < MaxUsers && h.pendingBytes+peerCost <= h.cfg.MaxPendingBytes:
 		if !slices.Contains(c.unnamed, by) {
 			c.unnamed = append(c.unnamed, by)
+			c.cost += peerCost
+			h.pendingBytes += peerCost
 		}
 	}
 }
 
+// addUser adds a user to an entry taken out of pending (flush).
 func (c *docChange) addUser(u string) {
 	if c.users[u] {
 		return
@@ -73,6 +112,17 @@ func (c *docChange) addUser(u string) {
 		return
 	}
 	c.users[u] = true
+}
+
+// clip cuts s to at most n bytes, at a character's start.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // flush writes what this node holds to the windows, in one transaction;
@@ -85,12 +135,13 @@ func (h *Hooks) flush(ctx context.Context) {
 		return
 	}
 	h.pending = map[string]*docChange{}
+	h.pendingBytes = 0
 	h.m.pending.Set(0)
 	h.mu.Unlock()
 	for id, c := range batch {
 		for _, p := range c.unnamed {
 			if u, _ := h.cfg.Author(id, p); u != "" {
-				c.addUser(u)
+				c.addUser(clip(u, MaxUserID))
 			}
 		}
 		c.unnamed = nil
@@ -105,20 +156,29 @@ func (h *Hooks) flush(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for id, c := range batch {
+		c.cost = docCost + len(id) + headCost*len(c.heads)
+		for u := range c.users {
+			c.cost += userCost + len(u)
+		}
 		if n := h.pending[id]; n != nil { // newer changes came meanwhile
 			n.first = c.first
 			n.created = n.created || c.created
 			for u := range c.users {
-				n.addUser(u)
+				if !n.users[u] && h.pendingBytes+userCost+len(u) <= h.cfg.MaxPendingBytes {
+					n.addUser(u)
+					h.pendingBytes += userCost + len(u)
+					n.cost += userCost + len(u)
+				}
 			}
 			n.usersTruncated = n.usersTruncated || c.usersTruncated
 			continue
 		}
-		if len(h.pending) >= h.cfg.MaxPendingDocuments {
-			h.m.dropped.WithLabelValues("documents").Inc()
+		if len(h.pending) >= h.cfg.MaxPendingDocuments || h.pendingBytes+c.cost > h.cfg.MaxPendingBytes {
+			h.m.dropped.WithLabelValues("pending").Inc()
 			continue
 		}
 		h.pending[id] = c
+		h.pendingBytes += c.cost
 	}
 	h.m.pending.Set(float64(len(h.pending)))
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -162,8 +164,8 @@ func TestPendingChangesAreBoundedInDocuments(t *testing.T) {
 	if n := len(h.pending); n != 3 {
 		t.Fatalf("%d documents pending, want the bound 3", n)
 	}
-	if got := testutil.ToFloat64(h.m.dropped.WithLabelValues("documents")); got != 200 {
-		t.Fatalf("dropped{documents} = %v, want the 200 changes of the two documents past the bound", got)
+	if got := testutil.ToFloat64(h.m.dropped.WithLabelValues("pending")); got != 200 {
+		t.Fatalf("dropped{pending} = %v, want the 200 changes of the two documents past the bound", got)
 	}
 	for range 200 {
 		h.noteChange("doc0", fmt.Sprintf("user%d", len(h.pending["doc0"].users)), testPeer("p"), [][32]byte{head(1)}, false)
@@ -175,5 +177,81 @@ func TestPendingChangesAreBoundedInDocuments(t *testing.T) {
 	h.noteChange("doc0", "ana", testPeer("p"), many, false)
 	if n := len(h.pending["doc0"].heads); n != MaxHeads+1 {
 		t.Fatalf("a document pending holds %d heads, want MaxHeads+1 (the mark of more)", n)
+	}
+}
+
+// What one node holds of pending changes is bounded in bytes too: long
+// user ids and many heads are charged, and past the bound a change is
+// dropped, counted, and the charge never passes it.
+func TestPendingChangesAreBoundedInBytes(t *testing.T) {
+	open, _ := sqliteBackend.open(t)
+	c, q := newClock(), &captured{}
+	const budget = 64 << 10
+	h := newHooks(t, open(), false, q, Config{Now: c.Now, MaxPendingBytes: budget})
+	long := strings.Repeat("x", 10_000)
+	many := make([][32]byte, 1000)
+	for i := range 500 {
+		h.noteChange(fmt.Sprintf("doc%d", i%50), fmt.Sprintf("%s%d", long, i), testPeer("p"), many, false)
+		if h.pendingBytes > budget {
+			t.Fatalf("pending charged %d bytes, over the bound %d", h.pendingBytes, budget)
+		}
+	}
+	if got := testutil.ToFloat64(h.m.dropped.WithLabelValues("pending")); got == 0 {
+		t.Fatal("nothing dropped at the bound")
+	}
+	sum := 0
+	for id, d := range h.pending {
+		want := docCost + len(id) + headCost*len(d.heads)
+		for u := range d.users {
+			if len(u) > MaxUserID {
+				t.Fatalf("a user id of %d bytes held, over MaxUserID", len(u))
+			}
+			want += userCost + len(u)
+		}
+		if d.cost != want {
+			t.Fatalf("%s charged %d, holds %d", id, d.cost, want)
+		}
+		sum += d.cost
+	}
+	if sum != h.pendingBytes {
+		t.Fatalf("entries charged %d in all, the total says %d", sum, h.pendingBytes)
+	}
+	h.flush(context.Background())
+	if h.pendingBytes != 0 || len(h.pending) != 0 {
+		t.Fatalf("%d bytes, %d documents pending after a flush", h.pendingBytes, len(h.pending))
+	}
+}
+
+// The largest document.changed a node can be made to send: MaxUsers
+// users of MaxUserID bytes, MaxHeads heads.
+func TestADocumentChangedIsBoundedWhateverItsEditors(t *testing.T) {
+	open, _ := sqliteBackend.open(t)
+	c, q := newClock(), &captured{}
+	h := newHooks(t, open(), false, q, Config{Now: c.Now})
+	long := strings.Repeat("é", 10_000) // cut at a character's start
+	many := make([][32]byte, 1000)
+	for i := range many {
+		many[i] = [32]byte{byte(i), byte(i >> 8)}
+	}
+	for i := range 300 {
+		h.noteChange("docBig", fmt.Sprintf("%d%s", i, long), testPeer("p"), many, false)
+	}
+	h.flush(context.Background())
+	sweepAt(h, c, time.Minute)
+	q.mu.Lock()
+	body := q.jobs[0].Body
+	q.mu.Unlock()
+	const bound = MaxUsers*(MaxUserID+3) + MaxHeads*67 + 512
+	if len(body) > bound {
+		t.Fatalf("a document.changed of %d bytes, over %d", len(body), bound)
+	}
+	d := decode(t, body).Data.(*DocumentChangedData)
+	if len(d.Users) != MaxUsers || !d.UsersTruncated || len(d.Heads) != MaxHeads || !d.HeadsTruncated {
+		t.Fatalf("%d users (truncated %v), %d heads (truncated %v)", len(d.Users), d.UsersTruncated, len(d.Heads), d.HeadsTruncated)
+	}
+	for _, u := range d.Users {
+		if !utf8.ValidString(u) || len(u) > MaxUserID {
+			t.Fatalf("a user id of %d bytes, valid UTF-8 %v", len(u), utf8.ValidString(u))
+		}
 	}
 }

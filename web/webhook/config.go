@@ -54,11 +54,14 @@ type Config struct {
 	// may add what other nodes' deliveries free within one period on top.
 	MaxBacklog   int
 	BacklogEvery time.Duration
-	// MaxPendingDocuments bounds the documents this node holds changes of
-	// before it writes them to their windows (every FlushEvery, default
-	// 250ms); default 10,000. A change of one more is dropped, counted
-	// under reason "documents".
+	// MaxPendingDocuments and MaxPendingBytes bound the changes this node
+	// holds before it writes them to their windows (every FlushEvery,
+	// default 250ms): the documents (default 10,000) and the bytes their
+	// entries take, user ids and heads counted (default 8 MiB). A change
+	// past either is dropped, or for a document already held its user,
+	// counted under reason "pending".
 	MaxPendingDocuments int
+	MaxPendingBytes     int
 	FlushEvery          time.Duration
 	// MaxHandoff bounds the presence intervals waiting to be turned into
 	// events; default 65,536. A recorder batch past it is dropped, counted
@@ -88,6 +91,9 @@ const (
 	// MaxHeads bounds the heads one document.changed names; past it the
 	// payload says headsTruncated.
 	MaxHeads = 64
+	// MaxUserID is the most of a user id an event names (as presence
+	// history keeps it): a longer one is cut at a character's start.
+	MaxUserID = 256
 	// maxResponseBytes is what is read of an endpoint's answer.
 	maxResponseBytes = 64 << 10
 )
@@ -125,6 +131,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxPendingDocuments <= 0 {
 		c.MaxPendingDocuments = 10_000
+	}
+	if c.MaxPendingBytes <= 0 {
+		c.MaxPendingBytes = 8 << 20
 	}
 	if c.FlushEvery <= 0 {
 		c.FlushEvery = 250 * time.Millisecond

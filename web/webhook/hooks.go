@@ -36,8 +36,9 @@ type Hooks struct {
 	queue  atomic.Pointer[Queue] // set by UseQueue, before Run
 	handed chan presenceItem     // the recorder's batches, waiting (Tee)
 
-	mu      sync.Mutex // guards pending
-	pending map[string]*docChange
+	mu           sync.Mutex // guards pending and pendingBytes
+	pending      map[string]*docChange
+	pendingBytes int // what pending's entries are charged (docChange.cost)
 
 	handoff atomic.Int64 // intervals in handed
 

@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"endpoint"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_webhook_dropped_total",
-			Help: "Webhook events or their sources dropped at a bound, by reason (backlog: an endpoint's queue is full; documents: too many documents with changes pending; presence: the presence hand-off is full).",
+			Help: "Webhook events or their sources dropped at a bound, by reason (backlog: an endpoint's queue is full; pending: the changes held before they are written are at their bound, in documents or bytes; presence: the presence hand-off is full).",
 		}, []string{"reason"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tandem_webhook_queue_depth", Help: "Webhook deliveries waiting in the queue (new or to be retried), by endpoint, across the cluster.",
