@@ -5,7 +5,7 @@
 // over a real Redis and PostgreSQL tell one edit of both once.
 import { test } from "node:test"
 import assert from "node:assert/strict"
-import { createHmac, randomBytes, randomUUID } from "node:crypto"
+import { createHash, createHmac, randomBytes, randomUUID } from "node:crypto"
 import { createServer } from "node:http"
 import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
@@ -57,6 +57,10 @@ async function receiver(t, secret) {
   defer(t, () => new Promise(ok => srv.close(ok)))
   r.url = `http://127.0.0.1:${srv.address().port}/hooks`
   r.ofType = type => [...r.events.values()].filter(e => e.type === type)
+  // The deliveries to this endpoint not yet done, in a cluster's
+  // PostgreSQL: its River queue is named by its URL's hash.
+  r.waiting = () => psql(`SELECT COUNT(*) FROM river_job WHERE queue = 'tandem_webhook_${
+    createHash("sha256").update(r.url).digest("hex").slice(0, 12)}' AND state <> 'completed'`)
   return r
 }
 
@@ -134,10 +138,47 @@ test("one edit on two nodes within the debounce is one document.changed", async 
   // Nothing more to come: no window open for the document, no delivery
   // waiting.
   await until("the windows closed and the deliveries done", () =>
-    psql(`SELECT COUNT(*) FROM tandem_webhook_windows WHERE document = '${doc}'`) === "0" &&
-    psql(`SELECT COUNT(*) FROM river_job WHERE kind = 'tandem_webhook_delivery' AND state <> 'completed'`) === "0", 20000)
+    psql(`SELECT COUNT(*) FROM tandem_webhook_windows WHERE document = '${doc}'`) === "0" && hooks.waiting() === "0", 20000)
   const first = hooks.ofType("document.changed").filter(e => e.data.documentId === doc)
   assert.equal(first.length, 1, JSON.stringify(first))
   assert.deepEqual(first[0].data.users, [user("ana"), user("bo")].sort())
+  assert.equal(hooks.bad, 0)
+})
+
+test("a user's tabs on two nodes enter once and leave once", async t => {
+  const secret = "whsec_" + randomBytes(32).toString("base64")
+  const hooks = await receiver(t, secret)
+  const redis = await startRedis(t)
+  const args = ["--redis-url", redis.url, "--postgres-url", postgresURL, "--auth-secret", authSecret,
+    "--webhook-url", hooks.url, "--webhook-secret", secret, "--webhook-events", "presence.entered,presence.left"]
+  const n1 = await start(t, { args: [...args, "--node-id", "p1"] })
+  const n2 = await start(t, { args: [...args, "--node-id", "p2"] })
+  const cy = user("cy")
+  const tab = async (node, handleUrl) => {
+    const repo = await connected(client(t, `${node.url}?token=${token({ sub: cy })}`))
+    const handle = handleUrl ? await repo.find(handleUrl) : repo.create({ text: "" })
+    const presence = new Presence({ handle })
+    presence.start({ initialState: { user: { id: cy } } })
+    defer(t, () => presence.running && presence.stop())
+    return { repo, handle, presence }
+  }
+  const rows = doc => psql(`SELECT COUNT(*) FROM tandem_webhook_present WHERE doc = '${doc}' AND user_id = '${cy}'`)
+  const one = await tab(n1)
+  const doc = one.handle.documentId
+  const two = await tab(n2, one.handle.url)
+  await until("both tabs mirrored", () => rows(doc) === "2", 20000)
+  await until("presence.entered", () => hooks.ofType("presence.entered").length > 0, 20000)
+  one.presence.stop()
+  one.repo.close()
+  // The tab's end is applied, in the transaction that would have made
+  // presence.left: the other tab stays, so none is made.
+  await until("the first tab's end mirrored", () => rows(doc) === "1", 20000)
+  two.presence.stop()
+  two.repo.close()
+  await until("presence.left", () => hooks.ofType("presence.left").length > 0, 20000)
+  await until("the deliveries done", () => hooks.waiting() === "0", 20000)
+  const of = type => hooks.ofType(type).filter(e => e.data.documentId === doc).map(e => e.data.userId)
+  assert.deepEqual(of("presence.entered"), [cy])
+  assert.deepEqual(of("presence.left"), [cy])
   assert.equal(hooks.bad, 0)
 })
