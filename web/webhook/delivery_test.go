@@ -253,3 +253,30 @@ func TestNewRefusesWhatItCannotSend(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint that never answers costs a delivery its Timeout, then the
+// attempt fails and is retried.
+func TestAnEndpointThatNeverAnswersTimesOut(t *testing.T) {
+	open, pg := sqliteBackend.open(t)
+	var calls atomic.Int64
+	release := make(chan struct{})
+	never := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, req.Body) // then the server notices the client hang up
+		select {
+		case <-req.Context().Done(): // the client gave up
+		case <-release:
+		}
+	}))
+	t.Cleanup(never.Close)
+	t.Cleanup(func() { close(release) })
+	n := startNode(t, open(), pg, Config{Endpoints: []string{never.URL}, Timeout: 200 * time.Millisecond, MinBackoff: 50 * time.Millisecond})
+	queueStatuses(t, n.Hooks, 1)
+	ep := n.eps[0].key
+	testenv.WaitFor(t, "two attempts timed out", func() bool {
+		return testutil.ToFloat64(n.m.deliveries.WithLabelValues(ep, "failed")) >= 2
+	})
+	if c := calls.Load(); c < 2 {
+		t.Fatalf("%d requests for two failed attempts", c)
+	}
+}
