@@ -3,8 +3,8 @@ package webhook
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tandemhq/tandem/awareness"
@@ -188,49 +188,80 @@ func (h *Hooks) applyIntervals(ctx context.Context, tx *sql.Tx, opened []awarene
 			at[k] = t
 		}
 	}
-	type end struct {
-		run, seq int64
-	}
-	var ends []end
+	// The ends' keys, a run's seqs at a time (a batch is one run's).
+	ends := map[int64][]any{} // run → seqs mirrored here
+	seqs := map[int64][]any{}
+	endAt := map[[2]int64]time.Time{}
 	for _, e := range closed {
-		var k presenceKey
-		err := tx.QueryRowContext(ctx, s.q(`SELECT doc, user_id FROM tandem_webhook_present WHERE run = ? AND seq = ?`), e.Run, e.Seq).
-			Scan(&k.doc, &k.user)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue // never mirrored (dropped), or ended already
-		}
-		if err != nil {
-			return nil, err
-		}
-		note(k, e.To)
-		ends = append(ends, end{e.Run, e.Seq})
+		seqs[e.Run] = append(seqs[e.Run], e.Seq)
+		endAt[[2]int64{e.Run, e.Seq}] = e.To
 	}
+	for run, all := range seqs {
+		for chunk := range slices.Chunk(all, sqlChunk) {
+			rows, err := tx.QueryContext(ctx, s.q(`SELECT seq, doc, user_id FROM tandem_webhook_present WHERE run = ? AND seq IN (`+marks(len(chunk))+`)`),
+				append([]any{run}, chunk...)...)
+			if err != nil {
+				return nil, err
+			}
+			for rows.Next() {
+				var seq int64
+				var k presenceKey
+				if err := rows.Scan(&seq, &k.doc, &k.user); err != nil {
+					rows.Close()
+					return nil, err
+				}
+				note(k, endAt[[2]int64{run, seq}])
+				ends[run] = append(ends[run], seq)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Opened and ended within one batch: shorter than a read, not told.
+	var open []awareness.HistoryInterval
+	runs := map[int64]int64{} // run → its earliest interval here
 	for _, iv := range opened {
 		if !iv.To.IsZero() {
-			continue // opened and ended within one batch: shorter than a read
+			continue
 		}
+		open = append(open, iv)
 		note(presenceKey{iv.Doc, iv.User}, iv.From)
+		if f, ok := runs[iv.Run]; !ok || iv.From.UnixMilli() < f {
+			runs[iv.Run] = iv.From.UnixMilli()
+		}
 	}
 	before, err := h.states(ctx, tx, keys)
 	if err != nil {
 		return nil, err
 	}
-	for _, iv := range opened {
-		if !iv.To.IsZero() {
-			continue
+	for chunk := range slices.Chunk(open, sqlChunk/6) {
+		args := make([]any, 0, 6*len(chunk))
+		values := make([]string, len(chunk))
+		for i, iv := range chunk {
+			values[i] = "(?, ?, ?, ?, ?, ?)"
+			args = append(args, iv.Run, iv.Seq, iv.Doc, iv.User, iv.Name, string(iv.Status))
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_present (run, seq, doc, user_id, name, status)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), iv.Run, iv.Seq, iv.Doc, iv.User, iv.Name, string(iv.Status)); err != nil {
-			return nil, err
-		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_runs (run, node, beat_ms) VALUES (?, '', ?) ON CONFLICT DO NOTHING`),
-			iv.Run, iv.From.UnixMilli()); err != nil {
+			VALUES `+strings.Join(values, ", ")+` ON CONFLICT DO NOTHING`), args...); err != nil {
 			return nil, err
 		}
 	}
-	for _, e := range ends {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_webhook_present WHERE run = ? AND seq = ?`), e.run, e.seq); err != nil {
+	// A run is known by its intervals too, in case its beats were
+	// dropped: its rows can then still be ended when it dies.
+	for run, from := range runs {
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_runs (run, node, beat_ms) VALUES (?, '', ?) ON CONFLICT DO NOTHING`),
+			run, from); err != nil {
 			return nil, err
+		}
+	}
+	for run, all := range ends {
+		for chunk := range slices.Chunk(all, sqlChunk) {
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_webhook_present WHERE run = ? AND seq IN (`+marks(len(chunk))+`)`),
+				append([]any{run}, chunk...)...); err != nil {
+				return nil, err
+			}
 		}
 	}
 	after, err := h.states(ctx, tx, keys)
@@ -240,20 +271,41 @@ func (h *Hooks) applyIntervals(ctx context.Context, tx *sql.Tx, opened []awarene
 	return h.presenceEvents(ctx, tx, keys, before, after, func(k presenceKey) time.Time { return at[k] })
 }
 
-// states reads the keys' rows.
+// sqlChunk bounds the parameters of one statement (SQLite allows 32,766).
+const sqlChunk = 500
+
+// marks is n placeholders, comma-separated.
+func marks(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// states reads the keys' rows, their users' rows a chunk at a time.
 func (h *Hooks) states(ctx context.Context, tx *sql.Tx, keys []presenceKey) (map[presenceKey]presenceState, error) {
 	out := make(map[presenceKey]presenceState, len(keys))
+	var users []any
+	seen := map[string]bool{}
 	for _, k := range keys {
-		rows, err := tx.QueryContext(ctx, h.store.q(`SELECT status, name FROM tandem_webhook_present WHERE doc = ? AND user_id = ?`), k.doc, k.user)
+		out[k] = presenceState{status: string(awareness.StatusOffline)}
+		if !seen[k.user] {
+			seen[k.user] = true
+			users = append(users, k.user)
+		}
+	}
+	for chunk := range slices.Chunk(users, sqlChunk) {
+		rows, err := tx.QueryContext(ctx, h.store.q(`SELECT doc, user_id, status, name FROM tandem_webhook_present WHERE user_id IN (`+marks(len(chunk))+`)`), chunk...)
 		if err != nil {
 			return nil, err
 		}
-		st := presenceState{status: string(awareness.StatusOffline)}
 		for rows.Next() {
+			var k presenceKey
 			var status, name string
-			if err := rows.Scan(&status, &name); err != nil {
+			if err := rows.Scan(&k.doc, &k.user, &status, &name); err != nil {
 				rows.Close()
 				return nil, err
+			}
+			st, ok := out[k]
+			if !ok {
+				continue // another document of the user's
 			}
 			st.here = true
 			if status == string(awareness.StatusOnline) || st.status == string(awareness.StatusOffline) {
@@ -262,12 +314,12 @@ func (h *Hooks) states(ctx context.Context, tx *sql.Tx, keys []presenceKey) (map
 			if st.name == "" {
 				st.name = name
 			}
+			out[k] = st
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		out[k] = st
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -172,5 +173,37 @@ func TestThePresenceHandoffIsBoundedAndNeverWaits(t *testing.T) {
 	h.drainPresence(context.Background())
 	if n := h.handoff.Load(); n != 0 {
 		t.Fatalf("%d intervals still counted once applied", n)
+	}
+}
+
+// A node that stops ends all its users at once: one batch of thousands
+// of intervals is applied in a few statements, and each user is told.
+func TestAThousandUsersComeAndGoInOneBatchEach(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			q := &captured{}
+			h := newHooks(t, open(), pg, q, Config{})
+			r := &recorder{t: t, h: h, tee: h.Tee(nullHistory{}), run: 3}
+			const users = 1200
+			t0 := time.UnixMilli(1_700_000_000_000)
+			var opened []awareness.HistoryInterval
+			for i := range users {
+				u := fmt.Sprintf("user%d", i)
+				opened = append(opened,
+					awareness.HistoryInterval{Run: 3, Seq: int64(2*i + 1), Doc: "docA", User: u, Status: awareness.StatusOnline, From: t0},
+					awareness.HistoryInterval{Run: 3, Seq: int64(2*i + 2), User: u, Status: awareness.StatusOnline, From: t0})
+			}
+			r.write(opened, nil)
+			var closed []awareness.HistoryEnd
+			for _, iv := range opened {
+				closed = append(closed, awareness.HistoryEnd{Run: 3, Seq: iv.Seq, Doc: iv.Doc, To: t0.Add(time.Minute)})
+			}
+			r.write(nil, closed)
+			entered, left, status := presenceOf(t, q)
+			if len(entered) != users || len(left) != users || len(status) != 2*users {
+				t.Fatalf("%d entered, %d left, %d statuses for %d users, want %d, %d and %d", len(entered), len(left), len(status), users, users, users, 2*users)
+			}
+		})
 	}
 }

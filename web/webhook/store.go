@@ -70,7 +70,7 @@ func (s *store) migrate(ctx context.Context) error {
 			status TEXT NOT NULL,
 			PRIMARY KEY (run, seq)
 		)`,
-		`CREATE INDEX IF NOT EXISTS tandem_webhook_present_key ON tandem_webhook_present (doc, user_id)`,
+		`CREATE INDEX IF NOT EXISTS tandem_webhook_present_user ON tandem_webhook_present (user_id, doc)`,
 		`CREATE TABLE IF NOT EXISTS tandem_webhook_runs (
 			run ` + big + ` PRIMARY KEY,
 			node TEXT NOT NULL,
