@@ -120,7 +120,7 @@ func (n *notifications) closeHooks(ctx context.Context) error {
 func (n *notifications) Close(ctx context.Context) error {
 	err := n.closeHooks(ctx)
 	if n.pusher != nil {
-		err = n.pusher.Close(ctx)
+		err = errors.Join(err, n.pusher.Close(ctx))
 	}
 	err = errors.Join(err, n.Service.Close(ctx))
 	n.db.Close() // a second Close of a *sql.DB is harmless
