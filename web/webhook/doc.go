@@ -33,6 +33,6 @@
 // map under a mutex (or drop, counted, past the bounds); Tee hands the
 // recorder's batches to a bounded queue without waiting. Everything that
 // touches the database or the network runs on the Hooks' own goroutines
-// (Run) and River's workers; Config.Author is
-// called there too, with no lock held, and may take presence's lock.
+// (Run) and River's workers; Config.Author is called there too, with no
+// lock held, and may take presence's lock.
 package webhook
