@@ -28,9 +28,14 @@ type docChange struct {
 	usersTruncated bool
 	unnamed        []interface{ ID() string } // peers without a verified identity, for Config.Author
 	heads          [][32]byte
-	first, last    time.Time
-	created        bool
-	cost           int // charged to Hooks.pendingBytes
+	headsAt        time.Time // when the heads were noted
+	// local says a local peer's changes are among these; first and last
+	// are theirs. An entry without is heads alone: the document's as
+	// other nodes' changes reached it, for a window it helps name.
+	local       bool
+	first, last time.Time
+	created     bool
+	cost        int // charged to Hooks.pendingBytes
 }
 
 // The bytes a pending entry is charged: what its map entry, strings and
@@ -50,7 +55,20 @@ func (h *Hooks) noteChange(docID string, user string, by interface{ ID() string 
 	if !h.sends[DocumentChanged] && !(created && h.sends[DocumentCreated]) {
 		return
 	}
-	user = clip(user, MaxUserID)
+	h.note(docID, clip(user, MaxUserID), by, heads, created, true)
+}
+
+// noteHeads notes a document's heads after changes from the store or
+// another node, for the window its local changes opened: a window that
+// several nodes write names the heads noted last, which may take in
+// every node's changes. Called under the room's locks, as noteChange.
+func (h *Hooks) noteHeads(docID string, heads [][32]byte) {
+	if h.sends[DocumentChanged] {
+		h.note(docID, "", nil, heads, false, false)
+	}
+}
+
+func (h *Hooks) note(docID string, user string, by interface{ ID() string }, heads [][32]byte, created, local bool) {
 	heads = heads[:min(len(heads), MaxHeads+1)]
 	now := h.cfg.Now()
 	h.mu.Lock()
@@ -62,19 +80,25 @@ func (h *Hooks) noteChange(docID string, user string, by interface{ ID() string 
 			h.m.dropped.WithLabelValues("pending").Inc()
 			return
 		}
-		c = &docChange{users: map[string]bool{}, first: now, cost: cost}
+		c = &docChange{users: map[string]bool{}, cost: cost}
 		h.pending[docID] = c
 		h.pendingBytes += cost
 		h.m.pending.Set(float64(len(h.pending)))
 	}
-	c.last = now
-	c.created = c.created || created
+	if local {
+		if !c.local {
+			c.local, c.first = true, now
+		}
+		c.last = now
+		c.created = c.created || created
+	}
 	if d := headCost * (len(heads) - len(c.heads)); d <= 0 || h.pendingBytes+d <= h.cfg.MaxPendingBytes {
 		c.heads = append(c.heads[:0], heads...)
+		c.headsAt = now
 		c.cost += d
 		h.pendingBytes += d
 	} else {
-		h.m.dropped.WithLabelValues("pending").Inc() // the heads stay those of the change before
+		h.m.dropped.WithLabelValues("pending").Inc() // the heads stay those noted before
 	}
 	switch {
 	case user != "":
@@ -161,7 +185,12 @@ func (h *Hooks) flush(ctx context.Context) {
 			c.cost += userCost + len(u)
 		}
 		if n := h.pending[id]; n != nil { // newer changes came meanwhile
-			n.first = c.first
+			if c.local {
+				if !n.local {
+					n.local, n.last = true, c.last
+				}
+				n.first = c.first
+			}
 			n.created = n.created || c.created
 			for u := range c.users {
 				if !n.users[u] && h.pendingBytes+userCost+len(u) <= h.cfg.MaxPendingBytes {
@@ -185,8 +214,9 @@ func (h *Hooks) flush(ctx context.Context) {
 
 // window is a document's debounce window as stored.
 type window struct {
-	Users []string `json:"u"`
-	Heads []string `json:"h"`
+	Users   []string `json:"u"`
+	Heads   []string `json:"h"`
+	HeadsAt int64    `json:"t"` // when they were noted (Unix ms)
 }
 
 // due is when a window opened at opened, whose last change was at last,
@@ -238,8 +268,37 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		if !h.sends[DocumentChanged] {
 			continue
 		}
+		lock := `SELECT opened_at, last_at, state FROM tandem_webhook_windows WHERE document = ?`
+		if s.postgres {
+			lock += " FOR UPDATE"
+		}
+		headsAt := c.headsAt.UnixMilli()
+		if !c.local {
+			// Heads alone: newer ones name an open window's, which they
+			// never open.
+			var opened, last int64
+			var stored string
+			err := tx.QueryRowContext(ctx, s.q(lock), id).Scan(&opened, &last, &stored)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			var old window
+			json.Unmarshal([]byte(stored), &old)
+			if old.HeadsAt >= headsAt {
+				continue
+			}
+			old.Heads, old.HeadsAt = heads, headsAt
+			w, _ := json.Marshal(old)
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`), string(w), id); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		first, last := c.first.UnixMilli(), c.last.UnixMilli()
-		w, _ := json.Marshal(window{Users: users, Heads: heads})
+		w, _ := json.Marshal(window{Users: users, Heads: heads, HeadsAt: headsAt})
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), id, first, last, h.due(first, last), string(w))
 		if err != nil {
@@ -247,10 +306,6 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			continue // opened
-		}
-		lock := `SELECT opened_at, last_at, state FROM tandem_webhook_windows WHERE document = ?`
-		if s.postgres {
-			lock += " FOR UPDATE"
 		}
 		var opened, was int64
 		var stored string
@@ -264,10 +319,11 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		var old window
 		json.Unmarshal([]byte(stored), &old)
 		merged := mergeUsers(old.Users, users)
-		if was > last {
-			last, heads = was, old.Heads // another node's changes are the later ones
+		last = max(last, was)
+		if old.HeadsAt > headsAt {
+			heads, headsAt = old.Heads, old.HeadsAt // noted later, on another node
 		}
-		w, _ = json.Marshal(window{Users: merged, Heads: heads})
+		w, _ = json.Marshal(window{Users: merged, Heads: heads, HeadsAt: headsAt})
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`),
 			last, h.due(opened, last), string(w), id); err != nil {
 			return nil, err

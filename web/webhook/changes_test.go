@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -253,5 +254,44 @@ func TestADocumentChangedIsBoundedWhateverItsEditors(t *testing.T) {
 		if !utf8.ValidString(u) || len(u) > MaxUserID {
 			t.Fatalf("a user id of %d bytes, valid UTF-8 %v", len(u), utf8.ValidString(u))
 		}
+	}
+}
+
+// Edits on two nodes at once: the window names the heads noted last,
+// which the node that received the other's change saw merged, whatever
+// order the nodes write in.
+func TestAWindowEditedOnTwoNodesNamesTheHeadsNotedLast(t *testing.T) {
+	open, _ := sqliteBackend.open(t)
+	db := open()
+	c, q := newClock(), &captured{}
+	a := newHooks(t, db, false, q, Config{Now: c.Now})
+	b := newHooks(t, db, false, q, Config{Now: c.Now})
+	a.noteChange("docA", "ana", testPeer("pa"), [][32]byte{head(1)}, false)
+	c.Set(100 * time.Millisecond)
+	b.noteChange("docA", "bo", testPeer("pb"), [][32]byte{head(2)}, false)
+	c.Set(200 * time.Millisecond)
+	a.noteHeads("docA", [][32]byte{head(1), head(2)}) // bo's change reaches a
+	a.flush(context.Background())
+	b.flush(context.Background()) // b's heads, noted earlier, written last
+	sweepAt(a, c, 5*time.Second)
+	es := ofType(q.events(t), DocumentChanged)
+	if len(es) != 1 {
+		t.Fatalf("%d document.changed, want 1", len(es))
+	}
+	d := es[0].Data.(*DocumentChangedData)
+	want := []string{fmt.Sprintf("%x", head(1)), fmt.Sprintf("%x", head(2))}
+	slices.Sort(want)
+	if !reflect.DeepEqual(d.Users, []string{"ana", "bo"}) || !reflect.DeepEqual(d.Heads, want) {
+		t.Fatalf("users %v heads %v, want [ana bo] and both heads", d.Users, d.Heads)
+	}
+	if d.LastChangeAt != c.Now().Add(-4900*time.Millisecond).UnixMilli() {
+		t.Fatalf("last change at %d, want bo's (100 ms); heads alone are no change", d.LastChangeAt)
+	}
+	// Heads alone open no window.
+	b.noteHeads("docB", [][32]byte{head(3)})
+	b.flush(context.Background())
+	sweepAt(b, c, time.Minute)
+	if n := len(ofType(q.events(t), DocumentChanged)); n != 1 {
+		t.Fatalf("%d document.changed after heads alone, want still 1", n)
 	}
 }

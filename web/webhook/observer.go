@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"slices"
+	"time"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -21,8 +22,9 @@ type roomObserver struct {
 	room doc.Room
 
 	// Owned by Applied, which the room calls under both of its locks.
-	heads [][32]byte
-	seen  bool // the log took a change
+	heads     [][32]byte
+	seen      bool      // the log took a change
+	lastLocal time.Time // when a local peer's change was last noted
 }
 
 var _ doc.Observer = (*roomObserver)(nil)
@@ -37,8 +39,14 @@ func (o *roomObserver) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], e
 		o.heads = append(o.heads, c.Hash)
 	}
 	if by == nil {
-		return // the store's or another node's: their node reports them
+		// The store's or another node's: their node tells them. While
+		// this node's window may be open, the heads they make name it.
+		if !o.lastLocal.IsZero() && o.h.cfg.Now().Sub(o.lastLocal) <= o.h.cfg.MaxWait {
+			o.h.noteHeads(o.room.DocumentID(), o.heads)
+		}
+		return
 	}
+	o.lastLocal = o.h.cfg.Now()
 	user := ""
 	if id, ok := by.(awareness.Identified); ok {
 		user = id.Identity().UserID

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tandemhq/tandem/awareness"
 	"github.com/tandemhq/tandem/doc"
@@ -34,7 +35,8 @@ func changes(cs ...*amcheck.Change) func(func(*amcheck.Change) bool) {
 // document's first changes from a peer for its creation.
 func TestTheObserverFollowsHeadsAndNotesLocalChanges(t *testing.T) {
 	open, _ := sqliteBackend.open(t)
-	h := newHooks(t, open(), false, &captured{}, Config{})
+	clk := newClock()
+	h := newHooks(t, open(), false, &captured{}, Config{Now: clk.Now})
 	o := h.Observe(testRoom("docA"))
 	ana := identified{"p1", "ana"}
 	o.Applied(ana, changes(&amcheck.Change{Hash: head(1)}), false)
@@ -45,14 +47,25 @@ func TestTheObserverFollowsHeadsAndNotesLocalChanges(t *testing.T) {
 	// not noted here.
 	h.pending = map[string]*docChange{}
 	o.Applied(nil, changes(&amcheck.Change{Hash: head(2), Deps: [][32]byte{head(1)}}, &amcheck.Change{Hash: head(3), Deps: [][32]byte{head(1)}}), true)
-	if len(h.pending) != 0 {
-		t.Fatal("another node's changes noted here")
+	// Noted as heads alone (the window this node's change opened is
+	// named by them), for nobody.
+	if c := h.pending["docA"]; c == nil || c.local || len(c.users) != 0 || !reflect.DeepEqual(c.heads, [][32]byte{head(2), head(3)}) {
+		t.Fatalf("another node's changes noted as %+v, want heads alone", c)
 	}
 	// A merge by a local peer.
 	o.Applied(ana, changes(&amcheck.Change{Hash: head(4), Deps: [][32]byte{head(2), head(3)}}), false)
 	c := h.pending["docA"]
 	if c == nil || c.created || !reflect.DeepEqual(c.heads, [][32]byte{head(4)}) {
 		t.Fatalf("after a merge: %+v", c)
+	}
+	// Long after this node's last change, another node's name nothing
+	// here.
+	h.pending = map[string]*docChange{}
+	c.local = false
+	clk.Set(time.Hour)
+	o.Applied(nil, changes(&amcheck.Change{Hash: head(5), Deps: [][32]byte{head(4)}}), true)
+	if len(h.pending) != 0 {
+		t.Fatal("another node's changes noted an hour after this node's last")
 	}
 	// A room loaded from the store is not a creation.
 	loaded := h.Observe(testRoom("docB"))
