@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,7 @@ func TestADocumentEditedOnTwoNodesIsOneWebhook(t *testing.T) {
 		}
 		return "?token=" + tok
 	}
+	var made []string // the heads the two edits made
 	edit := func(n *node, user, key string) {
 		d := automerge.New()
 		if err := d.RootMap().Set(key, user); err != nil {
@@ -91,6 +93,7 @@ func TestADocumentEditedOnTwoNodesIsOneWebhook(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		made = append(made, head.String())
 		p := dialPeerQuery(t, n, token(user), "peer-"+user, d)
 		p.syncUntil(wire.TypeRequest, func(heads []automerge.ChangeHash) bool { return hasHead(heads, head) })
 	}
@@ -123,5 +126,10 @@ func TestADocumentEditedOnTwoNodesIsOneWebhook(t *testing.T) {
 	}
 	if users := fmt.Sprint(changed[0]["users"]); users != "[ana bo]" {
 		t.Fatalf("users %s, want [ana bo]", users)
+	}
+	// Each node has both changes within the window: it is named by both.
+	slices.Sort(made)
+	if heads := fmt.Sprint(changed[0]["heads"]); heads != fmt.Sprint(made) {
+		t.Fatalf("heads %s, want both edits' %v", heads, made)
 	}
 }
