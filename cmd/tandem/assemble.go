@@ -118,7 +118,11 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		checks = append(checks, web.Check{Name: "redis", Ping: n.bus.Ping})
 		log.Info("cluster: replicating over Redis", "node_id", cfg.NodeID, "node_ttl", cfg.NodeTTL, "redis_cluster", cfg.RedisCluster)
 	}
-	if n.notes, err = openNotifications(ctx, cfg, log, reg, n.redis); err != nil {
+	// Presence is made below, before the node serves, so before any change.
+	author := func(documentID string, p interface{ ID() string }) (string, string) {
+		return n.presence.UserOf(documentID, p)
+	}
+	if n.notes, err = openNotifications(ctx, cfg, log, reg, n.redis, author); err != nil {
 		return nil, err
 	}
 
@@ -141,7 +145,12 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		SyncSpacing:      cfg.SyncSpacing,
 		// The hub makes no room before the node serves, so after the
 		// tracker is made, below.
-		Observe: func(r doc.Room) doc.Observer { return n.mentions.Observe(r) },
+		Observe: func(r doc.Room) doc.Observer {
+			if n.notes.hooks != nil {
+				return observers{n.mentions.Observe(r), n.notes.hooks.Observe(r)}
+			}
+			return n.mentions.Observe(r)
+		},
 		Limits: guard.Limits{
 			ChangeBytes:   cfg.MaxChangeBytes,
 			DocumentBytes: cfg.MaxDocumentBytes, DocumentChanges: cfg.MaxDocumentChanges,
@@ -171,6 +180,13 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	if n.stores.history != nil {
 		presenceCfg.History, presenceCfg.HistoryNode, presenceCfg.HistoryRetention = n.stores.history, cfg.NodeID, cfg.PresenceHistory
 		hist = n.stores.history
+		if h := n.notes.hooks; h != nil {
+			// The webhooks' presence events are made of what the history
+			// recorder writes.
+			presenceCfg.History = h.Tee(n.stores.history)
+		}
+	} else if n.notes.hooks != nil {
+		log.Warn("webhooks: --presence-history 0 records no presence: no presence.entered, presence.left or user.status is sent")
 	}
 	transportCfg := transport.Config{
 		PeerID:             "tandem-" + cfg.NodeID,
@@ -257,7 +273,7 @@ func (n *tandemNode) serve(ctx context.Context, ln net.Listener) error {
 	if n.gcTune != nil {
 		g.Go(func() error { gctune.Run(gctx, *n.gcTune); return nil })
 	}
-	runs := []func(context.Context) error{n.docs.Run, n.mentions.Run, n.presence.Run, n.notes.Run}
+	runs := []func(context.Context) error{n.docs.Run, n.mentions.Run, n.presence.Run, n.notes.Run, n.notes.runHooks}
 	if n.bus != nil {
 		runs = append(runs, n.bus.Run)
 	}
@@ -297,10 +313,11 @@ func (n *tandemNode) stop(ctx context.Context) error {
 	defer context.AfterFunc(ctx, n.endMentions)()
 	errs := []error{
 		n.http.Shutdown(ctx),
-		n.ws.Close(ctx),       // peers leave: goodbyes in their names, to presence and the bus
-		n.mentions.Close(ctx), // hands the last mentions over
-		n.docs.Close(ctx),     // flushes every document, and what is left of the mentions
-		n.presence.Close(ctx), // writes the queued last-seen times and ends history's intervals
+		n.ws.Close(ctx),         // peers leave: goodbyes in their names, to presence and the bus
+		n.mentions.Close(ctx),   // hands the last mentions over
+		n.docs.Close(ctx),       // flushes every document, and what is left of the mentions
+		n.presence.Close(ctx),   // writes the queued last-seen times and ends history's intervals
+		n.notes.closeHooks(ctx), // what the two above handed the webhooks, written and queued
 	}
 	if n.bus != nil {
 		errs = append(errs, n.bus.Close(ctx)) // what is queued, then the node's bye

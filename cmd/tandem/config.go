@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tandemhq/tandem/awareness"
+	"github.com/tandemhq/tandem/web/webhook"
 )
 
 // config is the command line of cmd/tandem. Every flag has a TANDEM_*
@@ -49,7 +50,14 @@ type config struct {
 	UnavailableGrace time.Duration
 	HTTPIdleTimeout  time.Duration
 
-	NotifyWindow      time.Duration
+	NotifyWindow time.Duration
+	// Webhooks: the endpoints, the secret that signs, the events sent
+	// (empty: all) and document.changed's debounce and maximum wait.
+	WebhookURLs       []string
+	WebhookSecret     string
+	WebhookEvents     string
+	WebhookDebounce   time.Duration
+	WebhookMaxWait    time.Duration
 	MentionTextField  string
 	MentionTitleField string
 
@@ -135,6 +143,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,
 		"an idle keep-alive HTTP connection is closed after this long (WebSockets are kept alive by pings instead)")
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
+	fs.Var((*urlList)(&c.WebhookURLs), "webhook-url",
+		"post signed events to this URL (repeat the flag, or separate URLs with commas); none sends no webhooks")
+	fs.StringVar(&c.WebhookSecret, "webhook-secret", "", "the secret that signs webhooks (Standard Webhooks): whsec_ and the base64 of 24 to 64 random bytes")
+	fs.StringVar(&c.WebhookEvents, "webhook-events", "",
+		"comma-separated event types to send: "+strings.Join(webhook.AllEvents, ", ")+"; empty sends all")
+	fs.DurationVar(&c.WebhookDebounce, "webhook-debounce", 2*time.Second, "a document's changes become one document.changed once they pause this long")
+	fs.DurationVar(&c.WebhookMaxWait, "webhook-max-wait", 10*time.Second, "but at most this long after the first of them")
 	fs.StringVar(&c.MentionTextField, "mention-text-field", "text", "the document field searched for @mentions: a root key, or keys through nested maps joined by dots")
 	fs.StringVar(&c.MentionTitleField, "mention-title-field", "title", "the document field that names it in a mention's notification (else the text's first line)")
 	fs.StringVar(&c.AuthSecret, "auth-secret", "", "HS256 secret (32+ bytes) that signs client tokens; empty with no public key runs open")
@@ -238,6 +253,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.NotifyWindow < 100*time.Millisecond || c.NotifyWindow > 24*time.Hour {
 		return c, fmt.Errorf("--notify-window %v must be between 100ms and 24h", c.NotifyWindow)
 	}
+	if len(c.WebhookURLs) > 0 && c.WebhookSecret == "" {
+		return c, fmt.Errorf("--webhook-url needs --webhook-secret")
+	}
+	if c.WebhookDebounce < 10*time.Millisecond || c.WebhookMaxWait < c.WebhookDebounce {
+		return c, fmt.Errorf("--webhook-debounce %v must be at least 10ms, and --webhook-max-wait %v at least it", c.WebhookDebounce, c.WebhookMaxWait)
+	}
 	if c.UnavailableGrace < time.Millisecond || c.UnavailableGrace > 10*time.Second {
 		return c, fmt.Errorf("--unavailable-grace %v is out of range (1ms to 10s)", c.UnavailableGrace)
 	}
@@ -287,6 +308,16 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("--sync-state-bytes must be at least 65536 and --redis-queue-bytes at least 1048576")
 	}
 	return c, nil
+}
+
+// urlList is a flag of URLs: repeated, or comma-separated, or both.
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, ",") }
+
+func (l *urlList) Set(s string) error {
+	*l = append(*l, splitList(s)...)
+	return nil
 }
 
 // days is a duration flag that also takes whole days ("30d").

@@ -128,7 +128,13 @@ type rawPeer struct {
 
 func dialPeer(t *testing.T, n *node, id string, d *automerge.Doc) *rawPeer {
 	t.Helper()
-	ws, _, err := websocket.DefaultDialer.Dial("ws://"+n.addr+"/ws", nil)
+	return dialPeerQuery(t, n, "", id, d)
+}
+
+// dialPeerQuery is dialPeer with a query on the socket's URL (?token=…).
+func dialPeerQuery(t *testing.T, n *node, query, id string, d *automerge.Doc) *rawPeer {
+	t.Helper()
+	ws, _, err := websocket.DefaultDialer.Dial("ws://"+n.addr+"/ws"+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,14 @@
 // same database, so that consuming an event, storing a notification and
 // enqueueing its push commit together or not at all.
 //
+// The queue is the node's one River client: another component's jobs go
+// on it (Config.Jobs adds their workers and queues; Service.Queue inserts
+// them in that component's own transactions), since the client that
+// leads a database rescues every kind of job in it. Config.Stored is
+// called in the transaction that stores each notification, so what it
+// queues is queued if and only if the notification is stored (package
+// web/webhook's notification.created).
+//
 // The web package serves its HTTP API and event streams; a cluster passes
 // a Pusher that carries pushes between nodes (transport/redisbus).
 package notify

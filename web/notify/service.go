@@ -55,8 +55,19 @@ type Config struct {
 	// SweepInterval is how often every node looks for windows past their
 	// time (a window's own timer normally closes it on time); default 500ms.
 	SweepInterval time.Duration
-	Logger        *slog.Logger
-	Metrics       *Metrics
+	// Jobs, when set, adds another component's workers and queues to the
+	// node's one River queue before it is made (package web/webhook's
+	// deliveries): every node's River client must know every kind of job
+	// in the database, since the one that leads rescues all of them.
+	// Queue reaches the client once made.
+	Jobs func(w *river.Workers, queues map[string]river.QueueConfig)
+	// Stored, when set, is called in the transaction that stores each
+	// notification, before it commits: what it queues there is queued if
+	// and only if the notification is stored. An error rolls both back
+	// (the close is retried).
+	Stored  func(ctx context.Context, tx *sql.Tx, n *Notification) error
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // Service runs the pipeline and answers the API.
@@ -126,13 +137,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	river.AddWorker(workers, &eventWorker{s: s})
 	river.AddWorker(workers, &closeWorker{s: s})
 	river.AddWorker(workers, &pushWorker{s: s})
+	queues := map[string]river.QueueConfig{
+		river.QueueDefault: {MaxWorkers: 8},
+		// A close waits for the events of its window still queued; on
+		// a queue of its own it never holds up the events it waits for.
+		closeQueue: {MaxWorkers: 4},
+	}
+	if cfg.Jobs != nil {
+		cfg.Jobs(workers, queues)
+	}
 	rc := &river.Config{
-		Queues: map[string]river.QueueConfig{
-			river.QueueDefault: {MaxWorkers: 8},
-			// A close waits for the events of its window still queued; on
-			// a queue of its own it never holds up the events it waits for.
-			closeQueue: {MaxWorkers: 4},
-		},
+		Queues:        queues,
 		Workers:       workers,
 		FetchCooldown: 20 * time.Millisecond,
 		// Jobs inserted here wake this node's workers at once (see
@@ -161,6 +176,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	return s, nil
 }
+
+// Queue is the node's River client: the queue other components insert
+// their jobs into (see Config.Jobs), in their own transactions on the
+// same database.
+func (s *Service) Queue() *river.Client[*sql.Tx] { return s.river }
 
 // localSQLite is River's SQLite driver without its listener, which polls
 // an outbox table every 50 ms: an embedded store has one node, and without

@@ -119,8 +119,13 @@ func (w *closeWorker) Work(ctx context.Context, job *river.Job[closeArgs]) error
 		}
 		// Queued in the transaction that stores the notification: nothing
 		// is pushed that is not stored, and nothing stored goes unpushed.
-		_, err = w.s.river.InsertTx(ctx, tx, pushArgs{NotificationID: n.ID}, nil)
-		return err
+		if _, err = w.s.river.InsertTx(ctx, tx, pushArgs{NotificationID: n.ID}, nil); err != nil {
+			return err
+		}
+		if w.s.cfg.Stored != nil {
+			return w.s.cfg.Stored(ctx, tx, n)
+		}
+		return nil
 	})
 	if err == nil && n != nil {
 		w.s.cfg.Metrics.Stored.Inc()

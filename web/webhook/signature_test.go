@@ -1,0 +1,52 @@
+package webhook
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// The expected value was computed outside Go, with OpenSSL:
+//
+//	printf '%s' 'msg_2KWPBgLlAfxdpx2AI54pPJ85f4W.1674087231.{"type":"document.changed","data":{"documentId":"abc"}}' |
+//	  openssl dgst -sha256 -mac HMAC -macopt hexkey:74616e64656d2d776562686f6f6b2d746573742d6b65792d3031323334353637 -binary | base64
+const (
+	testSecret = "whsec_dGFuZGVtLXdlYmhvb2stdGVzdC1rZXktMDEyMzQ1Njc="
+	testID     = "msg_2KWPBgLlAfxdpx2AI54pPJ85f4W"
+	testTS     = 1674087231
+	testBody   = `{"type":"document.changed","data":{"documentId":"abc"}}`
+	testSig    = "v1,mQh+ehYRE9jO+d0/HiJB/5BuPVouU56ifJ3ZHbm3TlU="
+)
+
+func TestTheSignatureIsStandardWebhooksV1(t *testing.T) {
+	key, err := parseSecret(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sign(key, testID, testTS, []byte(testBody)); got != testSig {
+		t.Fatalf("signature %s, want %s", got, testSig)
+	}
+	h := http.Header{}
+	setHeaders(h, key, testID, time.Unix(testTS, 0), []byte(testBody))
+	for name, want := range map[string]string{"webhook-id": testID, "webhook-timestamp": "1674087231", "webhook-signature": testSig} {
+		if got := h.Get(name); got != want {
+			t.Errorf("header %s = %q, want %q", name, got, want)
+		}
+	}
+	if got := sign(key, testID, testTS+1, []byte(testBody)); got == testSig {
+		t.Error("the timestamp is not signed")
+	}
+}
+
+func TestASecretIsWhsecAndBase64OfEnoughBytes(t *testing.T) {
+	for _, bad := range []string{
+		"dGFuZGVtLXdlYmhvb2stdGVzdC1rZXktMDEyMzQ1Njc=", // no prefix
+		"whsec_not base64!",
+		"whsec_c2hvcnQ=", // 5 bytes
+	} {
+		if _, err := parseSecret(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("parseSecret(%q) = %v, want ErrConfig", bad, err)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package webhook
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// store is the webhook tables in the notification pipeline's database.
+// Every method that decides events takes the transaction that queues them.
+type store struct {
+	db       *sql.DB
+	postgres bool
+}
+
+// q rewrites ? placeholders to $n for PostgreSQL.
+func (s *store) q(query string) string {
+	if !s.postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// Schema (times are Unix ms):
+//
+//	tandem_webhook_windows   one open debounce window per document
+//	tandem_webhook_documents the documents document.created was sent for
+//	tandem_webhook_present   the open presence intervals of every recorder
+//	                         run (awareness's history), mirrored: a user is
+//	                         in a document, or has a status, while a row says so
+//	tandem_webhook_runs      each recorder run's last beat, to end a dead
+//	                         run's rows as presence history does
+func (s *store) migrate(ctx context.Context) error {
+	big := "INTEGER"
+	if s.postgres {
+		big = "BIGINT"
+	}
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS tandem_webhook_windows (
+			document TEXT PRIMARY KEY,
+			opened_at ` + big + ` NOT NULL,
+			last_at ` + big + ` NOT NULL,
+			due_at ` + big + ` NOT NULL,
+			state TEXT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS tandem_webhook_windows_due ON tandem_webhook_windows (due_at)`,
+		`CREATE TABLE IF NOT EXISTS tandem_webhook_documents (
+			document TEXT PRIMARY KEY,
+			at ` + big + ` NOT NULL
+		)`,
+		`CREATE TABLE IF NOT EXISTS tandem_webhook_present (
+			run ` + big + ` NOT NULL,
+			seq ` + big + ` NOT NULL,
+			doc TEXT NOT NULL,
+			user_id TEXT NOT NULL,
+			name TEXT NOT NULL,
+			status TEXT NOT NULL,
+			PRIMARY KEY (run, seq)
+		)`,
+		`CREATE INDEX IF NOT EXISTS tandem_webhook_present_user ON tandem_webhook_present (user_id, doc)`,
+		`CREATE TABLE IF NOT EXISTS tandem_webhook_runs (
+			run ` + big + ` PRIMARY KEY,
+			node TEXT NOT NULL,
+			beat_ms ` + big + ` NOT NULL
+		)`,
+	}
+	for _, st := range stmts {
+		if _, err := s.db.ExecContext(ctx, st); err != nil {
+			return fmt.Errorf("webhook: migrate: %w", err)
+		}
+	}
+	return nil
+}
+
+// lockPresence serialises the presence decisions of every node: counting
+// a user's rows before and after a batch must see no other node's batch
+// half done. A batch a node makes every half second is short, so one lock
+// costs less than a lock per key, and cannot deadlock.
+func (s *store) lockPresence(ctx context.Context, tx *sql.Tx) error {
+	if !s.postgres {
+		return nil // SQLite: the write transaction holds the database
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7354123101)`)
+	return err
+}
+
+// durable makes a transaction that queues events wait for the disk on
+// PostgreSQL, whose pool (notify.OpenPostgres) commits without.
+func (s *store) durable(ctx context.Context, tx *sql.Tx) error {
+	if !s.postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = on")
+	return err
+}
+
+// backlog counts the deliveries waiting in each endpoint's queue.
+func (s *store) backlog(ctx context.Context) (map[string]int, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT queue, COUNT(*) FROM river_job
+		WHERE kind = ? AND state IN ('available', 'pending', 'retryable', 'running', 'scheduled') GROUP BY queue`), deliveryKind)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var q string
+		var n int
+		if err := rows.Scan(&q, &n); err != nil {
+			return nil, err
+		}
+		out[q] = n
+	}
+	return out, rows.Err()
+}
