@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tandemhq/tandem/doc/amdoc"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/store"
 )
@@ -37,7 +38,8 @@ import (
 // One save of a room runs at a time; a failed one is counted and logged,
 // and the next waits for the same growth. The saver takes its jobs in
 // turn and paces them (amdoc.Saver), so a document written fast is sent
-// to a new reader as its last save and more of its changes.
+// to a new reader as its last save and more of its changes; a save a
+// reader waits for (below) is not paced.
 //
 // A save is stored with the document (Write.Saved, with the room's next
 // write), so that the first reader after a restart has it too: at load it
@@ -96,7 +98,7 @@ func (r *room) waitForSave(h *Hub, m *member) bool {
 	m.saveWait = saveWaiting
 	h.readersWaited.Inc()
 	if !r.saving {
-		r.save(h)
+		r.save(h, true)
 	}
 	if !r.waitTimer {
 		r.waitTimer = true
@@ -227,7 +229,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 	size := r.log.Bytes()
 	switch grown := size - r.saveTried; {
 	case grown > r.saveTried/savedGrowShare && !quiet:
-		r.save(h)
+		r.save(h, false)
 	case grown > size/savedQuietShare:
 		r.saveWhenQuiet(h)
 	}
@@ -269,7 +271,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 			}
 			r.setQuietDue(h, false)
 			if size := r.log.Bytes(); !r.saving && !r.evicted && r.savable() && size-r.saveTried > size/savedQuietShare {
-				r.save(h)
+				r.save(h, false)
 			}
 		})
 	})
@@ -296,13 +298,16 @@ func (r *room) setQuietDue(h *Hub, due bool) {
 }
 
 // save takes a save of the document. The caller holds r.mu.
-func (r *room) save(h *Hub) {
+func (r *room) save(h *Hub, urgent bool) {
 	r.stopQuiet(h)
 	r.saving = true
 	h.savesPending.Inc()
 	go h.background.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
+		if urgent {
+			ctx = amdoc.Urgent(ctx) // a reader waits for it: not paced
+		}
 		go func() {
 			select {
 			case <-h.stop: // the hub closes: the job ends with it

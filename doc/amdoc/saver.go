@@ -38,7 +38,7 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 		return nil, ctx.Err()
 	}
 	defer func() { <-s.turn }()
-	if wait := time.Until(s.next); wait > 0 {
+	if wait := time.Until(s.next); wait > 0 && ctx.Value(urgentKey{}) == nil {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -55,6 +55,12 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 	defer func() { s.next = time.Now().Add(time.Duration(float64(time.Since(start)) * (1/s.share - 1))) }()
 	return safeSave(ctx, b)
 }
+
+type urgentKey struct{}
+
+// Urgent marks a save someone waits for (a new reader): it waits its
+// turn, not the pace.
+func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
 
 // safeSave is Save, a panic in it returned as an error: the changes were
 // checked when they were taken, so a panic is a fault of Save's own,
