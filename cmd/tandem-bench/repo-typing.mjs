@@ -65,13 +65,19 @@ async function run(name, url, serverPid) {
     cpu = now
   }
 
-  const latencies = []
+  // A keystroke's stamp replaces its typist's last one: a change that
+  // brings a reader several keystrokes of a typist shows only the last.
+  // So each typist's stamps are kept here too, and a reader counts every
+  // keystroke up to the one it sees, each with its own wait.
+  const latencies = [], stampsOf = {}
   handles.slice(typists).forEach(h => {
     const seen = {}
     h.on("change", ({ doc }) => {
       const now = Date.now()
       for (const [k, at] of Object.entries(doc.stamps ?? {})) {
-        if (at > (seen[k] ?? 0)) { seen[k] = at; latencies.push(now - at) }
+        if (at <= (seen[k] ?? 0)) continue
+        for (const s of stampsOf[k] ?? []) if (s > (seen[k] ?? 0) && s <= at) latencies.push(now - s)
+        seen[k] = at
       }
     })
   })
@@ -87,9 +93,12 @@ async function run(name, url, serverPid) {
   let keystrokes = 0
   const timers = handles.slice(0, typists).map((h, i) => setInterval(() => {
     keystrokes++
+    // One stamp a keystroke: a typist's are 1000/rate ms apart.
+    const at = Math.max(Date.now(), (stampsOf[`t${i}`]?.at(-1) ?? 0) + 1)
+    ;(stampsOf[`t${i}`] ??= []).push(at)
     h.change(d => {
       A.splice(d, ["text"], d.text.length, 0, "x")
-      d.stamps[`t${i}`] = Date.now()
+      d.stamps[`t${i}`] = at
     })
   }, 1000 / rate))
   await new Promise(r => setTimeout(r, duration))
@@ -108,6 +117,7 @@ async function run(name, url, serverPid) {
   console.log(`latency p50/p99      ${result.p50} ms / ${result.p99} ms`)
   console.log(`clients received     ${result.frames} frames, ${(result.bytes / 1e6).toFixed(1)} MB`)
   console.log(`clients' CPU         ${clientsCPU.toFixed(2)} s (${(100 * clientsCPU / window).toFixed(0)}% of a core)`)
+  console.log(`a delivered keystroke ${(result.frames / Math.max(result.arrivals, 1)).toFixed(3)} frames, ${(1e6 * clientsCPU / Math.max(result.arrivals, 1)).toFixed(0)} µs of the clients' CPU`)
   console.log(`server CPU           ${serverCPU.toFixed(2)} s (${(100 * serverCPU / window).toFixed(0)}% of a core; idle ${(100 * idleRate).toFixed(1)}%; above idle, ${(1e6 * perKeystroke).toFixed(0)} µs a keystroke of ${keystrokes})`)
   return result
 }
@@ -117,6 +127,8 @@ if (await eachServer(opt, (t, s, ratio) => {
   ratio("frames to clients", t.frames, s.frames)
   ratio("bytes to clients", t.bytes, s.bytes)
   ratio("clients' CPU", t.clientCPU, s.clientCPU)
+  ratio("frames a delivered keystroke", t.frames / Math.max(t.arrivals, 1), s.frames / Math.max(s.arrivals, 1))
+  ratio("clients' CPU a delivered keystroke", t.clientCPU / Math.max(t.arrivals, 1), s.clientCPU / Math.max(s.arrivals, 1))
   ratio("server CPU", t.serverCPU, s.serverCPU)
   ratio("server CPU a keystroke", t.perKeystroke, s.perKeystroke)
 })) process.exit(0)
