@@ -14,7 +14,8 @@ import (
 // When the document changes, each member is sent what its state says it
 // lacks; a member that has not answered the last message that brought it
 // changes is sent nothing until it answers (or amsync.AnswerWait has
-// passed), and then gets everything new since in one message. So each
+// passed, twice its last answer's time if longer), and then gets
+// everything new since in one message. So each
 // reader is paced by its own reading: a slow one gets fewer, larger
 // messages, never a queue of small ones it cannot read. Config.SyncSpacing
 // spaces the messages that bring a member changes besides, from its

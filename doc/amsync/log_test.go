@@ -393,6 +393,49 @@ func TestAPeerThatDoesNotAnswerWaitsForAnswerWait(t *testing.T) {
 	}
 }
 
+// A peer whose last answer took long is waited for twice as long before
+// it is sent the next message unanswered: a reader still busy with one
+// message is not sent another it could not have read yet.
+func TestAPeerThatAnsweredSlowlyIsWaitedForLonger(t *testing.T) {
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = 100 * time.Millisecond
+	answer := func() {
+		p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	}
+	answer()
+	add := func(i int) {
+		h := Hash{byte(i), 8}
+		if _, err := l.Add(h, l.Heads(), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	add(1)
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("the first change: %v, want it at once", out)
+	}
+	answer() // after 3 s
+	if out := p.Generate(l, nil, nil, t0.Add(3*time.Second)); out != nil {
+		t.Fatalf("its answer was answered %v", out)
+	}
+	add(2)
+	t1 := t0.Add(3200 * time.Millisecond)
+	if out := p.Generate(l, nil, nil, t1); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("past the spacing from its answer: %v, want the second change", out)
+	}
+	add(3)
+	if out := p.Generate(l, nil, nil, t1.Add(AnswerWait)); out != nil {
+		t.Fatalf("unanswered for AnswerWait, a peer that took 3 s was sent %v", out)
+	}
+	if got, want := p.HeldUntil(), t1.Add(6*time.Second); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v (twice its last answer's time)", got, want)
+	}
+	if out := p.Generate(l, nil, nil, t1.Add(6*time.Second)); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("its answer overdue: %v, want the third change", out)
+	}
+}
+
 // A peer whose message brings changes is answered at once with what it
 // lacks, spacing or not, as the stock server answers the sender of every
 // message: a typist's next keystroke waits on its own client's throttle,

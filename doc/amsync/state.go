@@ -9,10 +9,17 @@ import (
 )
 
 // AnswerWait is how long a peer may leave a message that brought it
-// changes unanswered before it is sent the next one anyway. A stock
+// changes unanswered before it is sent the next one anyway, at the least:
+// a peer whose last answer took longer than half of it is given twice
+// that answer's time (at most MaxAnswerWait), so that a reader busy with
+// one message is not sent the next before it could have read it. A stock
 // client answers such a message as soon as it has applied it; one that
 // had the changes already (from another tab, say) may not answer at all.
 const AnswerWait = time.Second
+
+// MaxAnswerWait bounds the wait for a peer's answer, however long its
+// last one took.
+const MaxAnswerWait = 10 * time.Second
 
 // State is the sync state kept with one remote peer of a Log: automerge's
 // sync state (shared heads, last sent heads, the peer's last heads, the
@@ -37,8 +44,8 @@ type State struct {
 	// its own round trip plus the spacing apart: a peer that answers
 	// fast is sent more often than one that takes long to read
 	// (TestSpacingRunsFromThePeersAnswer). One that has not answered
-	// waits for its answer (or AnswerWait), then the spacing from the
-	// message. The first change after a quiet spell goes at once, and so
+	// waits for its answer (or AnswerWait, longer for a peer whose last
+	// answer was slow), then the spacing from the message. The first change after a quiet spell goes at once, and so
 	// does the answer to a message that brought changes (the stock server
 	// answers every sender at once; see
 	// TestAPeerThatBringsChangesIsAnsweredAtOnce).
@@ -107,6 +114,10 @@ type State struct {
 	// when.
 	awaitUntil, lastChanges, answeredAt, heldUntil time.Time
 	awaiting, answered                             bool
+	// took is how long the peer took to answer the last message that
+	// brought it changes and was answered: its wait for the next answer
+	// is twice that, AnswerWait at the least.
+	took time.Duration
 }
 
 // haveKind is how a message's have list was read.
@@ -519,12 +530,14 @@ func (o *Outgoing) Encode() []byte {
 // peer lacks is worked out from the heads it named when l holds them
 // all (exact, and cheap: the changes since them), from its have and bloom
 // filter otherwise. And a peer that has not answered a message that
-// brought it changes is sent nothing until it answers or AnswerWait has
-// passed: it then gets everything new since in one message.
+// brought it changes is sent nothing until it answers or its wait has
+// passed (AnswerWait, or twice its last answer's time if longer): it then
+// gets everything new since in one message.
 func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	if p.answered {
 		p.answered, p.answeredAt = false, now
+		p.took = now.Sub(p.lastChanges)
 	}
 	ours := l.Heads()
 	if p.unknownAt != l.n && len(p.unknownSet) > 0 {
@@ -634,7 +647,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	p.inFlight = true
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if len(send) > 0 {
-		p.awaitUntil = now.Add(AnswerWait)
+		p.awaitUntil = now.Add(min(MaxAnswerWait, max(AnswerWait, 2*p.took)))
 		p.lastChanges = now
 		p.awaiting = true
 	}
@@ -643,7 +656,8 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 
 // spacedFrom is when the spacing before the next message that brings
 // the peer changes starts: its answer to the last one, or that message
-// if it has not answered (it then waited AnswerWait for the answer).
+// if it has not answered (it then waited for the answer as long as
+// AnswerWait and its last answer say).
 func (p *State) spacedFrom() time.Time {
 	if p.answeredAt.After(p.lastChanges) {
 		return p.answeredAt
