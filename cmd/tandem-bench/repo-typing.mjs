@@ -35,12 +35,39 @@ const rate = Number(opt.rate), duration = Number(opt.duration) * 1000
 const history = Number(opt.history)
 const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) => h === [...b].sort()[i])
 
+// bringsChanges reads whether a sync message carries changes from its
+// header (heads, need, have entries, then the changes' count), in plain
+// JS: cheap beside the client's own receive.
+function bringsChanges(b) {
+  let off = 1 // the message type
+  const uleb = () => {
+    let n = 0, shift = 0, x
+    do { x = b[off++]; n += (x & 0x7f) * 2 ** shift; shift += 7 } while (x & 0x80)
+    return n
+  }
+  const skip = n => { off += n } // after uleb() has moved off past the count
+  skip(32 * uleb()) // heads
+  skip(32 * uleb()) // need
+  for (let haves = uleb(); haves > 0; haves--) {
+    skip(32 * uleb()) // last sync
+    skip(uleb()) // bloom
+  }
+  return off < b.length && uleb() > 0
+}
+
 async function run(name, url, serverPid) {
   const repos = []
-  let frames = 0, bytes = 0
+  let frames = 0, bytes = 0, readerFrames = 0, readerChanges = 0
   for (let i = 0; i < typists + readers; i++) {
     const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-    repo.networkSubsystem.on("message", m => { frames++; bytes += m.data?.byteLength ?? 0 })
+    repo.networkSubsystem.on("message", m => {
+      frames++
+      bytes += m.data?.byteLength ?? 0
+      if (i >= typists) {
+        readerFrames++
+        if (m.type === "sync" && bringsChanges(m.data)) readerChanges++
+      }
+    })
     repos.push(repo)
   }
   const until = async cond => { while (!cond()) await new Promise(r => setTimeout(r, 10)) }
@@ -87,7 +114,7 @@ async function run(name, url, serverPid) {
   const idle0 = cpuSeconds(serverPid), idleAt = Date.now()
   await new Promise(r => setTimeout(r, 3000))
   const idleRate = (cpuSeconds(serverPid) - idle0) / ((Date.now() - idleAt) / 1000)
-  const frames0 = frames, bytes0 = bytes
+  const frames0 = frames, bytes0 = bytes, readerFrames0 = readerFrames, readerChanges0 = readerChanges
   const cpu0 = process.cpuUsage(), server0 = cpuSeconds(serverPid)
   const started = Date.now()
   let keystrokes = 0
@@ -116,6 +143,7 @@ async function run(name, url, serverPid) {
   console.log(`arrivals at readers  ${result.arrivals}`)
   console.log(`latency p50/p99      ${result.p50} ms / ${result.p99} ms`)
   console.log(`clients received     ${result.frames} frames, ${(result.bytes / 1e6).toFixed(1)} MB`)
+  console.log(`  readers received   ${((readerFrames - readerFrames0) / readers / window).toFixed(1)} frames each a second, ${((readerChanges - readerChanges0) / readers / window).toFixed(1)} bringing changes`)
   console.log(`clients' CPU         ${clientsCPU.toFixed(2)} s (${(100 * clientsCPU / window).toFixed(0)}% of a core)`)
   console.log(`a delivered keystroke ${(result.frames / Math.max(result.arrivals, 1)).toFixed(3)} frames, ${(1e6 * clientsCPU / Math.max(result.arrivals, 1)).toFixed(0)} µs of the clients' CPU`)
   console.log(`server CPU           ${serverCPU.toFixed(2)} s (${(100 * serverCPU / window).toFixed(0)}% of a core; idle ${(100 * idleRate).toFixed(1)}%; above idle, ${(1e6 * perKeystroke).toFixed(0)} µs a keystroke of ${keystrokes})`)
