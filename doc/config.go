@@ -62,9 +62,10 @@ type Config struct {
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
 	Finder Finder
-	// SyncSpacing is the least time between two sync messages that bring
-	// one peer changes of a document (fanout.go); zero sends each as soon
-	// as the peer has answered the one before.
+	// SyncSpacing is the least time between a peer's answer to a sync
+	// message that brought it changes of a document and the next such
+	// message (fanout.go); zero sends each as soon as the peer has
+	// answered the one before.
 	SyncSpacing time.Duration
 	// SaveDocument, when set, returns a document's changes (change chunks
 	// one after another, which it calls changes for when it is ready to

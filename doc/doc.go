@@ -46,8 +46,8 @@
 // Fan-out (fanout.go): every member is sent what its sync state says it
 // lacks, one message made and encoded once for the members that get the
 // same; a member that has not answered the message that last brought it
-// changes is sent nothing until it answers or amsync.AnswerWait passes,
-// then everything new at once.
+// changes is sent nothing until it answers or amsync.AnswerWait passes
+// (twice its last answer's time if longer), then everything new at once.
 //
 // A peer that says it has nothing (a request, or a sync reset) is sent the
 // whole document once (saved, if it runs automerge 0.6 or later and the

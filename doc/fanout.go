@@ -14,15 +14,21 @@ import (
 // When the document changes, each member is sent what its state says it
 // lacks; a member that has not answered the last message that brought it
 // changes is sent nothing until it answers (or amsync.AnswerWait has
-// passed), and then gets everything new since in one message. So each
-// reader is paced by its own reading: a slow one gets fewer, larger
-// messages, never a queue of small ones it cannot read. Config.SyncSpacing
-// spaces the messages that bring a member changes besides: the first
-// change after a quiet spell goes at once, later ones within the spacing
-// go together at its end, as the stock server sends a peer at most one
-// message per document per 100 ms (but after the first change, not
-// before it). A member whose message brought changes is answered at once
-// with everything it lacks, as the stock server answers every sender.
+// passed, twice its last answer's time if longer), and then gets
+// everything new since in one message. So each reader is paced by its
+// own reading: a slow one gets fewer, larger messages, never a queue of
+// small ones it cannot read. Config.SyncSpacing spaces the messages that
+// bring a member changes besides, from its answer to the last one: a
+// change that comes within the spacing of it goes at the spacing's end,
+// with whatever else came meanwhile. So the messages a member is sent
+// are its own round trip plus the spacing apart: one that answers at
+// once is sent about as often as the stock server sends a reader (a pass
+// over a document's peers at most every 100 ms, timed from the end of
+// the last pass, and an answer to each message a peer sends with what
+// came since), one that takes long to read less often. The first change
+// after a quiet spell goes at once. A member
+// whose message brought changes is answered at once with everything it
+// lacks, as the stock server answers every sender.
 //
 // Most members of a document being edited stand at the same heads and get
 // the same message: it is made and encoded once for all of them

@@ -277,7 +277,7 @@ func TestASaveUnderWayEndsWithTheHub(t *testing.T) {
 	}
 }
 
-// A room that leaves memory while its save waits for the worker is not
+// A room that leaves memory while its save waits for the saver is not
 // copied for it, and the save is no failure.
 func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
 	turn := make(chan struct{})
@@ -285,7 +285,7 @@ func TestASaveOfAnEvictedRoomTakesNothing(t *testing.T) {
 	started := make(chan struct{})
 	h := newTestHub(t, storedTyping(t, savedMinChanges+10), Config{SaveQuiet: time.Millisecond, SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
 		close(started)
-		<-turn // the worker is busy with another document
+		<-turn // the saver is busy with another document
 		b, err := changes()
 		result <- err
 		return b, err
@@ -421,9 +421,9 @@ func TestASavedDocumentThatFailedToBeStoredIsNotRetried(t *testing.T) {
 	}
 }
 
-// A paste of 300,000 characters made as one change (more than
-// automerge-go could save within its worker's memory) is saved, and a new
-// reader is sent it saved.
+// A paste of 300,000 characters made as one change (automerge-go would
+// hold about half a gigabyte saving it) is saved, and a new reader is sent
+// it saved.
 func TestALargePasteIsSavedForItsReaders(t *testing.T) {
 	paste := amtest.Paste(300_000)
 	h := newTestHub(t, storeOf(t, paste), Config{SaveDocument: amdoc.NewSaver(1).Save, SaveQuiet: time.Millisecond})

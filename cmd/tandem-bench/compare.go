@@ -263,6 +263,8 @@ func runCompare(ctx context.Context, o options, tandemBin string, tandemFlags []
 		fmt.Printf("frames to clients    %.2f× (lower is better)\n", ratio(float64(t.frames), float64(s.frames)))
 		fmt.Printf("bytes to clients     %.2f× (lower is better)\n", ratio(float64(t.bytes), float64(s.bytes)))
 		fmt.Printf("clients' CPU         %.2f× (lower is better)\n", ratio(t.clientCPU, s.clientCPU))
+		fmt.Printf("a delivered keystroke %.2f× the frames, %.2f× the clients' CPU (lower is better)\n",
+			ratio(t.framesPerArrival(), s.framesPerArrival()), ratio(t.cpuPerArrival(), s.cpuPerArrival()))
 	case "idle":
 		fmt.Printf("RSS per connection   %.2f× (lower is better)\n", ratio(idle[0].perConn(), idle[1].perConn()))
 	case "document":

@@ -35,12 +35,39 @@ const rate = Number(opt.rate), duration = Number(opt.duration) * 1000
 const history = Number(opt.history)
 const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) => h === [...b].sort()[i])
 
+// bringsChanges reads whether a sync message carries changes from its
+// header (heads, need, have entries, then the changes' count), in plain
+// JS: cheap beside the client's own receive.
+function bringsChanges(b) {
+  let off = 1 // the message type
+  const uleb = () => {
+    let n = 0, shift = 0, x
+    do { x = b[off++]; n += (x & 0x7f) * 2 ** shift; shift += 7 } while (x & 0x80)
+    return n
+  }
+  const skip = n => { off += n } // after uleb() has moved off past the count
+  skip(32 * uleb()) // heads
+  skip(32 * uleb()) // need
+  for (let haves = uleb(); haves > 0; haves--) {
+    skip(32 * uleb()) // last sync
+    skip(uleb()) // bloom
+  }
+  return off < b.length && uleb() > 0
+}
+
 async function run(name, url, serverPid) {
   const repos = []
-  let frames = 0, bytes = 0
+  let frames = 0, bytes = 0, readerFrames = 0, readerChanges = 0
   for (let i = 0; i < typists + readers; i++) {
     const repo = new Repo({ network: [new WebSocketClientAdapter(url)] })
-    repo.networkSubsystem.on("message", m => { frames++; bytes += m.data?.byteLength ?? 0 })
+    repo.networkSubsystem.on("message", m => {
+      frames++
+      bytes += m.data?.byteLength ?? 0
+      if (i >= typists) {
+        readerFrames++
+        if (m.type === "sync" && bringsChanges(m.data)) readerChanges++
+      }
+    })
     repos.push(repo)
   }
   const until = async cond => { while (!cond()) await new Promise(r => setTimeout(r, 10)) }
@@ -65,13 +92,19 @@ async function run(name, url, serverPid) {
     cpu = now
   }
 
-  const latencies = []
+  // A keystroke's stamp replaces its typist's last one: a change that
+  // brings a reader several keystrokes of a typist shows only the last.
+  // So each typist's stamps are kept here too, and a reader counts every
+  // keystroke up to the one it sees, each with its own wait.
+  const latencies = [], stampsOf = {}
   handles.slice(typists).forEach(h => {
     const seen = {}
     h.on("change", ({ doc }) => {
       const now = Date.now()
       for (const [k, at] of Object.entries(doc.stamps ?? {})) {
-        if (at > (seen[k] ?? 0)) { seen[k] = at; latencies.push(now - at) }
+        if (at <= (seen[k] ?? 0)) continue
+        for (const s of stampsOf[k] ?? []) if (s > (seen[k] ?? 0) && s <= at) latencies.push(now - s)
+        seen[k] = at
       }
     })
   })
@@ -81,15 +114,18 @@ async function run(name, url, serverPid) {
   const idle0 = cpuSeconds(serverPid), idleAt = Date.now()
   await new Promise(r => setTimeout(r, 3000))
   const idleRate = (cpuSeconds(serverPid) - idle0) / ((Date.now() - idleAt) / 1000)
-  const frames0 = frames, bytes0 = bytes
+  const frames0 = frames, bytes0 = bytes, readerFrames0 = readerFrames, readerChanges0 = readerChanges
   const cpu0 = process.cpuUsage(), server0 = cpuSeconds(serverPid)
   const started = Date.now()
   let keystrokes = 0
   const timers = handles.slice(0, typists).map((h, i) => setInterval(() => {
     keystrokes++
+    // One stamp a keystroke: a typist's are 1000/rate ms apart.
+    const at = Math.max(Date.now(), (stampsOf[`t${i}`]?.at(-1) ?? 0) + 1)
+    ;(stampsOf[`t${i}`] ??= []).push(at)
     h.change(d => {
       A.splice(d, ["text"], d.text.length, 0, "x")
-      d.stamps[`t${i}`] = Date.now()
+      d.stamps[`t${i}`] = at
     })
   }, 1000 / rate))
   await new Promise(r => setTimeout(r, duration))
@@ -107,7 +143,9 @@ async function run(name, url, serverPid) {
   console.log(`arrivals at readers  ${result.arrivals}`)
   console.log(`latency p50/p99      ${result.p50} ms / ${result.p99} ms`)
   console.log(`clients received     ${result.frames} frames, ${(result.bytes / 1e6).toFixed(1)} MB`)
+  console.log(`  readers received   ${((readerFrames - readerFrames0) / readers / window).toFixed(1)} frames each a second, ${((readerChanges - readerChanges0) / readers / window).toFixed(1)} bringing changes`)
   console.log(`clients' CPU         ${clientsCPU.toFixed(2)} s (${(100 * clientsCPU / window).toFixed(0)}% of a core)`)
+  console.log(`a delivered keystroke ${(result.frames / Math.max(result.arrivals, 1)).toFixed(3)} frames, ${(1e6 * clientsCPU / Math.max(result.arrivals, 1)).toFixed(0)} µs of the clients' CPU`)
   console.log(`server CPU           ${serverCPU.toFixed(2)} s (${(100 * serverCPU / window).toFixed(0)}% of a core; idle ${(100 * idleRate).toFixed(1)}%; above idle, ${(1e6 * perKeystroke).toFixed(0)} µs a keystroke of ${keystrokes})`)
   return result
 }
@@ -117,6 +155,8 @@ if (await eachServer(opt, (t, s, ratio) => {
   ratio("frames to clients", t.frames, s.frames)
   ratio("bytes to clients", t.bytes, s.bytes)
   ratio("clients' CPU", t.clientCPU, s.clientCPU)
+  ratio("frames a delivered keystroke", t.frames / Math.max(t.arrivals, 1), s.frames / Math.max(s.arrivals, 1))
+  ratio("clients' CPU a delivered keystroke", t.clientCPU / Math.max(t.arrivals, 1), s.clientCPU / Math.max(s.arrivals, 1))
   ratio("server CPU", t.serverCPU, s.serverCPU)
   ratio("server CPU a keystroke", t.perKeystroke, s.perKeystroke)
 })) process.exit(0)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -23,6 +24,10 @@ type syncPeer struct {
 	mu    sync.Mutex // guards d and state: the typist and the reader both use them
 	d     *automerge.Doc
 	state *automerge.SyncState
+
+	// The sync frames its reader took that brought changes (the rest
+	// bring heads, a filter or a request only).
+	withChanges atomic.Int64
 }
 
 func (s *syncPeer) push() error {
@@ -43,6 +48,9 @@ func (s *syncPeer) serve(seen func(*automerge.Doc)) {
 		if m.Type != wire.TypeSync {
 			continue
 		}
+		if bringsChanges(m.Data) {
+			s.withChanges.Add(1)
+		}
 		s.mu.Lock()
 		if _, err := s.state.ReceiveMessage(m.Data); err == nil {
 			seen(s.d)
@@ -50,6 +58,13 @@ func (s *syncPeer) serve(seen func(*automerge.Doc)) {
 		}
 		s.mu.Unlock()
 	}
+}
+
+// bringsChanges reports whether a sync message carries changes: read in
+// Go, outside automerge, from the message's header.
+func bringsChanges(data []byte) bool {
+	m, err := amsync.Decode(data)
+	return err == nil && len(m.Changes) > 0
 }
 
 // runTyping: T typists at C characters a second and R readers on one
@@ -64,9 +79,12 @@ type typingResult struct {
 	// bytes they received, and this process's CPU (every client's
 	// automerge receive and generate runs here).
 	frames, bytes int64
-	clientCPU     float64
-	typed         int64      // changes the typists made
-	stored        storeCount // inserted into PostgreSQL meanwhile, with o.store
+	// Of frames, those the readers received, and of those the ones that
+	// brought changes.
+	readerFrames, readerChanges int64
+	clientCPU                   float64
+	typed                       int64      // changes the typists made
+	stored                      storeCount // inserted into PostgreSQL meanwhile, with o.store
 }
 
 func runTyping(ctx context.Context, o options) error {
@@ -86,11 +104,25 @@ func printTyping(r typingResult, o options) {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/window)
 	}
 	fmt.Printf("clients received     %d frames, %.1f MB\n", r.frames, float64(r.bytes)/1e6)
+	if o.readers > 0 {
+		fmt.Printf("  readers received   %.1f frames each a second, %.1f bringing changes\n",
+			float64(r.readerFrames)/float64(o.readers)/window, float64(r.readerChanges)/float64(o.readers)/window)
+	}
 	fmt.Printf("clients' CPU         %.2f s (%.0f%% of a core)\n", r.clientCPU, 100*r.clientCPU/window)
+	fmt.Printf("a delivered keystroke %.3f frames, %.0f µs of the clients' CPU\n", r.framesPerArrival(), 1e6*r.cpuPerArrival())
 	if o.store != nil {
 		printStoreWrites(r.stored, r.typed)
 	}
 }
+
+// framesPerArrival and cpuPerArrival are the frames the clients
+// received and the CPU they used for each keystroke delivered to a
+// reader: what a delivery costs, whatever the delivery.
+func (r typingResult) framesPerArrival() float64 {
+	return float64(r.frames) / float64(max(len(r.latencies), 1))
+}
+
+func (r typingResult) cpuPerArrival() float64 { return r.clientCPU / float64(max(len(r.latencies), 1)) }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document of %d changes before, %v\n", o.typists, o.rate, o.readers, o.history, o.duration)
@@ -117,8 +149,15 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 		return typingResult{}, err
 	}
 
-	var mu sync.Mutex
+	// Each keystroke stamps the typist's key with its time, which
+	// replaces the one before: a message that brings a reader several
+	// keystrokes of a typist shows only the last. So every stamp is kept
+	// here too, and a reader counts each keystroke up to the one it sees,
+	// the earlier ones with their own (longer) wait: a server that sends
+	// fewer, larger messages is not flattered by the waits it hides.
+	var mu sync.Mutex // guards latencies and stampsOf
 	var latencies []time.Duration
+	stampsOf := make(map[string][]int64, o.typists) // each typist's stamps, by its key
 	lastStamp := make([]map[string]int64, len(peers))
 	var wg sync.WaitGroup
 	for i, p := range peers {
@@ -136,9 +175,13 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 					if v.Kind() != automerge.KindInt64 || v.Int64() <= lastStamp[i][k] {
 						continue
 					}
+					last := lastStamp[i][k]
 					lastStamp[i][k] = v.Int64()
 					mu.Lock()
-					latencies = append(latencies, time.Duration(now-v.Int64()))
+					stamps := stampsOf[k]
+					for j, _ := slices.BinarySearch(stamps, last+1); j < len(stamps) && stamps[j] <= v.Int64(); j++ {
+						latencies = append(latencies, time.Duration(now-stamps[j]))
+					}
 					mu.Unlock()
 				}
 			})
@@ -173,10 +216,14 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	cpu0, _ := cpuSeconds(o.serverPIDs)
 	self := []int{os.Getpid()}
 	client0, _ := cpuSeconds(self)
-	var frames0, bytes0 int64
-	for _, p := range peers {
+	var frames0, bytes0, readerFrames0, readerChanges0 int64
+	for i, p := range peers {
 		frames0 += p.framesIn.Load()
 		bytes0 += p.bytesIn.Load()
+		if i >= o.typists {
+			readerFrames0 += p.framesIn.Load()
+			readerChanges0 += p.withChanges.Load()
+		}
 	}
 	var stored0 storeCount
 	if o.store != nil {
@@ -207,7 +254,11 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 				}
 				p.mu.Lock()
 				p.d.Path("text").Text().Append("x")
-				p.d.RootMap().Set(key, time.Now().UnixNano())
+				stamp := time.Now().UnixNano()
+				mu.Lock()
+				stampsOf[key] = append(stampsOf[key], stamp)
+				mu.Unlock()
+				p.d.RootMap().Set(key, stamp)
 				p.d.Commit("type")
 				typed.Add(1)
 				p.push()
@@ -232,12 +283,18 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 		}
 		r.stored = stored1.minus(stored0)
 	}
-	for _, p := range peers {
+	for i, p := range peers {
 		r.frames += p.framesIn.Load()
 		r.bytes += p.bytesIn.Load()
+		if i >= o.typists {
+			r.readerFrames += p.framesIn.Load()
+			r.readerChanges += p.withChanges.Load()
+		}
 	}
 	r.frames -= frames0
 	r.bytes -= bytes0
+	r.readerFrames -= readerFrames0
+	r.readerChanges -= readerChanges0
 	for _, p := range peers {
 		p.ws.Close()
 	}

@@ -137,7 +137,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.UnavailableGrace, "unavailable-grace", 200*time.Millisecond,
 		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
 	fs.DurationVar(&c.SyncSpacing, "sync-spacing", 100*time.Millisecond,
-		"the least time between two sync messages that bring a peer changes of a document: the first change after a quiet spell goes at once, the next ones together at the end; 0 sends each as soon as the peer answered the last")
+		"the least time between a peer's answer to a sync message that brought it changes of a document and the next such message: the first change after a quiet spell goes at once, the next ones together at the end; 0 sends each as soon as the peer answered the last")
 	fs.BoolVar(&c.SaveDocs, "save-documents", true,
 		"send a new reader of a large document (1,000 changes or 256 KiB or more) the document as automerge saves it, written in Go from its changes, instead of its changes; automerge 3 loads it several times faster")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute,

@@ -16,8 +16,10 @@
 // answered a message bringing it changes is sent nothing new until it
 // answers (or the answer is overdue), so each peer is paced by its own
 // reading, and its next message carries everything new since; and, with
-// State.Spacing, messages that bring a peer changes are at least that far
-// apart (the first after a quiet spell goes at once).
+// State.Spacing, a message that brings a peer changes goes at least that
+// long after its answer to the one before (the first after a quiet spell
+// goes at once), so a peer's messages are its round trip and the spacing
+// apart.
 //
 // What amsync does not do is read a change's operations or decide whether
 // a change may be admitted: callers parse and check changes and hand the

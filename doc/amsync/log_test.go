@@ -241,9 +241,9 @@ func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
 	}
 }
 
-// With Spacing, a change that comes within it of the last one a peer was
-// brought waits for its end, and goes with what came meanwhile; the first
-// after a quiet spell goes at once.
+// With Spacing, a change that comes within it of the peer's answer to
+// the last one it was brought waits for its end, and goes with what came
+// meanwhile; the first after a quiet spell goes at once.
 func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	l := typedLog(1)
 	p := NewPeerAt(l.Heads())
@@ -263,20 +263,176 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
 		t.Fatalf("the first change after a quiet spell: %v, want it at once", out)
 	}
-	level()
+	level() // its answer, 10 ms after the message
+	if out := p.Generate(l, nil, nil, t0.Add(10*time.Millisecond)); out != nil {
+		t.Fatalf("the peer's answer was answered %v", out)
+	}
 	add(2)
 	add(3)
 	if out := p.Generate(l, nil, nil, t0.Add(30*time.Millisecond)); out != nil {
 		t.Fatalf("within the spacing the peer was sent %v", out)
 	}
-	if got, want := p.HeldUntil(), t0.Add(100*time.Millisecond); !got.Equal(want) {
-		t.Fatalf("held until %v, want %v", got, want)
+	if got, want := p.HeldUntil(), t0.Add(110*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v (the spacing from its answer)", got, want)
 	}
-	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out == nil || len(out.Indices) != 2 {
+	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out != nil {
+		t.Fatalf("the spacing from the message, not from its answer: %v", out)
+	}
+	if out := p.Generate(l, nil, nil, t0.Add(110*time.Millisecond)); out == nil || len(out.Indices) != 2 {
 		t.Fatalf("at the end of the spacing: %v, want both changes", out)
 	}
 	if !p.HeldUntil().IsZero() {
 		t.Fatal("still held after the message went")
+	}
+}
+
+// Each peer is paced by its own answers: with changes coming every
+// 25 ms, the next message that brings a peer changes goes the spacing
+// after it answered the last one. A peer that answers in 1 ms is sent
+// more often than one that takes 60 ms, each as often as its round trip
+// and the spacing allow, and every change reaches both, none waiting
+// longer than the spacing, its round trip and the gap between changes.
+func TestSpacingRunsFromThePeersAnswer(t *testing.T) {
+	const spacing, every = 100 * time.Millisecond, 25 * time.Millisecond
+	l := typedLog(1)
+	type reader struct {
+		name    string
+		rtt     time.Duration
+		p       *State
+		answer  time.Time // when it answers the message it was sent, zero if none
+		heads   []Hash    // that message's heads
+		sent    []time.Time
+		has     int // changes it holds
+		longest time.Duration
+	}
+	readers := []*reader{{name: "fast", rtt: time.Millisecond}, {name: "slow", rtt: 60 * time.Millisecond}}
+	for _, r := range readers {
+		r.p = NewPeerAt(l.Heads())
+		r.p.Spacing = spacing
+		r.p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+		r.has = l.Len()
+	}
+	t0 := time.Unix(100, 0)
+	added := map[int32]time.Time{}
+	for ms := range 4000 { // changes for 3 s, then a quiet second
+		now := t0.Add(time.Duration(ms) * time.Millisecond)
+		if ms < 3000 && ms%int(every/time.Millisecond) == 0 {
+			h := Hash{byte(ms), byte(ms >> 8), 7}
+			if _, err := l.Add(h, l.Heads(), typedChange(h, l.Heads())); err != nil {
+				t.Fatal(err)
+			}
+			added[int32(l.Len()-1)] = now
+		}
+		for _, r := range readers {
+			if !r.answer.IsZero() && !now.Before(r.answer) {
+				r.p.Receive(l, &Message{Heads: r.heads, Have: []Have{{LastSync: r.heads}}}, l.Heads())
+				r.answer = time.Time{}
+			}
+			// The room generates after every answer and every change,
+			// and when a held message is due: every millisecond is more
+			// often than that, and must send no more.
+			out := r.p.Generate(l, nil, nil, now)
+			if out == nil || len(out.Indices) == 0 {
+				continue
+			}
+			for _, x := range out.Indices {
+				r.longest = max(r.longest, now.Sub(added[x]))
+			}
+			r.has += len(out.Indices)
+			r.sent = append(r.sent, now)
+			r.answer, r.heads = now.Add(r.rtt), out.Heads
+		}
+	}
+	for _, r := range readers {
+		for i := 1; i < len(r.sent); i++ {
+			if gap := r.sent[i].Sub(r.sent[i-1]); gap < spacing+r.rtt {
+				t.Fatalf("%s reader: messages %v apart, under its round trip %v and the spacing", r.name, gap, r.rtt)
+			}
+		}
+		if bound := spacing + r.rtt + every; r.longest > bound {
+			t.Errorf("%s reader: a change waited %v, over %v", r.name, r.longest, bound)
+		}
+		t.Logf("%s reader: %d messages, the longest wait %v", r.name, len(r.sent), r.longest)
+	}
+	fast, slow := readers[0], readers[1]
+	if len(fast.sent) <= len(slow.sent) {
+		t.Fatalf("the fast reader was sent %d messages, the slow one %d: want more to the fast", len(fast.sent), len(slow.sent))
+	}
+	if fast.has != l.Len() || slow.has != l.Len() {
+		t.Fatalf("of %d changes the fast reader holds %d, the slow %d", l.Len(), fast.has, slow.has)
+	}
+}
+
+// A peer that does not answer a message that brought it changes is sent
+// the next one AnswerWait after it, not the spacing after.
+func TestAPeerThatDoesNotAnswerWaitsForAnswerWait(t *testing.T) {
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = 100 * time.Millisecond
+	p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	add := func(i int) {
+		h := Hash{byte(i), 9}
+		if _, err := l.Add(h, l.Heads(), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	add(1)
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("the first change: %v, want it at once", out)
+	}
+	add(2)
+	if out := p.Generate(l, nil, nil, t0.Add(500*time.Millisecond)); out != nil {
+		t.Fatalf("unanswered, the peer was sent %v", out)
+	}
+	if got, want := p.HeldUntil(), t0.Add(AnswerWait); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v", got, want)
+	}
+	if out := p.Generate(l, nil, nil, t0.Add(AnswerWait)); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("its answer overdue: %v, want the second change", out)
+	}
+}
+
+// A peer whose last answer took long is waited for twice as long before
+// it is sent the next message unanswered: a reader still busy with one
+// message is not sent another it could not have read yet.
+func TestAPeerThatAnsweredSlowlyIsWaitedForLonger(t *testing.T) {
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = 100 * time.Millisecond
+	answer := func() {
+		p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	}
+	answer()
+	add := func(i int) {
+		h := Hash{byte(i), 8}
+		if _, err := l.Add(h, l.Heads(), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	add(1)
+	if out := p.Generate(l, nil, nil, t0); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("the first change: %v, want it at once", out)
+	}
+	answer() // after 3 s
+	if out := p.Generate(l, nil, nil, t0.Add(3*time.Second)); out != nil {
+		t.Fatalf("its answer was answered %v", out)
+	}
+	add(2)
+	t1 := t0.Add(3200 * time.Millisecond)
+	if out := p.Generate(l, nil, nil, t1); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("past the spacing from its answer: %v, want the second change", out)
+	}
+	add(3)
+	if out := p.Generate(l, nil, nil, t1.Add(AnswerWait)); out != nil {
+		t.Fatalf("unanswered for AnswerWait, a peer that took 3 s was sent %v", out)
+	}
+	if got, want := p.HeldUntil(), t1.Add(6*time.Second); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v (twice its last answer's time)", got, want)
+	}
+	if out := p.Generate(l, nil, nil, t1.Add(6*time.Second)); out == nil || len(out.Indices) != 1 {
+		t.Fatalf("its answer overdue: %v, want the third change", out)
 	}
 }
 

@@ -9,10 +9,17 @@ import (
 )
 
 // AnswerWait is how long a peer may leave a message that brought it
-// changes unanswered before it is sent the next one anyway. A stock
+// changes unanswered before it is sent the next one anyway, at the least:
+// a peer whose last answer took longer than half of it is given twice
+// that answer's time (at most MaxAnswerWait), so that a reader busy with
+// one message is not sent the next before it could have read it. A stock
 // client answers such a message as soon as it has applied it; one that
 // had the changes already (from another tab, say) may not answer at all.
 const AnswerWait = time.Second
+
+// MaxAnswerWait bounds the wait for a peer's answer, however long its
+// last one took.
+const MaxAnswerWait = 10 * time.Second
 
 // State is the sync state kept with one remote peer of a Log: automerge's
 // sync state (shared heads, last sent heads, the peer's last heads, the
@@ -30,12 +37,18 @@ type State struct {
 	// ReadOnly is set for a peer whose changes are not taken: it is never
 	// asked for them (automerge's read-only sync state).
 	ReadOnly bool
-	// Spacing, if set, is the least time between two messages that bring
-	// the peer changes: a change that comes sooner waits for the end of
-	// it and goes with whatever else came meanwhile. The first change
-	// after a quiet spell goes at once, and so does the answer to a
-	// message that brought changes (the stock server answers every
-	// sender at once; see TestAPeerThatBringsChangesIsAnsweredAtOnce).
+	// Spacing, if set, is the least time between the peer's answer to a
+	// message that brought it changes and the next such message: a
+	// change that comes sooner waits for the end of it and goes with
+	// whatever else came meanwhile. So the messages a peer is sent are
+	// its own round trip plus the spacing apart: a peer that answers
+	// fast is sent more often than one that takes long to read
+	// (TestSpacingRunsFromThePeersAnswer). One that has not answered
+	// waits for its answer (or AnswerWait, longer for a peer whose last
+	// answer was slow), then the spacing from the message. The first change after a quiet spell goes at once, and so
+	// does the answer to a message that brought changes (the stock server
+	// answers every sender at once; see
+	// TestAPeerThatBringsChangesIsAnsweredAtOnce).
 	Spacing time.Duration
 
 	shared   []Hash
@@ -92,9 +105,19 @@ type State struct {
 	joins bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
-	// lastChanges is when a message last brought it changes. heldUntil
-	// is set when Generate held a message back for either, until when.
-	awaitUntil, lastChanges, heldUntil time.Time
+	// lastChanges is when a message last brought it changes, answeredAt
+	// when the peer answered it (zero until it has): the spacing runs
+	// from the later. awaiting says that message has not been answered;
+	// answered, that Receive took its answer and the next Generate,
+	// which follows at once, is to note the time (Receive is not told
+	// it). heldUntil is set when Generate held a message back, until
+	// when.
+	awaitUntil, lastChanges, answeredAt, heldUntil time.Time
+	awaiting, answered                             bool
+	// took is how long the peer took to answer the last message that
+	// brought it changes and was answered: its wait for the next answer
+	// is twice that, AnswerWait at the least.
+	took time.Duration
 }
 
 // haveKind is how a message's have list was read.
@@ -199,13 +222,16 @@ func (p *State) Receive(l *Log, m *Message, before []Hash) {
 	p.work = min(maxWork, p.work+workFor(m))
 	p.inFlight = false
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
+	p.answered = p.answered || p.awaiting
+	p.awaiting = false
 	p.joins = p.joins || m.HasFlags
 	if m.Flags&flagSyncReset != 0 {
 		p.sent.clear()
 	}
 	if len(m.Changes) > 0 {
 		p.shared = advanceHeads(before, l.Heads(), p.shared)
-		p.lastChanges = time.Time{}
+		// A sender is answered at once, unspaced.
+		p.lastChanges, p.answeredAt, p.answered = time.Time{}, time.Time{}, false
 	}
 	l.withoutAncestors(&p.sent, m.Heads, &p.work)
 	if len(m.Changes) == 0 && slices.Equal(m.Heads, before) {
@@ -508,10 +534,15 @@ func (o *Outgoing) Encode() []byte {
 // peer lacks is worked out from the heads it named when l holds them
 // all (exact, and cheap: the changes since them), from its have and bloom
 // filter otherwise. And a peer that has not answered a message that
-// brought it changes is sent nothing until it answers or AnswerWait has
-// passed: it then gets everything new since in one message.
+// brought it changes is sent nothing until it answers or its wait has
+// passed (AnswerWait, or twice its last answer's time if longer): it then
+// gets everything new since in one message.
 func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
+	if p.answered {
+		p.answered, p.answeredAt = false, now
+		p.took = now.Sub(p.lastChanges)
+	}
 	ours := l.Heads()
 	if p.unknownAt != l.n && len(p.unknownSet) > 0 {
 		// The log took changes since: some of the unknown heads may be
@@ -573,7 +604,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 		p.heldUntil = p.awaitUntil
 		return nil // paced: the next message goes when it answers
 	}
-	if next := p.lastChanges.Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
+	if next := p.spacedFrom().Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
 		p.heldUntil = next
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
@@ -620,10 +651,22 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	p.inFlight = true
 	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
 	if len(send) > 0 {
-		p.awaitUntil = now.Add(AnswerWait)
+		p.awaitUntil = now.Add(min(MaxAnswerWait, max(AnswerWait, 2*p.took)))
 		p.lastChanges = now
+		p.awaiting = true
 	}
 	return out
+}
+
+// spacedFrom is when the spacing before the next message that brings
+// the peer changes starts: its answer to the last one, or that message
+// if it has not answered (it then waited for the answer as long as
+// AnswerWait and its last answer say).
+func (p *State) spacedFrom() time.Time {
+	if p.answeredAt.After(p.lastChanges) {
+		return p.answeredAt
+	}
+	return p.lastChanges
 }
 
 // Key identifies the message among those made for peers of one log at

@@ -1,6 +1,0 @@
-//go:build !race
-
-package doc
-
-// raceEnabled: see race_test.go.
-const raceEnabled = false
