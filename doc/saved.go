@@ -1,12 +1,10 @@
 package doc
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/tandemhq/tandem/doc/amdoc"
@@ -129,10 +127,12 @@ func (r *room) answerWaiting(h *Hub) {
 // not wait for its load: the load reads every stored change into the log,
 // the guard's index and the observer's text, which takes longer than the
 // reader's own load of the document saved. So when the store holds a save
-// that covers every change it holds (their heads are the save's), the
-// reader whose request loads the room is sent that save as soon as the
-// store has read it, and joins the room, with its request answered, once
-// the load is done; its next message goes the usual way.
+// whose heads are among the stored changes, the reader whose request
+// loads the room is sent that save as soon as the store has read it,
+// naming the save's heads as the room's; it joins the room, with its
+// request answered, once the load is done, and its answer (the save's
+// heads) is then answered as any peer's: with the changes the save
+// lacks, if any.
 
 // earlyReader is a reader that has nothing of a document and reads a
 // saved one, whose request may load it.
@@ -141,77 +141,57 @@ type earlyReader struct {
 	readOnly bool
 }
 
-// sendEarly sends p the stored save, if it covers every stored change,
-// and reports whether it did. It runs in the room's load, before the
-// room holds anything.
+// sendEarly sends p the stored save, if its heads are among the stored
+// changes, and reports whether it did. It runs in the room's load, before
+// the room holds anything.
 func (r *room) sendEarly(p Peer, stored store.Stored) bool {
 	if stored.Saved == nil {
 		return false
 	}
-	saved, err := amsync.DocumentHeads(stored.Saved)
-	if err != nil || len(saved) == 0 {
-		return false
-	}
-	heads, ok := storedHeads(stored)
-	if !ok || !slices.Equal(heads, saved) {
+	heads, err := amsync.DocumentHeads(stored.Saved)
+	if err != nil || len(heads) == 0 || !storedHolds(stored, heads) {
 		return false
 	}
 	p.SendSync(r.id, (&amsync.Message{Heads: heads, Changes: [][]byte{stored.Saved}}).Encode())
 	return true
 }
 
-// storedHeads returns the heads of the changes a store holds, sorted,
-// reading only each change's hash and dependencies; false if they are
-// not all plain change chunks (a snapshot saved by automerge, say).
-func storedHeads(stored store.Stored) ([]amsync.Hash, bool) {
-	have := make(map[amsync.Hash]struct{})
-	depended := make(map[amsync.Hash]struct{})
+// storedHolds reports whether the changes a store holds include every one
+// of hashes, reading only each change's hash; false if they are not all
+// plain change chunks (a snapshot saved by automerge, say).
+func storedHolds(stored store.Stored, hashes []amsync.Hash) bool {
+	want := make(map[amsync.Hash]bool, len(hashes))
+	for _, h := range hashes {
+		want[h] = false
+	}
+	found := 0
 	for _, b := range append([][]byte{stored.Snapshot}, stored.Chunks...) {
 		for len(b) > 0 {
-			hash, deps, n, ok := changeHeader(b)
+			hash, n, ok := changeHash(b)
 			if !ok {
-				return nil, false
+				return false
 			}
-			have[hash] = struct{}{}
-			for _, d := range deps {
-				depended[d] = struct{}{}
+			if seen, ok := want[hash]; ok && !seen {
+				want[hash] = true
+				found++
 			}
 			b = b[n:]
 		}
 	}
-	var heads []amsync.Hash
-	for h := range have {
-		if _, ok := depended[h]; !ok {
-			heads = append(heads, h)
-		}
-	}
-	slices.SortFunc(heads, func(a, b amsync.Hash) int { return bytes.Compare(a[:], b[:]) })
-	return heads, len(heads) > 0
+	return found == len(want)
 }
 
-// changeHeader reads a plain change chunk's hash and dependencies, and
-// its length.
-func changeHeader(b []byte) (hash amsync.Hash, deps []amsync.Hash, n int, ok bool) {
+// changeHash reads a plain change chunk's hash and its length.
+func changeHash(b []byte) (hash amsync.Hash, n int, ok bool) {
 	if len(b) < 10 || b[8] != 1 {
-		return hash, nil, 0, false
+		return hash, 0, false
 	}
 	size, k := binary.Uvarint(b[9:])
 	if k <= 0 || size > uint64(len(b)-9-k) {
-		return hash, nil, 0, false
+		return hash, 0, false
 	}
 	n = 9 + k + int(size)
-	hash = sha256.Sum256(b[8:n])
-	body := b[9+k : n]
-	nd, k := binary.Uvarint(body)
-	if k <= 0 || nd > uint64(len(body)-k)/32 {
-		return hash, nil, 0, false
-	}
-	body = body[k:]
-	deps = make([]amsync.Hash, nd)
-	for i := range deps {
-		copy(deps[i][:], body[32*i:])
-	}
-	return hash, deps, n, true
+	return sha256.Sum256(b[8:n]), n, true
 }
 
 // maybeSave takes a save of the document if it is due, or with quiet

@@ -611,15 +611,68 @@ func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.
 	}
 }
 
-// A stored save that does not cover every stored change is not sent
-// before the load: the reader is answered once the room holds them all.
-func TestAStoredSaveThatLagsIsNotSentBeforeTheLoad(t *testing.T) {
+// A stored save that lags the stored changes is sent before the load all
+// the same, naming its own heads; once the reader answers with them, it
+// is sent the changes the save lacks.
+func TestAStoredSaveThatLagsIsSentBeforeTheLoadAndTheRestAfter(t *testing.T) {
 	all := amtest.Typing(savedMinChanges + 10)
 	saved, err := amdoc.Save(bytes.Join(all[:savedMinChanges], nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := storedTyping(t, savedMinChanges+10)
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
+	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
+	p := &loadWatcher{fakePeer: fakePeer{id: "reader"}, h: h}
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
+		t.Fatal(err)
+	}
+	syncs := p.takeSyncs()
+	if len(syncs) != 1 || p.logLen[0] != 0 {
+		t.Fatalf("the reader was sent %d messages, the first when the log held %v changes; want one, before the load", len(syncs), p.logLen)
+	}
+	m, err := amsync.Decode(syncs[0])
+	if err != nil || len(m.Changes) != 1 || !bytes.Equal(m.Changes[0], saved) {
+		t.Fatalf("the early message does not carry the stored save (%v)", err)
+	}
+	doc, err := automerge.Load(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := automerge.NewSyncState(doc).GenerateMessage()
+	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(answer.Bytes()), jsFlags...)}); err != nil {
+		t.Fatal(err)
+	}
+	// automerge 3 reads the changes as one entry; automerge-go cannot, so
+	// the entry is taken in here chunk by chunk.
+	testenv.WaitFor(t, "the changes the save lacks", func() bool {
+		for _, b := range p.takeSyncs() {
+			m, err := amsync.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, entry := range m.Changes {
+				if err := doc.LoadIncremental(entry); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return doc.Path("text").Text().Len() == savedMinChanges+10
+	})
+}
+
+// A stored save whose heads the store does not hold (it holds fewer
+// changes than the save) is not sent before the load.
+func TestAStoredSaveOfChangesTheStoreLacksIsNotSentBeforeTheLoad(t *testing.T) {
+	all := amtest.Typing(savedMinChanges + 10)
+	saved, err := amdoc.Save(bytes.Join(all, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := storedTyping(t, savedMinChanges)
 	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
 		t.Fatal(err)
 	}

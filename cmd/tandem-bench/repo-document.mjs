@@ -78,6 +78,16 @@ function ownSync(doc) {
   return timed(() => A.receiveSyncMessage(A.init(), ask, answer))
 }
 
+// howSent says, of a Tandem node, how its new readers were sent large
+// documents: its counts of readers sent a stored save while the document
+// loaded, and of readers that waited for a save.
+async function howSent(server) {
+  if (opt.only !== "tandem") return ""
+  const text = await (await fetch(server.url.replace(/^ws/, "http").replace(/\/ws$/, "/metrics"))).text()
+  const count = name => Number((text.match(new RegExp(`^${name} (\\S+)$`, "m")) ?? [])[1] ?? 0)
+  return `readers sent a stored save early ${count("tandem_document_readers_sent_early_total")}, readers that waited for a save ${count("tandem_document_readers_waited_for_save_total")}`
+}
+
 // timed runs fn and returns its time in ms.
 function timed(fn) {
   const t0 = performance.now()
@@ -128,6 +138,7 @@ async function measure(server) {
   await server.restart()
   result.rssCold0 = rssMiB(server.proc.pid)
   result.cold = await phase(server, () => findWhole(server.url, doc.url, heads))
+  result.coldHow = await howSent(server)
 
   const paster = await client(server.url)
   const text = "lorem ipsum ".repeat(Math.ceil(pasteBytes / 12)).slice(0, pasteBytes)
@@ -163,6 +174,7 @@ function print(r) {
   line("write", r.write)
   line("first sync", r.firstSync)
   line("cold find", r.cold)
+  if (r.coldHow) console.log(`${"".padEnd(12)} ${r.coldHow}`)
   console.log(`${"".padEnd(12)} the reader's own automerge receiving it: ${(r.ownLoadMs / 1000).toFixed(2)} s (first sync ${(r.firstSync.ms / r.ownLoadMs).toFixed(2)}×, cold find ${(r.cold.ms / r.ownLoadMs).toFixed(2)}× that)`)
   line("paste", r.paste)
   console.log(`${"".padEnd(12)} the clients' own automerge for it (create, then receive it): ${(r.pasteOwnMs / 1000).toFixed(2)} s (the paste ${(r.paste.ms / r.pasteOwnMs).toFixed(2)}× that)`)
