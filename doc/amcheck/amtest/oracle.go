@@ -149,3 +149,27 @@ func (o *Oracle) LoadsAs(t testing.TB, changes [][]byte, doc []byte) (bool, stri
 	o.Call(t, map[string]any{"op": "load", "changes": b64s(changes), "doc": base64.StdEncoding.EncodeToString(doc)}, &res)
 	return res.OK, res.Err
 }
+
+// View returns the document the changes make, at heads (hex; nil: its
+// own), as stock automerge's toJS shows it, in JSON.
+func (o *Oracle) View(t testing.TB, changes [][]byte, heads []string) []byte {
+	var res struct{ JSON string }
+	o.Call(t, map[string]any{"op": "view", "changes": b64s(changes), "heads": heads}, &res)
+	return []byte(res.JSON)
+}
+
+// Scalars returns a small session with every scalar type but bytes,
+// some values overwritten concurrently (see oracle.mjs).
+func (o *Oracle) Scalars(t testing.TB) [][]byte {
+	var res struct{ Changes []string }
+	o.Call(t, map[string]any{"op": "scalars"}, &res)
+	out := make([][]byte, len(res.Changes))
+	for i, s := range res.Changes {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}

@@ -17,6 +17,12 @@
 //        loads doc as the document the changes make: the same heads, the
 //        same changes, the same content, and after one more change by
 //        each, the same again; else {"ok":false,"err"}.
+//   {"op":"scalars"} → {"changes":[b64...]}: a document of every scalar
+//        type but bytes (null, booleans, integers, floats, a date, a
+//        counter, unicode text), some overwritten concurrently.
+//   {"op":"view","changes":[b64...],"heads":[hex...]?} → {"json":s}: the
+//        document the changes make (at heads, if given), as
+//        JSON.stringify(toJS(doc)) writes it.
 //   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
 //        automerge applies the changes on top of the base, materializes
 //        the result, saves and loads it with the same heads, and a fresh
@@ -195,6 +201,21 @@ rl.on('line', (line) => {
   }
   else if (req.op === 'cases') res = { cases: Object.fromEntries(Object.entries(cases()).map(([k, v]) => [k, v.map(b64)])) }
   else if (req.op === 'save') res = { doc: b64(A.save(A.applyChanges(A.init(), req.changes.map(unb64))[0])) }
+  else if (req.op === 'scalars') {
+    let d = A.change(A.init({ actor: '01' }), (x) => {
+      x.s = { n: null, t: true, f: false, fl: 1.5, neg: -3, big: 2 ** 40, d: new Date(1700000000123), c: new A.Counter(5) }
+      x.u = 'héllo 👋 wörld'
+      x.l = [new Date(0), -0.25, 'x']
+    })
+    let e = A.change(A.clone(d, { actor: '02' }), (x) => { x.s.t = 'two'; x.s.c.increment(3); A.splice(x, ['u'], 7, 1, '🌍') })
+    d = A.change(d, (x) => { x.s.t = 'one'; x.s.c.increment(-1); delete x.s.neg })
+    res = { changes: A.getAllChanges(A.merge(d, e)).map(b64) }
+  }
+  else if (req.op === 'view') {
+    let [d] = A.applyChanges(A.init(), req.changes.map(unb64))
+    if (req.heads) d = A.view(d, req.heads)
+    res = { json: JSON.stringify(A.toJS(d)) }
+  }
   else if (req.op === 'load') res = loadAs(req.changes.map(unb64), unb64(req.doc))
   else res = apply(req.base.map(unb64), req.changes.map(unb64))
   process.stdout.write(JSON.stringify(res) + '\n')
