@@ -40,6 +40,10 @@ type Config struct {
 	History History
 	// Notifications serves the notification API; nil serves none.
 	Notifications Notifications
+	// Documents serves the document API; nil serves none.
+	Documents Documents
+	// DocumentLimits bound its requests.
+	DocumentLimits DocumentLimits
 	// Auth, when set, guards the API: a request needs a valid token, and
 	// sees only the documents its token allows.
 	Auth *auth.Verifier
@@ -90,7 +94,7 @@ func NewRouter(cfg Config) http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
-	if cfg.Presence != nil || cfg.Notifications != nil {
+	if cfg.Presence != nil || cfg.Notifications != nil || cfg.Documents != nil {
 		limits := cfg.Requests
 		limits.setDefaults()
 		r.Route("/api", func(r chi.Router) {
@@ -109,6 +113,14 @@ func NewRouter(cfg Config) http.Handler {
 				r.Get("/docs/{documentID}/presence/history", h.docHistory)
 				r.Get("/docs/{documentID}/presence/hourly", h.docHourly)
 				r.Get("/users/{userID}/presence/history", h.userHistory)
+			}
+			if cfg.Documents != nil {
+				d := &docsAPI{docs: cfg.Documents, limits: cfg.DocumentLimits, log: logger}
+				d.limits.setDefaults()
+				r.Get("/docs/{documentID}", d.get)
+				r.Get("/docs/{documentID}/saved", d.saved)
+				r.Get("/docs/{documentID}/changes", d.changes)
+				r.Post("/docs/{documentID}/changes", d.postChanges)
 			}
 			if cfg.Notifications != nil {
 				n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}
