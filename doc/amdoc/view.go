@@ -46,6 +46,20 @@ func View(ctx context.Context, changes []byte) (map[string]any, error) {
 }
 
 func (s *opSet) view(ctx context.Context) (map[string]any, error) {
+	v, err := s.viewer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root, err := v.value(v.objects[id{}], 0)
+	if err != nil {
+		return nil, err
+	}
+	return root.(map[string]any), nil
+}
+
+// viewer reads which op shows at each map key and list element of
+// every object.
+func (s *opSet) viewer(ctx context.Context) (*viewer, error) {
 	s.sortActors()
 	s.sortKeys()
 	succ, succAt, err := s.successors()
@@ -62,7 +76,7 @@ func (s *opSet) view(ctx context.Context) (map[string]any, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	v := viewer{s: s, succ: succ, succAt: succAt, objects: map[id]*object{{}: {}}}
+	v := viewer{s: s, succ: succ, succAt: succAt, order: order, objects: map[id]*object{{}: {}}}
 	for i := range s.ops {
 		if o := &s.ops[i]; o.action.Makes() {
 			v.objects[o.id] = &object{list: o.action == amcheck.MakeList, text: o.action == amcheck.MakeText}
@@ -83,44 +97,48 @@ func (s *opSet) view(ctx context.Context) (map[string]any, error) {
 		}
 		if cur.list || cur.text {
 			if o.flags&flagInsert != 0 {
-				cur.elems = append(cur.elems, -1)
+				cur.elems = append(cur.elems, entry{op: -1, from: int32(k)})
 			}
-			if len(cur.elems) > 0 && v.visible(int(i)) {
-				cur.elems[len(cur.elems)-1] = i // later ops come in Lamport order
+			if n := len(cur.elems); n > 0 {
+				cur.elems[n-1].to = int32(k + 1)
+				if v.visible(int(i)) {
+					cur.elems[n-1].op = i // later ops come in Lamport order
+				}
 			}
 			continue
 		}
 		if o.key != key {
 			key = o.key
-			cur.keys = append(cur.keys, entry{key: o.key, op: -1})
+			cur.keys = append(cur.keys, entry{key: o.key, op: -1, from: int32(k)})
 		}
+		cur.keys[len(cur.keys)-1].to = int32(k + 1)
 		if v.visible(int(i)) {
 			cur.keys[len(cur.keys)-1].op = i
 		}
 	}
-	root, err := v.value(v.objects[id{}], 0)
-	if err != nil {
-		return nil, err
-	}
-	return root.(map[string]any), nil
+	return &v, nil
 }
 
 // object is what the view keeps of one object while it reads the ops.
 type object struct {
 	list, text bool
 	keys       []entry // a map's keys, each with its winning op (-1: none)
-	elems      []int32 // a list's elements' winning ops (-1: none visible)
+	elems      []entry // a list's elements, each with its winning op (-1: none visible)
 }
 
+// entry is a map key or a list element: its winning op, and where its
+// ops are in the document's order (from, to).
 type entry struct {
-	key uint32
-	op  int32
+	key      uint32
+	op       int32
+	from, to int32
 }
 
 type viewer struct {
 	s       *opSet
 	succ    []id
 	succAt  []uint32
+	order   []int32
 	objects map[id]*object
 }
 
@@ -148,19 +166,19 @@ func (v *viewer) value(obj *object, depth int) (any, error) {
 	switch {
 	case obj.text:
 		var b strings.Builder
-		for _, i := range obj.elems {
-			if i >= 0 && v.s.ops[i].vtype == amcheck.ValueString {
-				b.Write(v.raw(int(i)))
+		for _, e := range obj.elems {
+			if e.op >= 0 && v.s.ops[e.op].vtype == amcheck.ValueString {
+				b.Write(v.raw(int(e.op)))
 			}
 		}
 		return b.String(), nil
 	case obj.list:
 		out := make([]any, 0, len(obj.elems))
-		for _, i := range obj.elems {
-			if i < 0 {
+		for _, e := range obj.elems {
+			if e.op < 0 {
 				continue
 			}
-			x, err := v.opValue(int(i), depth)
+			x, err := v.opValue(int(e.op), depth)
 			if err != nil {
 				return nil, err
 			}

@@ -173,3 +173,12 @@ func (o *Oracle) Scalars(t testing.TB) [][]byte {
 	}
 	return out
 }
+
+// Edit makes edits (as the REST API's PATCH takes them) with stock
+// automerge's JS API in one change on the changes' document and returns
+// what toJS shows of it then, in JSON; or why automerge refused them.
+func (o *Oracle) Edit(t testing.TB, changes [][]byte, edits any) ([]byte, string) {
+	var res struct{ JSON, Err string }
+	o.Call(t, map[string]any{"op": "edit", "changes": b64s(changes), "edits": edits}, &res)
+	return []byte(res.JSON), res.Err
+}

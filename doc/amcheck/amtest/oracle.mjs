@@ -23,6 +23,10 @@
 //   {"op":"view","changes":[b64...],"heads":[hex...]?} → {"json":s}: the
 //        document the changes make (at heads, if given), as
 //        JSON.stringify(toJS(doc)) writes it.
+//   {"op":"edit","changes":[b64...],"edits":[...]} → {"json":s}: the
+//        edits (as the REST API's PATCH takes them: put, delete, splice,
+//        increment at a path) made with automerge's JS API in one change
+//        on the changes' document, then JSON.stringify(toJS(doc)).
 //   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
 //        automerge applies the changes on top of the base, materializes
 //        the result, saves and loads it with the same heads, and a fresh
@@ -210,6 +214,27 @@ rl.on('line', (line) => {
     let e = A.change(A.clone(d, { actor: '02' }), (x) => { x.s.t = 'two'; x.s.c.increment(3); A.splice(x, ['u'], 7, 1, '🌍') })
     d = A.change(d, (x) => { x.s.t = 'one'; x.s.c.increment(-1); delete x.s.neg })
     res = { changes: A.getAllChanges(A.merge(d, e)).map(b64) }
+  }
+  else if (req.op === 'edit') {
+    let [d] = A.applyChanges(A.init(), req.changes.map(unb64))
+    try {
+      d = A.change(d, (x) => {
+        for (const e of req.edits) {
+          const parent = e.path.slice(0, -1).reduce((o, k) => o[k], x)
+          const last = e.path[e.path.length - 1]
+          if (e.op === 'splice') {
+            const target = e.path.reduce((o, k) => o[k], x)
+            if (typeof target === 'string') A.splice(x, e.path, e.index, e.delete || 0, e.insert || '')
+            else target.splice(e.index, e.delete || 0, ...(e.insert || []))
+          } else if (e.op === 'put') parent[last] = e.value
+          else if (e.op === 'delete') { if (Array.isArray(parent)) parent.splice(last, 1); else delete parent[last] }
+          else if (e.op === 'increment') parent[last].increment(e.value ?? 1)
+        }
+      })
+      res = { json: JSON.stringify(A.toJS(d)) }
+    } catch (err) {
+      res = { err: String(err && err.message || err) }
+    }
   }
   else if (req.op === 'view') {
     let [d] = A.applyChanges(A.init(), req.changes.map(unb64))
