@@ -212,7 +212,11 @@ func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, chang
 		a.writeDocError(w, r, err)
 		return false
 	}
-	writeJSON(w, status, map[string]any{"documentId": id, "changes": hexHeads(written)})
+	answer := map[string]any{"documentId": id, "changes": hexHeads(written)}
+	if status == http.StatusCreated {
+		answer["url"] = "automerge:" + id
+	}
+	writeJSON(w, status, answer)
 	return true
 }
 

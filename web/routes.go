@@ -121,6 +121,8 @@ func NewRouter(cfg Config) http.Handler {
 				r.Get("/docs/{documentID}/saved", d.saved)
 				r.Get("/docs/{documentID}/changes", d.changes)
 				r.Post("/docs/{documentID}/changes", d.postChanges)
+				r.Post("/docs", d.create)
+				r.Patch("/docs/{documentID}", d.patch)
 			}
 			if cfg.Notifications != nil {
 				n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}
