@@ -1,13 +1,14 @@
 // End-to-end: a backend reads and edits documents over REST beside stock
 // automerge-repo clients: an edit made over REST reaches a client live, a
-// client's edit shows in the next REST read, a document made over REST is
+// client's edit shows in the next REST read, on one node and across
+// nodes, a document made over REST is
 // found by a client, changes a backend made with its own automerge reach
 // the clients, and a mention written over REST notifies as a typed one.
 import { test } from "node:test"
 import assert from "node:assert/strict"
 import { createHmac, randomUUID } from "node:crypto"
 import * as A from "@automerge/automerge"
-import { start, until } from "./server.mjs"
+import { start, startRedis, postgresURL, until } from "./server.mjs"
 import { client, connected, streamEvents } from "./clients.mjs"
 
 const secret = "an-e2e-secret-that-is-32-bytes!!"
@@ -62,6 +63,20 @@ test("a REST edit reaches a stock client live, and a REST read matches what the 
   assert.deepEqual(A.toJS(A.load(saved.body)), A.toJS(handle.doc()))
   const changes = await api(node, "GET", `/docs/${handle.documentId}/changes`)
   assert.deepEqual(A.toJS(A.loadIncremental(A.init(), changes.body)), A.toJS(handle.doc()))
+})
+
+test("a REST edit on one node reaches a stock client on another", async t => {
+  const redis = await startRedis(t)
+  const nodes = []
+  for (const i of [1, 2]) {
+    nodes.push(await start(t, { args: ["--redis-url", redis.url, "--postgres-url", postgresURL, "--node-id", `rest-n${i}-${randomUUID().slice(0, 6)}`] }))
+  }
+  const repo = await connected(client(t, nodes[1].url))
+  const handle = repo.create({ text: "two nodes" })
+  await until("the document on the first node", async () => (await api(nodes[0], "GET", `/docs/${handle.documentId}`)).status === 200, 20000)
+  const res = await api(nodes[0], "PATCH", `/docs/${handle.documentId}`, { body: [{ op: "splice", path: ["text"], index: 0, insert: "over " }] })
+  assert.equal(res.status, 200, JSON.stringify(res.body))
+  await until("the first node's REST edit on the second node's client", () => handle.doc().text === "over two nodes", 20000)
 })
 
 test("a document made over REST is found by a stock client, and a backend's own changes reach it", async t => {
