@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
 
@@ -37,6 +38,11 @@ type DocumentLimits struct {
 	ChangesBody int64
 	// JSONBody bounds a JSON body (POST /api/docs, PATCH); default 1 MiB.
 	JSONBody int64
+	// Readers bounds the requests that read a whole document at once
+	// (GET of its content, saved or changes; PATCH), node-wide: each
+	// holds a copy of the document's changes and what it makes of them;
+	// others wait their turn. Default 4.
+	Readers int
 }
 
 func (l *DocumentLimits) setDefaults() {
@@ -46,12 +52,41 @@ func (l *DocumentLimits) setDefaults() {
 	if l.JSONBody <= 0 {
 		l.JSONBody = 1 << 20
 	}
+	if l.Readers <= 0 {
+		l.Readers = 4
+	}
 }
 
 type docsAPI struct {
 	docs   Documents
 	limits DocumentLimits
 	log    *slog.Logger
+	// readers holds a token per request reading a whole document
+	// (DocumentLimits.Readers); waiting counts those waiting for one.
+	readers chan struct{}
+	waiting atomic.Int64
+}
+
+func newDocsAPI(docs Documents, limits DocumentLimits, log *slog.Logger) *docsAPI {
+	limits.setDefaults()
+	return &docsAPI{docs: docs, limits: limits, log: log, readers: make(chan struct{}, limits.Readers)}
+}
+
+// readTurn waits for a reader's turn, and returns what ends it; false if
+// the request ended first.
+func (a *docsAPI) readTurn(r *http.Request) (func(), bool) {
+	select {
+	case a.readers <- struct{}{}:
+	default:
+		a.waiting.Add(1)
+		defer a.waiting.Add(-1)
+		select {
+		case a.readers <- struct{}{}:
+		case <-r.Context().Done():
+			return nil, false
+		}
+	}
+	return func() { <-a.readers }, true
 }
 
 // documentFor returns the document a request names if its token may
@@ -102,18 +137,23 @@ func hexHeads(hs []amsync.Hash) []string {
 	return out
 }
 
-// read reads a document for a request; ok false once it answered.
-func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, q doc.ReadQuery) (string, doc.Read, bool) {
-	id, ok := documentFor(w, r, auth.Read)
-	if !ok {
-		return "", doc.Read{}, false
+// read reads a document for a request, in a reader's turn (done ends
+// it); ok false once it answered.
+func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, q doc.ReadQuery) (id string, d doc.Read, done func(), ok bool) {
+	if id, ok = documentFor(w, r, auth.Read); !ok {
+		return "", doc.Read{}, nil, false
+	}
+	if done, ok = a.readTurn(r); !ok {
+		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
+		return "", doc.Read{}, nil, false
 	}
 	d, err := a.docs.Read(r.Context(), id, q)
 	if err != nil {
+		done()
 		a.writeDocError(w, r, err)
-		return "", doc.Read{}, false
+		return "", doc.Read{}, nil, false
 	}
-	return id, d, true
+	return id, d, done, true
 }
 
 // get answers the document's content as automerge's toJS shows it, with
@@ -127,10 +167,11 @@ func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	id, d, ok := a.read(w, r, q)
+	id, d, done, ok := a.read(w, r, q)
 	if !ok {
 		return
 	}
+	defer done()
 	content, err := amdoc.View(r.Context(), d.Changes)
 	if err != nil {
 		a.writeDocError(w, r, err)
@@ -141,10 +182,11 @@ func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
 
 // saved answers the document saved as automerge saves one.
 func (a *docsAPI) saved(w http.ResponseWriter, r *http.Request) {
-	_, d, ok := a.read(w, r, doc.ReadQuery{})
+	_, d, done, ok := a.read(w, r, doc.ReadQuery{})
 	if !ok {
 		return
 	}
+	defer done()
 	b := d.Saved
 	if b == nil {
 		var err error
@@ -167,10 +209,11 @@ func (a *docsAPI) changes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	_, d, ok := a.read(w, r, q)
+	_, d, done, ok := a.read(w, r, q)
 	if !ok {
 		return
 	}
+	defer done()
 	writeBinary(w, d.Heads, d.Changes)
 }
 

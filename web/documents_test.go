@@ -11,14 +11,17 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/automerge/automerge-go"
+	"github.com/go-chi/chi/v5"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/store"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/internal/lifecycle"
@@ -294,5 +297,64 @@ func TestDocumentRequestsAreBounded(t *testing.T) {
 	}
 	if code, _, _ := call(t, "GET", srv.URL+"/api/docs/not-a-document", "", "", nil); code != http.StatusBadRequest {
 		t.Errorf("an invalid id: %d, want 400", code)
+	}
+}
+
+// blockingDocuments is a document store whose reads wait for release,
+// counting how many are in at once.
+type blockingDocuments struct {
+	in      chan struct{} // a read entered
+	release chan struct{}
+	now     atomic.Int32
+	most    atomic.Int32
+}
+
+func (b *blockingDocuments) Read(ctx context.Context, id string, q doc.ReadQuery) (doc.Read, error) {
+	n := b.now.Add(1)
+	defer b.now.Add(-1)
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+	b.in <- struct{}{}
+	<-b.release
+	return doc.Read{}, doc.ErrNotFound
+}
+
+func (b *blockingDocuments) Write(context.Context, doc.Peer, string, []byte) ([]amsync.Hash, error) {
+	return nil, errors.New("read only")
+}
+
+// Whole-document reads take turns: past DocumentLimits.Readers at once,
+// a read waits for one to end.
+func TestWholeDocumentReadsTakeTurns(t *testing.T) {
+	docs := &blockingDocuments{in: make(chan struct{}), release: make(chan struct{})}
+	a := newDocsAPI(docs, DocumentLimits{Readers: 1}, testenv.QuietLogger())
+	r := chi.NewRouter()
+	r.Get("/api/docs/{documentID}", a.get)
+	gated := httptest.NewServer(r)
+	defer gated.Close()
+	codes := make(chan int, 2)
+	get := func() {
+		resp, err := http.Get(gated.URL + "/api/docs/" + restDoc)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}
+	go get()
+	<-docs.in // the first read is in, and stays
+	go get()
+	testenv.WaitFor(t, "the second read waiting for its turn", func() bool { return a.waiting.Load() == 1 })
+	docs.release <- struct{}{} // the first ends; the second goes in
+	<-docs.in
+	docs.release <- struct{}{}
+	for range 2 {
+		if c := <-codes; c != http.StatusNotFound {
+			t.Fatalf("a read answered %d, want the store's 404", c)
+		}
+	}
+	if m := docs.most.Load(); m != 1 {
+		t.Fatalf("%d reads at once, over the limit of 1", m)
 	}
 }

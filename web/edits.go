@@ -143,6 +143,12 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
+	done, ok := a.readTurn(r)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
+		return
+	}
+	defer done()
 	d, err := a.docs.Read(r.Context(), id, q)
 	if err != nil {
 		a.writeDocError(w, r, err)

@@ -139,8 +139,7 @@ func apiRoutes(r chi.Router, cfg Config, limits RequestLimits, m *metrics, logge
 		r.Get("/users/{userID}/presence/history", h.userHistory)
 	}
 	if cfg.Documents != nil {
-		d := &docsAPI{docs: cfg.Documents, limits: cfg.DocumentLimits, log: logger}
-		d.limits.setDefaults()
+		d := newDocsAPI(cfg.Documents, cfg.DocumentLimits, logger)
 		r.Get("/docs/{documentID}", d.get)
 		r.Get("/docs/{documentID}/saved", d.saved)
 		r.Get("/docs/{documentID}/changes", d.changes)

@@ -18,7 +18,7 @@ import (
 // actors, then the others the ops name, in byte order; every column
 // written with the forms automerge writes, and left out when automerge
 // leaves it out.
-func (s *opSet) encodeChange(actor uint32, seq, startOp uint64, time int64, deps [][32]byte, ops []changeOp) ([]byte, [32]byte) {
+func (s *opSet) encodeChange(actor uint32, seq, startOp uint64, time int64, deps [][32]byte, ops []changeOp, values []byte) ([]byte, [32]byte) {
 	used := map[uint32]bool{}
 	note := func(x id) {
 		if x.ctr != 0 && x.actor != actor {
@@ -77,7 +77,7 @@ func (s *opSet) encodeChange(actor uint32, seq, startOp uint64, time int64, deps
 		}
 		insert.add(o.insert)
 		action.add(uint64(o.action))
-		vals.add(o.vtype, o.raw)
+		vals.add(o.vtype, values[o.valAt:o.valAt+o.valLen])
 		preds := slices.Clone(o.preds)
 		slices.SortFunc(preds, func(a, b id) int {
 			if a.ctr != b.ctr {

@@ -45,6 +45,14 @@ type Edit struct {
 // MaxEditDepth bounds how deeply a value an edit puts may nest.
 const MaxEditDepth = 64
 
+// MaxChangeOps bounds the ops the edits of one change may make (a
+// character of text is one): what Change allocates grows with them,
+// about 170 bytes each (a paste of the most, 45 MB), besides the
+// document.
+const MaxChangeOps = 1 << 18
+
+var errTooManyEditOps = fmt.Errorf("the edits make more than %d operations: send them in several requests", MaxChangeOps)
+
 // Change returns one change, by actor (which must not have made any
 // change of the document: a new actor's first change), that makes the
 // edits on the document the changes make (change chunks one after
@@ -82,7 +90,7 @@ func Change(ctx context.Context, changes []byte, actor []byte, time int64, edits
 	for _, h := range s.heads() {
 		deps = append(deps, s.changes[h].hash)
 	}
-	chunk, hash := s.encodeChange(e.actor, 1, uint64(start), time, deps, e.ops)
+	chunk, hash := s.encodeChange(e.actor, 1, uint64(start), time, deps, e.ops, e.values)
 	return chunk, hash, nil
 }
 
@@ -198,23 +206,36 @@ type changeOp struct {
 	insert bool
 	action amcheck.Action
 	vtype  amcheck.ValueType
-	raw    []byte
+	valAt  uint32 // its value's bytes in editor.values
+	valLen uint32
 	preds  []id
 }
 
 type editor struct {
-	s     *opSet
-	actor uint32
-	next  uint32
-	root  *node
-	ops   []changeOp
+	s      *opSet
+	actor  uint32
+	next   uint32
+	root   *node
+	ops    []changeOp
+	values []byte // the ops' values, one after another
 }
 
-func (e *editor) add(o changeOp) id {
+// add makes op o, its value raw (copied), and returns its ID.
+func (e *editor) add(o changeOp, raw []byte) id {
 	x := id{ctr: e.next, actor: e.actor}
 	e.next++
+	o.valAt, o.valLen = uint32(len(e.values)), uint32(len(raw))
+	e.values = append(e.values, raw...)
 	e.ops = append(e.ops, o)
 	return x
+}
+
+// room reports whether n more ops fit in the change.
+func (e *editor) room(n int) error {
+	if len(e.ops)+n > MaxChangeOps {
+		return errTooManyEditOps
+	}
+	return nil
 }
 
 func (e *editor) apply(ed *Edit) error {
@@ -258,9 +279,12 @@ func (e *editor) apply(ed *Edit) error {
 	if !sl.counter {
 		return fmt.Errorf("%v is not a counter", last)
 	}
-	o := changeOp{obj: n.id, action: amcheck.Increment, vtype: amcheck.ValueInt, raw: amcheck.AppendSleb(nil, by), preds: []id{sl.vis[len(sl.vis)-1]}}
+	o := changeOp{obj: n.id, action: amcheck.Increment, vtype: amcheck.ValueInt, preds: []id{sl.vis[len(sl.vis)-1]}}
 	e.at(&o, n, last, sl)
-	e.add(o)
+	if err := e.room(1); err != nil {
+		return err
+	}
+	e.add(o, amcheck.AppendSleb(nil, by))
 	return nil
 }
 
@@ -389,7 +413,10 @@ func (e *editor) del(n *node, step any) error {
 	}
 	o := changeOp{obj: n.id, action: amcheck.Delete, preds: sl.vis}
 	e.at(&o, n, step, sl)
-	e.add(o)
+	if err := e.room(1); err != nil {
+		return err
+	}
+	e.add(o, nil)
 	if n.kind == amcheck.MakeMap {
 		delete(n.keys, step.(string))
 	} else {
@@ -437,8 +464,11 @@ func (e *editor) splice(n *node, at, del int, insert any) error {
 	if gone != del {
 		return fmt.Errorf("cannot delete %d from index %d: the %s ends or a character would be cut", del, at, kind(n))
 	}
+	if err := e.room(end - p); err != nil {
+		return err
+	}
 	for _, sl := range n.elems[p:end] {
-		e.add(changeOp{obj: n.id, elem: sl.elem, action: amcheck.Delete, preds: sl.vis})
+		e.add(changeOp{obj: n.id, elem: sl.elem, action: amcheck.Delete, preds: sl.vis}, nil)
 	}
 	anchor := id{}
 	if p > 0 {
@@ -451,9 +481,23 @@ func (e *editor) splice(n *node, at, del int, insert any) error {
 		if !ok && insert != nil {
 			return errors.New("a text's insert must be a string")
 		}
+		if err := e.room(utf8.RuneCountInString(s)); err != nil {
+			return err
+		}
+		count := utf8.RuneCountInString(s)
+		e.ops = slices.Grow(e.ops, count)
+		e.values = slices.Grow(e.values, len(s))
+		// The new elements' slots and their one visible op, in one
+		// allocation each.
+		slots, ids := make([]slot, count), make([]id, count)
+		added = make([]*slot, 0, count)
+		var buf [utf8.UTFMax]byte
 		for _, r := range s {
-			x := e.add(changeOp{obj: n.id, elem: anchor, insert: true, action: amcheck.Put, vtype: amcheck.ValueString, raw: utf8.AppendRune(nil, r)})
-			added = append(added, &slot{elem: x, vis: []id{x}, width: utf16.RuneLen(r)})
+			x := e.add(changeOp{obj: n.id, elem: anchor, insert: true, action: amcheck.Put, vtype: amcheck.ValueString}, buf[:utf8.EncodeRune(buf[:], r)])
+			k := len(added)
+			ids[k] = x
+			slots[k] = slot{elem: x, vis: ids[k : k+1 : k+1], width: utf16.RuneLen(r)}
+			added = append(added, &slots[k])
 			anchor = x
 		}
 	case amcheck.MakeList:
@@ -488,6 +532,10 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 	if depth > MaxEditDepth {
 		return nil, fmt.Errorf("the value nests deeper than %d", MaxEditDepth)
 	}
+	if err := e.room(1); err != nil {
+		return nil, err
+	}
+	var raw []byte
 	o.action = amcheck.Put
 	switch x := v.(type) {
 	case nil:
@@ -505,14 +553,14 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 			}
 		}
 		if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
-			o.vtype, o.raw = amcheck.ValueInt, amcheck.AppendSleb(nil, int64(f))
+			o.vtype, raw = amcheck.ValueInt, amcheck.AppendSleb(nil, int64(f))
 		} else {
 			o.vtype = amcheck.ValueFloat
-			o.raw = binary.LittleEndian.AppendUint64(nil, math.Float64bits(f))
+			raw = binary.LittleEndian.AppendUint64(nil, math.Float64bits(f))
 		}
 	case string:
 		o.action = amcheck.MakeText
-		x0 := e.add(o)
+		x0 := e.add(o, nil)
 		n := &node{id: x0, kind: amcheck.MakeText}
 		if err := e.splice(n, 0, 0, x); err != nil {
 			return nil, err
@@ -520,7 +568,7 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 		return &slot{vis: []id{x0}, child: n}, nil
 	case []any:
 		o.action = amcheck.MakeList
-		x0 := e.add(o)
+		x0 := e.add(o, nil)
 		n := &node{id: x0, kind: amcheck.MakeList}
 		anchor := id{}
 		for _, item := range x {
@@ -535,7 +583,7 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 		return &slot{vis: []id{x0}, child: n}, nil
 	case map[string]any:
 		o.action = amcheck.MakeMap
-		x0 := e.add(o)
+		x0 := e.add(o, nil)
 		n := &node{id: x0, kind: amcheck.MakeMap, keys: make(map[string]*slot, len(x))}
 		keys := make([]string, 0, len(x))
 		for k := range x {
@@ -556,6 +604,6 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 	default:
 		return nil, fmt.Errorf("a value of type %T", v)
 	}
-	x0 := e.add(o)
+	x0 := e.add(o, raw)
 	return &slot{vis: []id{x0}}, nil
 }

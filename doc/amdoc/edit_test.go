@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -167,4 +168,38 @@ func nested(n int) any {
 		v = []any{v}
 	}
 	return v
+}
+
+// The ops one change may make are bounded, and so is what making the
+// most costs: a paste of MaxChangeOps characters allocates about 170
+// bytes a character besides the document (held to 300), and one more is
+// refused before it is held.
+func TestTheOpsOfAChangeAreBounded(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	changes := join(o.Trace(t, 5, 10))
+	ctx := context.Background()
+	huge := strings.Repeat("x", MaxChangeOps+1)
+	if _, _, err := Change(ctx, changes, []byte("a1"), 0, []Edit{{Op: "splice", Path: []any{"text"}, Index: 0, Insert: huge}}); !errors.Is(err, ErrBadEdit) || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a paste of %d characters: %v", len(huge), err)
+	}
+	many := make([]any, MaxChangeOps)
+	for i := range many {
+		many[i] = json.Number("1")
+	}
+	if _, _, err := Change(ctx, changes, []byte("a2"), 0, []Edit{{Op: "put", Path: []any{"k"}, Value: many}}); !errors.Is(err, ErrBadEdit) {
+		t.Fatalf("a list of %d values: %v", len(many), err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	chunk, _, err := Change(ctx, changes, []byte("a3"), 0, []Edit{{Op: "splice", Path: []any{"text"}, Index: 0, Insert: huge[:MaxChangeOps]}})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perOp := float64(after.TotalAlloc-before.TotalAlloc) / MaxChangeOps
+	t.Logf("a paste of %d characters: a change of %d bytes, %.0f bytes allocated a character", MaxChangeOps, len(chunk), perOp)
+	if perOp > 300 {
+		t.Fatalf("%.0f bytes allocated a character, over 300", perOp)
+	}
 }
