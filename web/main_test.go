@@ -68,9 +68,8 @@ func loadDescription(t testing.TB) *openapi3.T {
 type responseChecker struct {
 	router routers.Router
 
-	mu  sync.Mutex // guards bad and n
+	mu  sync.Mutex // guards bad
 	bad []string
-	n   int
 }
 
 func newResponseChecker() (*responseChecker, error) {
