@@ -546,7 +546,10 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 			o.vtype = amcheck.ValueTrue
 		}
 	case json.Number, float64, int, int64:
-		f, _ := number(x)
+		f, ok := number(x)
+		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, fmt.Errorf("%v is not a number automerge holds", x)
+		}
 		if n, ok := x.(json.Number); ok {
 			if i, err := strconv.ParseInt(string(n), 10, 64); err == nil && i >= -(1<<53) && i <= 1<<53 {
 				f = float64(i)

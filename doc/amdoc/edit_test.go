@@ -140,6 +140,7 @@ func TestABadEditIsRefusedWithItsReason(t *testing.T) {
 		{Edit{Op: "delete", Path: []any{"m", "missing"}}, `no key "missing"`},
 		{Edit{Op: "put", Path: []any{"k"}, Value: nested(MaxEditDepth + 2)}, "nests deeper"},
 		{Edit{Op: "put", Path: []any{json.Number("1")}}, "non-empty string"},
+		{Edit{Op: "put", Path: []any{"k"}, Value: json.Number("1e400")}, "not a number"},
 	}
 	for _, tt := range tests {
 		_, _, err := Change(ctx, changes, []byte("new-actor"), 0, []Edit{tt.edit})
