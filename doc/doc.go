@@ -22,6 +22,12 @@
 // tried again every Config.FlushInterval. A room leaves memory
 // Config.EvictAfter after its last peer.
 //
+// Outside the sync protocol (the REST API), Read returns a document's
+// changes, whole, at given heads or since them, and Write applies a
+// backend's changes as a server-side peer's: through Sync, so that the
+// guard, the observer, the fan-out and the cluster treat them as any
+// peer's, returning once the store holds them (read.go, write.go).
+//
 // Concurrency: Hub methods are safe for concurrent use. Locks are per room,
 // not one for the hub (as presence has): one document's work must not hold
 // up another's. A room has three, taken in this order: catchMu (one

@@ -8,4 +8,11 @@
 // and the users they follow (StreamLimits, streams.go). A stream ends when
 // its token expires. What is refused is answered with a status and a
 // message that says why, and counted in tandem_http_refused_total.
+//
+// The document API (documents.go, edits.go) reads a document's content,
+// saved form or changes, and writes a backend's changes or JSON edits
+// through Documents (the hub) as a server-side peer's: bodies bounded in
+// bytes, depth, edits and ops, and at most DocumentLimits.Readers whole
+// documents read at once. openapi.yaml describes the whole API; the
+// package's tests hold every route and every response they see to it.
 package web

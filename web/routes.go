@@ -40,6 +40,10 @@ type Config struct {
 	History History
 	// Notifications serves the notification API; nil serves none.
 	Notifications Notifications
+	// Documents serves the document API; nil serves none.
+	Documents Documents
+	// DocumentLimits bound its requests.
+	DocumentLimits DocumentLimits
 	// Auth, when set, guards the API: a request needs a valid token, and
 	// sees only the documents its token allows.
 	Auth *auth.Verifier
@@ -90,33 +94,15 @@ func NewRouter(cfg Config) http.Handler {
 		}
 		writeJSON(w, code, map[string]any{"ready": code == http.StatusOK, "checks": status})
 	})
-	if cfg.Presence != nil || cfg.Notifications != nil {
+	if cfg.Presence != nil || cfg.Notifications != nil || cfg.Documents != nil {
 		limits := cfg.Requests
 		limits.setDefaults()
 		r.Route("/api", func(r chi.Router) {
 			// The rate first: a token check costs the server too.
-			r.Use(newRateGate(limits, m).limit, bodyDeadline(limits.BodyTimeout, m))
-			if cfg.AllowsBrowser != nil {
-				r.Use(browserGate(cfg.AllowsBrowser, m))
-			}
-			r.Use(auth.Middleware(cfg.Auth, logger))
-			if cfg.Presence != nil {
-				a := &api{presence: cfg.Presence, streams: streams}
-				r.Get("/docs/{documentID}/presence", a.documentPresence)
-				r.Get("/users/{userID}/presence", a.userPresence)
-				r.Get("/presence/watch", a.watchPresence)
-				h := &historyAPI{store: cfg.History, now: time.Now, log: logger}
-				r.Get("/docs/{documentID}/presence/history", h.docHistory)
-				r.Get("/docs/{documentID}/presence/hourly", h.docHourly)
-				r.Get("/users/{userID}/presence/history", h.userHistory)
-			}
-			if cfg.Notifications != nil {
-				n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}
-				r.Post("/notifications", n.post)
-				r.Get("/notifications", n.list)
-				r.Post("/notifications/read", n.markRead)
-				r.Get("/notifications/stream", n.stream)
-			}
+			r.Use(newRateGate(limits, m).limit)
+			// The description of the API is for anyone to read.
+			r.Get("/openapi.json", serveOpenAPI)
+			r.Group(func(r chi.Router) { apiRoutes(r, cfg, limits, m, logger, streams) })
 		})
 	}
 	if cfg.Gatherer != nil {
@@ -132,6 +118,42 @@ func NewRouter(cfg Config) http.Handler {
 	}
 	r.Handle("/*", files)
 	return r
+}
+
+// apiRoutes adds the API's routes, behind its body deadline, browser
+// gate and token check.
+func apiRoutes(r chi.Router, cfg Config, limits RequestLimits, m *metrics, logger *slog.Logger, streams *streamGate) {
+	r.Use(bodyDeadline(limits.BodyTimeout, m))
+	if cfg.AllowsBrowser != nil {
+		r.Use(browserGate(cfg.AllowsBrowser, m))
+	}
+	r.Use(auth.Middleware(cfg.Auth, logger))
+	if cfg.Presence != nil {
+		a := &api{presence: cfg.Presence, streams: streams}
+		r.Get("/docs/{documentID}/presence", a.documentPresence)
+		r.Get("/users/{userID}/presence", a.userPresence)
+		r.Get("/presence/watch", a.watchPresence)
+		h := &historyAPI{store: cfg.History, now: time.Now, log: logger}
+		r.Get("/docs/{documentID}/presence/history", h.docHistory)
+		r.Get("/docs/{documentID}/presence/hourly", h.docHourly)
+		r.Get("/users/{userID}/presence/history", h.userHistory)
+	}
+	if cfg.Documents != nil {
+		d := newDocsAPI(cfg.Documents, cfg.DocumentLimits, logger)
+		r.Get("/docs/{documentID}", d.get)
+		r.Get("/docs/{documentID}/saved", d.saved)
+		r.Get("/docs/{documentID}/changes", d.changes)
+		r.Post("/docs/{documentID}/changes", d.postChanges)
+		r.Post("/docs", d.create)
+		r.Patch("/docs/{documentID}", d.patch)
+	}
+	if cfg.Notifications != nil {
+		n := &notifyAPI{n: cfg.Notifications, log: logger, streams: streams}
+		r.Post("/notifications", n.post)
+		r.Get("/notifications", n.list)
+		r.Post("/notifications/read", n.markRead)
+		r.Get("/notifications/stream", n.stream)
+	}
 }
 
 // api holds what the REST handlers read.

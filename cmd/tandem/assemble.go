@@ -242,7 +242,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 	n.endRequests = endRequests
 	n.http = &http.Server{
 		Handler: web.NewRouter(web.Config{
-			WebSocket: n.ws, Presence: n.presence, History: hist, Notifications: n.notes, Auth: verifier,
+			WebSocket: n.ws, Presence: n.presence, History: hist, Notifications: n.notes, Documents: n.docs, Auth: verifier,
 			Gatherer: reg, Registerer: reg, Logger: log, Ready: checks,
 			// Streams from one address are bounded as its sockets are (the
 			// flags to raise behind a proxy, which is every client's

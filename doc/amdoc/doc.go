@@ -27,7 +27,12 @@
 // takes time linear in the ops, and n log n for what it sorts: a map's
 // keys (ranked once), an element's children, the objects.
 //
-// Save is a pure function, safe for concurrent use. A Saver (saver.go)
+// View (view.go) reads the same op set for the document's content, as
+// automerge's toJS shows it; Change (edit.go) makes a backend's edits
+// (put, delete, splice, increment) as one change on it, encoded as
+// automerge encodes a change (change.go). Both cost what a save costs.
+//
+// Save, View and Change are pure functions, safe for concurrent use. A Saver (saver.go)
 // runs saves one at a time, paced, and ends one early when its context
 // ends.
 package amdoc

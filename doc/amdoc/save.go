@@ -23,6 +23,11 @@ func Save(changes []byte) ([]byte, error) {
 	return save(context.Background(), changes, maxOps)
 }
 
+// SaveContext is Save, ending early with ctx.
+func SaveContext(ctx context.Context, changes []byte) ([]byte, error) {
+	return save(ctx, changes, maxOps)
+}
+
 // maxOps bounds the ops Save reads, and apart their predecessors: a
 // document may hold no more than its budget pays for (guard.Limits: 16
 // bytes an op, 256 MiB by default, so 16 M), and what Save holds and does

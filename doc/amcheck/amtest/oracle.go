@@ -149,3 +149,36 @@ func (o *Oracle) LoadsAs(t testing.TB, changes [][]byte, doc []byte) (bool, stri
 	o.Call(t, map[string]any{"op": "load", "changes": b64s(changes), "doc": base64.StdEncoding.EncodeToString(doc)}, &res)
 	return res.OK, res.Err
 }
+
+// View returns the document the changes make, at heads (hex; nil: its
+// own), as stock automerge's toJS shows it, in JSON.
+func (o *Oracle) View(t testing.TB, changes [][]byte, heads []string) []byte {
+	var res struct{ JSON string }
+	o.Call(t, map[string]any{"op": "view", "changes": b64s(changes), "heads": heads}, &res)
+	return []byte(res.JSON)
+}
+
+// Scalars returns a small session with every scalar type but bytes,
+// some values overwritten concurrently (see oracle.mjs).
+func (o *Oracle) Scalars(t testing.TB) [][]byte {
+	var res struct{ Changes []string }
+	o.Call(t, map[string]any{"op": "scalars"}, &res)
+	out := make([][]byte, len(res.Changes))
+	for i, s := range res.Changes {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// Edit makes edits (as the REST API's PATCH takes them) with stock
+// automerge's JS API in one change on the changes' document and returns
+// what toJS shows of it then, in JSON; or why automerge refused them.
+func (o *Oracle) Edit(t testing.TB, changes [][]byte, edits any) ([]byte, string) {
+	var res struct{ JSON, Err string }
+	o.Call(t, map[string]any{"op": "edit", "changes": b64s(changes), "edits": edits}, &res)
+	return []byte(res.JSON), res.Err
+}

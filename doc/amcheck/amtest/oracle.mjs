@@ -17,6 +17,16 @@
 //        loads doc as the document the changes make: the same heads, the
 //        same changes, the same content, and after one more change by
 //        each, the same again; else {"ok":false,"err"}.
+//   {"op":"scalars"} → {"changes":[b64...]}: a document of every scalar
+//        type but bytes (null, booleans, integers, floats, a date, a
+//        counter, unicode text), some overwritten concurrently.
+//   {"op":"view","changes":[b64...],"heads":[hex...]?} → {"json":s}: the
+//        document the changes make (at heads, if given), as
+//        JSON.stringify(toJS(doc)) writes it.
+//   {"op":"edit","changes":[b64...],"edits":[...]} → {"json":s}: the
+//        edits (as the REST API's PATCH takes them: put, delete, splice,
+//        increment at a path) made with automerge's JS API in one change
+//        on the changes' document, then JSON.stringify(toJS(doc)).
 //   {"op":"apply","base":[b64...],"changes":[b64...]} → {"ok":true} if
 //        automerge applies the changes on top of the base, materializes
 //        the result, saves and loads it with the same heads, and a fresh
@@ -195,6 +205,42 @@ rl.on('line', (line) => {
   }
   else if (req.op === 'cases') res = { cases: Object.fromEntries(Object.entries(cases()).map(([k, v]) => [k, v.map(b64)])) }
   else if (req.op === 'save') res = { doc: b64(A.save(A.applyChanges(A.init(), req.changes.map(unb64))[0])) }
+  else if (req.op === 'scalars') {
+    let d = A.change(A.init({ actor: '01' }), (x) => {
+      x.s = { n: null, t: true, f: false, fl: 1.5, neg: -3, big: 2 ** 40, d: new Date(1700000000123), c: new A.Counter(5) }
+      x.u = 'héllo 👋 wörld'
+      x.l = [new Date(0), -0.25, 'x']
+    })
+    let e = A.change(A.clone(d, { actor: '02' }), (x) => { x.s.t = 'two'; x.s.c.increment(3); A.splice(x, ['u'], 7, 1, '🌍') })
+    d = A.change(d, (x) => { x.s.t = 'one'; x.s.c.increment(-1); delete x.s.neg })
+    res = { changes: A.getAllChanges(A.merge(d, e)).map(b64) }
+  }
+  else if (req.op === 'edit') {
+    let [d] = A.applyChanges(A.init(), req.changes.map(unb64))
+    try {
+      d = A.change(d, (x) => {
+        for (const e of req.edits) {
+          const parent = e.path.slice(0, -1).reduce((o, k) => o[k], x)
+          const last = e.path[e.path.length - 1]
+          if (e.op === 'splice') {
+            const target = e.path.reduce((o, k) => o[k], x)
+            if (typeof target === 'string') A.splice(x, e.path, e.index, e.delete || 0, e.insert || '')
+            else target.splice(e.index, e.delete || 0, ...(e.insert || []))
+          } else if (e.op === 'put') parent[last] = e.value
+          else if (e.op === 'delete') { if (Array.isArray(parent)) parent.splice(last, 1); else delete parent[last] }
+          else if (e.op === 'increment') parent[last].increment(e.value ?? 1)
+        }
+      })
+      res = { json: JSON.stringify(A.toJS(d)) }
+    } catch (err) {
+      res = { err: String(err && err.message || err) }
+    }
+  }
+  else if (req.op === 'view') {
+    let [d] = A.applyChanges(A.init(), req.changes.map(unb64))
+    if (req.heads) d = A.view(d, req.heads)
+    res = { json: JSON.stringify(A.toJS(d)) }
+  }
   else if (req.op === 'load') res = loadAs(req.changes.map(unb64), unb64(req.doc))
   else res = apply(req.base.map(unb64), req.changes.map(unb64))
   process.stdout.write(JSON.stringify(res) + '\n')

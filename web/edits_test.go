@@ -1,0 +1,118 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
+
+func getDoc(t *testing.T, base, token string) docAnswer {
+	t.Helper()
+	code, body, _ := call(t, "GET", base, token, "", nil)
+	var d docAnswer
+	if err := json.Unmarshal(body, &d); code != http.StatusOK || err != nil {
+		t.Fatalf("GET %s: %d %s", base, code, body)
+	}
+	return d
+}
+
+// A backend makes a document from JSON, then edits it: a splice, a put
+// and, on the version of before the splice, a concurrent splice that
+// merges with it.
+func TestABackendMakesAndEditsADocument(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{})
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "application/json", []byte(`{"text":"hello","n":1,"tags":["a"],"meta":{"ok":true}}`))
+	var made struct{ DocumentID, URL string }
+	if err := json.Unmarshal(body, &made); code != http.StatusCreated || err != nil {
+		t.Fatalf("POST /api/docs: %d %s", code, body)
+	}
+	if err := wire.ValidateDocumentID(made.DocumentID); err != nil || made.URL != "automerge:"+made.DocumentID {
+		t.Fatalf("POST /api/docs answered %s", body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	first := getDoc(t, base, "")
+	if got, _ := json.Marshal(first.Doc); string(got) != `{"meta":{"ok":true},"n":1,"tags":["a"],"text":"hello"}` {
+		t.Fatalf("the new document shows %s", got)
+	}
+	patch := `[{"op":"splice","path":["text"],"index":5,"delete":0,"insert":" world"},{"op":"put","path":["meta","by"],"value":"api"}]`
+	if code, body, _ := call(t, "PATCH", base, "", "application/json", []byte(patch)); code != http.StatusOK {
+		t.Fatalf("PATCH: %d %s", code, body)
+	}
+	if d := getDoc(t, base, ""); d.Doc["text"] != "hello world" || d.Doc["meta"].(map[string]any)["by"] != "api" {
+		t.Fatalf("after PATCH: %v", d.Doc)
+	}
+	old := fmt.Sprintf(`{"heads":[%q],"ops":[{"op":"splice","path":["text"],"index":0,"insert":">"}]}`, first.Heads[0])
+	if code, body, _ := call(t, "PATCH", base, "", "application/json", []byte(old)); code != http.StatusOK {
+		t.Fatalf("PATCH at the first heads: %d %s", code, body)
+	}
+	if d := getDoc(t, base, ""); d.Doc["text"] != ">hello world" || len(d.Heads) != 2 {
+		t.Fatalf("the concurrent edit did not merge: %v, heads %v", d.Doc, d.Heads)
+	}
+}
+
+// A bad edit, a body past a bound and a document outside reach are each
+// refused with what is wrong.
+func TestEditsAreBoundedAndRefusedWithTheirReason(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{JSONBody: 64 << 10})
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "", []byte(`{"text":"hi"}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	many := "[" + strings.TrimSuffix(strings.Repeat(`{"op":"delete","path":["x"]},`, MaxEdits+1), ",") + "]"
+	deep := `[{"op":"put","path":["k"],"value":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}]`
+	tests := []struct {
+		method, url, body string
+		status            int
+		want              string
+	}{
+		{"PATCH", base, `[{"op":"splice","path":["text"],"index":9,"insert":"x"}]`, 400, "past the text's end"},
+		{"PATCH", base, `[{"op":"increment","path":["text"]}]`, 400, "not a counter"},
+		{"PATCH", base, `[{"op":"put","path":["a"],"value":1,"extra":2}]`, 400, "unknown field"},
+		{"PATCH", base, `[]`, 400, "give 1 to 1000 edits"},
+		{"PATCH", base, many, 400, "give 1 to 1000 edits"},
+		{"PATCH", base, deep, 400, "nests deeper"},
+		{"PATCH", base, `[{"op":"put","path":["k"],"value":"` + strings.Repeat("x", 70<<10) + `"}]`, 413, "over 65536 bytes"},
+		{"PATCH", base, `{"heads":["` + strings.Repeat("0", 64) + `"],"ops":[{"op":"put","path":["a"],"value":1}]}`, 400, "no change of these heads"},
+		{"PATCH", srv.URL + "/api/docs/" + wire.NewDocumentID([16]byte{7}), `[{"op":"put","path":["a"],"value":1}]`, 404, "document not found"},
+		{"POST", srv.URL + "/api/docs", `{}`, 400, "1 to 1000 keys"},
+		{"POST", srv.URL + "/api/docs", `[1]`, 400, "not the JSON expected"},
+	}
+	for _, tt := range tests {
+		code, body, _ := call(t, tt.method, tt.url, "", "application/json", []byte(tt.body))
+		if code != tt.status || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s %.60s: %d %s; want %d with %q", tt.method, tt.body, code, body, tt.status, tt.want)
+		}
+	}
+	if d := getDoc(t, base, ""); d.Doc["text"] != "hi" || len(d.Doc) != 1 {
+		t.Fatalf("a refused edit changed the document: %v", d.Doc)
+	}
+}
+
+// Making a document needs a token that may write every document; editing
+// one needs a write grant for it.
+func TestMakingAndEditingFollowTheToken(t *testing.T) {
+	srv, _ := newDocsServer(t, true, DocumentLimits{})
+	all := restToken(t, map[string]string{"*": "write"})
+	one := restToken(t, map[string]string{restDoc: "write"})
+	if code, _, _ := call(t, "POST", srv.URL+"/api/docs", one, "", []byte(`{"a":1}`)); code != http.StatusForbidden {
+		t.Fatalf("a token of one document making one: %d, want 403", code)
+	}
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", all, "", []byte(`{"a":1}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST with a token of every document: %d %s", code, body)
+	}
+	reader := restToken(t, map[string]string{made.DocumentID: "read"})
+	if code, _, _ := call(t, "PATCH", srv.URL+"/api/docs/"+made.DocumentID, reader, "", []byte(`[{"op":"put","path":["a"],"value":2}]`)); code != http.StatusForbidden {
+		t.Fatalf("a read token editing: %d, want 403", code)
+	}
+	if code, _, _ := call(t, "PATCH", srv.URL+"/api/docs/"+made.DocumentID, one, "", []byte(`[{"op":"put","path":["a"],"value":2}]`)); code != http.StatusNotFound {
+		t.Fatalf("a token without the document editing: %d, want 404", code)
+	}
+}
