@@ -64,11 +64,12 @@ type room struct {
 	// way; the log's bytes when the last was taken; the last is not yet
 	// stored.
 	saving, savedDirty bool
-	saveTried          int64       // the log's bytes when its last save took them
-	savedBytes         int64       // the bytes of the changes the saved document holds
-	waitTimer          bool        // a deadline for the readers waiting for a save is set
-	quiet              *time.Timer // saves once the document goes quiet; nil until needed
-	quietDue           bool        // quiet is set to go off
+	saveTried          int64         // the log's bytes when its last save took them
+	savedBytes         int64         // the bytes of the changes the saved document holds
+	waitTimer          bool          // a deadline for the readers waiting for a save is set
+	hurry              chan struct{} // closed when a reader waits for the save under way; nil once closed
+	quiet              *time.Timer   // saves once the document goes quiet; nil until needed
+	quietDue           bool          // quiet is set to go off
 
 	// Durable before acknowledged (durable.go): applied counts the local
 	// peers' messages that changed the document, stored how many of them

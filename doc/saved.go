@@ -95,7 +95,9 @@ func (r *room) waitForSave(h *Hub, m *member) bool {
 	}
 	m.saveWait = saveWaiting
 	h.readersWaited.Inc()
-	if !r.saving {
+	if r.saving {
+		r.hurryNow()
+	} else {
 		r.save(h, true)
 	}
 	if !r.waitTimer {
@@ -110,6 +112,15 @@ func (r *room) waitForSave(h *Hub, m *member) bool {
 		})
 	}
 	return true
+}
+
+// hurryNow has the save under way stop waiting for the saver's pace: a
+// reader waits for it. The caller holds r.mu.
+func (r *room) hurryNow() {
+	if r.hurry != nil {
+		close(r.hurry)
+		r.hurry = nil
+	}
 }
 
 // answerWaiting answers the members that waited for the save just done
@@ -281,13 +292,16 @@ func (r *room) setQuietDue(h *Hub, due bool) {
 func (r *room) save(h *Hub, urgent bool) {
 	r.stopQuiet(h)
 	r.saving = true
+	hurry := make(chan struct{})
+	r.hurry = hurry
+	if urgent {
+		r.hurryNow()
+	}
 	h.savesPending.Inc()
 	go h.background.Do(func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if urgent {
-			ctx = amdoc.Urgent(ctx) // a reader waits for it: not paced
-		}
+		ctx = amdoc.Hurry(ctx, hurry) // not paced once a reader waits for it
 		go func() {
 			select {
 			case <-h.stop: // the hub closes: the job ends with it

@@ -38,10 +38,13 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 		return nil, ctx.Err()
 	}
 	defer func() { <-s.turn }()
-	if wait := time.Until(s.next); wait > 0 && ctx.Value(urgentKey{}) == nil {
+	if wait := time.Until(s.next); wait > 0 {
+		hurry, _ := ctx.Value(hurryKey{}).(<-chan struct{})
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
+		case <-hurry:
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
@@ -56,11 +59,14 @@ func (s *Saver) Save(ctx context.Context, changes func() ([]byte, error)) ([]byt
 	return safeSave(ctx, b)
 }
 
-type urgentKey struct{}
+type hurryKey struct{}
 
-// Urgent marks a save someone waits for (a new reader): it waits its
-// turn, not the pace.
-func Urgent(ctx context.Context) context.Context { return context.WithValue(ctx, urgentKey{}, true) }
+// Hurry returns ctx for a save that stops waiting for the pace once hurry
+// is closed: someone (a new reader) came to wait for it. It still waits
+// its turn. A save made for someone waiting already has hurry closed.
+func Hurry(ctx context.Context, hurry <-chan struct{}) context.Context {
+	return context.WithValue(ctx, hurryKey{}, hurry)
+}
 
 // safeSave is Save, a panic in it returned as an error: the changes were
 // checked when they were taken, so a panic is a fault of Save's own,

@@ -8,9 +8,10 @@ import (
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
-// A Saver paces its saves, but not one marked Urgent: after a save, the
-// next waits about as long as it took (share 0.5), an urgent one does not.
-func TestAnUrgentSaveIsNotPaced(t *testing.T) {
+// A Saver paces its saves, but a save in a hurry stops waiting for the
+// pace: after a save, the next waits about as long as it took (share
+// 0.5), one whose hurry is closed does not.
+func TestASaveInAHurryIsNotPaced(t *testing.T) {
 	s := NewSaver(0.5)
 	changes := join(amtest.Typing(2000))
 	get := func() ([]byte, error) { return changes, nil }
@@ -20,12 +21,21 @@ func TestAnUrgentSaveIsNotPaced(t *testing.T) {
 	s.next = time.Now().Add(time.Hour) // as after a save that took an hour
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.Save(Urgent(ctx), get); err != nil {
-		t.Fatalf("an urgent save waited for the pace: %v", err)
+	now := make(chan struct{})
+	close(now)
+	if _, err := s.Save(Hurry(ctx, now), get); err != nil {
+		t.Fatalf("a save in a hurry waited for the pace: %v", err)
 	}
+	s.next = time.Now().Add(time.Hour)
+	later := make(chan struct{})
+	time.AfterFunc(10*time.Millisecond, func() { close(later) })
+	if _, err := s.Save(Hurry(ctx, later), get); err != nil {
+		t.Fatalf("a save hurried while it waited for the pace waited on: %v", err)
+	}
+	s.next = time.Now().Add(time.Hour)
 	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel2()
 	if _, err := s.Save(short, get); err == nil {
-		t.Fatal("a save that is not urgent did not wait for the pace")
+		t.Fatal("a save not in a hurry did not wait for the pace")
 	}
 }
