@@ -27,11 +27,11 @@ const (
 
 func spec(id, typ uint32) uint32 { return id<<4 | typ }
 
-// A value of an RLE column: a number or a string, or null.
+// A value of an RLE column: a number or a string (nulls are counted
+// apart: rle.nulls).
 type rleValue struct {
-	null bool
-	u    uint64 // uint columns; a delta column's delta as int64 bits
-	s    string
+	u uint64 // uint columns; a delta column's delta as int64 bits
+	s string
 }
 
 // rle writes a run-length column of unsigned numbers, signed deltas or
@@ -181,11 +181,10 @@ func (c *stringCol) null()        { c.putNull() }
 // boolCol is a column of booleans: the lengths of alternating runs,
 // starting with false.
 type boolCol struct {
-	out  []byte
-	cur  bool
-	n    uint64
-	rows uint64
-	any  bool // a true was written
+	out []byte
+	cur bool
+	n   uint64
+	any bool // a true was written
 }
 
 func (c *boolCol) add(v bool) {
@@ -194,7 +193,6 @@ func (c *boolCol) add(v bool) {
 		c.cur, c.n = v, 0
 	}
 	c.n++
-	c.rows++
 	c.any = c.any || v
 }
 
