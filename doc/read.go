@@ -47,6 +47,9 @@ type Read struct {
 	// Saved, if set, is the document saved as automerge saves one, as
 	// the room keeps it for new readers, holding exactly Changes.
 	Saved []byte
+	// Ops counts the document's ops (all of them, for a read of part of
+	// it): what working out its content costs grows with them.
+	Ops int64
 }
 
 // Read returns a document's changes, loading it if it is not in memory.
@@ -87,7 +90,7 @@ func (h *Hub) Read(ctx context.Context, documentID string, q ReadQuery) (Read, e
 		idx = span(0, r.log.Len())
 		heads = r.log.Heads()
 	}
-	out := Read{Changes: joinChanges(r.log, idx), Heads: heads}
+	out := Read{Changes: joinChanges(r.log, idx), Heads: heads, Ops: r.guard.Ops()}
 	if n, saved := r.log.Saved(); q.At == nil && q.Since == nil && n == r.log.Len() && saved != nil {
 		out.Saved = saved
 	}

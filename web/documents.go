@@ -43,7 +43,18 @@ type DocumentLimits struct {
 	// holds a copy of the document's changes and what it makes of them;
 	// others wait their turn. Default 4.
 	Readers int
+	// ReadBytes bounds what those readers may hold together, node-wide:
+	// a request whose document would cost more than its share
+	// (ReadBytes/Readers; ReadBytesPerOp for each op it makes content
+	// or a change of, twice its changes' bytes besides) is refused (413)
+	// before it is made. Default 2 GiB, so a document of about 1.3 M ops.
+	ReadBytes int64
 }
+
+// ReadBytesPerOp is what working out a document's content or an edit on
+// it holds per op: its op set, the view and the copies made on the way
+// (measured at 350-500 bytes an op).
+const ReadBytesPerOp = 400
 
 func (l *DocumentLimits) setDefaults() {
 	if l.ChangesBody <= 0 {
@@ -55,6 +66,23 @@ func (l *DocumentLimits) setDefaults() {
 	if l.Readers <= 0 {
 		l.Readers = 4
 	}
+	if l.ReadBytes <= 0 {
+		l.ReadBytes = 2 << 30
+	}
+}
+
+// fits reports whether a reader may work out what a document of d makes
+// (its content, an edit on it, its save): what it would hold within its
+// share of DocumentLimits.ReadBytes. Otherwise it answers 413.
+func (a *docsAPI) fits(w http.ResponseWriter, d doc.Read) bool {
+	cost := d.Ops*ReadBytesPerOp + 2*int64(len(d.Changes))
+	if share := a.limits.ReadBytes / int64(a.limits.Readers); cost > share {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"the document is too large to work on here (%d ops, about %d bytes; at most %d): read its changes instead",
+			d.Ops, cost, share))
+		return false
+	}
+	return true
 }
 
 type docsAPI struct {
@@ -172,6 +200,9 @@ func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer done()
+	if !a.fits(w, d) {
+		return
+	}
 	content, err := amdoc.View(r.Context(), d.Changes)
 	if err != nil {
 		a.writeDocError(w, r, err)
@@ -189,6 +220,9 @@ func (a *docsAPI) saved(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	b := d.Saved
 	if b == nil {
+		if !a.fits(w, d) {
+			return
+		}
 		var err error
 		if b, err = amdoc.SaveContext(r.Context(), d.Changes); err != nil {
 			a.writeDocError(w, r, err)

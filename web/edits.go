@@ -58,6 +58,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
 		writeError(w, http.StatusBadRequest, "the body is not the JSON expected: "+err.Error())
 		return false
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, "the body holds more than one JSON value")
+		return false
+	}
 	return true
 }
 
@@ -152,6 +156,9 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 	d, err := a.docs.Read(r.Context(), id, q)
 	if err != nil {
 		a.writeDocError(w, r, err)
+		return
+	}
+	if !a.fits(w, d) {
 		return
 	}
 	a.edit(w, r, id, d.Changes, body.Ops, http.StatusOK)

@@ -82,6 +82,8 @@ func TestEditsAreBoundedAndRefusedWithTheirReason(t *testing.T) {
 		{"PATCH", srv.URL + "/api/docs/" + wire.NewDocumentID([16]byte{7}), `[{"op":"put","path":["a"],"value":1}]`, 404, "document not found"},
 		{"POST", srv.URL + "/api/docs", `{}`, 400, "1 to 1000 keys"},
 		{"POST", srv.URL + "/api/docs", `[1]`, 400, "not the JSON expected"},
+		{"PATCH", base, `[{"op":"put","path":["x"],"value":1}][{"op":"put","path":["y"],"value":1}]`, 400, "more than one JSON value"},
+		{"PATCH", base, `[{"op":"put","path":["x"],"value":1}] trailing`, 400, "more than one JSON value"},
 	}
 	for _, tt := range tests {
 		code, body, _ := call(t, tt.method, tt.url, "", "application/json", []byte(tt.body))
@@ -114,5 +116,32 @@ func TestMakingAndEditingFollowTheToken(t *testing.T) {
 	}
 	if code, _, _ := call(t, "PATCH", srv.URL+"/api/docs/"+made.DocumentID, one, "", []byte(`[{"op":"put","path":["a"],"value":2}]`)); code != http.StatusNotFound {
 		t.Fatalf("a token without the document editing: %d, want 404", code)
+	}
+}
+
+// A document whose content would cost a reader more than its share of
+// DocumentLimits.ReadBytes is refused before it is worked out: reading
+// it as JSON, saving it or editing it; its changes can still be read.
+func TestADocumentTooLargeToWorkOnIsRefusedBeforeItCosts(t *testing.T) {
+	// A share of 64 KiB: a text of 200 characters costs 80 KB by ops alone.
+	srv, _ := newDocsServer(t, false, DocumentLimits{Readers: 1, ReadBytes: 64 << 10})
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "", []byte(`{"text":"`+strings.Repeat("y", 200)+`"}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	for _, c := range []struct{ method, url, body string }{
+		{"GET", base, ""},
+		{"GET", base + "/saved", ""},
+		{"PATCH", base, `[{"op":"put","path":["a"],"value":1}]`},
+	} {
+		code, body, _ := call(t, c.method, c.url, "", "application/json", []byte(c.body))
+		if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "too large to work on") {
+			t.Errorf("%s %s: %d %s; want 413", c.method, c.url, code, body)
+		}
+	}
+	if code, body, _ := call(t, "GET", base+"/changes", "", "", nil); code != http.StatusOK {
+		t.Errorf("GET /changes: %d %s", code, body)
 	}
 }
