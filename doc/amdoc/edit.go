@@ -174,10 +174,10 @@ func (v *viewer) tree(x id, obj *object, kind amcheck.Action, depth int) (*node,
 		}
 		sl.elem = v.s.ops[v.order[e.from]].id
 		if kind == amcheck.MakeText {
-			if v.s.ops[e.op].vtype != amcheck.ValueString {
-				continue // a text shows strings only
+			sl.width = 1 // a block marker or any other value: U+FFFC, as the view shows it
+			if v.s.ops[e.op].vtype == amcheck.ValueString {
+				sl.width = utf16Len(v.raw(int(e.op)))
 			}
-			sl.width = utf16Len(v.raw(int(e.op)))
 		}
 		n.elems = append(n.elems, sl)
 	}

@@ -204,3 +204,26 @@ func TestTheOpsOfAChangeAreBounded(t *testing.T) {
 		t.Fatalf("%.0f bytes allocated a character, over 300", perOp)
 	}
 }
+
+// In a text holding a block marker (automerge's splitBlock), an index
+// counts the marker as one, as automerge's JS API and its toJS do.
+func TestATextIndexCountsABlockMarkerAsOne(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	changes := o.Cases(t)["textWithBlock"]
+	edits := []Edit{{Op: "splice", Path: []any{"text"}, Index: 8, Insert: "X"}}
+	chunk, _, err := Change(context.Background(), join(changes), []byte("api-actor-block"), 1_800_000_000, edits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := View(context.Background(), join(append(changes, chunk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, why := o.Edit(t, changes, edits)
+	if why != "" {
+		t.Fatalf("automerge's JS API refuses the edit: %s", why)
+	}
+	if ok, g, w := sameJSON(t, after, want); !ok {
+		t.Errorf("got %s\nwant %s", g, w)
+	}
+}

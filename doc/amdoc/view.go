@@ -158,6 +158,10 @@ func (v *viewer) visible(i int) bool {
 	return true
 }
 
+// objectReplacement is what a text shows for an element that is not a
+// string (a block marker, say), as automerge's JS API shows it.
+const objectReplacement = '\uFFFC'
+
 // value returns an object's content, depth objects below the root.
 func (v *viewer) value(obj *object, depth int) (any, error) {
 	if depth > MaxViewDepth {
@@ -167,8 +171,12 @@ func (v *viewer) value(obj *object, depth int) (any, error) {
 	case obj.text:
 		var b strings.Builder
 		for _, e := range obj.elems {
-			if e.op >= 0 && v.s.ops[e.op].vtype == amcheck.ValueString {
+			switch {
+			case e.op < 0:
+			case v.s.ops[e.op].vtype == amcheck.ValueString:
 				b.Write(v.raw(int(e.op)))
+			default:
+				b.WriteRune(objectReplacement) // a block marker or any other value
 			}
 		}
 		return b.String(), nil

@@ -168,6 +168,10 @@ function cases() {
   c = A.change(c, (x) => { x.l[0].increment(3); x.c.increment(-2) })
   c = A.change(c, (x) => { delete x.c; x.l.deleteAt(0) })
   out.countersDeleted = A.getAllChanges(c)
+  let b = A.change(A.init({ actor: '3b' }), (x) => { x.text = 'hello world' })
+  b = A.change(b, (x) => { A.splitBlock(x, ['text'], 5, { type: 'paragraph', parents: [], attrs: {} }) })
+  b = A.change(b, (x) => { A.mark(x, ['text'], { start: 0, end: 3, expand: 'after' }, 'bold', true) })
+  out.textWithBlock = A.getAllChanges(b)
   out.emptyChange = A.getAllChanges(A.emptyChange(A.change(A.init({ actor: '01' }), (x) => { x.a = 1 }), 'nothing'))
   return out
 }
