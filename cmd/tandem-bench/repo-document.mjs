@@ -139,6 +139,16 @@ async function measure(server) {
   result.rssCold0 = rssMiB(server.proc.pid)
   result.cold = await phase(server, () => findWhole(server.url, doc.url, heads))
   result.coldHow = await howSent(server)
+  if (opt.only === "tandem") {
+    // A backend's read of the same document over REST, as JSON (the
+    // document in memory now): beside a client's find of it.
+    const base = server.url.replace(/^ws/, "http").replace(/\/ws$/, "")
+    const t0 = performance.now()
+    const res = await fetch(`${base}/api/docs/${doc.url.replace(/^automerge:/, "")}`)
+    const body = await res.json()
+    result.restReadMs = Math.round(performance.now() - t0)
+    if (!res.ok || body.doc.text.length !== changes) throw new Error(`REST read: ${res.status}`)
+  }
 
   const paster = await client(server.url)
   const text = "lorem ipsum ".repeat(Math.ceil(pasteBytes / 12)).slice(0, pasteBytes)
@@ -175,6 +185,7 @@ function print(r) {
   line("first sync", r.firstSync)
   line("cold find", r.cold)
   if (r.coldHow) console.log(`${"".padEnd(12)} ${r.coldHow}`)
+  if (r.restReadMs) console.log(`${"".padEnd(12)} a backend's REST read of it as JSON then: ${(r.restReadMs / 1000).toFixed(2)} s`)
   console.log(`${"".padEnd(12)} the reader's own automerge receiving it: ${(r.ownLoadMs / 1000).toFixed(2)} s (first sync ${(r.firstSync.ms / r.ownLoadMs).toFixed(2)}×, cold find ${(r.cold.ms / r.ownLoadMs).toFixed(2)}× that)`)
   line("paste", r.paste)
   console.log(`${"".padEnd(12)} the clients' own automerge for it (create, then receive it): ${(r.pasteOwnMs / 1000).toFixed(2)} s (the paste ${(r.paste.ms / r.pasteOwnMs).toFixed(2)}× that)`)
