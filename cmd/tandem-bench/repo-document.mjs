@@ -17,9 +17,11 @@
 // Beside them, the floors no server goes under, timed in this process:
 // the reader's own automerge receiving the document from a peer that has
 // it (stock automerge sends the document saved), for the first sync and
-// the cold find, and for the paste the writer's create and the same. The paste's memory is the server's
-// RSS ten seconds after the reader had it, over its RSS after ten quiet
-// seconds before the paste, per character.
+// the cold find, and for the paste the writer's create and the same.
+// The paste's memory is the server's RSS ten seconds after the reader had
+// it, over its RSS after ten quiet seconds before the paste, per
+// character. Against Tandem it also times a backend's REST read of the
+// document as JSON after the cold find.
 //
 //   node cmd/tandem-bench/repo-document.mjs [--changes 100000]
 //     [--paste-bytes 1048576] [--tandem-bin bin/tandem]
