@@ -26,8 +26,9 @@ import (
 // takes another once the log's bytes have grown by more than an eighth
 // since (for a document of at least savedMinChanges changes or
 // savedMinBytes bytes), so the saves of a growing document cost about
-// nine times its last one in all, and a new reader is sent at most about
-// an eighth of the document as changes. Once the document goes
+// nine times its last one in all; a new reader is sent at most a
+// sixteenth of the document as changes, or waits for a save (below).
+// Once the document goes
 // Config.SaveQuiet without a change, the changes since are saved too if
 // they are more than a sixteenth of it: a document is mostly read after
 // its editing pauses, and its readers then load it in one pass. A
