@@ -87,22 +87,28 @@ func read(ctx context.Context, changes []byte, budget int) (*opSet, error) {
 	return s, nil
 }
 
-func (s *opSet) save(ctx context.Context) ([]byte, error) {
+// ordered ranks the actors and keys, and returns every op's successors
+// (successors) and the ops in the document's order (docOrder): what a
+// save and a view both start from. It ends early with ctx.
+func (s *opSet) ordered(ctx context.Context) (succ []id, succAt []uint32, order []int32, err error) {
 	s.sortActors()
 	s.sortKeys()
-	succ, succAt, err := s.successors()
-	if err != nil {
-		return nil, err
+	if succ, succAt, err = s.successors(); err != nil {
+		return nil, nil, nil, err
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err()
+		return nil, nil, nil, ctx.Err()
 	}
-	order, err := s.docOrder()
+	if order, err = s.docOrder(); err != nil {
+		return nil, nil, nil, err
+	}
+	return succ, succAt, order, ctx.Err()
+}
+
+func (s *opSet) save(ctx context.Context) ([]byte, error) {
+	succ, succAt, order, err := s.ordered(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 	ops := s.opColumns(order, succ, succAt)
 	chs := s.changeColumns()

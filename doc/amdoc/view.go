@@ -60,21 +60,9 @@ func (s *opSet) view(ctx context.Context) (map[string]any, error) {
 // viewer reads which op shows at each map key and list element of
 // every object.
 func (s *opSet) viewer(ctx context.Context) (*viewer, error) {
-	s.sortActors()
-	s.sortKeys()
-	succ, succAt, err := s.successors()
+	succ, succAt, order, err := s.ordered(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	order, err := s.docOrder()
-	if err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
 	}
 	v := viewer{s: s, succ: succ, succAt: succAt, order: order, objects: map[id]*object{{}: {}}}
 	for i := range s.ops {
