@@ -552,18 +552,19 @@ func (p *loadWatcher) SendSync(id string, data []byte) {
 	p.fakePeer.SendSync(id, data)
 }
 
-// The first reader of a document that left memory is sent its stored
-// save before the room has loaded its changes, when the save covers
-// every stored change, and is not sent the document again once the room
-// has; its answer is then answered as usual, with nothing more to send.
-func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.T) {
-	all := amtest.Typing(savedMinChanges + 10)
-	saved, err := amdoc.Save(bytes.Join(all, nil))
+// firstReaderAfterARestart stores storedTyping(t, stored) with a save of
+// the first saved changes of amtest.Typing(savedMinChanges+10) (more than
+// the store holds: a save of changes it lacks), opens a hub on it and has
+// a reader that reads saved documents send the request that loads the
+// room.
+func firstReaderAfterARestart(t *testing.T, stored, saved int) (*Hub, *loadWatcher, []byte) {
+	t.Helper()
+	doc, err := amdoc.Save(bytes.Join(amtest.Typing(savedMinChanges + 10)[:saved], nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := storedTyping(t, savedMinChanges+10)
-	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
+	s := storedTyping(t, stored)
+	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: doc}}); err != nil {
 		t.Fatal(err)
 	}
 	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
@@ -572,6 +573,15 @@ func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.
 	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
 		t.Fatal(err)
 	}
+	return h, p, doc
+}
+
+// The first reader of a document that left memory is sent its stored
+// save before the room has loaded its changes, when the save covers
+// every stored change, and is not sent the document again once the room
+// has; its answer is then answered as usual, with nothing more to send.
+func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.T) {
+	h, p, saved := firstReaderAfterARestart(t, savedMinChanges+10, savedMinChanges+11)
 	syncs := p.takeSyncs()
 	if len(syncs) != 1 || p.logLen[0] != 0 {
 		t.Fatalf("the reader was sent %d messages, the first when the log held %v changes; want one, before the load", len(syncs), p.logLen)
@@ -615,21 +625,7 @@ func TestTheFirstReaderAfterARestartIsSentTheStoredSaveBeforeTheLoad(t *testing.
 // the same, naming its own heads; once the reader answers with them, it
 // is sent the changes the save lacks.
 func TestAStoredSaveThatLagsIsSentBeforeTheLoadAndTheRestAfter(t *testing.T) {
-	all := amtest.Typing(savedMinChanges + 10)
-	saved, err := amdoc.Save(bytes.Join(all[:savedMinChanges], nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := storedTyping(t, savedMinChanges+10)
-	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
-		t.Fatal(err)
-	}
-	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
-	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
-	p := &loadWatcher{fakePeer: fakePeer{id: "reader"}, h: h}
-	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
-		t.Fatal(err)
-	}
+	h, p, saved := firstReaderAfterARestart(t, savedMinChanges+10, savedMinChanges)
 	syncs := p.takeSyncs()
 	if len(syncs) != 1 || p.logLen[0] != 0 {
 		t.Fatalf("the reader was sent %d messages, the first when the log held %v changes; want one, before the load", len(syncs), p.logLen)
@@ -667,21 +663,7 @@ func TestAStoredSaveThatLagsIsSentBeforeTheLoadAndTheRestAfter(t *testing.T) {
 // A stored save whose heads the store does not hold (it holds fewer
 // changes than the save) is not sent before the load.
 func TestAStoredSaveOfChangesTheStoreLacksIsNotSentBeforeTheLoad(t *testing.T) {
-	all := amtest.Typing(savedMinChanges + 10)
-	saved, err := amdoc.Save(bytes.Join(all, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := storedTyping(t, savedMinChanges)
-	if err := s.Write(context.Background(), []store.Write{{DocumentID: testDoc, Saved: saved}}); err != nil {
-		t.Fatal(err)
-	}
-	h := newTestHub(t, s, Config{SaveDocument: countedSaves(make(chan int, 10)), SaveQuiet: time.Hour})
-	request, _ := automerge.NewSyncState(automerge.New()).GenerateMessage()
-	p := &loadWatcher{fakePeer: fakePeer{id: "reader"}, h: h}
-	if err := h.Sync(context.Background(), p, SyncMessage{DocumentID: testDoc, Data: append(slices.Clone(request.Bytes()), jsFlags...), Request: true}); err != nil {
-		t.Fatal(err)
-	}
+	h, p, _ := firstReaderAfterARestart(t, savedMinChanges, savedMinChanges+11)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, n := range p.logLen {
