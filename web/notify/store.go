@@ -6,8 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/tandemhq/tandem/internal/sqlargs"
 )
 
 // dialect is the SQL flavour of the store's database.
@@ -25,23 +26,12 @@ type store struct {
 	dialect dialect
 }
 
-// q rewrites ? placeholders to $n for PostgreSQL.
+// q writes query for the store's database (sqlargs).
 func (s *store) q(query string) string {
 	if s.dialect != postgres {
 		return query
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return sqlargs.Numbered(query)
 }
 
 // durable makes a transaction's commit wait for the disk. The PostgreSQL

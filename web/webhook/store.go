@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/tandemhq/tandem/internal/sqlargs"
 )
 
 // store is the webhook tables in the notification pipeline's database.
@@ -15,23 +15,12 @@ type store struct {
 	postgres bool
 }
 
-// q rewrites ? placeholders to $n for PostgreSQL.
+// q writes query for the store's database (sqlargs).
 func (s *store) q(query string) string {
 	if !s.postgres {
 		return query
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return sqlargs.Numbered(query)
 }
 
 // Schema (times are Unix ms):
