@@ -35,6 +35,10 @@ type ReadQuery struct {
 	// Since, if set, returns the changes that are not ancestors of these
 	// heads (nor among them).
 	Since []amsync.Hash
+	// Saved, for a read of the whole document, returns the room's save
+	// instead of the changes when it holds all of them (Read.Saved, and
+	// no Read.Changes).
+	Saved bool
 }
 
 // Read is what a read returns.
@@ -44,8 +48,9 @@ type Read struct {
 	Changes []byte
 	// Heads are the document's heads (At, when given), sorted.
 	Heads []amsync.Hash
-	// Saved, if set, is the document saved as automerge saves one, as
-	// the room keeps it for new readers, holding exactly Changes.
+	// Saved, for a ReadQuery.Saved, is the document saved as automerge
+	// saves one, as the room keeps it for new readers, holding all its
+	// changes (Changes is then nil).
 	Saved []byte
 	// Ops counts the document's ops (all of them, for a read of part of
 	// it): what working out its content costs grows with them.
@@ -90,11 +95,37 @@ func (h *Hub) Read(ctx context.Context, documentID string, q ReadQuery) (Read, e
 		idx = span(0, r.log.Len())
 		heads = r.log.Heads()
 	}
-	out := Read{Changes: joinChanges(r.log, idx), Heads: heads, Ops: r.guard.Ops()}
-	if n, saved := r.log.Saved(); q.At == nil && q.Since == nil && n == r.log.Len() && saved != nil {
-		out.Saved = saved
+	if n, saved := r.log.Saved(); q.Saved && q.At == nil && q.Since == nil && n == r.log.Len() && saved != nil {
+		return Read{Saved: saved, Heads: heads, Ops: r.guard.Ops()}, nil
 	}
-	return out, nil
+	return Read{Changes: joinChanges(r.log, idx), Heads: heads, Ops: r.guard.Ops()}, nil
+}
+
+// Size is what a document holds, for a reader to reckon what reading it
+// will cost before it reads.
+type Size struct {
+	// Bytes are its changes' bytes: what Read copies of all of it.
+	Bytes int64
+	// Ops counts its ops.
+	Ops int64
+	// Saved reports whether the room holds a save of all of it (a
+	// ReadQuery.Saved is then answered with that).
+	Saved bool
+}
+
+// Size returns a document's size, loading it if it is not in memory.
+func (h *Hub) Size(ctx context.Context, documentID string) (Size, error) {
+	r, err := h.acquire(ctx, documentID)
+	if err != nil {
+		return Size{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.exists || r.log.Len() == 0 {
+		return Size{}, ErrNotFound
+	}
+	n, saved := r.log.Saved()
+	return Size{Bytes: r.log.Bytes(), Ops: r.guard.Ops(), Saved: saved != nil && n == r.log.Len()}, nil
 }
 
 // ancestors returns, in log order, the indices of heads and every change

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -705,5 +706,53 @@ func TestAReaderWaitsForASaveNoLongerThanItsDeadline(t *testing.T) {
 	m, err := amsync.Decode(p.takeSyncs()[0])
 	if err != nil || len(m.Changes) == 0 {
 		t.Fatalf("the reader was not sent the document's changes (%v)", err)
+	}
+}
+
+// A read that asks for the saved form (the REST API's /saved) is given
+// the room's save when it holds every change, with no copy of the
+// changes; once the document has grown past it, the changes. Size says
+// which before the read.
+func TestAReadForTheSavedFormIsGivenTheRoomsSave(t *testing.T) {
+	s := storedTyping(t, savedMinChanges+10)
+	var saves atomic.Int32
+	// The first save is made; later ones wait for the hub's end, so that
+	// the room's save stays behind the document once it grows.
+	saveOnce := func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+		if saves.Add(1) > 1 {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		b, err := changes()
+		if err != nil {
+			return nil, err
+		}
+		return amdoc.Save(b)
+	}
+	h := newTestHub(t, s, Config{SaveDocument: saveOnce, SaveQuiet: time.Millisecond})
+	_, saved := savedDocument(t, roomOf(t, h, testDoc))
+	ctx := context.Background()
+	size, err := h.Size(ctx, testDoc)
+	if err != nil || !size.Saved || size.Ops == 0 || size.Bytes == 0 {
+		t.Fatalf("Size = %+v, %v; want a saved document of some ops and bytes", size, err)
+	}
+	d, err := h.Read(ctx, testDoc, ReadQuery{Saved: true})
+	if err != nil || !bytes.Equal(d.Saved, saved) || d.Changes != nil {
+		t.Fatalf("Read(Saved) gave %d saved bytes and %d of changes (%v); want the save alone", len(d.Saved), len(d.Changes), err)
+	}
+	if d, _ := h.Read(ctx, testDoc, ReadQuery{}); d.Saved != nil || int64(len(d.Changes)) != size.Bytes {
+		t.Fatalf("a read of the changes gave %d saved bytes and %d of changes; want %d of changes", len(d.Saved), len(d.Changes), size.Bytes)
+	}
+
+	// storedTyping(n) holds n+1 changes: the next is the (n+2)th.
+	next := amtest.Typing(savedMinChanges + 12)[savedMinChanges+11]
+	if _, err := h.Write(ctx, &fakePeer{id: "writer"}, testDoc, next); err != nil {
+		t.Fatal(err)
+	}
+	if size, _ := h.Size(ctx, testDoc); size.Saved {
+		t.Fatal("Size says the save holds every change after the document grew")
+	}
+	if d, _ := h.Read(ctx, testDoc, ReadQuery{Saved: true}); d.Saved != nil || len(d.Changes) == 0 {
+		t.Fatal("a read for the saved form of a document grown past its save was not given its changes")
 	}
 }

@@ -12,8 +12,7 @@
 // The document API (documents.go, edits.go) reads a document's content,
 // saved form or changes, and writes a backend's changes or JSON edits
 // through Documents (the hub) as a server-side peer's: bodies bounded in
-// bytes, depth, edits and ops, at most DocumentLimits.Readers whole
-// documents read at once, each within its share of
-// DocumentLimits.ReadBytes. openapi.yaml describes the whole API; the
+// bytes, depth, edits and ops; what a request holds of a whole document
+// charged before it reads to DocumentLimits.ReadBytes (readbudget.go). openapi.yaml describes the whole API; the
 // package's tests hold every route and every response they see to it.
 package web

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
 
@@ -25,6 +24,7 @@ import (
 
 // Documents is what the document API needs; *doc.Hub implements it.
 type Documents interface {
+	Size(ctx context.Context, documentID string) (doc.Size, error)
 	Read(ctx context.Context, documentID string, q doc.ReadQuery) (doc.Read, error)
 	Write(ctx context.Context, p doc.Peer, documentID string, changes []byte) ([]amsync.Hash, error)
 }
@@ -38,16 +38,14 @@ type DocumentLimits struct {
 	ChangesBody int64
 	// JSONBody bounds a JSON body (POST /api/docs, PATCH); default 1 MiB.
 	JSONBody int64
-	// Readers bounds the requests that read a whole document at once
-	// (GET of its content, saved or changes; PATCH), node-wide: each
-	// holds a copy of the document's changes and what it makes of them;
-	// others wait their turn. Default 4.
-	Readers int
-	// ReadBytes bounds what those readers may hold together, node-wide:
-	// a request whose document would cost more than its share
-	// (ReadBytes/Readers; ReadBytesPerOp for each op it makes content
-	// or a change of, twice its changes' bytes besides) is refused (413)
-	// before it is made. Default 2 GiB, so a document of about 1.3 M ops.
+	// ReadBytes bounds what the requests that work on a whole document
+	// (GET of its content, saved form or changes; PATCH) hold together,
+	// node-wide: each is charged before it reads (a copy of the changes;
+	// ReadBytesPerOp for each op it makes content or a change of, twice
+	// the changes' bytes besides) and waits until that fits
+	// (readbudget.go). A request that would cost over a quarter of it
+	// is refused (413). Default 2 GiB, so a document of about 1.3 M ops
+	// may be read as JSON.
 	ReadBytes int64
 }
 
@@ -63,58 +61,106 @@ func (l *DocumentLimits) setDefaults() {
 	if l.JSONBody <= 0 {
 		l.JSONBody = 1 << 20
 	}
-	if l.Readers <= 0 {
-		l.Readers = 4
-	}
 	if l.ReadBytes <= 0 {
 		l.ReadBytes = 2 << 30
 	}
-}
-
-// fits reports whether a reader may work out what a document of d makes
-// (its content, an edit on it, its save): what it would hold within its
-// share of DocumentLimits.ReadBytes. Otherwise it answers 413.
-func (a *docsAPI) fits(w http.ResponseWriter, d doc.Read) bool {
-	cost := d.Ops*ReadBytesPerOp + 2*int64(len(d.Changes))
-	if share := a.limits.ReadBytes / int64(a.limits.Readers); cost > share {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
-			"the document is too large to work on here (%d ops, about %d bytes; at most %d): read its changes instead",
-			d.Ops, cost, share))
-		return false
-	}
-	return true
 }
 
 type docsAPI struct {
 	docs   Documents
 	limits DocumentLimits
 	log    *slog.Logger
-	// readers holds a token per request reading a whole document
-	// (DocumentLimits.Readers); waiting counts those waiting for one.
-	readers chan struct{}
-	waiting atomic.Int64
+	budget *readBudget
+	m      *metrics
 }
 
-func newDocsAPI(docs Documents, limits DocumentLimits, log *slog.Logger) *docsAPI {
+func newDocsAPI(docs Documents, limits DocumentLimits, m *metrics, log *slog.Logger) *docsAPI {
 	limits.setDefaults()
-	return &docsAPI{docs: docs, limits: limits, log: log, readers: make(chan struct{}, limits.Readers)}
+	return &docsAPI{docs: docs, limits: limits, log: log, budget: newReadBudget(limits.ReadBytes), m: m}
 }
 
-// readTurn waits for a reader's turn, and returns what ends it; false if
-// the request ended first.
-func (a *docsAPI) readTurn(r *http.Request) (func(), bool) {
-	select {
-	case a.readers <- struct{}{}:
-	default:
-		a.waiting.Add(1)
-		defer a.waiting.Add(-1)
-		select {
-		case a.readers <- struct{}{}:
-		case <-r.Context().Done():
-			return nil, false
-		}
+// What a request works out from the changes it reads.
+type work int
+
+const (
+	// asChanges sends the changes as they are.
+	asChanges work = iota
+	// asContent works out the content, an edit on it or its save.
+	asContent
+	// asSaved sends the room's save, or works one out as asContent.
+	asSaved
+)
+
+// cost is what a request of kind k holds for a document of ops ops and
+// bytes of changes (those it reads, for a read of part of one).
+func (k work) cost(ops, bytes int64) int64 {
+	if k == asChanges {
+		return bytes
 	}
-	return func() { <-a.readers }, true
+	return ops*ReadBytesPerOp + 2*bytes
+}
+
+// readCost is what a read, once read, holds for k.
+func (k work) readCost(d doc.Read) int64 {
+	if d.Saved != nil {
+		return 0 // the room's own bytes, shared
+	}
+	return k.cost(d.Ops, int64(len(d.Changes)))
+}
+
+// readTries bounds how often a request charged for a document that then
+// grew past its charge is charged again.
+const readTries = 3
+
+// read reads a document for a request of kind k, charged to the budget
+// before it is read (done gives the charge back). It answers and returns
+// false if it cannot: 413 for a document too large to work on.
+func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), ok bool) {
+	q.Saved = k == asSaved
+	for range readTries {
+		size, err := a.docs.Size(r.Context(), id)
+		if err != nil {
+			a.writeDocError(w, r, err)
+			return doc.Read{}, nil, false
+		}
+		cost := int64(0)
+		if !(k == asSaved && size.Saved) {
+			cost = k.cost(size.Ops, size.Bytes)
+		}
+		if cost > a.budget.maxCost() {
+			a.m.refused.WithLabelValues(refusedTooLarge).Inc()
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+				"the document is too large to work on here (%d ops, about %d bytes; at most %d): read its changes instead",
+				size.Ops, cost, a.budget.maxCost()))
+			return doc.Read{}, nil, false
+		}
+		// A little over what it holds now: the document may grow
+		// before it is read.
+		charged := min(cost+cost/8+64<<10, a.budget.maxCost())
+		release, ok := a.budget.acquire(r.Context(), charged, a.m.readWaits.Inc)
+		if !ok {
+			writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
+			return doc.Read{}, nil, false
+		}
+		a.m.readCharged.Add(float64(charged))
+		done := func() {
+			a.m.readCharged.Sub(float64(charged))
+			release()
+		}
+		d, err := a.docs.Read(r.Context(), id, q)
+		if err != nil {
+			done()
+			a.writeDocError(w, r, err)
+			return doc.Read{}, nil, false
+		}
+		if k.readCost(d) <= charged {
+			return d, done, true
+		}
+		done() // it grew past its charge: charge it again
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, http.StatusServiceUnavailable, "the document grew faster than it could be read: try again")
+	return doc.Read{}, nil, false
 }
 
 // documentFor returns the document a request names if its token may
@@ -165,28 +211,13 @@ func hexHeads(hs []amsync.Hash) []string {
 	return out
 }
 
-// read reads a document for a request, in a reader's turn (done ends
-// it); ok false once it answered.
-func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, q doc.ReadQuery) (id string, d doc.Read, done func(), ok bool) {
-	if id, ok = documentFor(w, r, auth.Read); !ok {
-		return "", doc.Read{}, nil, false
-	}
-	if done, ok = a.readTurn(r); !ok {
-		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
-		return "", doc.Read{}, nil, false
-	}
-	d, err := a.docs.Read(r.Context(), id, q)
-	if err != nil {
-		done()
-		a.writeDocError(w, r, err)
-		return "", doc.Read{}, nil, false
-	}
-	return id, d, done, true
-}
-
 // get answers the document's content as automerge's toJS shows it, with
 // its heads; ?heads= reads it as it was at those heads.
 func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
+	id, ok := documentFor(w, r, auth.Read)
+	if !ok {
+		return
+	}
 	var q doc.ReadQuery
 	if s := r.URL.Query().Get("heads"); s != "" {
 		var err error
@@ -195,14 +226,11 @@ func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	id, d, done, ok := a.read(w, r, q)
+	d, done, ok := a.read(w, r, id, asContent, q)
 	if !ok {
 		return
 	}
 	defer done()
-	if !a.fits(w, d) {
-		return
-	}
 	content, err := amdoc.View(r.Context(), d.Changes)
 	if err != nil {
 		a.writeDocError(w, r, err)
@@ -213,16 +241,17 @@ func (a *docsAPI) get(w http.ResponseWriter, r *http.Request) {
 
 // saved answers the document saved as automerge saves one.
 func (a *docsAPI) saved(w http.ResponseWriter, r *http.Request) {
-	_, d, done, ok := a.read(w, r, doc.ReadQuery{})
+	id, ok := documentFor(w, r, auth.Read)
+	if !ok {
+		return
+	}
+	d, done, ok := a.read(w, r, id, asSaved, doc.ReadQuery{})
 	if !ok {
 		return
 	}
 	defer done()
 	b := d.Saved
 	if b == nil {
-		if !a.fits(w, d) {
-			return
-		}
 		var err error
 		if b, err = amdoc.SaveContext(r.Context(), d.Changes); err != nil {
 			a.writeDocError(w, r, err)
@@ -235,6 +264,10 @@ func (a *docsAPI) saved(w http.ResponseWriter, r *http.Request) {
 // changes answers the document's changes, all of them or those since
 // ?since=.
 func (a *docsAPI) changes(w http.ResponseWriter, r *http.Request) {
+	id, ok := documentFor(w, r, auth.Read)
+	if !ok {
+		return
+	}
 	var q doc.ReadQuery
 	if s := r.URL.Query().Get("since"); s != "" {
 		var err error
@@ -243,7 +276,7 @@ func (a *docsAPI) changes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	_, d, done, ok := a.read(w, r, q)
+	d, done, ok := a.read(w, r, id, asChanges, q)
 	if !ok {
 		return
 	}

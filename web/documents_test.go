@@ -18,6 +18,7 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/go-chi/chi/v5"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
@@ -300,13 +301,20 @@ func TestDocumentRequestsAreBounded(t *testing.T) {
 	}
 }
 
-// blockingDocuments is a document store whose reads wait for release,
-// counting how many are in at once.
+// blockingDocuments is a document store of the documents in sizes whose
+// reads wait for release (but for those in quick), counting how many are
+// in at once.
 type blockingDocuments struct {
-	in      chan struct{} // a read entered
+	sizes   map[string]doc.Size
+	quick   map[string]bool
+	in      chan string // a read entered
 	release chan struct{}
 	now     atomic.Int32
 	most    atomic.Int32
+}
+
+func (b *blockingDocuments) Size(_ context.Context, id string) (doc.Size, error) {
+	return b.sizes[id], nil
 }
 
 func (b *blockingDocuments) Read(ctx context.Context, id string, q doc.ReadQuery) (doc.Read, error) {
@@ -314,8 +322,10 @@ func (b *blockingDocuments) Read(ctx context.Context, id string, q doc.ReadQuery
 	defer b.now.Add(-1)
 	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
 	}
-	b.in <- struct{}{}
-	<-b.release
+	b.in <- id
+	if !b.quick[id] {
+		<-b.release
+	}
 	return doc.Read{}, doc.ErrNotFound
 }
 
@@ -323,38 +333,114 @@ func (b *blockingDocuments) Write(context.Context, doc.Peer, string, []byte) ([]
 	return nil, errors.New("read only")
 }
 
-// Whole-document reads take turns: past DocumentLimits.Readers at once,
-// a read waits for one to end.
-func TestWholeDocumentReadsTakeTurns(t *testing.T) {
-	docs := &blockingDocuments{in: make(chan struct{}), release: make(chan struct{})}
-	a := newDocsAPI(docs, DocumentLimits{Readers: 1}, testenv.QuietLogger())
+// gatedDocsAPI serves GET /api/docs/{id} over docs with a read budget of
+// readBytes.
+func gatedDocsAPI(t *testing.T, docs Documents, readBytes int64) (*docsAPI, func(id string) <-chan int) {
+	a := newDocsAPI(docs, DocumentLimits{ReadBytes: readBytes}, newMetrics(nil), testenv.QuietLogger())
 	r := chi.NewRouter()
 	r.Get("/api/docs/{documentID}", a.get)
-	gated := httptest.NewServer(r)
-	defer gated.Close()
-	codes := make(chan int, 2)
-	get := func() {
-		resp, err := http.Get(gated.URL + "/api/docs/" + restDoc)
-		if err != nil {
-			codes <- 0
-			return
-		}
-		resp.Body.Close()
-		codes <- resp.StatusCode
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	get := func(id string) <-chan int {
+		code := make(chan int, 1)
+		go func() {
+			resp, err := http.Get(srv.URL + "/api/docs/" + id)
+			if err != nil {
+				code <- 0
+				return
+			}
+			resp.Body.Close()
+			code <- resp.StatusCode
+		}()
+		return code
 	}
-	go get()
-	<-docs.in // the first read is in, and stays
-	go get()
-	testenv.WaitFor(t, "the second read waiting for its turn", func() bool { return a.waiting.Load() == 1 })
-	docs.release <- struct{}{} // the first ends; the second goes in
+	return a, get
+}
+
+var (
+	bigDoc   = wire.NewDocumentID([16]byte{9})
+	smallDoc = restDoc
+)
+
+// A whole-document read waits until what it will hold fits the budget:
+// two that do not fit together go one after the other.
+func TestWholeDocumentReadsWaitForTheirCharge(t *testing.T) {
+	const budget = 64 << 20
+	docs := &blockingDocuments{
+		// Each costs a little under a quarter, the most one may.
+		sizes:   map[string]doc.Size{bigDoc: {Ops: budget / 4 / ReadBytesPerOp * 8 / 10}},
+		in:      make(chan string),
+		release: make(chan struct{}),
+	}
+	a, get := gatedDocsAPI(t, docs, budget)
+	var codes []<-chan int
+	for range 4 {
+		codes = append(codes, get(bigDoc))
+	}
+	// Large reads hold at most three quarters together: three are in,
+	// the fourth waits.
+	for range 3 {
+		<-docs.in
+	}
+	testenv.WaitFor(t, "the fourth read waiting for its charge", func() bool { return a.budget.waiting() == 1 })
+	docs.release <- struct{}{} // one ends; the fourth goes in
 	<-docs.in
-	docs.release <- struct{}{}
-	for range 2 {
-		if c := <-codes; c != http.StatusNotFound {
+	for range 3 {
+		docs.release <- struct{}{}
+	}
+	for _, c := range codes {
+		if c := <-c; c != http.StatusNotFound {
 			t.Fatalf("a read answered %d, want the store's 404", c)
 		}
 	}
-	if m := docs.most.Load(); m != 1 {
-		t.Fatalf("%d reads at once, over the limit of 1", m)
+	if m := docs.most.Load(); m != 3 {
+		t.Fatalf("%d large reads at once, want 3", m)
+	}
+	if testutil.ToFloat64(a.m.readWaits) != 1 || testutil.ToFloat64(a.m.readCharged) != 0 {
+		t.Fatalf("waits %v, charged %v; want 1 and 0", testutil.ToFloat64(a.m.readWaits), testutil.ToFloat64(a.m.readCharged))
+	}
+}
+
+// Reads of the largest documents a request may work on never keep a
+// small document's read waiting: it goes in while they hold what they
+// may and another waits.
+func TestASmallReadIsNotKeptWaitingByLargeOnes(t *testing.T) {
+	const budget = 64 << 20
+	docs := &blockingDocuments{
+		sizes: map[string]doc.Size{
+			bigDoc:   {Ops: budget / 4 / ReadBytesPerOp * 8 / 10},
+			smallDoc: {Ops: 1000, Bytes: 10 << 10},
+		},
+		quick:   map[string]bool{smallDoc: true},
+		in:      make(chan string),
+		release: make(chan struct{}),
+	}
+	a, get := gatedDocsAPI(t, docs, budget)
+	var big []<-chan int
+	for range 5 {
+		big = append(big, get(bigDoc))
+	}
+	for range 3 {
+		<-docs.in
+	}
+	testenv.WaitFor(t, "two large reads waiting", func() bool { return a.budget.waiting() == 2 })
+	small := get(smallDoc)
+	if id := <-docs.in; id != smallDoc {
+		t.Fatalf("%s went in, want the small document's read", id)
+	}
+	if c := <-small; c != http.StatusNotFound {
+		t.Fatalf("the small read answered %d", c)
+	}
+	for range 2 {
+		docs.release <- struct{}{}
+	}
+	for range 2 {
+		<-docs.in
+	}
+	for range 3 {
+		docs.release <- struct{}{}
+	}
+	for _, c := range big {
+		<-c
 	}
 }

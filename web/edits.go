@@ -147,20 +147,11 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
-	done, ok := a.readTurn(r)
+	d, done, ok := a.read(w, r, id, asContent, q)
 	if !ok {
-		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
 		return
 	}
 	defer done()
-	d, err := a.docs.Read(r.Context(), id, q)
-	if err != nil {
-		a.writeDocError(w, r, err)
-		return
-	}
-	if !a.fits(w, d) {
-		return
-	}
 	a.edit(w, r, id, d.Changes, body.Ops, http.StatusOK)
 }
 
@@ -181,7 +172,8 @@ func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, change
 }
 
 // create makes a document from a JSON object: each key put as PATCH
-// puts it (strings as text, as automerge-repo's repo.create makes them).
+// puts it (strings as text, as automerge-repo's repo.create makes them);
+// {} makes an empty document, as repo.create() does, of one empty change.
 // Making a document needs a token that may write every document.
 func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	var uuid [16]byte
@@ -195,8 +187,8 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	if !readJSON(w, r, a.limits.JSONBody, &content) {
 		return
 	}
-	if len(content) == 0 || len(content) > MaxEdits {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object of 1 to %d keys", MaxEdits))
+	if content == nil || len(content) > MaxEdits {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("the body must be a JSON object of at most %d keys", MaxEdits))
 		return
 	}
 	keys := make([]string, 0, len(content))

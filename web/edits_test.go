@@ -54,6 +54,24 @@ func TestABackendMakesAndEditsADocument(t *testing.T) {
 	}
 }
 
+// An empty object makes an empty document, as repo.create() does: one
+// change, no content.
+func TestAnEmptyObjectMakesAnEmptyDocument(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{})
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "application/json", []byte(`{}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST {}: %d %s", code, body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	if d := getDoc(t, base, ""); len(d.Doc) != 0 || len(d.Heads) != 1 {
+		t.Fatalf("the empty document shows %v with heads %v", d.Doc, d.Heads)
+	}
+	if code, body, _ := call(t, "PATCH", base, "", "application/json", []byte(`[{"op":"put","path":["title"],"value":"x"}]`)); code != http.StatusOK {
+		t.Fatalf("PATCH the empty document: %d %s", code, body)
+	}
+}
+
 // A bad edit, a body past a bound and a document outside reach are each
 // refused with what is wrong.
 func TestEditsAreBoundedAndRefusedWithTheirReason(t *testing.T) {
@@ -80,7 +98,7 @@ func TestEditsAreBoundedAndRefusedWithTheirReason(t *testing.T) {
 		{"PATCH", base, `[{"op":"put","path":["k"],"value":"` + strings.Repeat("x", 70<<10) + `"}]`, 413, "over 65536 bytes"},
 		{"PATCH", base, `{"heads":["` + strings.Repeat("0", 64) + `"],"ops":[{"op":"put","path":["a"],"value":1}]}`, 400, "no change of these heads"},
 		{"PATCH", srv.URL + "/api/docs/" + wire.NewDocumentID([16]byte{7}), `[{"op":"put","path":["a"],"value":1}]`, 404, "document not found"},
-		{"POST", srv.URL + "/api/docs", `{}`, 400, "1 to 1000 keys"},
+		{"POST", srv.URL + "/api/docs", `null`, 400, "a JSON object of at most 1000 keys"},
 		{"POST", srv.URL + "/api/docs", `[1]`, 400, "not the JSON expected"},
 		{"PATCH", base, `[{"op":"put","path":["x"],"value":1}][{"op":"put","path":["y"],"value":1}]`, 400, "more than one JSON value"},
 		{"PATCH", base, `[{"op":"put","path":["x"],"value":1}] trailing`, 400, "more than one JSON value"},
@@ -123,8 +141,8 @@ func TestMakingAndEditingFollowTheToken(t *testing.T) {
 // DocumentLimits.ReadBytes is refused before it is worked out: reading
 // it as JSON, saving it or editing it; its changes can still be read.
 func TestADocumentTooLargeToWorkOnIsRefusedBeforeItCosts(t *testing.T) {
-	// A share of 64 KiB: a text of 200 characters costs 80 KB by ops alone.
-	srv, _ := newDocsServer(t, false, DocumentLimits{Readers: 1, ReadBytes: 64 << 10})
+	// At most 64 KiB a request: a text of 200 characters costs 80 KB by ops alone.
+	srv, _ := newDocsServer(t, false, DocumentLimits{ReadBytes: 4 * 64 << 10})
 	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "", []byte(`{"text":"`+strings.Repeat("y", 200)+`"}`))
 	var made struct{ DocumentID string }
 	if json.Unmarshal(body, &made); code != http.StatusCreated {

@@ -139,7 +139,7 @@ func apiRoutes(r chi.Router, cfg Config, limits RequestLimits, m *metrics, logge
 		r.Get("/users/{userID}/presence/history", h.userHistory)
 	}
 	if cfg.Documents != nil {
-		d := newDocsAPI(cfg.Documents, cfg.DocumentLimits, logger)
+		d := newDocsAPI(cfg.Documents, cfg.DocumentLimits, m, logger)
 		r.Get("/docs/{documentID}", d.get)
 		r.Get("/docs/{documentID}/saved", d.saved)
 		r.Get("/docs/{documentID}/changes", d.changes)

@@ -251,8 +251,9 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 			// Bodies get a read deadline from the API's routes that read
 			// them (web.RequestLimits.BodyTimeout): a ReadTimeout here
 			// would end the streams and WebSockets too.
-			Requests:      web.RequestLimits{PerIP: cfg.APIRatePerIP},
-			AllowsBrowser: transportCfg.AllowsBrowser,
+			Requests:       web.RequestLimits{PerIP: cfg.APIRatePerIP},
+			DocumentLimits: web.DocumentLimits{ReadBytes: cfg.APIReadBytes},
+			AllowsBrowser:  transportCfg.AllowsBrowser,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       cfg.HTTPIdleTimeout,

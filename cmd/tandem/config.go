@@ -88,6 +88,10 @@ type config struct {
 	MessageRate       float64
 	MessageBurst      int
 
+	// APIReadBytes bounds what the document API's requests hold together
+	// (web.DocumentLimits.ReadBytes).
+	APIReadBytes int64
+
 	MaxChangeBytes     int64
 	MaxDocumentBytes   int64
 	MaxDocumentChanges int64
@@ -164,6 +168,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxConnsPerIP, "max-conns-per-ip", 64, "open connections from one IP address")
 	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
 		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
+	fs.Int64Var(&c.APIReadBytes, "api-read-bytes", 2<<30,
+		"memory the document API's requests may hold together for the documents they read, edit or save (400 bytes per op, plus twice the changes' bytes, each charged before it is held); one request may take a quarter, and a larger one gets 413")
 	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 100,
 		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
@@ -285,6 +291,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	}
 	if c.MaxChangeBytes < 1024 {
 		return c, fmt.Errorf("--max-change-bytes must be at least 1024")
+	}
+	if c.APIReadBytes < 1<<20 {
+		return c, fmt.Errorf("--api-read-bytes must be at least 1 MiB")
 	}
 	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
 		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")

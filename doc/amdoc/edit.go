@@ -59,7 +59,9 @@ var errTooManyEditOps = fmt.Errorf("the edits make more than %d operations: send
 // another, as View takes them), depending on its heads; and its hash.
 // time is the change's time, in seconds since 1970 as automerge's JS
 // API writes it. The ops it makes number at most a few per byte of the
-// edits' JSON and per edit.
+// edits' JSON and per edit. No edits make an empty change (as automerge's
+// emptyChange, which automerge-repo makes a new empty document with);
+// edits that change nothing are refused.
 func Change(ctx context.Context, changes []byte, actor []byte, time int64, edits []Edit) ([]byte, [32]byte, error) {
 	s, err := read(ctx, changes, maxOps)
 	if err != nil {
@@ -83,7 +85,7 @@ func Change(ctx context.Context, changes []byte, actor []byte, time int64, edits
 			return nil, [32]byte{}, fmt.Errorf("%w %d (%s): %v", ErrBadEdit, i, edits[i].Op, err)
 		}
 	}
-	if len(e.ops) == 0 {
+	if len(e.ops) == 0 && len(edits) > 0 {
 		return nil, [32]byte{}, fmt.Errorf("%w: the edits change nothing", ErrBadEdit)
 	}
 	var deps [][32]byte

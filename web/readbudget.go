@@ -1,0 +1,126 @@
+package web
+
+import (
+	"context"
+	"sync"
+)
+
+// readBudget charges what the document API's requests hold while they
+// work on a whole document (a copy of its changes, its content or a
+// change made on it), node-wide, before they hold it. A request waits
+// until its cost fits. Large requests (over a 64th of the budget) draw
+// on at most three quarters of it together, so a few requests on the
+// largest documents never keep the rest waiting: the last quarter is
+// for small ones. No request may cost over a quarter (maxCost).
+//
+// A request that fits goes in even if an earlier one, too large for
+// what is free, waits: a large one may wait for the small ones, never
+// they for it.
+type readBudget struct {
+	total, largeCap, large int64
+
+	mu      sync.Mutex
+	used    int64 // by every request holding a charge
+	usedBig int64 // by the large ones among them
+	waiters []*readWaiter
+}
+
+type readWaiter struct {
+	cost  int64
+	ready chan struct{} // closed once the charge is held
+}
+
+func newReadBudget(total int64) *readBudget {
+	return &readBudget{total: total, largeCap: total / 4 * 3, large: total / 64}
+}
+
+// waiting returns how many requests wait for their charge.
+func (b *readBudget) waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.waiters)
+}
+
+// maxCost is the most one request may cost.
+func (b *readBudget) maxCost() int64 { return b.total / 4 }
+
+// fitsNow reports whether a charge of cost fits what is free; under b.mu.
+func (b *readBudget) fitsNow(cost int64) bool {
+	if b.used+cost > b.total {
+		return false
+	}
+	return cost <= b.large || b.usedBig+cost <= b.largeCap
+}
+
+func (b *readBudget) take(cost int64) {
+	b.used += cost
+	if cost > b.large {
+		b.usedBig += cost
+	}
+}
+
+// acquire waits until cost (at most maxCost) is charged and returns what
+// gives it back; false if ctx ended first. waited is called once if it
+// has to wait.
+func (b *readBudget) acquire(ctx context.Context, cost int64, waited func()) (func(), bool) {
+	cost = max(cost, 1)
+	b.mu.Lock()
+	if b.fitsNow(cost) {
+		b.take(cost)
+		b.mu.Unlock()
+		return b.releaser(cost), true
+	}
+	w := &readWaiter{cost: cost, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+	if waited != nil {
+		waited()
+	}
+	select {
+	case <-w.ready:
+		return b.releaser(cost), true
+	case <-ctx.Done():
+		b.mu.Lock()
+		select {
+		case <-w.ready: // charged as ctx ended: give it back
+			b.mu.Unlock()
+			b.release(cost)
+		default:
+			for i, x := range b.waiters {
+				if x == w {
+					b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+					break
+				}
+			}
+			b.mu.Unlock()
+		}
+		return nil, false
+	}
+}
+
+func (b *readBudget) releaser(cost int64) func() {
+	var once sync.Once
+	return func() { once.Do(func() { b.release(cost) }) }
+}
+
+// release gives back cost and lets in, in the order they came, the
+// waiters that now fit.
+func (b *readBudget) release(cost int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= cost
+	if cost > b.large {
+		b.usedBig -= cost
+	}
+	kept := b.waiters[:0]
+	for _, w := range b.waiters {
+		if b.fitsNow(w.cost) {
+			b.take(w.cost)
+			close(w.ready)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(b.waiters[len(kept):])
+	b.waiters = kept
+}
