@@ -64,7 +64,8 @@ func loadDescription(t testing.TB) *openapi3.T {
 
 // responseChecker is a client transport that checks every response to
 // a request under /api/ against the description: its route, its status
-// and its body (not a stream's).
+// and its body (not a stream's); and every request the API accepted (a
+// 2xx answer): what the server takes, the description allows.
 type responseChecker struct {
 	router routers.Router
 
@@ -88,11 +89,23 @@ func newResponseChecker() (*responseChecker, error) {
 }
 
 func (c *responseChecker) RoundTrip(req *http.Request) (*http.Response, error) {
+	var sent []byte
+	if req.Body != nil && req.GetBody != nil {
+		b, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		sent, _ = io.ReadAll(b)
+	}
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err != nil || !strings.HasPrefix(req.URL.Path, "/api/") {
 		return resp, err
 	}
-	if err := c.check(req, resp); err != nil {
+	err = c.check(req, resp)
+	if err == nil && resp.StatusCode/100 == 2 {
+		err = c.checkRequest(req, sent)
+	}
+	if err != nil {
 		c.mu.Lock()
 		c.bad = append(c.bad, fmt.Sprintf("%s %s → %d: %v", req.Method, req.URL.Path, resp.StatusCode, err))
 		c.mu.Unlock()
@@ -130,6 +143,30 @@ func (c *responseChecker) check(req *http.Request, resp *http.Response) error {
 		in.SetBodyBytes(body)
 	}
 	return openapi3filter.ValidateResponse(context.Background(), in)
+}
+
+// checkRequest checks a request the API accepted, of body sent, against
+// the description.
+func (c *responseChecker) checkRequest(req *http.Request, sent []byte) error {
+	route, params, err := c.router.FindRoute(req)
+	if err != nil {
+		return fmt.Errorf("not described: %w", err)
+	}
+	r := req.Clone(context.Background())
+	r.Body = io.NopCloser(bytes.NewReader(sent))
+	// The API reads a body sent without a Content-Type as the one type
+	// its route takes (info.description says so).
+	if body := route.Operation.RequestBody; r.Header.Get("Content-Type") == "" && body != nil && len(body.Value.Content) == 1 {
+		for ctype := range body.Value.Content {
+			r.Header.Set("Content-Type", ctype)
+		}
+	}
+	in := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
+		return fmt.Errorf("a request accepted that the description does not allow: %w", err)
+	}
+	return nil
 }
 
 func (c *responseChecker) failures() []string {

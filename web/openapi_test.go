@@ -100,3 +100,28 @@ func TestTheResponseCheckRefusesWhatTheDescriptionDoesNot(t *testing.T) {
 		}
 	}
 }
+
+// The check of the requests the API accepts refuses one the description
+// does not allow, and passes a good one sent without a Content-Type.
+func TestTheRequestCheckRefusesWhatTheDescriptionDoesNot(t *testing.T) {
+	c, err := newResponseChecker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := func(method, path, body string) error {
+		return c.checkRequest(httptest.NewRequest(method, "http://node"+path, nil), []byte(body))
+	}
+	id := "/api/docs/2gzyVEWRbEhwBcRvStKvD3gBE5pp"
+	if err := sent("PATCH", id, `[{"op":"put","path":["a"],"value":1}]`); err != nil {
+		t.Fatalf("a good edit: %v", err)
+	}
+	for _, bad := range []struct{ method, path, body string }{
+		{"PATCH", id, `{"ops":5}`},
+		{"PATCH", id, `[{"op":"rename","path":["a"]}]`},
+		{"POST", "/api/docs", `[1]`},
+	} {
+		if err := sent(bad.method, bad.path, bad.body); err == nil {
+			t.Errorf("%s %s %s passed the check", bad.method, bad.path, bad.body)
+		}
+	}
+}
