@@ -163,3 +163,27 @@ func TestADocumentTooLargeToWorkOnIsRefusedBeforeItCosts(t *testing.T) {
 		t.Errorf("GET /changes: %d %s", code, body)
 	}
 }
+
+// A backend with no automerge makes a counter and adds to it, and puts
+// bytes and an exact 64-bit integer, as a put's type says.
+func TestATypedPutMakesACounterOverREST(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{})
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "application/json", []byte(`{}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	for _, edits := range []string{
+		`[{"op":"put","path":["votes"],"value":0,"type":"counter"},{"op":"put","path":["blob"],"value":"AAE=","type":"bytes"},{"op":"put","path":["id"],"value":9007199254740993,"type":"int"}]`,
+		`[{"op":"increment","path":["votes"],"value":5}]`,
+	} {
+		if code, body, _ := call(t, "PATCH", base, "", "application/json", []byte(edits)); code != http.StatusOK {
+			t.Fatalf("PATCH %s: %d %s", edits, code, body)
+		}
+	}
+	code, body, _ = call(t, "GET", base, "", "", nil)
+	if code != http.StatusOK || !strings.Contains(string(body), `"doc":{"blob":"AAE=","id":9007199254740993,"votes":5}`) {
+		t.Fatalf("GET: %d %s", code, body)
+	}
+}

@@ -2,6 +2,7 @@ package amdoc
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"time"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -32,7 +34,8 @@ var ErrBadEdit = errors.New("bad edit")
 // Edit is one edit. Path names the object from the root, as map keys
 // (strings) and list indices (numbers); for put, delete and increment
 // its last entry is the key or index edited, for splice the path is the
-// text or list spliced.
+// text or list spliced. Type, for a put, puts Value as a scalar of
+// that type rather than as its JSON type says (see typedValue).
 type Edit struct {
 	Op     string `json:"op"`
 	Path   []any  `json:"path"`
@@ -40,6 +43,89 @@ type Edit struct {
 	Delete int    `json:"delete,omitempty"`
 	Insert any    `json:"insert,omitempty"`
 	Value  any    `json:"value"`
+	Type   string `json:"type,omitempty"`
+}
+
+// typed is a scalar an edit puts as its Type names.
+type typed struct {
+	vtype amcheck.ValueType
+	raw   []byte
+}
+
+// typedValue reads a put's value as a scalar of type t: "counter" (an
+// integer, which increment then adds to), "timestamp" (milliseconds
+// since 1970, or an RFC 3339 string), "bytes" (base64), "string" (a
+// string as one value, not a collaborative text: automerge JS's
+// ImmutableString), "int" or "uint" (exact, up to 64 bits, where a
+// plain JSON number past 2^53 becomes a float, as in JS) or "float".
+func typedValue(t string, v any) (typed, error) {
+	integer := func() (int64, error) {
+		n, ok := v.(json.Number)
+		if !ok {
+			f, isNum := number(v)
+			if !isNum || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+				return 0, fmt.Errorf("a %s's value must be an integer", t)
+			}
+			return int64(f), nil
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("a %s's value must be an integer of at most 64 bits, not %s", t, n)
+		}
+		return i, nil
+	}
+	switch t {
+	case "counter", "int":
+		i, err := integer()
+		if err != nil {
+			return typed{}, err
+		}
+		vt := amcheck.ValueInt
+		if t == "counter" {
+			vt = amcheck.ValueCounter
+		}
+		return typed{vt, amcheck.AppendSleb(nil, i)}, nil
+	case "uint":
+		n, ok := v.(json.Number)
+		u, err := strconv.ParseUint(string(n), 10, 64)
+		if !ok || err != nil {
+			return typed{}, fmt.Errorf("a uint's value must be an integer from 0 to 2^64-1")
+		}
+		return typed{amcheck.ValueUint, binary.AppendUvarint(nil, u)}, nil
+	case "float":
+		f, ok := number(v)
+		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+			return typed{}, fmt.Errorf("a float's value must be a finite number")
+		}
+		return typed{amcheck.ValueFloat, binary.LittleEndian.AppendUint64(nil, math.Float64bits(f))}, nil
+	case "timestamp":
+		if s, ok := v.(string); ok {
+			at, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return typed{}, fmt.Errorf("a timestamp's string must be RFC 3339: %v", err)
+			}
+			return typed{amcheck.ValueTimestamp, amcheck.AppendSleb(nil, at.UnixMilli())}, nil
+		}
+		ms, err := integer()
+		if err != nil {
+			return typed{}, errors.New("a timestamp's value must be milliseconds since 1970 or an RFC 3339 string")
+		}
+		return typed{amcheck.ValueTimestamp, amcheck.AppendSleb(nil, ms)}, nil
+	case "bytes":
+		s, ok := v.(string)
+		b, err := base64.StdEncoding.DecodeString(s)
+		if !ok || err != nil {
+			return typed{}, errors.New("a bytes value must be a base64 string")
+		}
+		return typed{amcheck.ValueBytes, b}, nil
+	case "string":
+		s, ok := v.(string)
+		if !ok {
+			return typed{}, errors.New("a string value must be a JSON string")
+		}
+		return typed{amcheck.ValueString, []byte(s)}, nil
+	}
+	return typed{}, fmt.Errorf("type must be counter, timestamp, bytes, string, int, uint or float, not %q", t)
 }
 
 // MaxEditDepth bounds how deeply a value an edit puts may nest.
@@ -243,6 +329,9 @@ func (e *editor) room(n int) error {
 func (e *editor) apply(ed *Edit) error {
 	switch ed.Op {
 	case "splice":
+		if ed.Type != "" {
+			return errors.New("only a put has a type")
+		}
 		n, err := e.walk(ed.Path)
 		if err != nil {
 			return err
@@ -260,8 +349,18 @@ func (e *editor) apply(ed *Edit) error {
 		return err
 	}
 	last := ed.Path[len(ed.Path)-1]
+	if ed.Type != "" && ed.Op != "put" {
+		return errors.New("only a put has a type")
+	}
 	switch ed.Op {
 	case "put":
+		if ed.Type != "" {
+			v, err := typedValue(ed.Type, ed.Value)
+			if err != nil {
+				return err
+			}
+			return e.put(n, last, v)
+		}
 		return e.put(n, last, ed.Value)
 	case "delete":
 		return e.del(n, last)
@@ -540,6 +639,8 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 	var raw []byte
 	o.action = amcheck.Put
 	switch x := v.(type) {
+	case typed:
+		o.vtype, raw = x.vtype, x.raw
 	case nil:
 		o.vtype = amcheck.ValueNull
 	case bool:
@@ -610,5 +711,5 @@ func (e *editor) value(o changeOp, v any, depth int) (*slot, error) {
 		return nil, fmt.Errorf("a value of type %T", v)
 	}
 	x0 := e.add(o, raw)
-	return &slot{vis: []id{x0}}, nil
+	return &slot{vis: []id{x0}, counter: o.vtype == amcheck.ValueCounter}, nil
 }

@@ -1,6 +1,7 @@
 package amdoc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -225,5 +226,92 @@ func TestATextIndexCountsABlockMarkerAsOne(t *testing.T) {
 	}
 	if ok, g, w := sameJSON(t, after, want); !ok {
 		t.Errorf("got %s\nwant %s", g, w)
+	}
+}
+
+// A put with a type makes the scalar automerge's JS API would for it: a
+// counter that a later increment adds to, a timestamp, bytes, a string
+// that is not a text, and integers past 2^53 exactly. Stock automerge
+// applies the changes and shows what the view does.
+func TestATypedPutMakesThatScalar(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	ctx := context.Background()
+	base := o.Trace(t, 5, 10)
+	puts := []Edit{
+		{Op: "put", Path: []any{"likes"}, Value: json.Number("3"), Type: "counter"},
+		{Op: "put", Path: []any{"at"}, Value: "2026-12-07T03:00:00.5Z", Type: "timestamp"},
+		{Op: "put", Path: []any{"ms"}, Value: json.Number("1700000000123"), Type: "timestamp"},
+		{Op: "put", Path: []any{"blob"}, Value: "AAEC/w==", Type: "bytes"},
+		{Op: "put", Path: []any{"id"}, Value: "not a text", Type: "string"},
+		{Op: "put", Path: []any{"f"}, Value: json.Number("2"), Type: "float"},
+		{Op: "increment", Path: []any{"likes"}, Value: json.Number("2")},
+	}
+	first, _, err := Change(ctx, join(base), []byte("typed-actor-1"), 1_800_000_000, puts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := append(base, first)
+	second, _, err := Change(ctx, join(changes), []byte("typed-actor-2"), 1_800_000_001,
+		[]Edit{{Op: "increment", Path: []any{"likes"}, Value: json.Number("10")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := o.Applies(t, base, [][]byte{first, second}); !ok {
+		t.Fatalf("stock automerge does not apply the typed puts: %s", why)
+	}
+	changes = append(changes, second)
+	var stock map[string]any
+	dec := json.NewDecoder(bytes.NewReader(o.View(t, changes, nil)))
+	dec.UseNumber()
+	if err := dec.Decode(&stock); err != nil {
+		t.Fatal(err)
+	}
+	// Integers past 2^53 are BigInts in JS, which JSON.stringify refuses:
+	// stock automerge applies them, and the view shows them exactly.
+	third, _, err := Change(ctx, join(changes), []byte("typed-actor-3"), 1_800_000_002, []Edit{
+		{Op: "put", Path: []any{"big"}, Value: json.Number("9007199254740993"), Type: "int"},
+		{Op: "put", Path: []any{"ubig"}, Value: json.Number("18446744073709551615"), Type: "uint"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, why := o.Applies(t, changes, [][]byte{third}); !ok {
+		t.Fatalf("stock automerge does not apply the large integers: %s", why)
+	}
+	got, err := View(ctx, join(append(changes, third)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"likes": "15", "at": `"2026-12-07T03:00:00.500Z"`, "ms": `"2023-11-14T22:13:20.123Z"`,
+		"blob": `"AAEC/w=="`, "id": `"not a text"`, "big": "9007199254740993",
+		"ubig": "18446744073709551615", "f": "2",
+	} {
+		if g := mustJSON(got[k]); g != want {
+			t.Errorf("%s shows %s, want %s", k, g, want)
+		}
+	}
+	// Stock automerge agrees where JSON.stringify shows a value as the
+	// view does (it shows bytes as an object of indices).
+	for _, k := range []string{"likes", "at", "ms", "f"} {
+		if g, s := mustJSON(got[k]), mustJSON(stock[k]); g != s {
+			t.Errorf("%s: the view shows %s, stock automerge %s", k, g, s)
+		}
+	}
+	if s, ok := stock["id"].(string); !ok || s != "not a text" {
+		t.Errorf("stock automerge shows the string as %v", stock["id"])
+	}
+	for _, bad := range []Edit{
+		{Op: "put", Path: []any{"k"}, Value: "x", Type: "counter"},
+		{Op: "put", Path: []any{"k"}, Value: json.Number("1.5"), Type: "int"},
+		{Op: "put", Path: []any{"k"}, Value: json.Number("-1"), Type: "uint"},
+		{Op: "put", Path: []any{"k"}, Value: "!!", Type: "bytes"},
+		{Op: "put", Path: []any{"k"}, Value: "yesterday", Type: "timestamp"},
+		{Op: "put", Path: []any{"k"}, Value: json.Number("1"), Type: "decimal"},
+		{Op: "splice", Path: []any{"text"}, Insert: "x", Type: "string"},
+	} {
+		if _, _, err := Change(ctx, join(base), []byte("typed-actor-4"), 0, []Edit{bad}); !errors.Is(err, ErrBadEdit) {
+			t.Errorf("%+v: %v, want ErrBadEdit", bad, err)
+		}
 	}
 }
