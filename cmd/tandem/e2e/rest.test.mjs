@@ -106,6 +106,26 @@ test("a document made over REST is found by a stock client, and a backend's own 
   })
 })
 
+test("an empty document made over REST is found by a stock client, and a counter made over REST counts its increments", async t => {
+  const node = await start(t)
+  const made = await api(node, "POST", "/docs", { body: {} })
+  assert.equal(made.status, 201, JSON.stringify(made.body))
+  const repo = await connected(client(t, node.url))
+  const handle = await repo.find(made.body.url)
+  assert.deepEqual(A.toJS(handle.doc()), {})
+  const put = await api(node, "PATCH", `/docs/${made.body.documentId}`,
+    { body: [{ op: "put", path: ["votes"], value: 1, type: "counter" }] })
+  assert.equal(put.status, 200, JSON.stringify(put.body))
+  await until("the counter on the client", () => handle.doc().votes !== undefined)
+  assert.ok(handle.doc().votes instanceof A.Counter, "a counter, not a number")
+  handle.change(d => d.votes.increment(2))
+  const inc = await api(node, "PATCH", `/docs/${made.body.documentId}`, { body: [{ op: "increment", path: ["votes"], value: 3 }] })
+  assert.equal(inc.status, 200, JSON.stringify(inc.body))
+  await until("both increments on the client", () => handle.doc().votes.value === 6)
+  await until("both increments in a REST read", async () =>
+    (await api(node, "GET", `/docs/${made.body.documentId}`)).body.doc.votes === 6)
+})
+
 test("a mention written over REST notifies the mentioned user, as the token's user", async t => {
   const node = await start(t, { args: ["--auth-secret", secret, "--notify-window", "300ms"] })
   const run = randomUUID().slice(0, 8)
