@@ -149,7 +149,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.NotifyWindow, "notify-window", time.Minute, "events for one recipient, kind and document within this window become one notification")
 	fs.Var((*urlList)(&c.WebhookURLs), "webhook-url",
 		"post signed events to this URL (repeat the flag, or separate URLs with commas); none sends no webhooks")
-	fs.StringVar(&c.WebhookSecret, "webhook-secret", "", "the secret that signs webhooks (Standard Webhooks): whsec_ and the base64 of 24 to 64 random bytes")
+	fs.StringVar(&c.WebhookSecret, "webhook-secret", "", "the secret that signs webhooks (Standard Webhooks): whsec_ and the base64 of 24 to 64 random bytes; two separated by a space both sign, to rotate it")
 	fs.StringVar(&c.WebhookEvents, "webhook-events", "",
 		"comma-separated event types to send: "+strings.Join(webhook.AllEvents, ", ")+"; empty sends all")
 	fs.DurationVar(&c.WebhookDebounce, "webhook-debounce", 2*time.Second, "a document's changes become one document.changed once they pause this long")

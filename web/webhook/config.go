@@ -19,7 +19,7 @@ type Config struct {
 	// Endpoints are the URLs events are posted to (http or https).
 	Endpoints []string
 	// Secret signs every event: "whsec_" and the base64 of 24 to 64
-	// random bytes.
+	// random bytes. Two separated by a space both sign (a rotation).
 	Secret string
 	// Events selects the event types sent; nil or empty sends all of
 	// them (AllEvents).

@@ -98,7 +98,7 @@ func (h *Hooks) post(ctx context.Context, ep *endpoint, id string, body []byte) 
 	if err != nil {
 		return err
 	}
-	setHeaders(req.Header, h.key, id, time.Now(), body)
+	setHeaders(req.Header, h.keys, id, time.Now(), body)
 	req.Header.Set("User-Agent", "Tandem-Webhooks/1")
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {

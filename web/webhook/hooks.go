@@ -26,7 +26,7 @@ type Queue interface {
 type Hooks struct {
 	// Fixed after New.
 	cfg    Config
-	key    []byte
+	keys   [][]byte // each signs every delivery
 	eps    []*endpoint
 	byKey  map[string]*endpoint
 	sends  map[string]bool // the event types sent
@@ -64,12 +64,12 @@ func New(ctx context.Context, cfg Config) (*Hooks, error) {
 	if len(eps) == 0 {
 		return nil, fmt.Errorf("%w: no endpoint", ErrConfig)
 	}
-	key, err := parseSecret(cfg.Secret)
+	keys, err := parseSecrets(cfg.Secret)
 	if err != nil {
 		return nil, err
 	}
 	h := &Hooks{
-		cfg: cfg, key: key, eps: eps, byKey: map[string]*endpoint{}, sends: map[string]bool{},
+		cfg: cfg, keys: keys, eps: eps, byKey: map[string]*endpoint{}, sends: map[string]bool{},
 		store:   &store{db: cfg.DB, postgres: cfg.Postgres},
 		log:     cfg.Logger.With("component", "webhook"),
 		m:       newMetrics(cfg.Registerer),

@@ -35,7 +35,41 @@ func parseSecret(s string) ([]byte, error) {
 	return key, nil
 }
 
-// sign returns the value of the webhook-signature header for a message.
+// maxSecrets bounds the secrets that sign at once: the new and the old
+// one while receivers move to the new.
+const maxSecrets = 2
+
+// parseSecrets returns the keys of one secret, or of several separated by
+// spaces, each signing every message: a secret is rotated by signing
+// with the new and the old until every receiver has the new.
+func parseSecrets(s string) ([][]byte, error) {
+	fields := strings.Fields(s)
+	if len(fields) == 0 || len(fields) > maxSecrets {
+		return nil, fmt.Errorf("%w: give 1 or %d secrets, separated by a space", ErrConfig, maxSecrets)
+	}
+	keys := make([][]byte, len(fields))
+	for i, f := range fields {
+		k, err := parseSecret(f)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// signature returns the value of the webhook-signature header for a
+// message: its signature by each key, separated by spaces, as Standard
+// Webhooks has a receiver take any one it can verify.
+func signature(keys [][]byte, id string, timestamp int64, body []byte) string {
+	sigs := make([]string, len(keys))
+	for i, k := range keys {
+		sigs[i] = sign(k, id, timestamp, body)
+	}
+	return strings.Join(sigs, " ")
+}
+
+// sign returns a message's v1 signature by key.
 func sign(key []byte, id string, timestamp int64, body []byte) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(id))
@@ -46,11 +80,11 @@ func sign(key []byte, id string, timestamp int64, body []byte) string {
 	return "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-// setHeaders sets a delivery's headers, signed at sent.
-func setHeaders(h http.Header, key []byte, id string, sent time.Time, body []byte) {
+// setHeaders sets a delivery's headers, signed at sent by each key.
+func setHeaders(h http.Header, keys [][]byte, id string, sent time.Time, body []byte) {
 	ts := sent.Unix()
 	h.Set("Content-Type", "application/json")
 	h.Set("webhook-id", id)
 	h.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
-	h.Set("webhook-signature", sign(key, id, ts, body))
+	h.Set("webhook-signature", signature(keys, id, ts, body))
 }

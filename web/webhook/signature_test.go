@@ -28,7 +28,7 @@ func TestTheSignatureIsStandardWebhooksV1(t *testing.T) {
 		t.Fatalf("signature %s, want %s", got, testSig)
 	}
 	h := http.Header{}
-	setHeaders(h, key, testID, time.Unix(testTS, 0), []byte(testBody))
+	setHeaders(h, [][]byte{key}, testID, time.Unix(testTS, 0), []byte(testBody))
 	for name, want := range map[string]string{"webhook-id": testID, "webhook-timestamp": "1674087231", "webhook-signature": testSig} {
 		if got := h.Get(name); got != want {
 			t.Errorf("header %s = %q, want %q", name, got, want)
@@ -48,5 +48,25 @@ func TestASecretIsWhsecAndBase64OfEnoughBytes(t *testing.T) {
 		if _, err := parseSecret(bad); !errors.Is(err, ErrConfig) {
 			t.Errorf("parseSecret(%q) = %v, want ErrConfig", bad, err)
 		}
+	}
+	for _, bad := range []string{"", " ", testSecret + " " + testSecret + " " + testSecret, testSecret + " whsec_c2hvcnQ="} {
+		if _, err := parseSecrets(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("parseSecrets(%q) = %v, want ErrConfig", bad, err)
+		}
+	}
+}
+
+// Two secrets both sign every message, so that a receiver holding either
+// verifies it while the secret is rotated.
+func TestTwoSecretsBothSign(t *testing.T) {
+	const newer = "whsec_bmV3ZXItdGFuZGVtLXdlYmhvb2stc2VjcmV0LTAxMjM="
+	keys, err := parseSecrets(newer + " " + testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newKey, _ := parseSecret(newer)
+	want := sign(newKey, testID, testTS, []byte(testBody)) + " " + testSig
+	if got := signature(keys, testID, testTS, []byte(testBody)); got != want {
+		t.Fatalf("signature %q, want %q", got, want)
 	}
 }
