@@ -205,6 +205,10 @@ export class TandemSocket extends NetworkAdapter {
   send(message: Message): void {
     const s = this.#socket
     if (!s || s.readyState !== OPEN || this.#state !== "open") return
+    // The repo passes every ephemeral message it receives on to its other
+    // peers. The server is this repo's only peer and sent the message to
+    // everyone already: passing it back would only cost the server a read.
+    if (message.type === "ephemeral" && message.senderId !== this.peerId) return
     s.send(cbor.encode(message))
     const id = message.type === "sync" || message.type === "request" ? message.documentId : undefined
     if (id !== undefined && !this.#syncing.has(id)) {

@@ -284,3 +284,14 @@ test("a presence batch reaches the repo as one ephemeral message each, in order,
   s.deliver({ type: "tandem-presence-batch", documentId: "doc", batch: "nonsense" })
   assert.equal(got.length, 2, "malformed batches and entries are ignored")
 })
+
+test("an ephemeral message of another peer's, which the repo passes on, is not sent back to the server", t => {
+  const { a, sock } = setup(t)
+  const s = sock()
+  handshake(s)
+  const data = new Uint8Array([0xa0])
+  const base = { type: "ephemeral", targetId: "server", documentId: "doc", sessionId: "s", count: 1, data }
+  a.send({ ...base, senderId: "ana" } as unknown as Parameters<typeof a.send>[0])
+  a.send({ ...base, senderId: "me" } as unknown as Parameters<typeof a.send>[0])
+  assert.deepEqual(s.sent.filter(m => m.type === "ephemeral").map(m => m.senderId), ["me"])
+})
