@@ -88,6 +88,9 @@ type typingResult struct {
 }
 
 func runTyping(ctx context.Context, o options) error {
+	if *restEditRate > 0 {
+		return runRESTTyping(ctx, o)
+	}
 	r, err := measureTyping(ctx, o)
 	if err != nil {
 		return err
@@ -125,8 +128,25 @@ func (r typingResult) framesPerArrival() float64 {
 func (r typingResult) cpuPerArrival() float64 { return r.clientCPU / float64(max(len(r.latencies), 1)) }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
+	if *restEditRate > 0 {
+		return typingResult{}, errRESTOneNode
+	}
+	return measureTypingWith(ctx, o, nil)
+}
+
+// measureTypingWith is measureTyping with REST edits (restedits.go), if
+// withREST is not nil: it returns the edits into the run's document,
+// which are sent while the typists type and which the readers look for.
+func measureTypingWith(ctx context.Context, o options, withREST func(doc string) (*restEdits, error)) (typingResult, error) {
 	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document of %d changes before, %v\n", o.typists, o.rate, o.readers, o.history, o.duration)
 	doc := newDocID()
+	var rest *restEdits
+	if withREST != nil {
+		var err error
+		if rest, err = withREST(doc); err != nil {
+			return typingResult{}, err
+		}
+	}
 	var peers []*syncPeer
 	for i := 0; i < o.typists+o.readers; i++ {
 		p, err := dialPeer(o.urls[i%len(o.urls)])
@@ -184,6 +204,9 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 					}
 					mu.Unlock()
 				}
+				if rest != nil {
+					rest.read(i-o.typists, d)
+				}
 			})
 		}()
 		if i > 0 {
@@ -237,6 +260,13 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	loadCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
 	var typists sync.WaitGroup
+	if rest != nil {
+		typists.Add(1)
+		go func() {
+			defer typists.Done()
+			rest.send(loadCtx)
+		}()
+	}
 	for i := 0; i < o.typists; i++ {
 		p := peers[i]
 		typists.Add(1)
