@@ -28,10 +28,11 @@ import (
 // request, and each is timed from when it was due, so the sender's own
 // delays count against the server too). The readers, which answer every
 // sync message as before, read their text after each and time each
-// marker from when its edit was due. Each run with edits is paired with
-// one without on the same node (--rest-runs pairs, alternating), the
-// readers reading their text in both, so the typists' latency with and
-// without the edits differ only by the edits.
+// marker from when its edit was due; the drain starts once the last
+// edit is answered. Each run with edits is paired with one without on
+// the same node (--rest-runs pairs, alternating), the readers reading
+// their text in both, so that the typists' latency with and without the
+// edits differs by what the edits cost.
 
 var (
 	restEditRate = flag.Float64("rest-edits", 0,
@@ -262,7 +263,7 @@ func printREST(r restResult, rate float64) {
 	fmt.Println()
 	fmt.Printf("  answer p50/p99/max %v / %v / %v\n", pct(r.answers, 50), pct(r.answers, 99), pct(r.answers, 100))
 	fmt.Printf("  answer p50 by second due %v\n", r.bySecond)
-	fmt.Printf("  at readers p50/p99 %v / %v (%d arrivals; %d of %d due did not arrive)\n",
+	fmt.Printf("  at readers p50/p99 %v / %v (%d arrivals; %d of %d due did not arrive within the drain)\n",
 		pct(r.arrivals, 50), pct(r.arrivals, 99), len(r.arrivals), r.missing, r.expected)
 }
 

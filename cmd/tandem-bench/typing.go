@@ -74,7 +74,8 @@ func bringsChanges(data []byte) bool {
 type typingResult struct {
 	latencies []time.Duration // sorted
 	elapsed   time.Duration
-	cpu       float64 // server CPU seconds, 0 without --server-pid
+	late      time.Duration // with REST edits: from the load's end until the last was answered
+	cpu       float64       // server CPU seconds, 0 without --server-pid
 	// The clients' side, over the load and the drain: sync frames and
 	// bytes they received, and this process's CPU (every client's
 	// automerge receive and generate runs here).
@@ -102,7 +103,7 @@ func runTyping(ctx context.Context, o options) error {
 func printTyping(r typingResult, o options) {
 	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(r.latencies), float64(len(r.latencies))/r.elapsed.Seconds())
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
-	window := (r.elapsed + o.drain).Seconds()
+	window := (r.elapsed + r.late + o.drain).Seconds()
 	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/window)
 	}
@@ -299,13 +300,18 @@ func measureTypingWith(ctx context.Context, o options, withREST func(doc string)
 	}
 	typists.Wait()
 	elapsed := time.Since(start)
+	var late time.Duration
+	if rest != nil { // the drain starts once the last edit is answered
+		rest.inflight.Wait()
+		late = time.Since(start) - elapsed
+	}
 	select {
 	case <-time.After(o.drain):
 	case <-ctx.Done():
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
 	client1, _ := cpuSeconds(self)
-	r := typingResult{elapsed: elapsed, cpu: cpu1 - cpu0, clientCPU: client1 - client0, typed: typed.Load()}
+	r := typingResult{elapsed: elapsed, late: late, cpu: cpu1 - cpu0, clientCPU: client1 - client0, typed: typed.Load()}
 	if o.store != nil {
 		stored1, err := o.store.read(ctx)
 		if err != nil {
