@@ -235,6 +235,7 @@ type restResult struct {
 // figures. The readers must be done.
 func (r *restEdits) result() restResult {
 	r.inflight.Wait()
+	r.client.CloseIdleConnections()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res := restResult{sent: r.sent, answers: slices.Clone(r.answers), arrivals: slices.Clone(r.arrivals), failed: r.failed}
