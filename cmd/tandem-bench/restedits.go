@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -81,12 +82,12 @@ type restEdits struct {
 	mu       sync.Mutex // guards the fields below
 	start    time.Time  // edit n is due at start + n/rate
 	sent     int
-	answers  []time.Duration   // of the edits answered 200: from due to answer
-	bySecond [][]time.Duration // answers, by the second of the run they were due in
-	failed   map[string]int    // the other answers, by status or error
-	written  map[int]bool      // the edits answered 200
-	arrivals []time.Duration   // from due to a reader seeing the marker, each reader's
-	seen     []map[int]bool    // by reader: the markers it has seen
+	answers  []time.Duration       // of the edits answered 200: from due to answer
+	bySecond [][]time.Duration     // answers, by the second of the run they were due in
+	failed   map[string]int        // the other answers, by status or error
+	written  map[int]time.Duration // the edits answered 200, with their answers' wait
+	arrivals []time.Duration       // from due to a reader seeing the marker, each reader's
+	seen     []map[int]bool        // by reader: the markers it has seen
 }
 
 // newRESTEdits returns the edits of a run into documentID on the node
@@ -110,7 +111,7 @@ func newRESTEdits(wsURL, documentID string, rate float64, readers int) (*restEdi
 		// edits in flight.
 		client:  &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}},
 		failed:  map[string]int{},
-		written: map[int]bool{},
+		written: map[int]time.Duration{},
 		seen:    make([]map[int]bool, readers),
 	}
 	for i := range r.seen {
@@ -191,7 +192,7 @@ func (r *restEdits) edit(seq int, due time.Time) {
 		r.bySecond = append(r.bySecond, nil)
 	}
 	r.bySecond[sec] = append(r.bySecond[sec], took)
-	r.written[seq] = true
+	r.written[seq] = took
 }
 
 // read is a reader's look at its document after a sync message: each
@@ -229,6 +230,9 @@ type restResult struct {
 	bySecond          []time.Duration
 	failed            map[string]int
 	missing, expected int // arrivals of written edits that did not come, of all due
+	// The written edits some reader did not see, by sequence, with
+	// their answers' wait and the readers that did not see them.
+	unseen []string
 }
 
 // result waits for the answers still due, then returns the run's
@@ -245,12 +249,17 @@ func (r *restEdits) result() restResult {
 		res.bySecond = append(res.bySecond, pct(xs, 50))
 	}
 	slices.Sort(res.arrivals)
-	for seq := range r.written {
+	for _, seq := range slices.Sorted(maps.Keys(r.written)) {
+		missed := 0
 		for _, seen := range r.seen {
 			res.expected++
 			if !seen[seq] {
-				res.missing++
+				missed++
 			}
+		}
+		res.missing += missed
+		if missed > 0 {
+			res.unseen = append(res.unseen, fmt.Sprintf("edit %d (answered after %v) by %d readers", seq, r.written[seq].Round(time.Millisecond), missed))
 		}
 	}
 	return res
@@ -266,6 +275,9 @@ func printREST(r restResult, rate float64) {
 	fmt.Printf("  answer p50 by second due %v\n", r.bySecond)
 	fmt.Printf("  at readers p50/p99 %v / %v (%d arrivals; %d of %d due did not arrive within the drain)\n",
 		pct(r.arrivals, 50), pct(r.arrivals, 99), len(r.arrivals), r.missing, r.expected)
+	for _, u := range r.unseen[:min(len(r.unseen), 10)] {
+		fmt.Printf("    not seen: %s\n", u)
+	}
 }
 
 // runRESTTyping runs the typing scenario in pairs, without the edits and
