@@ -20,7 +20,10 @@
 //	          frames, bytes and CPU; --history N types into a document of N
 //	          one-character changes. Under --cluster, also the rows and
 //	          bytes the nodes inserted into the store's tandem_doc_chunks
-//	          per change typed (storewrites.go).
+//	          per change typed (storewrites.go). --rest-edits N adds a
+//	          backend's PATCH edits into the document, N a second on a
+//	          fixed schedule, and reports their answers' and arrivals'
+//	          latency, each run paired with one without (restedits.go).
 //	idle      N connections that join and open one document each, then
 //	          sit; reports the server's memory per connection.
 //	document  one writer makes N one-character changes (--changes), at most

@@ -9,6 +9,8 @@
 //   first sync  a fresh Repo's find, until it holds the writer's heads;
 //   cold find   the writer shut down, the server stopped and started again
 //               on its data, a fresh Repo's find, until the same;
+//   REST reads  against Tandem, a backend's GET of it as JSON, after the
+//               first sync and again after one more restart (below);
 //   paste       a Repo's create({text}) of --paste-bytes, until the server
 //               names its heads, then a second Repo's find, until it holds
 //               them: from create to the reader holding the whole text.
@@ -21,7 +23,11 @@
 // The paste's memory is the server's RSS ten seconds after the reader had
 // it, over its RSS after ten quiet seconds before the paste, per
 // character. Against Tandem it also times a backend's REST read of the
-// document as JSON after the cold find.
+// document (GET /api/docs/{id}, until the body is received and parsed as
+// JSON, the work a backend without automerge does), with the clients'
+// and the server's CPU in it: just written (after the first sync, the
+// document in memory), and cold (the server stopped and started again
+// after the cold find, the read its first request for the document).
 //
 //   node cmd/tandem-bench/repo-document.mjs [--changes 100000]
 //     [--paste-bytes 1048576] [--tandem-bin bin/tandem]
@@ -110,6 +116,18 @@ async function phase(server, fn) {
   }
 }
 
+// restRead reads the document over REST as a backend does, as JSON,
+// until the body is parsed, and checks it is the whole document at heads.
+async function restRead(server, documentId, heads) {
+  const base = server.url.replace(/^ws/, "http").replace(/\/ws$/, "")
+  const res = await fetch(`${base}/api/docs/${documentId}`)
+  const body = await res.json()
+  if (!res.ok) throw new Error(`REST read: ${res.status} ${JSON.stringify(body)}`)
+  if (body.doc.text.length !== changes || !sameHeads(body.heads, heads)) {
+    throw new Error(`REST read: ${body.doc.text.length} characters at heads ${body.heads}, not ${changes} at ${heads}`)
+  }
+}
+
 // findWhole has a fresh Repo find url and waits until it holds heads.
 async function findWhole(url, docUrl, heads) {
   const { repo } = await client(url)
@@ -120,6 +138,10 @@ async function findWhole(url, docUrl, heads) {
 
 async function measure(server) {
   const result = { name: opt.only, changes, pasteBytes, rss0: rssMiB(server.proc.pid) }
+  if (opt.only === "tandem") {
+    // Node loads its fetch on the first call: a backend has long done so.
+    await fetch(server.url.replace(/^ws/, "http").replace(/\/ws$/, "/healthz"))
+  }
   const writer = await client(server.url)
   const doc = writer.repo.create({ text: "" })
   result.write = await phase(server, async () => {
@@ -131,6 +153,7 @@ async function measure(server) {
   })
   const heads = A.getHeads(doc.doc())
   result.firstSync = await phase(server, () => findWhole(server.url, doc.url, heads))
+  if (opt.only === "tandem") result.restWarm = await phase(server, () => restRead(server, doc.documentId, heads))
   // The floor a server cannot go under: the reader's own automerge taking
   // in the document as a server that has it at hand sends it (stock
   // automerge's answer to a peer that has nothing: the document saved),
@@ -142,14 +165,10 @@ async function measure(server) {
   result.cold = await phase(server, () => findWhole(server.url, doc.url, heads))
   result.coldHow = await howSent(server)
   if (opt.only === "tandem") {
-    // A backend's read of the same document over REST, as JSON (the
-    // document in memory now): beside a client's find of it.
-    const base = server.url.replace(/^ws/, "http").replace(/\/ws$/, "")
-    const t0 = performance.now()
-    const res = await fetch(`${base}/api/docs/${doc.url.replace(/^automerge:/, "")}`)
-    const body = await res.json()
-    result.restReadMs = Math.round(performance.now() - t0)
-    if (!res.ok || body.doc.text.length !== changes) throw new Error(`REST read: ${res.status}`)
+    // A backend's read of it over REST as the first request after a
+    // restart: the node loads the document for it.
+    await server.restart()
+    result.restCold = await phase(server, () => restRead(server, doc.documentId, heads))
   }
 
   const paster = await client(server.url)
@@ -187,8 +206,9 @@ function print(r) {
   line("first sync", r.firstSync)
   line("cold find", r.cold)
   if (r.coldHow) console.log(`${"".padEnd(12)} ${r.coldHow}`)
-  if (r.restReadMs) console.log(`${"".padEnd(12)} a backend's REST read of it as JSON then: ${(r.restReadMs / 1000).toFixed(2)} s`)
   console.log(`${"".padEnd(12)} the reader's own automerge receiving it: ${(r.ownLoadMs / 1000).toFixed(2)} s (first sync ${(r.firstSync.ms / r.ownLoadMs).toFixed(2)}×, cold find ${(r.cold.ms / r.ownLoadMs).toFixed(2)}× that)`)
+  if (r.restWarm) line("REST read", r.restWarm)
+  if (r.restCold) line("REST cold", r.restCold)
   line("paste", r.paste)
   console.log(`${"".padEnd(12)} the clients' own automerge for it (create, then receive it): ${(r.pasteOwnMs / 1000).toFixed(2)} s (the paste ${(r.paste.ms / r.pasteOwnMs).toFixed(2)}× that)`)
   console.log(`${"".padEnd(12)} the server named its heads after ${(r.paste.storedMs / 1000).toFixed(2)} s; 10 s after the reader had it, RSS ${r.pasteRSS10.toFixed(1)} MiB: ${((r.pasteRSS10 - r.rssPaste0) * 1048576 / r.pasteBytes).toFixed(1)} bytes per character over the RSS before the paste`)
@@ -199,6 +219,10 @@ if (await eachServer(opt, (t, s, ratio) => {
   ratio("first sync", t.firstSync.ms, s.firstSync.ms)
   ratio("cold find", t.cold.ms, s.cold.ms)
   ratio("paste", t.paste.ms, s.paste.ms)
+  ratio("REST read / stock first sync", t.restWarm.ms, s.firstSync.ms)
+  ratio("  the clients' CPU", t.restWarm.clientCPU, s.firstSync.clientCPU)
+  ratio("REST cold / stock cold find", t.restCold.ms, s.cold.ms)
+  ratio("  the clients' CPU", t.restCold.clientCPU, s.cold.clientCPU)
   ratio("server CPU, all", t.write.serverCPU + t.firstSync.serverCPU + t.cold.serverCPU + t.paste.serverCPU,
     s.write.serverCPU + s.firstSync.serverCPU + s.cold.serverCPU + s.paste.serverCPU)
 })) process.exit(0)

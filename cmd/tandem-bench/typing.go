@@ -74,7 +74,8 @@ func bringsChanges(data []byte) bool {
 type typingResult struct {
 	latencies []time.Duration // sorted
 	elapsed   time.Duration
-	cpu       float64 // server CPU seconds, 0 without --server-pid
+	late      time.Duration // with REST edits: from the load's end until the last was answered
+	cpu       float64       // server CPU seconds, 0 without --server-pid
 	// The clients' side, over the load and the drain: sync frames and
 	// bytes they received, and this process's CPU (every client's
 	// automerge receive and generate runs here).
@@ -88,6 +89,9 @@ type typingResult struct {
 }
 
 func runTyping(ctx context.Context, o options) error {
+	if *restEditRate > 0 {
+		return runRESTTyping(ctx, o)
+	}
 	r, err := measureTyping(ctx, o)
 	if err != nil {
 		return err
@@ -99,7 +103,7 @@ func runTyping(ctx context.Context, o options) error {
 func printTyping(r typingResult, o options) {
 	fmt.Printf("arrivals at readers  %d (%.0f/s)\n", len(r.latencies), float64(len(r.latencies))/r.elapsed.Seconds())
 	fmt.Printf("latency p50/p95/p99  %v / %v / %v\n", pct(r.latencies, 50), pct(r.latencies, 95), pct(r.latencies, 99))
-	window := (r.elapsed + o.drain).Seconds()
+	window := (r.elapsed + r.late + o.drain).Seconds()
 	if len(o.serverPIDs) > 0 {
 		fmt.Printf("server CPU           %.2f s (%.0f%% of a core)\n", r.cpu, 100*r.cpu/window)
 	}
@@ -125,8 +129,25 @@ func (r typingResult) framesPerArrival() float64 {
 func (r typingResult) cpuPerArrival() float64 { return r.clientCPU / float64(max(len(r.latencies), 1)) }
 
 func measureTyping(ctx context.Context, o options) (typingResult, error) {
+	if *restEditRate > 0 {
+		return typingResult{}, errRESTOneNode
+	}
+	return measureTypingWith(ctx, o, nil)
+}
+
+// measureTypingWith is measureTyping with REST edits (restedits.go), if
+// withREST is not nil: it returns the edits into the run's document,
+// which are sent while the typists type and which the readers look for.
+func measureTypingWith(ctx context.Context, o options, withREST func(doc string) (*restEdits, error)) (typingResult, error) {
 	fmt.Printf("typing: %d typists at %.0f chars/s, %d readers, one document of %d changes before, %v\n", o.typists, o.rate, o.readers, o.history, o.duration)
 	doc := newDocID()
+	var rest *restEdits
+	if withREST != nil {
+		var err error
+		if rest, err = withREST(doc); err != nil {
+			return typingResult{}, err
+		}
+	}
 	var peers []*syncPeer
 	for i := 0; i < o.typists+o.readers; i++ {
 		p, err := dialPeer(o.urls[i%len(o.urls)])
@@ -184,6 +205,9 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 					}
 					mu.Unlock()
 				}
+				if rest != nil {
+					rest.read(i-o.typists, d)
+				}
 			})
 		}()
 		if i > 0 {
@@ -237,6 +261,13 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	loadCtx, stop := context.WithTimeout(ctx, o.duration)
 	defer stop()
 	var typists sync.WaitGroup
+	if rest != nil {
+		typists.Add(1)
+		go func() {
+			defer typists.Done()
+			rest.send(loadCtx)
+		}()
+	}
 	for i := 0; i < o.typists; i++ {
 		p := peers[i]
 		typists.Add(1)
@@ -269,13 +300,18 @@ func measureTyping(ctx context.Context, o options) (typingResult, error) {
 	}
 	typists.Wait()
 	elapsed := time.Since(start)
+	var late time.Duration
+	if rest != nil { // the drain starts once the last edit is answered
+		rest.inflight.Wait()
+		late = time.Since(start) - elapsed
+	}
 	select {
 	case <-time.After(o.drain):
 	case <-ctx.Done():
 	}
 	cpu1, _ := cpuSeconds(o.serverPIDs)
 	client1, _ := cpuSeconds(self)
-	r := typingResult{elapsed: elapsed, cpu: cpu1 - cpu0, clientCPU: client1 - client0, typed: typed.Load()}
+	r := typingResult{elapsed: elapsed, late: late, cpu: cpu1 - cpu0, clientCPU: client1 - client0, typed: typed.Load()}
 	if o.store != nil {
 		stored1, err := o.store.read(ctx)
 		if err != nil {
