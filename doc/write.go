@@ -32,10 +32,25 @@ var ErrNotChanges = errors.New("not automerge change chunks")
 
 // Write applies changes (uncompressed change chunks one after another) to
 // the document as peer p's, waits until the store holds them and returns
-// the hashes of the changes written. p leaves the room before Write
-// returns; it must not be a peer of the document already. The guard's
-// refusals are Sync's (ErrRefused, ErrLimit, ErrBusy, ErrStoreBehind).
+// the hashes of the changes written: Apply, then Flush.
 func (h *Hub) Write(ctx context.Context, p Peer, documentID string, changes []byte) ([]amsync.Hash, error) {
+	hashes, err := h.Apply(ctx, p, documentID, changes)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("store the changes: %w", err)
+	}
+	return hashes, nil
+}
+
+// Apply applies changes (uncompressed change chunks one after another)
+// to the document as peer p's and returns the hashes of the changes
+// applied; the store holds them after the next Flush. p leaves the room
+// before Apply returns; it must not be a peer of the document already.
+// The guard's refusals are Sync's (ErrRefused, ErrLimit, ErrBusy,
+// ErrStoreBehind).
+func (h *Hub) Apply(ctx context.Context, p Peer, documentID string, changes []byte) ([]amsync.Hash, error) {
 	hashes, err := changeHashes(changes, h.cfg.Limits.ChangeBytes)
 	if err != nil {
 		return nil, err
@@ -60,15 +75,11 @@ func (h *Hub) Write(ctx context.Context, p Peer, documentID string, changes []by
 		return nil, ErrClosed
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, x := range hashes {
 		if !r.log.Has(x) {
-			r.mu.Unlock()
 			return nil, ErrMissingDependencies
 		}
-	}
-	r.mu.Unlock()
-	if err := h.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("store the changes: %w", err)
 	}
 	return hashes, nil
 }

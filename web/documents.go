@@ -26,7 +26,8 @@ import (
 type Documents interface {
 	Size(ctx context.Context, documentID string) (doc.Size, error)
 	Read(ctx context.Context, documentID string, q doc.ReadQuery) (doc.Read, error)
-	Write(ctx context.Context, p doc.Peer, documentID string, changes []byte) ([]amsync.Hash, error)
+	Apply(ctx context.Context, p doc.Peer, documentID string, changes []byte) ([]amsync.Hash, error)
+	Flush(ctx context.Context) error
 }
 
 var _ Documents = (*doc.Hub)(nil)
@@ -71,6 +72,7 @@ type docsAPI struct {
 	limits DocumentLimits
 	log    *slog.Logger
 	budget *readBudget
+	edits  editQueues
 	m      *metrics
 }
 
@@ -312,14 +314,23 @@ func (a *docsAPI) postChanges(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the changes are over %d bytes: send them in several requests", a.limits.ChangesBody))
 		return
 	}
-	a.write(w, r, id, body, http.StatusOK)
+	a.write(w, r, id, body, nil, http.StatusOK)
 }
 
-// write applies changes as the request's and answers with their hashes.
-func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, changes []byte, status int) bool {
-	written, err := a.docs.Write(r.Context(), newAPIPeer(auth.FromContext(r.Context())), id, changes)
+// write applies changes as the request's, waits until the store holds
+// them and answers with their hashes. applied, if set, is called once
+// they are applied or refused, before the wait.
+func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, changes []byte, applied func(), status int) bool {
+	written, err := a.docs.Apply(r.Context(), newAPIPeer(auth.FromContext(r.Context())), id, changes)
+	if applied != nil {
+		applied()
+	}
 	if err != nil {
 		a.writeDocError(w, r, err)
+		return false
+	}
+	if err := a.docs.Flush(r.Context()); err != nil {
+		a.writeDocError(w, r, fmt.Errorf("store the changes: %w", err))
 		return false
 	}
 	answer := map[string]any{"documentId": id, "changes": hexHeads(written)}

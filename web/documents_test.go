@@ -329,9 +329,11 @@ func (b *blockingDocuments) Read(ctx context.Context, id string, q doc.ReadQuery
 	return doc.Read{}, doc.ErrNotFound
 }
 
-func (b *blockingDocuments) Write(context.Context, doc.Peer, string, []byte) ([]amsync.Hash, error) {
+func (b *blockingDocuments) Apply(context.Context, doc.Peer, string, []byte) ([]amsync.Hash, error) {
 	return nil, errors.New("read only")
 }
+
+func (b *blockingDocuments) Flush(context.Context) error { return nil }
 
 // gatedDocsAPI serves GET /api/docs/{id} over docs with a read budget of
 // readBytes.

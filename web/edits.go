@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/tandemhq/tandem/doc"
@@ -19,7 +20,11 @@ import (
 
 // Documents made and edited in JSON: POST /api/docs makes a document
 // from a JSON object, PATCH /api/docs/{id} makes a list of edits as one
-// change. Each change is made by an actor of its own (a new random one:
+// change. A document's PATCHes take turns (editQueues) from their read
+// until their change is applied: each is made on the one before, rather
+// than all on the same heads as concurrent branches that every client
+// then carries, and the document is worked out once at a time; the
+// waits for the store overlap, one write storing many. Each change is made by an actor of its own (a new random one:
 // no two writes can then collide on an actor's sequence, whatever heads
 // they were made on), on the document as it is or as it was at the
 // heads the request names, and written as a peer's change is
@@ -147,20 +152,32 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
-	d, done, ok := a.read(w, r, id, asContent, q)
+	end, ok := a.edits.turn(w, r, id)
 	if !ok {
 		return
 	}
-	defer done()
-	a.edit(w, r, id, d.Changes, body.Ops, http.StatusOK)
+	d, done, ok := a.read(w, r, id, asContent, q)
+	if !ok {
+		end()
+		return
+	}
+	a.edit(w, r, id, d.Changes, done, end, body.Ops, http.StatusOK)
 }
 
-// edit makes the edits as one change on changes and writes it.
-func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, changes []byte, edits []amdoc.Edit, status int) {
+// edit makes the edits as one change on changes and writes it. done,
+// if set, ends the read's charge, once the change is made; end, if set,
+// the document's edit turn, once the change is applied (edits.go).
+func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, changes []byte, done, end func(), edits []amdoc.Edit, status int) {
 	var actor [16]byte
 	rand.Read(actor[:])
 	change, _, err := amdoc.Change(r.Context(), changes, actor[:], time.Now().Unix(), edits)
+	if done != nil {
+		done()
+	}
 	if err != nil {
+		if end != nil {
+			end()
+		}
 		if errors.Is(err, amdoc.ErrBadEdit) {
 			writeError(w, http.StatusBadRequest, err.Error())
 		} else {
@@ -168,7 +185,7 @@ func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, change
 		}
 		return
 	}
-	a.write(w, r, id, change, status)
+	a.write(w, r, id, change, end, status)
 }
 
 // create makes a document from a JSON object: each key put as PATCH
@@ -200,5 +217,64 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	for i, k := range keys {
 		edits[i] = amdoc.Edit{Op: "put", Path: []any{k}, Value: content[k]}
 	}
-	a.edit(w, r, id, nil, edits, http.StatusCreated)
+	a.edit(w, r, id, nil, nil, nil, edits, http.StatusCreated)
+}
+
+// MaxEditsWaiting bounds the PATCHes of one document that wait for their
+// turn; past it a PATCH answers 503 with Retry-After.
+const MaxEditsWaiting = 64
+
+// editQueues gives each document's PATCHes their turns, in the order
+// they came.
+type editQueues struct {
+	mu   sync.Mutex
+	docs map[string]*editQueue
+}
+
+type editQueue struct {
+	turn chan struct{} // holds a token while a PATCH has the turn
+	n    int           // PATCHes holding or waiting for the turn
+}
+
+// turn waits for the document's edit turn and returns what ends it; it
+// answers and returns false if the request ended first or too many wait.
+func (q *editQueues) turn(w http.ResponseWriter, r *http.Request, id string) (func(), bool) {
+	q.mu.Lock()
+	if q.docs == nil {
+		q.docs = map[string]*editQueue{}
+	}
+	e := q.docs[id]
+	if e == nil {
+		e = &editQueue{turn: make(chan struct{}, 1)}
+		q.docs[id] = e
+	}
+	if e.n > MaxEditsWaiting {
+		q.mu.Unlock()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("over %d edits of the document wait for their turn: send fewer at once", MaxEditsWaiting))
+		return nil, false
+	}
+	e.n++
+	q.mu.Unlock()
+	leave := func() {
+		q.mu.Lock()
+		if e.n--; e.n == 0 {
+			delete(q.docs, id)
+		}
+		q.mu.Unlock()
+	}
+	select {
+	case e.turn <- struct{}{}:
+	case <-r.Context().Done():
+		leave()
+		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to edit")
+		return nil, false
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-e.turn
+			leave()
+		})
+	}, true
 }

@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
@@ -185,5 +189,116 @@ func TestATypedPutMakesACounterOverREST(t *testing.T) {
 	code, body, _ = call(t, "GET", base, "", "", nil)
 	if code != http.StatusOK || !strings.Contains(string(body), `"doc":{"blob":"AAE=","id":9007199254740993,"votes":5}`) {
 		t.Fatalf("GET: %d %s", code, body)
+	}
+}
+
+// PATCHes of one document sent at once take turns: each is made on the
+// one before, so the document keeps one head rather than branching once
+// per edit, and every edit is in it.
+func TestPatchesOfADocumentSentAtOnceAreMadeOneOnAnother(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{})
+	// A text long enough that working out each edit takes a while: the
+	// PATCHes overlap.
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "application/json", []byte(`{"text":"`+strings.Repeat("x", 10_000)+`"}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	base := srv.URL + "/api/docs/" + made.DocumentID
+	const n = 20
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", base, fmt.Sprintf(`[{"op":"splice","path":["text"],"index":0,"insert":"[%d]"}]`, i)))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("a PATCH answered %d", c)
+		}
+	}
+	d := getDoc(t, base, "")
+	if len(d.Heads) != 1 {
+		t.Errorf("%d heads after %d PATCHes at once, want 1", len(d.Heads), n)
+	}
+	for i := range n {
+		if !strings.Contains(d.Doc["text"].(string), fmt.Sprintf("[%d]", i)) {
+			t.Errorf("edit %d is not in the text %q", i, d.Doc["text"])
+		}
+	}
+}
+
+func mustRequest(t *testing.T, method, u, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, u, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return req
+}
+
+// Past MaxEditsWaiting PATCHes waiting for one document's turn, the next
+// is told to come back (503 with Retry-After) rather than held.
+func TestTooManyPatchesWaitingForADocumentAreToldToComeBack(t *testing.T) {
+	docs := &blockingDocuments{
+		sizes:   map[string]doc.Size{bigDoc: {Ops: 10}},
+		in:      make(chan string),
+		release: make(chan struct{}),
+	}
+	a := newDocsAPI(docs, DocumentLimits{}, newMetrics(nil), testenv.QuietLogger())
+	r := chi.NewRouter()
+	r.Patch("/api/docs/{documentID}", a.patch)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	edit := `[{"op":"put","path":["a"],"value":1}]`
+	codes := make(chan int, MaxEditsWaiting+1)
+	patch := func() {
+		resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+bigDoc, edit))
+		if err != nil {
+			codes <- 0
+			return
+		}
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}
+	go patch()
+	<-docs.in // the first has the turn and reads
+	for range MaxEditsWaiting {
+		go patch()
+	}
+	testenv.WaitFor(t, "the others waiting for their turn", func() bool {
+		a.edits.mu.Lock()
+		defer a.edits.mu.Unlock()
+		return a.edits.docs[bigDoc].n == MaxEditsWaiting+1
+	})
+	resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+bigDoc, edit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("one past the waiting bound: %d, want 503 with Retry-After", resp.StatusCode)
+	}
+	docs.release <- struct{}{}
+	for range MaxEditsWaiting {
+		<-docs.in
+		docs.release <- struct{}{}
+	}
+	for range MaxEditsWaiting + 1 {
+		if c := <-codes; c != http.StatusNotFound {
+			t.Fatalf("a waiting PATCH answered %d, want the store's 404", c)
+		}
+	}
+	a.edits.mu.Lock()
+	defer a.edits.mu.Unlock()
+	if len(a.edits.docs) != 0 {
+		t.Fatalf("%d documents' queues kept after every PATCH ended", len(a.edits.docs))
 	}
 }
