@@ -118,12 +118,29 @@ const readTries = 3
 // before it is read (done gives the charge back). It answers and returns
 // false if it cannot: 413 for a document too large to work on.
 func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), ok bool) {
+	d, done, err := a.charged(r.Context(), id, k, q)
+	if err != nil {
+		a.writeDocError(w, r, err)
+		return doc.Read{}, nil, false
+	}
+	return d, done, true
+}
+
+// Why a read was not charged (charged).
+var (
+	errTooLarge     = errors.New("the document is too large to work on here")
+	errEndedWaiting = errors.New("the request ended while it waited for its turn to read")
+	errGrew         = errors.New("the document grew faster than it could be read: try again")
+)
+
+// charged reads a document for work of kind k, charged to the budget
+// before it is read (done gives the charge back).
+func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), err error) {
 	q.Saved = k == asSaved
 	for range readTries {
-		size, err := a.docs.Size(r.Context(), id)
+		size, err := a.docs.Size(ctx, id)
 		if err != nil {
-			a.writeDocError(w, r, err)
-			return doc.Read{}, nil, false
+			return doc.Read{}, nil, err
 		}
 		cost := int64(0)
 		if !(k == asSaved && size.Saved) {
@@ -131,38 +148,32 @@ func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, id string, k work
 		}
 		if cost > a.budget.maxCost() {
 			a.m.refused.WithLabelValues(refusedTooLarge).Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
-				"the document is too large to work on here (%d ops, about %d bytes; at most %d): read its changes instead",
-				size.Ops, cost, a.budget.maxCost()))
-			return doc.Read{}, nil, false
+			return doc.Read{}, nil, fmt.Errorf("%w (%d ops, about %d bytes; at most %d): read its changes instead",
+				errTooLarge, size.Ops, cost, a.budget.maxCost())
 		}
 		// A little over what it holds now: the document may grow
 		// before it is read.
 		charged := min(cost+cost/8+64<<10, a.budget.maxCost())
-		release, ok := a.budget.acquire(r.Context(), charged, a.m.readWaits.Inc)
+		release, ok := a.budget.acquire(ctx, charged, a.m.readWaits.Inc)
 		if !ok {
-			writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to read")
-			return doc.Read{}, nil, false
+			return doc.Read{}, nil, errEndedWaiting
 		}
 		a.m.readCharged.Add(float64(charged))
 		done := func() {
 			a.m.readCharged.Sub(float64(charged))
 			release()
 		}
-		d, err := a.docs.Read(r.Context(), id, q)
+		d, err := a.docs.Read(ctx, id, q)
 		if err != nil {
 			done()
-			a.writeDocError(w, r, err)
-			return doc.Read{}, nil, false
+			return doc.Read{}, nil, err
 		}
 		if k.readCost(d) <= charged {
-			return d, done, true
+			return d, done, nil
 		}
 		done() // it grew past its charge: charge it again
 	}
-	w.Header().Set("Retry-After", "1")
-	writeError(w, http.StatusServiceUnavailable, "the document grew faster than it could be read: try again")
-	return doc.Read{}, nil, false
+	return doc.Read{}, nil, errGrew
 }
 
 // documentFor returns the document a request names if its token may
@@ -314,17 +325,13 @@ func (a *docsAPI) postChanges(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the changes are over %d bytes: send them in several requests", a.limits.ChangesBody))
 		return
 	}
-	a.write(w, r, id, body, nil, http.StatusOK)
+	a.write(w, r, id, body, http.StatusOK)
 }
 
 // write applies changes as the request's, waits until the store holds
-// them and answers with their hashes. applied, if set, is called once
-// they are applied or refused, before the wait.
-func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, changes []byte, applied func(), status int) bool {
+// them and answers with their hashes.
+func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, changes []byte, status int) bool {
 	written, err := a.docs.Apply(r.Context(), newAPIPeer(auth.FromContext(r.Context())), id, changes)
-	if applied != nil {
-		applied()
-	}
 	if err != nil {
 		a.writeDocError(w, r, err)
 		return false
@@ -344,6 +351,13 @@ func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, chang
 // writeDocError answers a document API request that failed.
 func (a *docsAPI) writeDocError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, errTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
+	case errors.Is(err, errEndedWaiting):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	case errors.Is(err, errGrew), errors.Is(err, errEditsWaiting):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, doc.ErrNotFound):
 		writeError(w, http.StatusNotFound, "document not found")
 	case errors.Is(err, doc.ErrUnknownHeads):

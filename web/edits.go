@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -14,17 +15,17 @@ import (
 
 	"github.com/tandemhq/tandem/doc"
 	"github.com/tandemhq/tandem/doc/amdoc"
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/auth"
 	"github.com/tandemhq/tandem/transport/wire"
 )
 
 // Documents made and edited in JSON: POST /api/docs makes a document
 // from a JSON object, PATCH /api/docs/{id} makes a list of edits as one
-// change. A document's PATCHes take turns (editQueues) from their read
-// until their change is applied: each is made on the one before, rather
-// than all on the same heads as concurrent branches that every client
-// then carries, and the document is worked out once at a time; the
-// waits for the store overlap, one write storing many. Each change is made by an actor of its own (a new random one:
+// change. A document's PATCHes wait in its queue and are made in batches
+// (editQueues): each on the one before, rather than all on the same
+// heads as concurrent branches that every client then carries, with the
+// document worked out once per batch and one write storing the batch. Each change is made by an actor of its own (a new random one:
 // no two writes can then collide on an actor's sequence, whatever heads
 // they were made on), on the document as it is or as it was at the
 // heads the request names, and written as a peer's change is
@@ -152,32 +153,34 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
-	end, ok := a.edits.turn(w, r, id)
-	if !ok {
+	p := &pendingEdit{ctx: r.Context(), grant: auth.FromContext(r.Context()), at: q.At, edits: body.Ops, done: make(chan editResult, 1)}
+	if err := a.submitEdit(id, p); err != nil {
+		a.writeDocError(w, r, err)
 		return
 	}
-	d, done, ok := a.read(w, r, id, asContent, q)
-	if !ok {
-		end()
+	var res editResult
+	select {
+	case res = <-p.done:
+	case <-r.Context().Done():
+		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its edit to be made")
 		return
 	}
-	a.edit(w, r, id, d.Changes, done, end, body.Ops, http.StatusOK)
+	switch {
+	case errors.Is(res.err, amdoc.ErrBadEdit):
+		writeError(w, http.StatusBadRequest, res.err.Error())
+	case res.err != nil:
+		a.writeDocError(w, r, res.err)
+	default:
+		writeJSON(w, http.StatusOK, map[string]any{"documentId": id, "changes": hexHeads(res.hashes)})
+	}
 }
 
-// edit makes the edits as one change on changes and writes it. done,
-// if set, ends the read's charge, once the change is made; end, if set,
-// the document's edit turn, once the change is applied (edits.go).
-func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, changes []byte, done, end func(), edits []amdoc.Edit, status int) {
+// edit makes the edits as one change on changes and writes it.
+func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, changes []byte, edits []amdoc.Edit, status int) {
 	var actor [16]byte
 	rand.Read(actor[:])
 	change, _, err := amdoc.Change(r.Context(), changes, actor[:], time.Now().Unix(), edits)
-	if done != nil {
-		done()
-	}
 	if err != nil {
-		if end != nil {
-			end()
-		}
 		if errors.Is(err, amdoc.ErrBadEdit) {
 			writeError(w, http.StatusBadRequest, err.Error())
 		} else {
@@ -185,7 +188,7 @@ func (a *docsAPI) edit(w http.ResponseWriter, r *http.Request, id string, change
 		}
 		return
 	}
-	a.write(w, r, id, change, end, status)
+	a.write(w, r, id, change, status)
 }
 
 // create makes a document from a JSON object: each key put as PATCH
@@ -217,64 +220,155 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	for i, k := range keys {
 		edits[i] = amdoc.Edit{Op: "put", Path: []any{k}, Value: content[k]}
 	}
-	a.edit(w, r, id, nil, nil, nil, edits, http.StatusCreated)
+	a.edit(w, r, id, nil, edits, http.StatusCreated)
 }
 
-// MaxEditsWaiting bounds the PATCHes of one document that wait for their
-// turn; past it a PATCH answers 503 with Retry-After.
+// MaxEditsWaiting bounds the PATCHes of one document that wait to be
+// made; past it a PATCH answers 503 with Retry-After.
 const MaxEditsWaiting = 64
 
-// editQueues gives each document's PATCHes their turns, in the order
-// they came.
+// maxEditBatch bounds the PATCHes made in one pass over a document.
+const maxEditBatch = 64
+
+// editTimeout bounds the work on one batch of a document's PATCHes.
+const editTimeout = 30 * time.Second
+
+var errEditsWaiting = fmt.Errorf("over %d edits of the document wait to be made: send fewer at once", MaxEditsWaiting)
+
+// editQueues holds each document's PATCHes waiting to be made. One
+// goroutine per document with any waiting (workEdits) makes them, in
+// the order they came, in batches: all that wait (up to maxEditBatch)
+// are made in one pass over the document, each change on the one before
+// (amdoc.Changes), applied one after another and stored by one flush.
+// A PATCH that names heads is made alone, on those heads.
 type editQueues struct {
 	mu   sync.Mutex
 	docs map[string]*editQueue
 }
 
 type editQueue struct {
-	turn chan struct{} // holds a token while a PATCH has the turn
-	n    int           // PATCHes holding or waiting for the turn
+	waiting []*pendingEdit
 }
 
-// turn waits for the document's edit turn and returns what ends it; it
-// answers and returns false if the request ended first or too many wait.
-func (q *editQueues) turn(w http.ResponseWriter, r *http.Request, id string) (func(), bool) {
+// pendingEdit is a PATCH waiting to be made.
+type pendingEdit struct {
+	ctx   context.Context // the request's
+	grant *auth.Grant
+	at    []amsync.Hash // the heads it is made on; nil for the document's
+	edits []amdoc.Edit
+	done  chan editResult // 1-buffered
+}
+
+type editResult struct {
+	hashes []amsync.Hash
+	err    error
+}
+
+// submitEdit queues p for the document, starting its worker if none runs.
+func (a *docsAPI) submitEdit(id string, p *pendingEdit) error {
+	q := &a.edits
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.docs == nil {
 		q.docs = map[string]*editQueue{}
 	}
 	e := q.docs[id]
 	if e == nil {
-		e = &editQueue{turn: make(chan struct{}, 1)}
+		e = &editQueue{}
 		q.docs[id] = e
+		go a.workEdits(id, e)
+	} else if len(e.waiting) >= MaxEditsWaiting {
+		return errEditsWaiting
 	}
-	if e.n > MaxEditsWaiting {
-		q.mu.Unlock()
-		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, fmt.Sprintf("over %d edits of the document wait for their turn: send fewer at once", MaxEditsWaiting))
-		return nil, false
-	}
-	e.n++
-	q.mu.Unlock()
-	leave := func() {
+	e.waiting = append(e.waiting, p)
+	return nil
+}
+
+// workEdits makes the document's waiting PATCHes, batch by batch, until
+// none waits.
+func (a *docsAPI) workEdits(id string, e *editQueue) {
+	q := &a.edits
+	for {
 		q.mu.Lock()
-		if e.n--; e.n == 0 {
+		var batch []*pendingEdit
+		for len(e.waiting) > 0 && len(batch) < maxEditBatch {
+			p := e.waiting[0]
+			if p.ctx.Err() != nil { // its request ended: it is not made
+				e.waiting = e.waiting[1:]
+				continue
+			}
+			if len(batch) > 0 && (p.at != nil || batch[0].at != nil) {
+				break // one made on heads goes alone
+			}
+			batch = append(batch, p)
+			e.waiting = e.waiting[1:]
+		}
+		if len(batch) == 0 {
 			delete(q.docs, id)
+			q.mu.Unlock()
+			return
 		}
 		q.mu.Unlock()
+		if again := a.makeEdits(id, batch); len(again) > 0 {
+			q.mu.Lock()
+			e.waiting = append(again, e.waiting...)
+			q.mu.Unlock()
+		}
 	}
-	select {
-	case e.turn <- struct{}{}:
-	case <-r.Context().Done():
-		leave()
-		writeError(w, http.StatusServiceUnavailable, "the request ended while it waited for its turn to edit")
-		return nil, false
+}
+
+// makeEdits makes a batch of a document's PATCHes and answers each. It
+// returns those to make again: the ones after a change the document did
+// not take, which were made on it.
+func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) (again []*pendingEdit) {
+	ctx, cancel := context.WithTimeout(context.Background(), editTimeout)
+	defer cancel()
+	results := make([]editResult, len(batch))
+	defer func() {
+		for i, p := range batch[:len(batch)-len(again)] {
+			p.done <- results[i]
+		}
+	}()
+	d, done, err := a.charged(ctx, id, asContent, doc.ReadQuery{At: batch[0].at})
+	if err != nil {
+		for i := range results {
+			results[i].err = err
+		}
+		return nil
 	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			<-e.turn
-			leave()
-		})
-	}, true
+	edits := make([]amdoc.Edits, len(batch))
+	for i, p := range batch {
+		// Each change by an actor of its own: no two writes can collide
+		// on an actor's sequence, whatever heads they were made on.
+		actor := make([]byte, 16)
+		rand.Read(actor)
+		edits[i] = amdoc.Edits{Actor: actor, Time: time.Now().Unix(), Edits: p.edits}
+	}
+	made := amdoc.Changes(ctx, d.Changes, edits)
+	done()
+	applied := 0
+	for i, m := range made {
+		if m.Err != nil {
+			results[i].err = m.Err
+			continue
+		}
+		hashes, err := a.docs.Apply(ctx, newAPIPeer(batch[i].grant), id, m.Chunk)
+		if err != nil {
+			results[i].err = err
+			again = batch[i+1:]
+			break
+		}
+		results[i].hashes = hashes
+		applied++
+	}
+	if applied > 0 {
+		if err := a.docs.Flush(ctx); err != nil {
+			for i := range results {
+				if results[i].err == nil {
+					results[i].err = fmt.Errorf("store the changes: %w", err)
+				}
+			}
+		}
+	}
+	return again
 }

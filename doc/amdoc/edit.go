@@ -149,37 +149,87 @@ var errTooManyEditOps = fmt.Errorf("the edits make more than %d operations: send
 // emptyChange, which automerge-repo makes a new empty document with);
 // edits that change nothing are refused.
 func Change(ctx context.Context, changes []byte, actor []byte, time int64, edits []Edit) ([]byte, [32]byte, error) {
-	s, err := read(ctx, changes, maxOps)
-	if err != nil {
-		return nil, [32]byte{}, err
-	}
-	if _, known := s.actorNo[string(actor)]; known || len(actor) == 0 {
-		return nil, [32]byte{}, fmt.Errorf("amdoc: actor %x is not new to the document", actor)
-	}
-	v, err := s.viewer(ctx)
-	if err != nil {
-		return nil, [32]byte{}, err
-	}
-	root, err := v.tree(id{}, v.objects[id{}], amcheck.MakeMap, 0)
-	if err != nil {
-		return nil, [32]byte{}, err
-	}
-	e := &editor{s: s, actor: s.actor(actor), next: uint32(maxOp(s) + 1), root: root}
-	start := e.next
-	for i := range edits {
-		if err := e.apply(&edits[i]); err != nil {
-			return nil, [32]byte{}, fmt.Errorf("%w %d (%s): %v", ErrBadEdit, i, edits[i].Op, err)
+	made := Changes(ctx, changes, []Edits{{Actor: actor, Time: time, Edits: edits}})
+	return made[0].Chunk, made[0].Hash, made[0].Err
+}
+
+// Edits are the edits of one change, by Actor at Time (as Change takes
+// them).
+type Edits struct {
+	Actor []byte
+	Time  int64
+	Edits []Edit
+}
+
+// Made is a change Changes made, or why it was not.
+type Made struct {
+	Chunk []byte
+	Hash  [32]byte
+	Err   error
+}
+
+// Changes makes a change of each of batches, in order, as Change would
+// make it on the document the changes make with the changes made before
+// it: each depends on the one made before it (the first on the
+// document's heads). The document is worked out once, unless a batch
+// fails part way (a bad edit), which costs working it out again.
+func Changes(ctx context.Context, changes []byte, batches []Edits) []Made {
+	out := make([]Made, len(batches))
+	fail := func(from int, err error) []Made {
+		for i := from; i < len(out); i++ {
+			out[i].Err = err
 		}
+		return out
 	}
-	if len(e.ops) == 0 && len(edits) > 0 {
-		return nil, [32]byte{}, fmt.Errorf("%w: the edits change nothing", ErrBadEdit)
-	}
+	var e *editor
 	var deps [][32]byte
-	for _, h := range s.heads() {
-		deps = append(deps, s.changes[h].hash)
+	var made []byte // changes made so far, for working the document out again
+	for i, b := range batches {
+		if e == nil {
+			s, err := read(ctx, slices.Concat(changes, made), maxOps)
+			if err != nil {
+				return fail(i, err)
+			}
+			v, err := s.viewer(ctx)
+			if err != nil {
+				return fail(i, err)
+			}
+			root, err := v.tree(id{}, v.objects[id{}], amcheck.MakeMap, 0)
+			if err != nil {
+				return fail(i, err)
+			}
+			e = &editor{s: s, next: uint32(maxOp(s) + 1), root: root}
+			deps = deps[:0]
+			for _, h := range s.heads() {
+				deps = append(deps, s.changes[h].hash)
+			}
+		}
+		if _, known := e.s.actorNo[string(b.Actor)]; known || len(b.Actor) == 0 {
+			out[i].Err = fmt.Errorf("amdoc: actor %x is not new to the document", b.Actor)
+			continue
+		}
+		e.actor, e.ops, e.values = e.s.actor(b.Actor), nil, nil
+		start := e.next
+		var err error
+		for j := range b.Edits {
+			if err = e.apply(&b.Edits[j]); err != nil {
+				err = fmt.Errorf("%w %d (%s): %v", ErrBadEdit, j, b.Edits[j].Op, err)
+				break
+			}
+		}
+		if err == nil && len(e.ops) == 0 && len(b.Edits) > 0 {
+			err = fmt.Errorf("%w: the edits change nothing", ErrBadEdit)
+		}
+		if err != nil {
+			out[i].Err = err
+			e = nil // what the edits did before they failed stays in e: work it out again
+			continue
+		}
+		out[i].Chunk, out[i].Hash = e.s.encodeChange(e.actor, 1, uint64(start), b.Time, deps, e.ops, e.values)
+		made = append(made, out[i].Chunk...)
+		deps = append(deps[:0], out[i].Hash)
 	}
-	chunk, hash := s.encodeChange(e.actor, 1, uint64(start), time, deps, e.ops, e.values)
-	return chunk, hash, nil
+	return out
 }
 
 func maxOp(s *opSet) uint64 {

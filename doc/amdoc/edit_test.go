@@ -315,3 +315,44 @@ func TestATypedPutMakesThatScalar(t *testing.T) {
 		}
 	}
 }
+
+// Several changes made in one pass are each made on the one before, as
+// Change would make them one at a time; a bad one in between is refused
+// alone, and what it did before it failed is in none of the others.
+// Stock automerge applies them.
+func TestChangesAreMadeEachOnTheOneBefore(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	ctx := context.Background()
+	base := o.Trace(t, 7, 20)
+	splice := func(s string) Edit { return Edit{Op: "splice", Path: []any{"text"}, Index: 0, Insert: s} }
+	made := Changes(ctx, join(base), []Edits{
+		{Actor: []byte("batch-actor-1"), Time: 1, Edits: []Edit{splice("a")}},
+		{Actor: []byte("batch-actor-2"), Time: 2, Edits: []Edit{splice("b"), {Op: "increment", Path: []any{"text"}}}},
+		{Actor: []byte("batch-actor-3"), Time: 3, Edits: []Edit{splice("c"), {Op: "put", Path: []any{"k"}, Value: json.Number("1")}}},
+		{Actor: []byte("batch-actor-1"), Time: 4, Edits: []Edit{splice("d")}},
+	})
+	if made[0].Err != nil || made[2].Err != nil {
+		t.Fatalf("good batches failed: %v, %v", made[0].Err, made[2].Err)
+	}
+	if !errors.Is(made[1].Err, ErrBadEdit) || made[3].Err == nil {
+		t.Fatalf("a bad batch and a reused actor: %v, %v; want both refused", made[1].Err, made[3].Err)
+	}
+	c, _, err := amcheck.ParseChange(made[2].Chunk, amcheck.Limits{ListOps: true, Canonical: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Deps) != 1 || c.Deps[0] != made[0].Hash {
+		t.Fatalf("the third change depends on %x, want only the first's %x", c.Deps, made[0].Hash)
+	}
+	if ok, why := o.Applies(t, base, [][]byte{made[0].Chunk, made[2].Chunk}); !ok {
+		t.Fatalf("stock automerge does not apply the changes: %s", why)
+	}
+	got, err := View(ctx, join(append(base, made[0].Chunk, made[2].Chunk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := View(ctx, join(base))
+	if got["text"] != "ca"+before["text"].(string) || mustJSON(got["k"]) != "1" {
+		t.Fatalf("text %q and k %v after the changes", got["text"], got["k"])
+	}
+}
