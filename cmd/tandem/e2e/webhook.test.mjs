@@ -5,64 +5,15 @@
 // over a real Redis and PostgreSQL tell one edit of both once.
 import { test } from "node:test"
 import assert from "node:assert/strict"
-import { createHash, createHmac, randomBytes, randomUUID } from "node:crypto"
-import { createServer } from "node:http"
+import { randomBytes, randomUUID } from "node:crypto"
 import { Presence } from "@automerge/automerge-repo"
 import * as A from "@automerge/automerge"
-import { Webhook } from "svix"
 import { defer, start, startRedis, postgresURL, psql, until } from "./server.mjs"
 import { client, connected } from "./clients.mjs"
+import { authSecret, receiver, token } from "./hooks.mjs"
 
-const authSecret = "an-e2e-secret-that-is-32-bytes!!"
 const run = randomUUID().slice(0, 8)
 const user = name => `${name}-${run}`
-
-function token(claims) {
-  claims = { exp: Math.floor(Date.now() / 1000) + 3600, docs: { "*": "write" }, ...claims }
-  const b64 = v => Buffer.from(JSON.stringify(v)).toString("base64url")
-  const body = `${b64({ alg: "HS256", typ: "JWT" })}.${b64(claims)}`
-  return `${body}.${createHmac("sha256", authSecret).update(body).digest("base64url")}`
-}
-
-// receiver is an endpoint that verifies each delivery with svix. While
-// down it answers 503 and notes the attempt's type; up, it keeps each
-// event by its webhook-id.
-async function receiver(t, secret) {
-  const wh = new Webhook(secret)
-  const r = { down: false, attempts: [], events: new Map(), bad: 0, deliveries: 0 }
-  const srv = createServer((req, res) => {
-    let body = ""
-    req.setEncoding("utf8")
-    req.on("data", c => { body += c })
-    req.on("end", () => {
-      try {
-        wh.verify(body, req.headers)
-      } catch {
-        r.bad++
-        res.writeHead(400).end()
-        return
-      }
-      const e = JSON.parse(body)
-      if (r.down) {
-        r.attempts.push(e.type)
-        res.writeHead(503).end()
-        return
-      }
-      r.deliveries++
-      r.events.set(req.headers["webhook-id"], e)
-      res.writeHead(204).end()
-    })
-  })
-  await new Promise(ok => srv.listen(0, "127.0.0.1", ok))
-  defer(t, () => new Promise(ok => srv.close(ok)))
-  r.url = `http://127.0.0.1:${srv.address().port}/hooks`
-  r.ofType = type => [...r.events.values()].filter(e => e.type === type)
-  // The deliveries to this endpoint not yet done, in a cluster's
-  // PostgreSQL: its River queue is named by its URL's hash.
-  r.waiting = () => psql(`SELECT COUNT(*) FROM river_job WHERE queue = 'tandem_webhook_${
-    createHash("sha256").update(r.url).digest("hex").slice(0, 12)}' AND state <> 'completed'`)
-  return r
-}
 
 test("a receiver down for a while gets every event, each signed as svix verifies", async t => {
   const secret = "whsec_" + randomBytes(32).toString("base64")
