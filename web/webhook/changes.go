@@ -230,6 +230,8 @@ func (h *Hooks) due(opened, last int64) int64 {
 // the documents created.
 func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*docChange) ([]message, error) {
 	s := h.store
+	st := s.stmts(ctx, tx)
+	defer st.close()
 	ids := make([]string, 0, len(batch))
 	for id := range batch {
 		ids = append(ids, id)
@@ -252,7 +254,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 		slices.Sort(heads)
 		if c.created && h.sends[DocumentCreated] {
-			res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_documents (document, at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
+			res, err := st.exec(`INSERT INTO tandem_webhook_documents (document, at) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 				id, c.first.UnixMilli())
 			if err != nil {
 				return nil, err
@@ -278,7 +280,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			// never open.
 			var opened, last int64
 			var stored string
-			err := tx.QueryRowContext(ctx, s.q(lock), id).Scan(&opened, &last, &stored)
+			err := st.queryRow(lock, id).Scan(&opened, &last, &stored)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
@@ -292,15 +294,15 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			}
 			old.Heads, old.HeadsAt = heads, headsAt
 			w, _ := json.Marshal(old)
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`), string(w), id); err != nil {
+			if _, err := st.exec(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`, string(w), id); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		first, last := c.first.UnixMilli(), c.last.UnixMilli()
 		w, _ := json.Marshal(window{Users: users, Heads: heads, HeadsAt: headsAt})
-		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), id, first, last, h.due(first, last), string(w))
+		res, err := st.exec(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, id, first, last, h.due(first, last), string(w))
 		if err != nil {
 			return nil, err
 		}
@@ -309,7 +311,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 		var opened, was int64
 		var stored string
-		err = tx.QueryRowContext(ctx, s.q(lock), id).Scan(&opened, &was, &stored)
+		err = st.queryRow(lock, id).Scan(&opened, &was, &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, errors.New("webhook: a window closed under a write; written again next time")
 		}
@@ -324,7 +326,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			heads, headsAt = old.Heads, old.HeadsAt // noted later, on another node
 		}
 		w, _ = json.Marshal(window{Users: merged, Heads: heads, HeadsAt: headsAt})
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`),
+		if _, err := st.exec(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`,
 			last, h.due(opened, last), string(w), id); err != nil {
 			return nil, err
 		}
@@ -438,9 +440,11 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	st := s.stmts(ctx, tx)
+	defer st.close()
 	var msgs []message
 	for _, d := range all {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_webhook_windows WHERE document = ?`), d.doc); err != nil {
+		if _, err := st.exec(`DELETE FROM tandem_webhook_windows WHERE document = ?`, d.doc); err != nil {
 			return nil, err
 		}
 		var w window

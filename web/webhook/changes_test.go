@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 type testPeer string
@@ -293,5 +294,35 @@ func TestAWindowEditedOnTwoNodesNamesTheHeadsNotedLast(t *testing.T) {
 	sweepAt(b, c, time.Minute)
 	if n := len(ofType(q.events(t), DocumentChanged)); n != 1 {
 		t.Fatalf("%d document.changed after heads alone, want still 1", n)
+	}
+}
+
+// BenchmarkFlushThousandOpenWindows is a node's flush while 1,000
+// documents are edited at once: every one has a window open, which each
+// flush moves on.
+func BenchmarkFlushThousandOpenWindows(b *testing.B) {
+	db, err := notify.OpenSQLite(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	c := newClock()
+	h := newHooks(b, db, false, &captured{}, Config{Now: c.Now})
+	docs := make([]string, 1000)
+	for i := range docs {
+		docs[i] = fmt.Sprintf("doc%04d", i)
+	}
+	note := func(i int) {
+		c.Set(time.Duration(i) * time.Millisecond)
+		for j, d := range docs {
+			h.noteChange(d, "ana", testPeer("ana"), [][32]byte{head(byte(i + j))}, false)
+		}
+		h.flush(context.Background())
+	}
+	note(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		note(i + 1)
 	}
 }
