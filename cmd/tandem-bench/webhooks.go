@@ -27,6 +27,7 @@ import (
 var (
 	hookDocs      = flag.Int("hook-docs", 1000, "webhooks: documents edited at once, one client each")
 	hookEditEvery = flag.Duration("hook-edit-every", time.Second, "webhooks: each document's client edits it about this often after the first edit (0.5 to 1.5 times, at random)")
+	hookEditFor   = flag.Duration("hook-edit-for", -1, "webhooks: how long each client goes on editing after its first edit; negative: until the presence and typing load ends; 0: one edit each")
 	hookAnswer    = flag.Duration("hook-answer", 2*time.Second, "webhooks: how long the endpoint takes to answer each delivery")
 	hookRuns      = flag.Int("hook-runs", 3, "webhooks: runs with webhooks and as many without, alternating")
 	hookDrain     = flag.Duration("hook-drain", 0, "webhooks: how long a run with webhooks waits, after the load, for the deliveries still queued (stops early once all arrived)")
@@ -157,7 +158,7 @@ func measureWebhooks(ctx context.Context, o options, tandemBin string, tandemFla
 		edited.Add(1)
 		go func() {
 			defer edited.Done()
-			e.edit(editCtx, start, *hookEditEvery)
+			e.edit(editCtx, start, *hookEditEvery, *hookEditFor)
 		}()
 	}
 	close(start) // every document edited at once
@@ -252,13 +253,19 @@ func dialEditors(url string, n int) ([]*hookEditor, error) {
 }
 
 // edit makes the document's first change once start closes, then one
-// every 0.5 to 1.5 × every until ctx ends.
-func (e *hookEditor) edit(ctx context.Context, start <-chan struct{}, every time.Duration) {
+// every 0.5 to 1.5 × every until ctx ends or, if until is not negative,
+// until has passed.
+func (e *hookEditor) edit(ctx context.Context, start <-chan struct{}, every, until time.Duration) {
 	<-start
 	e.mu.Lock()
 	e.d.RootMap().Set("text", automerge.NewText(""))
 	e.change()
 	e.mu.Unlock()
+	if until >= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, until)
+		defer cancel()
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -361,8 +368,12 @@ func printHookRun(r hookRun) {
 	}
 	fmt.Printf("  queue depth max %.0f, pending documents max %.0f, RSS max %.1f MiB\n", maxDepth, maxPending, maxRSS/(1<<20))
 	fmt.Printf("  %6s %8s %8s %8s %8s %8s %8s\n", "t", "decided", "queued", "arrived", "pending", "CPU s", "RSS MiB")
+	every := 10
+	if len(r.samples) > 120 {
+		every = 60
+	}
 	for i, s := range r.samples {
-		if i%10 == 9 || i == len(r.samples)-1 {
+		if i%every == every-1 || i == len(r.samples)-1 {
 			fmt.Printf("  %6s %8.0f %8.0f %8d %8.0f %8.1f %8.1f\n", s.at.Round(time.Second), s.decided, s.depth, s.received, s.pending, s.cpu, s.rss/(1<<20))
 		}
 	}
