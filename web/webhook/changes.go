@@ -160,6 +160,7 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	h.pending = map[string]*docChange{}
 	h.pendingBytes = 0
+	h.flushing = batch
 	h.m.pending.Set(0)
 	h.mu.Unlock()
 	for id, c := range batch {
@@ -172,6 +173,9 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	err := h.decide(ctx, func(tx *sql.Tx) ([]message, error) { return h.writeWindows(ctx, tx, batch) })
 	if err == nil {
+		h.mu.Lock()
+		h.flushing = nil
+		h.mu.Unlock()
 		return
 	}
 	if ctx.Err() == nil {
@@ -179,6 +183,7 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flushing = nil
 	for id, c := range batch {
 		c.cost = docCost + len(id) + headCost*len(c.heads)
 		for u := range c.users {
@@ -210,6 +215,22 @@ func (h *Hooks) flush(ctx context.Context) {
 		h.pendingBytes += c.cost
 	}
 	h.m.pending.Set(float64(len(h.pending)))
+}
+
+// heldLast returns when the last of the changes of doc that this node
+// holds and has not yet written (pending, or in the flush under way) was
+// made, Unix ms; false if it holds none.
+func (h *Hooks) heldLast(doc string) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last int64
+	held := false
+	for _, m := range []map[string]*docChange{h.pending, h.flushing} {
+		if c := m[doc]; c != nil && c.local {
+			last, held = max(last, c.last.UnixMilli()), true
+		}
+	}
+	return last, held
 }
 
 // window is a document's debounce window as stored.
@@ -442,8 +463,20 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	}
 	st := s.stmts(ctx, tx)
 	defer st.close()
+	now := h.cfg.Now().UnixMilli()
 	var msgs []message
 	for _, d := range all {
+		// A change this node holds unwritten, made after the window's
+		// last, keeps it open to the debounce after it (never past the
+		// maximum wait): a flush that takes longer than the debounce
+		// (1,000 documents on a busy PostgreSQL) must not split every
+		// document's changes into windows of one flush each.
+		if last, ok := h.heldLast(d.doc); ok && last > d.ast && h.due(d.opened, last) > now {
+			if _, err := st.exec(`UPDATE tandem_webhook_windows SET due_at = ? WHERE document = ?`, h.due(d.opened, last), d.doc); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if _, err := st.exec(`DELETE FROM tandem_webhook_windows WHERE document = ?`, d.doc); err != nil {
 			return nil, err
 		}
