@@ -44,6 +44,15 @@
 //	          day, hourly: and Hourly), for traffic and for the busiest
 //	          document, with the EXPLAIN of one. --keep-schema and
 //	          --reuse-schema skip generating again.
+//	webhooks  --hook-docs documents edited at once, each by a client of
+//	          its own that goes on editing, with document.changed
+//	          delivered to an endpoint in the tool that checks each
+//	          signature and answers after --hook-answer (2 s); beside it
+//	          presence rooms and typists at a steady load. It alternates
+//	          the node with webhooks and without (--hook-runs each) and
+//	          reports the presence and typing p99 of both, and what the
+//	          endpoint got: events per document, arrivals a second, the
+//	          node's queue over time, drops (webhooks.go).
 //
 // With --soak it runs the fault soak instead (soak.go): a cluster under
 // random disconnects, a node killed with -9, Redis restarted and bad

@@ -143,6 +143,8 @@ func main() {
 		err = runDocument(ctx, o)
 	case o.scenario == "history-query":
 		err = runHistoryQuery(ctx, o, *postgresURL)
+	case o.scenario == "webhooks":
+		err = runWebhooks(ctx, o, *tandemBin, strings.Fields(*tandemFlags), *postgresURL)
 	case o.scenario == "expiry":
 		err = runExpiry(ctx, o, *ttlKeys, o.drain)
 	default:

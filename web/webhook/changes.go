@@ -160,6 +160,7 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	h.pending = map[string]*docChange{}
 	h.pendingBytes = 0
+	h.flushing = batch
 	h.m.pending.Set(0)
 	h.mu.Unlock()
 	for id, c := range batch {
@@ -172,6 +173,9 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	err := h.decide(ctx, func(tx *sql.Tx) ([]message, error) { return h.writeWindows(ctx, tx, batch) })
 	if err == nil {
+		h.mu.Lock()
+		h.flushing = nil
+		h.mu.Unlock()
 		return
 	}
 	if ctx.Err() == nil {
@@ -179,6 +183,7 @@ func (h *Hooks) flush(ctx context.Context) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.flushing = nil
 	for id, c := range batch {
 		c.cost = docCost + len(id) + headCost*len(c.heads)
 		for u := range c.users {
@@ -212,6 +217,22 @@ func (h *Hooks) flush(ctx context.Context) {
 	h.m.pending.Set(float64(len(h.pending)))
 }
 
+// heldLast returns when the last of the changes of doc that this node
+// holds and has not yet written (pending, or in the flush under way) was
+// made, Unix ms; false if it holds none.
+func (h *Hooks) heldLast(doc string) (int64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var last int64
+	held := false
+	for _, m := range []map[string]*docChange{h.pending, h.flushing} {
+		if c := m[doc]; c != nil && c.local {
+			last, held = max(last, c.last.UnixMilli()), true
+		}
+	}
+	return last, held
+}
+
 // window is a document's debounce window as stored.
 type window struct {
 	Users   []string `json:"u"`
@@ -230,6 +251,8 @@ func (h *Hooks) due(opened, last int64) int64 {
 // the documents created.
 func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*docChange) ([]message, error) {
 	s := h.store
+	st := s.stmts(ctx, tx)
+	defer st.close()
 	ids := make([]string, 0, len(batch))
 	for id := range batch {
 		ids = append(ids, id)
@@ -252,7 +275,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 		slices.Sort(heads)
 		if c.created && h.sends[DocumentCreated] {
-			res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_documents (document, at) VALUES (?, ?) ON CONFLICT DO NOTHING`),
+			res, err := st.exec(`INSERT INTO tandem_webhook_documents (document, at) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 				id, c.first.UnixMilli())
 			if err != nil {
 				return nil, err
@@ -278,7 +301,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			// never open.
 			var opened, last int64
 			var stored string
-			err := tx.QueryRowContext(ctx, s.q(lock), id).Scan(&opened, &last, &stored)
+			err := st.queryRow(lock, id).Scan(&opened, &last, &stored)
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
@@ -292,15 +315,15 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			}
 			old.Heads, old.HeadsAt = heads, headsAt
 			w, _ := json.Marshal(old)
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`), string(w), id); err != nil {
+			if _, err := st.exec(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`, string(w), id); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		first, last := c.first.UnixMilli(), c.last.UnixMilli()
 		w, _ := json.Marshal(window{Users: users, Heads: heads, HeadsAt: headsAt})
-		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`), id, first, last, h.due(first, last), string(w))
+		res, err := st.exec(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, id, first, last, h.due(first, last), string(w))
 		if err != nil {
 			return nil, err
 		}
@@ -309,7 +332,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 		var opened, was int64
 		var stored string
-		err = tx.QueryRowContext(ctx, s.q(lock), id).Scan(&opened, &was, &stored)
+		err = st.queryRow(lock, id).Scan(&opened, &was, &stored)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, errors.New("webhook: a window closed under a write; written again next time")
 		}
@@ -324,7 +347,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			heads, headsAt = old.Heads, old.HeadsAt // noted later, on another node
 		}
 		w, _ = json.Marshal(window{Users: merged, Heads: heads, HeadsAt: headsAt})
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`),
+		if _, err := st.exec(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`,
 			last, h.due(opened, last), string(w), id); err != nil {
 			return nil, err
 		}
@@ -438,9 +461,23 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	st := s.stmts(ctx, tx)
+	defer st.close()
+	now := h.cfg.Now().UnixMilli()
 	var msgs []message
 	for _, d := range all {
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM tandem_webhook_windows WHERE document = ?`), d.doc); err != nil {
+		// A change this node holds unwritten, made after the window's
+		// last, keeps it open to the debounce after it (never past the
+		// maximum wait): a flush that takes longer than the debounce
+		// (1,000 documents on a busy PostgreSQL) must not split every
+		// document's changes into windows of one flush each.
+		if last, ok := h.heldLast(d.doc); ok && last > d.ast && h.due(d.opened, last) > now {
+			if _, err := st.exec(`UPDATE tandem_webhook_windows SET due_at = ? WHERE document = ?`, h.due(d.opened, last), d.doc); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if _, err := st.exec(`DELETE FROM tandem_webhook_windows WHERE document = ?`, d.doc); err != nil {
 			return nil, err
 		}
 		var w window

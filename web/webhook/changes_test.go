@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tandemhq/tandem/web/notify"
 )
 
 type testPeer string
@@ -293,5 +294,82 @@ func TestAWindowEditedOnTwoNodesNamesTheHeadsNotedLast(t *testing.T) {
 	sweepAt(b, c, time.Minute)
 	if n := len(ofType(q.events(t), DocumentChanged)); n != 1 {
 		t.Fatalf("%d document.changed after heads alone, want still 1", n)
+	}
+}
+
+// BenchmarkFlushThousandOpenWindows is a node's flush while 1,000
+// documents are edited at once: every one has a window open, which each
+// flush moves on.
+func BenchmarkFlushThousandOpenWindows(b *testing.B) {
+	db, err := notify.OpenSQLite(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	c := newClock()
+	h := newHooks(b, db, false, &captured{}, Config{Now: c.Now})
+	docs := make([]string, 1000)
+	for i := range docs {
+		docs[i] = fmt.Sprintf("doc%04d", i)
+	}
+	note := func(i int) {
+		c.Set(time.Duration(i) * time.Millisecond)
+		for j, d := range docs {
+			h.noteChange(d, "ana", testPeer("ana"), [][32]byte{head(byte(i + j))}, false)
+		}
+		h.flush(context.Background())
+	}
+	note(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		note(i + 1)
+	}
+}
+
+func TestAWindowStaysOpenWhileTheNodeHoldsALaterChangeUnwritten(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			open, pg := b.open(t)
+			c, q := newClock(), &captured{}
+			h := newHooks(t, open(), pg, q, Config{Now: c.Now})
+			ms := time.Millisecond
+			changeAt(h, c, 0, "docA", "ana", head(1)) // written: due at 2 s
+			c.Set(1500 * ms)                          // noted, not yet written (a flush that lags)
+			h.noteChange("docA", "bo", testPeer("bo"), [][32]byte{head(2)}, false)
+			sweepAt(h, c, 2500*ms)
+			if es := q.events(t); len(es) != 0 {
+				t.Fatalf("the window closed while a change made 1 s before was held: %+v", es)
+			}
+			h.flush(context.Background())
+			sweepAt(h, c, 3499*ms)
+			if es := q.events(t); len(es) != 0 {
+				t.Fatalf("closed before the held change had paused 2 s: %+v", es)
+			}
+			sweepAt(h, c, 3500*ms)
+			es := ofType(q.events(t), DocumentChanged)
+			if len(es) != 1 {
+				t.Fatalf("%d document.changed, want 1 for both changes", len(es))
+			}
+			got := es[0].Data.(*DocumentChangedData)
+			if !slices.Equal(got.Users, []string{"ana", "bo"}) || got.LastChangeAt-got.FirstChangeAt != 1500 {
+				t.Fatalf("document.changed %+v, want ana and bo from 0 to 1.5 s", got)
+			}
+		})
+	}
+}
+
+func TestAHeldChangeDoesNotKeepAWindowPastTheMaximumWait(t *testing.T) {
+	open, _ := sqliteBackend.open(t)
+	c, q := newClock(), &captured{}
+	h := newHooks(t, open(), false, q, Config{Now: c.Now})
+	for i := range 10 { // a change every second, each written
+		changeAt(h, c, time.Duration(i)*time.Second, "docA", "ana", head(byte(i)))
+	}
+	c.Set(9900 * time.Millisecond)
+	h.noteChange("docA", "ana", testPeer("ana"), [][32]byte{head(10)}, false)
+	sweepAt(h, c, 10*time.Second)
+	if n := len(ofType(q.events(t), DocumentChanged)); n != 1 {
+		t.Fatalf("%d document.changed at the maximum wait with a change held, want 1", n)
 	}
 }

@@ -36,9 +36,13 @@ type Hooks struct {
 	queue  atomic.Pointer[Queue] // set by UseQueue, before Run
 	handed chan presenceItem     // the recorder's batches, waiting (Tee)
 
-	mu           sync.Mutex // guards pending and pendingBytes
+	mu           sync.Mutex // guards pending, pendingBytes and flushing
 	pending      map[string]*docChange
 	pendingBytes int // what pending's entries are charged (docChange.cost)
+	// flushing is the batch a flush is writing, taken out of pending:
+	// the sweep asks both whether a window's document has changes here
+	// that are not written yet.
+	flushing map[string]*docChange
 
 	handoff atomic.Int64 // intervals in handed
 

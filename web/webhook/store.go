@@ -74,6 +74,66 @@ func (s *store) migrate(ctx context.Context) error {
 	return nil
 }
 
+// txStmts prepares each query a transaction runs once, the first time it
+// is run: a loop over a batch of documents then runs prepared statements.
+// SQLite would otherwise parse and plan every statement at every call,
+// which cost more than the statements' own work (1,000 documents written
+// at once: three statements each, four times a second).
+type txStmts struct {
+	ctx context.Context
+	tx  *sql.Tx
+	s   *store
+	byQ map[string]*sql.Stmt
+}
+
+// stmts returns the prepared statements of tx; close them before tx ends.
+func (s *store) stmts(ctx context.Context, tx *sql.Tx) *txStmts {
+	return &txStmts{ctx: ctx, tx: tx, s: s, byQ: map[string]*sql.Stmt{}}
+}
+
+func (p *txStmts) get(query string) (*sql.Stmt, error) {
+	if st := p.byQ[query]; st != nil {
+		return st, nil
+	}
+	st, err := p.tx.PrepareContext(p.ctx, p.s.q(query))
+	if err != nil {
+		return nil, err
+	}
+	p.byQ[query] = st
+	return st, nil
+}
+
+// exec runs query, written with ? placeholders, with args.
+func (p *txStmts) exec(query string, args ...any) (sql.Result, error) {
+	st, err := p.get(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(p.ctx, args...)
+}
+
+// queryRow runs query, written with ? placeholders, for one row; its
+// error comes from Scan.
+func (p *txStmts) queryRow(query string, args ...any) interface{ Scan(...any) error } {
+	st, err := p.get(query)
+	if err != nil {
+		return errRow{err}
+	}
+	return st.QueryRowContext(p.ctx, args...)
+}
+
+// errRow is a row whose query could not be prepared.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// close closes the statements.
+func (p *txStmts) close() {
+	for _, st := range p.byQ {
+		st.Close()
+	}
+}
+
 // lockPresence serialises the presence decisions of every node: counting
 // a user's rows before and after a batch must see no other node's batch
 // half done. A batch a node makes every half second is short, so one lock
