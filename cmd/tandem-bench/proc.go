@@ -147,3 +147,14 @@ func kernelSockets() (buffers, objects int64) {
 	}
 	return buffers, objects
 }
+
+// loadAverages returns the machine's load averages over 1, 5 and 15
+// minutes (zeros where /proc/loadavg cannot be read).
+func loadAverages() [3]float64 {
+	var l [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err == nil {
+		fmt.Sscan(string(b), &l[0], &l[1], &l[2])
+	}
+	return l
+}

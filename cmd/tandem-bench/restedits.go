@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,7 +290,8 @@ func runRESTTyping(ctx context.Context, o options) error {
 	var rest []restResult
 	for i := 0; i < *restRuns; i++ {
 		for _, rate := range []float64{0, *restEditRate} {
-			fmt.Printf("== run %d, %.0f REST edits a second (load %s)\n", i+1, rate, loadAverage())
+			l := loadAverages()
+			fmt.Printf("== run %d, %.0f REST edits a second (load %.2f %.2f %.2f)\n", i+1, rate, l[0], l[1], l[2])
 			var edits *restEdits
 			t, err := measureTypingWith(ctx, o, func(doc string) (*restEdits, error) {
 				var err error
@@ -365,14 +365,4 @@ func medianRange(xs []time.Duration) (median, lo, hi time.Duration) {
 func spread(xs []time.Duration) string {
 	m, lo, hi := medianRange(xs)
 	return fmt.Sprintf("%v (%v-%v)", m.Round(100*time.Microsecond), lo.Round(100*time.Microsecond), hi.Round(100*time.Microsecond))
-}
-
-// loadAverage is the machine's load average over 1, 5 and 15 minutes.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }

@@ -188,7 +188,7 @@ func measureWebhooks(ctx context.Context, o options, tandemBin string, tandemFla
 	cpu1, _ := cpuSeconds([]int{pid})
 	r.cpu = cpu1 - cpu0
 	r.rss, _ = rssBytes([]int{pid})
-	r.load1 = loadAverage()
+	r.load1 = loadAverages()[0]
 	if err := errors.Join(perr, terr); err != nil {
 		stopSamples()
 		sampled.Wait()
@@ -317,14 +317,6 @@ func sampleNode(ctx context.Context, metricsURL string, pid int, recv *hookRecei
 			delivered: m[`tandem_webhook_deliveries_total`], rss: float64(rss), received: received, cpu: cpu,
 		})
 	}
-}
-
-// loadAverage is the machine's one-minute load average.
-func loadAverage() float64 {
-	b, _ := os.ReadFile("/proc/loadavg")
-	var l float64
-	fmt.Sscan(string(b), &l)
-	return l
 }
 
 func printHookRun(r hookRun) {
