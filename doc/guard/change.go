@@ -20,6 +20,9 @@ type Change struct {
 }
 
 var (
+	// ErrSeqTaken is the error of a stored change left out because the
+	// document holds another change of its actor's sequence number.
+	ErrSeqTaken = errors.New("another change holds its actor's sequence number")
 	// ErrRefused is returned for a sync message that reads well but that
 	// the guard refused because automerge could not apply it safely; the
 	// document is untouched.

@@ -298,14 +298,23 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 	}
 	take := func(c *Change) error {
 		if c.Stored {
-			have[c.Hash] = true
-			admit(c)
-			if !checks {
-				return nil
-			}
+			// Two nodes may each take a different change of one actor's
+			// sequence number (one actor's changes sent to both at once);
+			// the store then holds both, and automerge loads no document
+			// that does. What comes second is left out here, on every
+			// node and at every load: the document stays whole.
 			a := hex.EncodeToString(c.Actor)
 			ac := clock(a)
-			ac.seq = max(ac.seq, c.Seq)
+			if c.Seq <= ac.seq {
+				return fmt.Errorf("%w: actor %s already has a change %d", ErrSeqTaken, a, c.Seq)
+			}
+			have[c.Hash] = true
+			admit(c)
+			ac.seq = c.Seq
+			if !checks {
+				clocks[a] = ac
+				return nil
+			}
 			if c.Ops > 0 {
 				ac.maxOp = max(ac.maxOp, c.StartOp+uint64(c.Ops)-1)
 			}
@@ -359,6 +368,9 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 			switch {
 			case err == nil:
 				return true, nil
+			case errors.Is(err, ErrSeqTaken):
+				ad.Dropped = append(ad.Dropped, Dropped{Hash: c.Hash, Err: err})
+				return false, nil
 			case i < len(fresh):
 				return false, err
 			default:

@@ -155,3 +155,67 @@ func TestAStoredChangeReplacesAPeersWaitingCopy(t *testing.T) {
 		})
 	}
 }
+
+// Two different changes of one actor's sequence number, each taken by
+// another node (the store then holds both): the one that comes second
+// is left out, and so is what depends on it, which waits for it; the
+// document automerge is given holds one change per sequence number.
+func TestAStoredChangeOfATakenSequenceNumberIsLeftOut(t *testing.T) {
+	var lim Limits
+	lim.SetDefaults()
+	base, baseHash := refBase()
+	parse := func(b []byte) Change {
+		c, _, err := amcheck.ParseChange(b, amcheck.Limits{ListOps: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Change{Change: c, Raw: b}
+	}
+	root := amcheck.OpID{}
+	first := byB(baseHash, amtest.Op{Obj: root, MapKey: true, Key: "x", Action: amcheck.MakeMap})
+	second := byB(baseHash, amtest.Op{Obj: root, MapKey: true, Key: "y", Action: amcheck.MakeList})
+	secondHash := parse(second).Hash
+	after, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{secondHash}, Actors: [][]byte{amtest.ActorC}, Seq: 1, StartOp: 10,
+		Ops: []amtest.Op{{Obj: root, MapKey: true, Key: "z", Action: amcheck.MakeMap}}})
+
+	for _, tc := range []struct {
+		name string
+		in   [][][]byte // what comes, in turn
+	}{
+		{"one after the other", [][][]byte{{base, first}, {second, after}}},
+		{"in one load", [][][]byte{{base, first, second, after}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger(amsync.NewLog(), nil, nil)
+			var dropped []Dropped
+			for _, batch := range tc.in {
+				var cs []Change
+				for _, b := range batch {
+					cs = append(cs, parse(b))
+				}
+				ad := l.AdmitStored(lim, cs, l.log.HasBytes)
+				for _, c := range ad.Apply { // what the room does with an admission
+					var deps []amsync.Hash
+					for _, d := range c.Deps {
+						deps = append(deps, d)
+					}
+					if _, err := l.log.Add(c.Hash, deps, c.Raw); err != nil {
+						t.Fatal(err)
+					}
+				}
+				l.Record(ad.Apply)
+				l.Queue(ad, "")
+				dropped = append(dropped, ad.Dropped...)
+			}
+			if l.log.Len() != 2 || l.log.Has(secondHash) {
+				t.Fatalf("the log holds %d changes (the second: %v), want the base and the first", l.log.Len(), l.log.Has(secondHash))
+			}
+			if len(dropped) != 1 || dropped[0].Hash != secondHash || !errors.Is(dropped[0].Err, ErrSeqTaken) {
+				t.Fatalf("dropped %+v, want the second with ErrSeqTaken", dropped)
+			}
+			if _, stored := l.Waiting(); stored != 1 {
+				t.Fatalf("%d stored changes wait, want the one on the second", stored)
+			}
+		})
+	}
+}
