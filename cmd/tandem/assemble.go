@@ -67,10 +67,11 @@ type tandemNode struct {
 
 // assemble builds a node. On an error it dismantles what it built.
 func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.Verifier) (n *tandemNode, err error) {
-	n = &tandemNode{log: log}
+	built := &tandemNode{log: log}
+	n = built
 	defer func() {
 		if err != nil {
-			n.dismantle()
+			built.dismantle() // n is nil here: "return nil, err" set it
 			n = nil
 		}
 	}()

@@ -250,3 +250,16 @@ func TestHistoryStoreThatCannotOpenIsAnError(t *testing.T) {
 		t.Fatal("the stores opened beside a directory where the history file goes")
 	}
 }
+
+// A node that cannot be built (its data directory is a file) says why,
+// rather than crash undoing what it built.
+func TestANodeThatCannotBeBuiltSaysWhy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"--addr", "127.0.0.1:0", "--data-dir", file}, func(string) string { return "" }, io.Discard, nil)
+	if err == nil {
+		t.Fatal("a node on a data directory that is a file started")
+	}
+}
