@@ -66,10 +66,27 @@ func (s *store) migrate(ctx context.Context) error {
 			beat_ms ` + big + ` NOT NULL
 		)`,
 	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("webhook: migrate: %w", err)
+	}
+	defer tx.Rollback()
+	if s.postgres {
+		// Nodes starting together on a fresh database would race to
+		// make the same tables, and all but one fail: the schema changes
+		// one node at a time, under the lock every store's migration
+		// takes (doc/store/postgres.go).
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7354123001)`); err != nil {
+			return fmt.Errorf("webhook: migrate: lock: %w", err)
+		}
+	}
 	for _, st := range stmts {
-		if _, err := s.db.ExecContext(ctx, st); err != nil {
+		if _, err := tx.ExecContext(ctx, st); err != nil {
 			return fmt.Errorf("webhook: migrate: %w", err)
 		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("webhook: migrate: %w", err)
 	}
 	return nil
 }

@@ -37,3 +37,21 @@ func TestATransactionPreparesEachQueryOnceAndReportsOneThatFails(t *testing.T) {
 		})
 	}
 }
+
+// Nodes that start together on a fresh PostgreSQL make the webhooks'
+// tables one at a time: none fails on a table another is making.
+func TestNodesStartingTogetherMigrateOneAtATime(t *testing.T) {
+	for round := range 5 {
+		open, _ := postgresBackend.open(t)
+		errs := make(chan error, 3)
+		for range 3 {
+			s := &store{db: open(), postgres: true}
+			go func() { errs <- s.migrate(context.Background()) }()
+		}
+		for range 3 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}
