@@ -78,7 +78,7 @@ type docsAPI struct {
 
 func newDocsAPI(docs Documents, limits DocumentLimits, m *metrics, log *slog.Logger) *docsAPI {
 	limits.setDefaults()
-	return &docsAPI{docs: docs, limits: limits, log: log, budget: newReadBudget(limits.ReadBytes), m: m}
+	return &docsAPI{docs: docs, limits: limits, log: log, budget: newReadBudget(limits.ReadBytes, m.readCharged), m: m}
 }
 
 // What a request works out from the changes it reads.
@@ -136,15 +136,21 @@ var (
 // charged reads a document for work of kind k, charged to the budget
 // before it is read (done gives the charge back).
 func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), err error) {
+	return a.chargedWith(ctx, id, k, q, 0)
+}
+
+// chargedWith is charged, charging extra besides: what the work on the
+// document makes of its own (the changes of edits).
+func (a *docsAPI) chargedWith(ctx context.Context, id string, k work, q doc.ReadQuery, extra int64) (d doc.Read, done func(), err error) {
 	q.Saved = k == asSaved
 	for range readTries {
 		size, err := a.docs.Size(ctx, id)
 		if err != nil {
 			return doc.Read{}, nil, err
 		}
-		cost := int64(0)
+		cost := extra
 		if !(k == asSaved && size.Saved) {
-			cost = k.cost(size.Ops, size.Bytes)
+			cost += k.cost(size.Ops, size.Bytes)
 		}
 		if cost > a.budget.maxCost() {
 			a.m.refused.WithLabelValues(refusedTooLarge).Inc()
@@ -158,20 +164,15 @@ func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuer
 		if !ok {
 			return doc.Read{}, nil, errEndedWaiting
 		}
-		a.m.readCharged.Add(float64(charged))
-		done := func() {
-			a.m.readCharged.Sub(float64(charged))
-			release()
-		}
 		d, err := a.docs.Read(ctx, id, q)
 		if err != nil {
-			done()
+			release()
 			return doc.Read{}, nil, err
 		}
-		if k.readCost(d) <= charged {
-			return d, done, nil
+		if extra+k.readCost(d) <= charged {
+			return d, release, nil
 		}
-		done() // it grew past its charge: charge it again
+		release() // it grew past its charge: charge it again
 	}
 	return doc.Read{}, nil, errGrew
 }
@@ -316,13 +317,25 @@ func (a *docsAPI) postChanges(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, a.limits.ChangesBody+1))
+	// The body is charged before it is read: as much as it says it
+	// holds, or as much as it may.
+	size := a.limits.ChangesBody
+	if r.ContentLength >= 0 && r.ContentLength < size {
+		size = r.ContentLength
+	}
+	release, ok := a.budget.acquire(r.Context(), size, a.m.readWaits.Inc)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
+		return
+	}
+	defer release()
+	body, err := io.ReadAll(io.LimitReader(r.Body, size+1))
 	if err != nil {
 		writeBodyError(w, err)
 		return
 	}
-	if int64(len(body)) > a.limits.ChangesBody {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the changes are over %d bytes: send them in several requests", a.limits.ChangesBody))
+	if int64(len(body)) > size {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the changes are over %d bytes (or over the Content-Length): send them in several requests", size))
 		return
 	}
 	a.write(w, r, id, body, http.StatusOK)

@@ -446,3 +446,35 @@ func TestASmallReadIsNotKeptWaitingByLargeOnes(t *testing.T) {
 		<-c
 	}
 }
+
+// A body of changes is charged before it is read, as much as its
+// Content-Length says: a client sending it slowly holds no more than it
+// was charged.
+func TestABodyOfChangesIsChargedBeforeItIsRead(t *testing.T) {
+	a := newDocsAPI(&blockingDocuments{}, DocumentLimits{}, newMetrics(nil), testenv.QuietLogger())
+	r := chi.NewRouter()
+	r.Post("/api/docs/{documentID}/changes", a.postChanges)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	body, send := io.Pipe()
+	req, err := http.NewRequest("POST", srv.URL+"/api/docs/"+restDoc+"/changes", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 1 << 20
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	send.Write([]byte{0x85})
+	testenv.WaitFor(t, "the body's charge", func() bool { return testutil.ToFloat64(a.m.readCharged) == 1<<20 })
+	send.CloseWithError(io.ErrUnexpectedEOF) // the client gives up
+	<-answered
+	testenv.WaitFor(t, "the charge given back", func() bool { return testutil.ToFloat64(a.m.readCharged) == 0 })
+}

@@ -153,7 +153,7 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
-	p := &pendingEdit{ctx: r.Context(), grant: auth.FromContext(r.Context()), at: q.At, edits: body.Ops, done: make(chan editResult, 1)}
+	p := &pendingEdit{ctx: r.Context(), grant: auth.FromContext(r.Context()), at: q.At, edits: body.Ops, cost: editCost(len(raw)), done: make(chan editResult, 1)}
 	if err := a.submitEdit(id, p); err != nil {
 		a.writeDocError(w, r, err)
 		return
@@ -203,8 +203,15 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, `making a document needs a token that may write every document ("docs": {"*": "write"})`)
 		return
 	}
+	var raw json.RawMessage
+	if !readJSON(w, r, a.limits.JSONBody, &raw) {
+		return
+	}
 	var content map[string]any
-	if !readJSON(w, r, a.limits.JSONBody, &content) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&content); err != nil {
+		writeError(w, http.StatusBadRequest, "the body is not the JSON expected: "+err.Error())
 		return
 	}
 	if content == nil || len(content) > MaxEdits {
@@ -220,6 +227,16 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	for i, k := range keys {
 		edits[i] = amdoc.Edit{Op: "put", Path: []any{k}, Value: content[k]}
 	}
+	if cost := editCost(len(raw)); cost > a.budget.maxCost() {
+		a.writeDocError(w, r, fmt.Errorf("%w (its edits may hold about %d bytes; at most %d): send it in several requests", errTooLarge, cost, a.budget.maxCost()))
+		return
+	}
+	release, ok := a.budget.acquire(r.Context(), editCost(len(raw)), a.m.readWaits.Inc)
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
+		return
+	}
+	defer release()
 	a.edit(w, r, id, nil, edits, http.StatusCreated)
 }
 
@@ -256,7 +273,19 @@ type pendingEdit struct {
 	grant *auth.Grant
 	at    []amsync.Hash // the heads it is made on; nil for the document's
 	edits []amdoc.Edit
+	cost  int64           // what making its change may hold (editCost)
 	done  chan editResult // 1-buffered
+}
+
+// editBytesPerBodyByte is what making a change may hold per byte of the
+// JSON its edits came in: an op each at most (a character of a text's
+// insert is one), about 170 bytes while the change is made.
+const editBytesPerBodyByte = 200
+
+// editCost is what making the change of edits that came in n bytes of
+// JSON may hold, charged to the read budget before it is made.
+func editCost(n int) int64 {
+	return int64(min(n, amdoc.MaxChangeOps)) * editBytesPerBodyByte
 }
 
 type editResult struct {
@@ -329,7 +358,11 @@ func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) (again []*pendingEd
 			p.done <- results[i]
 		}
 	}()
-	d, done, err := a.charged(ctx, id, asContent, doc.ReadQuery{At: batch[0].at})
+	var extra int64
+	for _, p := range batch {
+		extra += p.cost
+	}
+	d, done, err := a.chargedWith(ctx, id, asContent, doc.ReadQuery{At: batch[0].at}, extra)
 	if err != nil {
 		for i := range results {
 			results[i].err = err

@@ -302,3 +302,25 @@ func TestTooManyPatchesWaitingForADocumentAreToldToComeBack(t *testing.T) {
 		return len(a.edits.docs) == 0
 	})
 }
+
+// What making an edit's change may hold is charged with the document:
+// past a request's share of DocumentLimits.ReadBytes, a PATCH or a new
+// document is refused before it is made.
+func TestAnEditTooLargeToMakeIsRefusedBeforeItCosts(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{ReadBytes: 4 << 20}) // at most 1 MiB a request
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "", []byte(`{"text":"hi"}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	long := strings.Repeat("y", 8000) // 1.6 MB at 200 bytes a byte
+	for _, c := range []struct{ method, url, body string }{
+		{"PATCH", srv.URL + "/api/docs/" + made.DocumentID, `[{"op":"splice","path":["text"],"index":0,"insert":"` + long + `"}]`},
+		{"POST", srv.URL + "/api/docs", `{"text":"` + long + `"}`},
+	} {
+		code, body, _ := call(t, c.method, c.url, "", "application/json", []byte(c.body))
+		if code != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s %s: %d %s; want 413", c.method, c.url, code, body)
+		}
+	}
+}

@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		readCharged: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_http_document_read_bytes",
-			Help: "Bytes the document API's requests have charged to their budget (--api-read-bytes) for the documents they work on now.",
+			Help: "Bytes the document API's requests have charged to their budget (--api-read-bytes) for what they hold now: the documents they work on, the changes their edits make, the change bodies they read.",
 		}),
 		readWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tandem_http_document_read_waits_total",

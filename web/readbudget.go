@@ -3,6 +3,8 @@ package web
 import (
 	"context"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // readBudget charges what the document API's requests hold while they
@@ -18,6 +20,7 @@ import (
 // they for it.
 type readBudget struct {
 	total, largeCap, large int64
+	charged                prometheus.Gauge // what is held, if set
 
 	mu      sync.Mutex
 	used    int64 // by every request holding a charge
@@ -30,8 +33,8 @@ type readWaiter struct {
 	ready chan struct{} // closed once the charge is held
 }
 
-func newReadBudget(total int64) *readBudget {
-	return &readBudget{total: total, largeCap: total / 4 * 3, large: total / 64}
+func newReadBudget(total int64, charged prometheus.Gauge) *readBudget {
+	return &readBudget{total: total, largeCap: total / 4 * 3, large: total / 64, charged: charged}
 }
 
 // waiting returns how many requests wait for their charge.
@@ -53,17 +56,20 @@ func (b *readBudget) fitsNow(cost int64) bool {
 }
 
 func (b *readBudget) take(cost int64) {
+	if b.charged != nil {
+		b.charged.Add(float64(cost))
+	}
 	b.used += cost
 	if cost > b.large {
 		b.usedBig += cost
 	}
 }
 
-// acquire waits until cost (at most maxCost) is charged and returns what
-// gives it back; false if ctx ended first. waited is called once if it
-// has to wait.
+// acquire waits until cost is charged and returns what gives it back;
+// false if ctx ended first. A cost over maxCost is charged maxCost: no
+// request waits for more. waited is called once if it has to wait.
 func (b *readBudget) acquire(ctx context.Context, cost int64, waited func()) (func(), bool) {
-	cost = max(cost, 1)
+	cost = min(max(cost, 1), b.maxCost())
 	b.mu.Lock()
 	if b.fitsNow(cost) {
 		b.take(cost)
@@ -108,6 +114,9 @@ func (b *readBudget) releaser(cost int64) func() {
 func (b *readBudget) release(cost int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.charged != nil {
+		b.charged.Sub(float64(cost))
+	}
 	b.used -= cost
 	if cost > b.large {
 		b.usedBig -= cost

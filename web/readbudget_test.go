@@ -11,7 +11,7 @@ import (
 // some of which give up waiting: what is held never passes the budget
 // nor, for large ones, three quarters of it, and all of it comes back.
 func TestTheReadBudgetHoldsItsBoundsUnderContention(t *testing.T) {
-	b := newReadBudget(64 << 20)
+	b := newReadBudget(64<<20, nil)
 	check := func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
