@@ -46,6 +46,10 @@ type Edit struct {
 	Type   string `json:"type,omitempty"`
 }
 
+// maxDateMillis bounds a timestamp's milliseconds either side of 1970:
+// a JS Date holds no more, and stock clients show it as one.
+const maxDateMillis = 8_640_000_000_000_000
+
 // typed is a scalar an edit puts as its Type names.
 type typed struct {
 	vtype amcheck.ValueType
@@ -104,11 +108,17 @@ func typedValue(t string, v any) (typed, error) {
 			if err != nil {
 				return typed{}, fmt.Errorf("a timestamp's string must be RFC 3339: %v", err)
 			}
+			if ms := at.UnixMilli(); ms < -maxDateMillis || ms > maxDateMillis {
+				return typed{}, fmt.Errorf("a timestamp must be within %d ms of 1970, as a JS Date is", maxDateMillis)
+			}
 			return typed{amcheck.ValueTimestamp, amcheck.AppendSleb(nil, at.UnixMilli())}, nil
 		}
 		ms, err := integer()
 		if err != nil {
 			return typed{}, errors.New("a timestamp's value must be milliseconds since 1970 or an RFC 3339 string")
+		}
+		if ms < -maxDateMillis || ms > maxDateMillis {
+			return typed{}, fmt.Errorf("a timestamp must be within %d ms of 1970, as a JS Date is", maxDateMillis)
 		}
 		return typed{amcheck.ValueTimestamp, amcheck.AppendSleb(nil, ms)}, nil
 	case "bytes":

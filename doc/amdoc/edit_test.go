@@ -307,6 +307,8 @@ func TestATypedPutMakesThatScalar(t *testing.T) {
 		{Op: "put", Path: []any{"k"}, Value: json.Number("-1"), Type: "uint"},
 		{Op: "put", Path: []any{"k"}, Value: "!!", Type: "bytes"},
 		{Op: "put", Path: []any{"k"}, Value: "yesterday", Type: "timestamp"},
+		{Op: "put", Path: []any{"k"}, Value: json.Number("8640000000000001"), Type: "timestamp"},
+		{Op: "put", Path: []any{"k"}, Value: json.Number("-9223372036854775808"), Type: "timestamp"},
 		{Op: "put", Path: []any{"k"}, Value: json.Number("1"), Type: "decimal"},
 		{Op: "splice", Path: []any{"text"}, Insert: "x", Type: "string"},
 	} {
