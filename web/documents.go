@@ -136,21 +136,15 @@ var (
 // charged reads a document for work of kind k, charged to the budget
 // before it is read (done gives the charge back).
 func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), err error) {
-	return a.chargedWith(ctx, id, k, q, 0)
-}
-
-// chargedWith is charged, charging extra besides: what the work on the
-// document makes of its own (the changes of edits).
-func (a *docsAPI) chargedWith(ctx context.Context, id string, k work, q doc.ReadQuery, extra int64) (d doc.Read, done func(), err error) {
 	q.Saved = k == asSaved
 	for range readTries {
 		size, err := a.docs.Size(ctx, id)
 		if err != nil {
 			return doc.Read{}, nil, err
 		}
-		cost := extra
+		cost := int64(0)
 		if !(k == asSaved && size.Saved) {
-			cost += k.cost(size.Ops, size.Bytes)
+			cost = k.cost(size.Ops, size.Bytes)
 		}
 		if cost > a.budget.maxCost() {
 			a.m.refused.WithLabelValues(refusedTooLarge).Inc()
@@ -169,7 +163,7 @@ func (a *docsAPI) chargedWith(ctx context.Context, id string, k work, q doc.Read
 			release()
 			return doc.Read{}, nil, err
 		}
-		if extra+k.readCost(d) <= charged {
+		if k.readCost(d) <= charged {
 			return d, release, nil
 		}
 		release() // it grew past its charge: charge it again
@@ -323,12 +317,16 @@ func (a *docsAPI) postChanges(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength >= 0 && r.ContentLength < size {
 		size = r.ContentLength
 	}
-	release, ok := a.budget.acquire(r.Context(), size, a.m.readWaits.Inc)
+	waited := false
+	release, ok := a.budget.acquire(r.Context(), size, func() { waited = true; a.m.readWaits.Inc() })
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
 		return
 	}
 	defer release()
+	if waited {
+		restartBodyDeadline(r) // the body was not asked for while it waited
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, size+1))
 	if err != nil {
 		writeBodyError(w, err)
@@ -364,7 +362,7 @@ func (a *docsAPI) write(w http.ResponseWriter, r *http.Request, id string, chang
 // writeDocError answers a document API request that failed.
 func (a *docsAPI) writeDocError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, errTooLarge):
+	case errors.Is(err, errTooLarge), errors.Is(err, errEditsTooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, err.Error())
 	case errors.Is(err, errEndedWaiting):
 		writeError(w, http.StatusServiceUnavailable, err.Error())

@@ -113,8 +113,13 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	limit, release, ok := a.chargeEdits(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	var raw json.RawMessage
-	if !readJSON(w, r, a.limits.JSONBody, &raw) {
+	if !readJSON(w, r, limit, &raw) {
 		return
 	}
 	var body patchBody
@@ -153,7 +158,7 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 			q.At = append(q.At, x...)
 		}
 	}
-	p := &pendingEdit{ctx: r.Context(), grant: auth.FromContext(r.Context()), at: q.At, edits: body.Ops, cost: editCost(len(raw)), done: make(chan editResult, 1)}
+	p := &pendingEdit{ctx: r.Context(), grant: auth.FromContext(r.Context()), at: q.At, edits: body.Ops, done: make(chan editResult, 1)}
 	if err := a.submitEdit(id, p); err != nil {
 		a.writeDocError(w, r, err)
 		return
@@ -203,8 +208,13 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, `making a document needs a token that may write every document ("docs": {"*": "write"})`)
 		return
 	}
+	limit, release, ok := a.chargeEdits(w, r)
+	if !ok {
+		return
+	}
+	defer release()
 	var raw json.RawMessage
-	if !readJSON(w, r, a.limits.JSONBody, &raw) {
+	if !readJSON(w, r, limit, &raw) {
 		return
 	}
 	var content map[string]any
@@ -227,16 +237,6 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 	for i, k := range keys {
 		edits[i] = amdoc.Edit{Op: "put", Path: []any{k}, Value: content[k]}
 	}
-	if cost := editCost(len(raw)); cost > a.budget.maxCost() {
-		a.writeDocError(w, r, fmt.Errorf("%w (its edits may hold about %d bytes; at most %d): send it in several requests", errTooLarge, cost, a.budget.maxCost()))
-		return
-	}
-	release, ok := a.budget.acquire(r.Context(), editCost(len(raw)), a.m.readWaits.Inc)
-	if !ok {
-		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
-		return
-	}
-	defer release()
 	a.edit(w, r, id, nil, edits, http.StatusCreated)
 }
 
@@ -273,20 +273,45 @@ type pendingEdit struct {
 	grant *auth.Grant
 	at    []amsync.Hash // the heads it is made on; nil for the document's
 	edits []amdoc.Edit
-	cost  int64           // what making its change may hold (editCost)
 	done  chan editResult // 1-buffered
 }
 
-// editBytesPerBodyByte is what making a change may hold per byte of the
-// JSON its edits came in: an op each at most (a character of a text's
-// insert is one), about 170 bytes while the change is made.
+// editBytesPerBodyByte is what a JSON body of edits may hold per byte
+// from the moment it is read until its change is made: decoded (up to
+// about 17 bytes a byte, an array of small numbers), and the change's
+// ops (an op a byte at most, a character of a text's insert, about 170
+// bytes each while the change is made).
 const editBytesPerBodyByte = 200
 
-// editCost is what making the change of edits that came in n bytes of
-// JSON may hold, charged to the read budget before it is made.
-func editCost(n int) int64 {
-	return int64(min(n, amdoc.MaxChangeOps)) * editBytesPerBodyByte
+// chargeEdits charges a request's JSON body of edits, before it is read,
+// what it may hold until it is answered: editBytesPerBodyByte for each
+// byte its Content-Length says (or DocumentLimits.JSONBody). It returns
+// the most the body may hold, and what gives the charge back; it
+// answers and returns false if the body is too large or the request
+// ended while it waited.
+func (a *docsAPI) chargeEdits(w http.ResponseWriter, r *http.Request) (limit int64, release func(), ok bool) {
+	limit = a.limits.JSONBody
+	if r.ContentLength >= 0 && r.ContentLength < limit {
+		limit = r.ContentLength
+	}
+	cost := min(limit, amdoc.MaxChangeOps) * editBytesPerBodyByte
+	if cost > a.budget.maxCost() {
+		a.writeDocError(w, r, fmt.Errorf("%w: its edits may hold about %d bytes, at most %d: send them in several requests", errEditsTooLarge, cost, a.budget.maxCost()))
+		return 0, nil, false
+	}
+	waited := false
+	release, ok = a.budget.acquire(r.Context(), cost, func() { waited = true; a.m.readWaits.Inc() })
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
+		return 0, nil, false
+	}
+	if waited {
+		restartBodyDeadline(r) // the body was not asked for while it waited
+	}
+	return limit, release, true
 }
+
+var errEditsTooLarge = errors.New("the request is too large to make here")
 
 type editResult struct {
 	hashes []amsync.Hash
@@ -338,36 +363,28 @@ func (a *docsAPI) workEdits(id string, e *editQueue) {
 			return
 		}
 		q.mu.Unlock()
-		if again := a.makeEdits(id, batch); len(again) > 0 {
-			q.mu.Lock()
-			e.waiting = append(again, e.waiting...)
-			q.mu.Unlock()
-		}
+		a.makeEdits(id, batch)
 	}
 }
 
-// makeEdits makes a batch of a document's PATCHes and answers each. It
-// returns those to make again: the ones after a change the document did
-// not take, which were made on it.
-func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) (again []*pendingEdit) {
+// makeEdits makes a batch of a document's PATCHes and answers each. Each
+// request was charged for its own edits (chargeEdits); the batch is
+// charged for the document.
+func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) {
 	ctx, cancel := context.WithTimeout(context.Background(), editTimeout)
 	defer cancel()
 	results := make([]editResult, len(batch))
 	defer func() {
-		for i, p := range batch[:len(batch)-len(again)] {
+		for i, p := range batch {
 			p.done <- results[i]
 		}
 	}()
-	var extra int64
-	for _, p := range batch {
-		extra += p.cost
-	}
-	d, done, err := a.chargedWith(ctx, id, asContent, doc.ReadQuery{At: batch[0].at}, extra)
+	d, done, err := a.charged(ctx, id, asContent, doc.ReadQuery{At: batch[0].at})
 	if err != nil {
 		for i := range results {
 			results[i].err = err
 		}
-		return nil
+		return
 	}
 	edits := make([]amdoc.Edits, len(batch))
 	for i, p := range batch {
@@ -387,8 +404,13 @@ func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) (again []*pendingEd
 		}
 		hashes, err := a.docs.Apply(ctx, newAPIPeer(batch[i].grant), id, m.Chunk)
 		if err != nil {
-			results[i].err = err
-			again = batch[i+1:]
+			// What the document did not take (busy, at a limit, closed),
+			// the changes made on it do not get in either.
+			for j := i; j < len(results); j++ {
+				if results[j].err == nil {
+					results[j].err = err
+				}
+			}
 			break
 		}
 		results[i].hashes = hashes
@@ -403,5 +425,4 @@ func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) (again []*pendingEd
 			}
 		}
 	}
-	return again
 }

@@ -1,15 +1,18 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/testenv"
 	"github.com/tandemhq/tandem/transport/wire"
 )
@@ -322,5 +325,89 @@ func TestAnEditTooLargeToMakeIsRefusedBeforeItCosts(t *testing.T) {
 		if code != http.StatusRequestEntityTooLarge {
 			t.Errorf("%s %s: %d %s; want 413", c.method, c.url, code, body)
 		}
+	}
+}
+
+// PATCHes that each fit the budget, sent at once, are each made: each is
+// charged for its own edits as it comes (those past the budget wait
+// before their body is read), and a batch for its document once.
+func TestPatchesThatEachFitAreMadeWhenSentAtOnce(t *testing.T) {
+	srv, _ := newDocsServer(t, false, DocumentLimits{ReadBytes: 256 << 20}) // at most 64 MiB a request
+	// A text long enough that the PATCHes queue while one is made.
+	code, body, _ := call(t, "POST", srv.URL+"/api/docs", "", "", []byte(`{"text":"`+strings.Repeat("x", 50_000)+`"}`))
+	var made struct{ DocumentID string }
+	if json.Unmarshal(body, &made); code != http.StatusCreated {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	// Each charged 4 MB, 80 MB together: over what one request may.
+	const n = 20
+	edit := `[{"op":"put","path":["k"],"value":"` + strings.Repeat("z", 20_000) + `","type":"string"}]`
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+made.DocumentID, edit))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("a PATCH answered %d", c)
+		}
+	}
+}
+
+// busyDocuments is a document store that takes no change (ErrBusy),
+// counting its reads.
+type busyDocuments struct{ reads atomic.Int32 }
+
+func (b *busyDocuments) Size(context.Context, string) (doc.Size, error) {
+	return doc.Size{Ops: 1, Bytes: 1}, nil
+}
+
+func (b *busyDocuments) Read(context.Context, string, doc.ReadQuery) (doc.Read, error) {
+	b.reads.Add(1)
+	return doc.Read{}, nil
+}
+
+func (b *busyDocuments) Apply(context.Context, doc.Peer, string, []byte) ([]amsync.Hash, error) {
+	return nil, doc.ErrBusy
+}
+
+func (b *busyDocuments) Flush(context.Context) error { return nil }
+
+// A batch whose change the document does not take answers every PATCH of
+// it with why, rather than make the rest again one pass each.
+func TestABatchTheDocumentDoesNotTakeIsAnsweredAtOnce(t *testing.T) {
+	docs := &busyDocuments{}
+	a := newDocsAPI(docs, DocumentLimits{}, newMetrics(nil), testenv.QuietLogger())
+	r := chi.NewRouter()
+	r.Patch("/api/docs/{documentID}", a.patch)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	const n = 20
+	codes := make(chan int, n)
+	for i := range n {
+		go func() {
+			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+restDoc, fmt.Sprintf(`[{"op":"put","path":["k%d"],"value":1}]`, i)))
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	for range n {
+		if c := <-codes; c != http.StatusServiceUnavailable {
+			t.Fatalf("a PATCH answered %d, want 503 (busy)", c)
+		}
+	}
+	if reads := docs.reads.Load(); reads > n/2 {
+		t.Fatalf("the document was read %d times for %d PATCHes", reads, n)
 	}
 }

@@ -123,7 +123,7 @@ func bodyDeadline(timeout time.Duration, m *metrics) func(http.Handler) http.Han
 			}
 			rc := http.NewResponseController(w)
 			if err := rc.SetReadDeadline(time.Now().Add(timeout)); err == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, metrics: m}
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, metrics: m, timeout: timeout}
 			}
 			next.ServeHTTP(w, r)
 		})
@@ -150,7 +150,24 @@ type deadlineBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
 	metrics *metrics
+	timeout time.Duration
 	done    bool // read to its end, or past its deadline
+}
+
+// restartDeadline gives the body its whole time again from now: for a
+// handler that waited (for its charge) before reading it.
+func (b *deadlineBody) restartDeadline() {
+	if !b.done {
+		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+}
+
+// restartBodyDeadline gives r's body its whole time to arrive again from
+// now, if it has a deadline (bodyDeadline).
+func restartBodyDeadline(r *http.Request) {
+	if b, ok := r.Body.(*deadlineBody); ok {
+		b.restartDeadline()
+	}
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {

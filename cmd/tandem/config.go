@@ -169,7 +169,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.MaxWatchedPerIP, "max-watched-per-ip", 10_000,
 		"user ids the presence watch streams (/api/presence/watch) from one IP address may follow, of the node's 100,000")
 	fs.Int64Var(&c.APIReadBytes, "api-read-bytes", 2<<30,
-		"memory the document API's requests may hold together for the documents they read, edit or save (400 bytes per op, plus twice the changes' bytes, each charged before it is held); one request may take a quarter, and a larger one gets 413")
+		"memory the document API's requests may hold together for the documents they read, edit or save (400 bytes per op, plus twice the changes' bytes), the edits they make (200 bytes per byte of JSON) and the changes they are sent, each charged before it is held; one request may take a quarter, and a larger one gets 413; at least 1 GiB")
 	fs.Float64Var(&c.APIRatePerIP, "api-rate-per-ip", 100,
 		"HTTP API (/api) requests per second from one IP address, in bursts of twice as many; over it a request gets 429")
 	fs.IntVar(&c.MaxEphemeralBytes, "max-ephemeral-bytes", 64<<10, "largest ephemeral (presence) payload")
@@ -292,8 +292,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if c.MaxChangeBytes < 1024 {
 		return c, fmt.Errorf("--max-change-bytes must be at least 1024")
 	}
-	if c.APIReadBytes < 1<<20 {
-		return c, fmt.Errorf("--api-read-bytes must be at least 1 MiB")
+	if c.APIReadBytes < 1<<30 {
+		// A request may take a quarter, and a PATCH of the largest body
+		// (1 MiB of JSON) is charged 200 MiB.
+		return c, fmt.Errorf("--api-read-bytes must be at least 1 GiB")
 	}
 	if c.MaxDocumentBytes < c.MaxChangeBytes || c.MaxDocumentChanges < 1 || c.MaxWaitingBytes < c.MaxChangeBytes {
 		return c, fmt.Errorf("--max-document-bytes and --max-waiting-bytes must be at least --max-change-bytes, and --max-document-changes at least 1")
