@@ -44,7 +44,7 @@ type Hub struct {
 	catchUps prometheus.Counter
 	// Integrity events: a queued change refused once it was ready, a
 	// stored chunk or snapshot that did not load.
-	queuedRefused, chunkUnloadable, documentUnloadable, remoteDropped prometheus.Counter
+	queuedRefused, chunkUnloadable, documentUnloadable, remoteDropped, seqTaken prometheus.Counter
 	// waiting sums the bytes of changes every room's guard keeps waiting
 	// for a dependency (Limits.WaitingBytes); checking what the messages
 	// being checked hold (Limits.CheckBytes).
@@ -128,12 +128,13 @@ func NewHub(cfg Config) (*Hub, error) {
 	})
 	integrity := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_integrity_total",
-		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again).",
+		Help: "Damage kept out of documents, by event: queued_change_refused (a change that waited for a dependency failed the guard's checks once ready, and was dropped), chunk_unloadable (a stored chunk did not load and was skipped), document_unloadable (a stored snapshot did not load: the document is unavailable, nothing deleted), remote_change_dropped (a change from the store or another node waited for a dependency past the room's bound and was let go: the heads exchange and the store bring it again), seq_taken (a change from the store or another node left out: the document holds another change of its actor's sequence number, which two nodes took at once).",
 	}, []string{"event"})
 	h.queuedRefused = integrity.WithLabelValues("queued_change_refused")
 	h.chunkUnloadable = integrity.WithLabelValues("chunk_unloadable")
 	h.documentUnloadable = integrity.WithLabelValues("document_unloadable")
 	h.remoteDropped = integrity.WithLabelValues("remote_change_dropped")
+	h.seqTaken = integrity.WithLabelValues("seq_taken")
 	saves := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tandem_document_saves_total",
 		Help: "Large documents saved as automerge saves a document, for new readers (Config.SaveDocument), by outcome: saved, failed (the readers are sent the changes).",

@@ -309,6 +309,12 @@ func (r *room) record(added []guard.Change) {
 // ready. The caller holds r.mu.
 func (r *room) noteDropped(h *Hub, ad *guard.Admission) {
 	for _, d := range ad.Dropped {
+		if errors.Is(d.Err, guard.ErrSeqTaken) {
+			h.seqTaken.Inc()
+			h.log.Warn("left out a stored change: the document holds another change of its actor's sequence number (taken by two nodes at once)",
+				"document", r.id, "change", fmt.Sprintf("%x", d.Hash[:8]), "err", d.Err)
+			continue
+		}
 		h.queuedRefused.Inc()
 		h.log.Warn("dropped a change that waited for a dependency: refused once ready",
 			"document", r.id, "change", fmt.Sprintf("%x", d.Hash[:8]), "err", d.Err)

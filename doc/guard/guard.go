@@ -298,6 +298,9 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 	}
 	take := func(c *Change) error {
 		if c.Stored {
+			if have[c.Hash] {
+				return nil // the same change twice (a load of two snapshots made at once)
+			}
 			// Two nodes may each take a different change of one actor's
 			// sequence number (one actor's changes sent to both at once);
 			// the store then holds both, and automerge loads no document

@@ -219,3 +219,25 @@ func TestAStoredChangeOfATakenSequenceNumberIsLeftOut(t *testing.T) {
 		})
 	}
 }
+
+// The same stored change twice in one load (two snapshots made at once
+// both hold it) is taken once, and nothing is left out for it.
+func TestAStoredChangeTwiceInOneLoadIsTakenOnce(t *testing.T) {
+	var lim Limits
+	lim.SetDefaults()
+	base, baseHash := refBase()
+	first := byB(baseHash, amtest.Op{Obj: amcheck.OpID{}, MapKey: true, Key: "x", Action: amcheck.MakeMap})
+	var cs []Change
+	for _, b := range [][]byte{base, first, base, first} {
+		c, _, err := amcheck.ParseChange(b, amcheck.Limits{ListOps: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, Change{Change: c, Raw: b})
+	}
+	l := NewLedger(amsync.NewLog(), nil, nil)
+	ad := l.AdmitStored(lim, cs, l.log.HasBytes)
+	if len(ad.Apply) != 2 || len(ad.Dropped) != 0 {
+		t.Fatalf("took %d and left out %d, want 2 and none", len(ad.Apply), len(ad.Dropped))
+	}
+}
