@@ -68,6 +68,16 @@ const CLOSE_TOKEN_EXPIRED = 4004
 /** How long a connection must last before the backoff starts again from the base. */
 const HEALTHY_MS = 10_000
 
+/** What names an ephemeral message as the repo passes it on. */
+type EphemeralKeyed = { senderId?: unknown; sessionId?: unknown; count?: unknown; documentId?: unknown }
+
+function ephemeralKey(m: EphemeralKeyed): string {
+  return `${String(m.senderId)}\u0000${String(m.sessionId)}\u0000${String(m.count)}\u0000${String(m.documentId)}`
+}
+
+/** The ephemeral messages from the server remembered, so as not to send them back. */
+const maxRelayed = 4096
+
 /** Many ephemeral messages of one document in one frame (transport/wire/PROTOCOL.md). */
 interface PresenceBatch {
   type: "tandem-presence-batch"
@@ -206,9 +216,10 @@ export class TandemSocket extends NetworkAdapter {
     const s = this.#socket
     if (!s || s.readyState !== OPEN || this.#state !== "open") return
     // The repo passes every ephemeral message it receives on to its other
-    // peers. The server is this repo's only peer and sent the message to
-    // everyone already: passing it back would only cost the server a read.
-    if (message.type === "ephemeral" && message.senderId !== this.peerId) return
+    // peers. The server sent what came from it to everyone already:
+    // passing that back would only cost the server a read. What came to
+    // the repo another way (another adapter, another tab) goes on.
+    if (message.type === "ephemeral" && message.senderId !== this.peerId && this.#relayed.delete(ephemeralKey(message))) return
     s.send(cbor.encode(message))
     const id = message.type === "sync" || message.type === "request" ? message.documentId : undefined
     if (id !== undefined && !this.#syncing.has(id)) {
@@ -333,7 +344,18 @@ export class TandemSocket extends NetworkAdapter {
         for (const l of this.#errorListeners) l(this.#lastError)
         return
     }
+    if (m.type === "ephemeral") this.#noteRelayed(m as unknown as EphemeralKeyed)
     this.emit("message", m as unknown as Message)
+  }
+
+  // #relayed holds the keys of the ephemeral messages the server sent,
+  // the last maxRelayed of them: the repo passes each on, and send leaves
+  // out those it passes back here.
+  #relayed = new Set<string>()
+
+  #noteRelayed(m: EphemeralKeyed): void {
+    this.#relayed.add(ephemeralKey(m))
+    if (this.#relayed.size > maxRelayed) this.#relayed.delete(this.#relayed.values().next().value!)
   }
 
   // #unbatch hands the repo each message of a presence batch as the
@@ -345,6 +367,7 @@ export class TandemSocket extends NetworkAdapter {
       if (!Array.isArray(e) || e.length !== 3) continue
       const [senderId, count, data] = e
       if (senderId === this.peerId || typeof senderId !== "string" || !(data instanceof Uint8Array)) continue
+      this.#noteRelayed({ senderId, sessionId: b.sessionId, count, documentId: b.documentId })
       this.emit("message", {
         type: "ephemeral",
         senderId: senderId as PeerId,

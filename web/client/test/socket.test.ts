@@ -285,13 +285,18 @@ test("a presence batch reaches the repo as one ephemeral message each, in order,
   assert.equal(got.length, 2, "malformed batches and entries are ignored")
 })
 
-test("an ephemeral message of another peer's, which the repo passes on, is not sent back to the server", t => {
+test("an ephemeral message the server sent, which the repo passes on, is not sent back; another peer's from elsewhere is", t => {
   const { a, sock } = setup(t)
   const s = sock()
   handshake(s)
   const data = new Uint8Array([0xa0])
-  const base = { type: "ephemeral", targetId: "server", documentId: "doc", sessionId: "s", count: 1, data }
-  a.send({ ...base, senderId: "ana" } as unknown as Parameters<typeof a.send>[0])
-  a.send({ ...base, senderId: "me" } as unknown as Parameters<typeof a.send>[0])
-  assert.deepEqual(s.sent.filter(m => m.type === "ephemeral").map(m => m.senderId), ["me"])
+  const fromServer = { type: "ephemeral", senderId: "ana", targetId: "me", documentId: "doc", sessionId: "s", count: 1, data }
+  s.deliver(fromServer)
+  s.deliver({ type: "tandem-presence-batch", senderId: "server", documentId: "doc", sessionId: "t", batch: [["bo", 4, data]] })
+  const send = (m: object) => a.send({ ...m, targetId: "server" } as unknown as Parameters<typeof a.send>[0])
+  send(fromServer) // the repo passes them on
+  send({ type: "ephemeral", senderId: "bo", documentId: "doc", sessionId: "t", count: 4, data })
+  send({ type: "ephemeral", senderId: "cy", documentId: "doc", sessionId: "u", count: 1, data }) // from another adapter
+  send({ type: "ephemeral", senderId: "me", documentId: "doc", sessionId: "v", count: 1, data })
+  assert.deepEqual(s.sent.filter(m => m.type === "ephemeral").map(m => m.senderId), ["cy", "me"])
 })
