@@ -58,7 +58,7 @@ func (h *Hub) Apply(ctx context.Context, p Peer, documentID string, changes []by
 	if len(hashes) == 0 {
 		return nil, fmt.Errorf("%w: no changes", ErrNotChanges)
 	}
-	m := amsync.Message{Heads: sortedHashes(hashes)}
+	m := amsync.Message{Heads: sortedHashes(headsAmong(changes, hashes))}
 	for off := 0; off < len(changes); {
 		n := chunkLen(changes[off:])
 		m.Changes = append(m.Changes, changes[off:off+n])
@@ -107,6 +107,32 @@ func changeHashes(b []byte, maxBytes int64) ([]amsync.Hash, error) {
 		off += n
 	}
 	return out, nil
+}
+
+// headsAmong returns those of hashes (of changes, as changeHashes read
+// them) no other of them depends on: what a sync message of them names
+// as its heads, however many there are in a line.
+func headsAmong(changes []byte, hashes []amsync.Hash) []amsync.Hash {
+	depended := make(map[amsync.Hash]bool, len(hashes))
+	for off := 0; off < len(changes); {
+		n := chunkLen(changes[off:])
+		body := changes[off : off+n]
+		_, k := binary.Uvarint(body[9:])
+		body = body[9+k:] // the change: its dependencies first
+		if count, k := binary.Uvarint(body); k > 0 && count <= uint64(len(body)-k)/32 {
+			for i := range int(count) {
+				depended[amsync.Hash(body[k+32*i:k+32*i+32])] = true
+			}
+		}
+		off += n
+	}
+	var out []amsync.Hash
+	for _, h := range hashes {
+		if !depended[h] {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // chunkLen returns the length of the chunk b starts with, which

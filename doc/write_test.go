@@ -9,6 +9,7 @@ import (
 
 	"github.com/automerge/automerge-go"
 
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/store"
 )
@@ -182,5 +183,20 @@ func TestReadReturnsTheChangesAtAndSinceHeads(t *testing.T) {
 	}
 	if _, err := h.Read(ctx, "3dSosgLrC7K4nW7pzgEjHLELWcUF", ReadQuery{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a document nobody made: %v", err)
+	}
+}
+
+// Changes written in one line, more than a sync message may name as
+// heads beyond the document's, are written: their message names only
+// the last as its head.
+func TestALongLineOfChangesIsWrittenAtOnce(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	all := amtest.Typing(12_000)
+	hashes, err := h.Write(context.Background(), restPeer{"rest-1"}, testDoc, bytes.Join(all, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hashes) != len(all) {
+		t.Fatalf("%d changes written, want %d", len(hashes), len(all))
 	}
 }
