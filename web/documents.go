@@ -118,7 +118,7 @@ const readTries = 3
 // before it is read (done gives the charge back). It answers and returns
 // false if it cannot: 413 for a document too large to work on.
 func (a *docsAPI) read(w http.ResponseWriter, r *http.Request, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), ok bool) {
-	d, done, err := a.charged(r.Context(), id, k, q)
+	d, done, err := a.charged(r.Context(), id, k, q, false)
 	if err != nil {
 		a.writeDocError(w, r, err)
 		return doc.Read{}, nil, false
@@ -135,7 +135,7 @@ var (
 
 // charged reads a document for work of kind k, charged to the budget
 // before it is read (done gives the charge back).
-func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuery) (d doc.Read, done func(), err error) {
+func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuery, priority bool) (d doc.Read, done func(), err error) {
 	q.Saved = k == asSaved
 	for range readTries {
 		size, err := a.docs.Size(ctx, id)
@@ -154,7 +154,7 @@ func (a *docsAPI) charged(ctx context.Context, id string, k work, q doc.ReadQuer
 		// A little over what it holds now: the document may grow
 		// before it is read.
 		charged := min(cost+cost/8+64<<10, a.budget.maxCost())
-		release, ok := a.budget.acquire(ctx, charged, a.m.readWaits.Inc)
+		release, ok := a.budget.acquire(ctx, charged, priority, a.m.readWaits.Inc)
 		if !ok {
 			return doc.Read{}, nil, errEndedWaiting
 		}
@@ -318,7 +318,7 @@ func (a *docsAPI) postChanges(w http.ResponseWriter, r *http.Request) {
 		size = r.ContentLength
 	}
 	waited := false
-	release, ok := a.budget.acquire(r.Context(), size, func() { waited = true; a.m.readWaits.Inc() })
+	release, ok := a.budget.acquire(r.Context(), size, false, func() { waited = true; a.m.readWaits.Inc() })
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
 		return

@@ -300,7 +300,7 @@ func (a *docsAPI) chargeEdits(w http.ResponseWriter, r *http.Request) (limit int
 		return 0, nil, false
 	}
 	waited := false
-	release, ok = a.budget.acquire(r.Context(), cost, func() { waited = true; a.m.readWaits.Inc() })
+	release, ok = a.budget.acquire(r.Context(), cost, false, func() { waited = true; a.m.readWaits.Inc() })
 	if !ok {
 		writeError(w, http.StatusServiceUnavailable, errEndedWaiting.Error())
 		return 0, nil, false
@@ -379,7 +379,9 @@ func (a *docsAPI) makeEdits(id string, batch []*pendingEdit) {
 			p.done <- results[i]
 		}
 	}()
-	d, done, err := a.charged(ctx, id, asContent, doc.ReadQuery{At: batch[0].at})
+	// Its PATCHes hold their charges while they wait for it: a priority
+	// charge, which they cannot keep waiting.
+	d, done, err := a.charged(ctx, id, asContent, doc.ReadQuery{At: batch[0].at}, true)
 	if err != nil {
 		for i := range results {
 			results[i].err = err

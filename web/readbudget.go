@@ -29,8 +29,9 @@ type readBudget struct {
 }
 
 type readWaiter struct {
-	cost  int64
-	ready chan struct{} // closed once the charge is held
+	cost     int64
+	priority bool
+	ready    chan struct{} // closed once the charge is held
 }
 
 func newReadBudget(total int64, charged prometheus.Gauge) *readBudget {
@@ -48,19 +49,23 @@ func (b *readBudget) waiting() int {
 func (b *readBudget) maxCost() int64 { return b.total / 4 }
 
 // fitsNow reports whether a charge of cost fits what is free; under b.mu.
-func (b *readBudget) fitsNow(cost int64) bool {
+// A priority charge is held to the whole budget alone (see acquire).
+func (b *readBudget) fitsNow(cost int64, priority bool) bool {
 	if b.used+cost > b.total {
 		return false
 	}
-	return cost <= b.large || b.usedBig+cost <= b.largeCap
+	return priority || cost <= b.large || b.usedBig+cost <= b.largeCap
 }
 
-func (b *readBudget) take(cost int64) {
+// big reports whether a charge counts against the large ones' cap.
+func (b *readBudget) big(cost int64, priority bool) bool { return !priority && cost > b.large }
+
+func (b *readBudget) take(cost int64, priority bool) {
 	if b.charged != nil {
 		b.charged.Add(float64(cost))
 	}
 	b.used += cost
-	if cost > b.large {
+	if b.big(cost, priority) {
 		b.usedBig += cost
 	}
 }
@@ -68,15 +73,21 @@ func (b *readBudget) take(cost int64) {
 // acquire waits until cost is charged and returns what gives it back;
 // false if ctx ended first. A cost over maxCost is charged maxCost: no
 // request waits for more. waited is called once if it has to wait.
-func (b *readBudget) acquire(ctx context.Context, cost int64, waited func()) (func(), bool) {
+//
+// A priority charge is for work that requests holding large charges
+// wait on (a batch of PATCHes, charged for their bodies, waits for its
+// document's charge): it may take the last quarter too, so that it
+// never waits on those who wait on it: large charges hold at most three
+// quarters, and a charge at most one.
+func (b *readBudget) acquire(ctx context.Context, cost int64, priority bool, waited func()) (func(), bool) {
 	cost = min(max(cost, 1), b.maxCost())
 	b.mu.Lock()
-	if b.fitsNow(cost) {
-		b.take(cost)
+	if b.fitsNow(cost, priority) {
+		b.take(cost, priority)
 		b.mu.Unlock()
-		return b.releaser(cost), true
+		return b.releaser(cost, priority), true
 	}
-	w := &readWaiter{cost: cost, ready: make(chan struct{})}
+	w := &readWaiter{cost: cost, priority: priority, ready: make(chan struct{})}
 	b.waiters = append(b.waiters, w)
 	b.mu.Unlock()
 	if waited != nil {
@@ -84,13 +95,13 @@ func (b *readBudget) acquire(ctx context.Context, cost int64, waited func()) (fu
 	}
 	select {
 	case <-w.ready:
-		return b.releaser(cost), true
+		return b.releaser(cost, priority), true
 	case <-ctx.Done():
 		b.mu.Lock()
 		select {
 		case <-w.ready: // charged as ctx ended: give it back
 			b.mu.Unlock()
-			b.release(cost)
+			b.release(cost, priority)
 		default:
 			for i, x := range b.waiters {
 				if x == w {
@@ -104,27 +115,27 @@ func (b *readBudget) acquire(ctx context.Context, cost int64, waited func()) (fu
 	}
 }
 
-func (b *readBudget) releaser(cost int64) func() {
+func (b *readBudget) releaser(cost int64, priority bool) func() {
 	var once sync.Once
-	return func() { once.Do(func() { b.release(cost) }) }
+	return func() { once.Do(func() { b.release(cost, priority) }) }
 }
 
 // release gives back cost and lets in, in the order they came, the
 // waiters that now fit.
-func (b *readBudget) release(cost int64) {
+func (b *readBudget) release(cost int64, priority bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.charged != nil {
 		b.charged.Sub(float64(cost))
 	}
 	b.used -= cost
-	if cost > b.large {
+	if b.big(cost, priority) {
 		b.usedBig -= cost
 	}
 	kept := b.waiters[:0]
 	for _, w := range b.waiters {
-		if b.fitsNow(w.cost) {
-			b.take(w.cost)
+		if b.fitsNow(w.cost, w.priority) {
+			b.take(w.cost, w.priority)
 			close(w.ready)
 		} else {
 			kept = append(kept, w)

@@ -34,7 +34,7 @@ func TestTheReadBudgetHoldsItsBoundsUnderContention(t *testing.T) {
 				if rng.IntN(4) == 0 {
 					cancel() // gives up at once if it has to wait
 				}
-				done, ok := b.acquire(ctx, cost, nil)
+				done, ok := b.acquire(ctx, cost, rng.IntN(8) == 0, nil)
 				cancel()
 				check()
 				if ok {
@@ -48,4 +48,26 @@ func TestTheReadBudgetHoldsItsBoundsUnderContention(t *testing.T) {
 	if b.used != 0 || b.usedBig != 0 || len(b.waiters) != 0 {
 		t.Fatalf("after every request: held %d (large %d), %d waiting", b.used, b.usedBig, len(b.waiters))
 	}
+}
+
+// A priority charge (a batch of PATCHes' document, which PATCHes holding
+// large charges wait on) is not kept waiting by large charges: they hold
+// at most three quarters, and it may take the last.
+func TestAPriorityChargeIsNotKeptWaitingByLargeOnes(t *testing.T) {
+	b := newReadBudget(64<<20, nil)
+	for range 3 {
+		if _, ok := b.acquire(context.Background(), b.maxCost(), false, nil); !ok {
+			t.Fatal("a large charge within three quarters waited")
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // it may not wait
+	if _, ok := b.acquire(ctx, b.maxCost(), false, nil); ok {
+		t.Fatal("a fourth large charge went past three quarters")
+	}
+	release, ok := b.acquire(ctx, b.maxCost(), true, nil)
+	if !ok {
+		t.Fatal("a priority charge waited on the large ones")
+	}
+	release()
 }
