@@ -113,15 +113,11 @@ func (a *docsAPI) patch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	limit, release, ok := a.chargeEdits(w, r)
+	raw, release, ok := a.readEdits(w, r)
 	if !ok {
 		return
 	}
 	defer release()
-	var raw json.RawMessage
-	if !readJSON(w, r, limit, &raw) {
-		return
-	}
 	var body patchBody
 	dec := func(v any) error {
 		d := json.NewDecoder(bytes.NewReader(raw))
@@ -208,15 +204,11 @@ func (a *docsAPI) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, `making a document needs a token that may write every document ("docs": {"*": "write"})`)
 		return
 	}
-	limit, release, ok := a.chargeEdits(w, r)
+	raw, release, ok := a.readEdits(w, r)
 	if !ok {
 		return
 	}
 	defer release()
-	var raw json.RawMessage
-	if !readJSON(w, r, limit, &raw) {
-		return
-	}
 	var content map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -312,6 +304,21 @@ func (a *docsAPI) chargeEdits(w http.ResponseWriter, r *http.Request) (limit int
 }
 
 var errEditsTooLarge = errors.New("the request is too large to make here")
+
+// readEdits charges a body of edits (chargeEdits) and reads it as JSON;
+// release gives the charge back once the request is answered. It
+// answers and returns false if it cannot.
+func (a *docsAPI) readEdits(w http.ResponseWriter, r *http.Request) (raw json.RawMessage, release func(), ok bool) {
+	limit, release, ok := a.chargeEdits(w, r)
+	if !ok {
+		return nil, nil, false
+	}
+	if !readJSON(w, r, limit, &raw) {
+		release()
+		return nil, nil, false
+	}
+	return raw, release, true
+}
 
 type editResult struct {
 	hashes []amsync.Hash
