@@ -212,13 +212,7 @@ func TestPatchesOfADocumentSentAtOnceAreMadeOneOnAnother(t *testing.T) {
 	codes := make(chan int, n)
 	for i := range n {
 		go func() {
-			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", base, fmt.Sprintf(`[{"op":"splice","path":["text"],"index":0,"insert":"[%d]"}]`, i)))
-			if err != nil {
-				codes <- 0
-				return
-			}
-			resp.Body.Close()
-			codes <- resp.StatusCode
+			codes <- patchStatus(base, fmt.Sprintf(`[{"op":"splice","path":["text"],"index":0,"insert":"[%d]"}]`, i))
 		}()
 	}
 	for range n {
@@ -247,6 +241,22 @@ func mustRequest(t *testing.T, method, u, body string) *http.Request {
 	return req
 }
 
+// patchStatus sends a PATCH of body to u and returns its status; 0 if it
+// got no answer. It calls no t.Fatal: tests call it from goroutines.
+func patchStatus(u, body string) int {
+	req, err := http.NewRequest("PATCH", u, strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // Past MaxEditsWaiting PATCHes waiting for one document, the next is
 // told to come back (503 with Retry-After) rather than held; those
 // waiting are made in one batch.
@@ -264,13 +274,7 @@ func TestTooManyPatchesWaitingForADocumentAreToldToComeBack(t *testing.T) {
 	edit := `[{"op":"put","path":["a"],"value":1}]`
 	codes := make(chan int, MaxEditsWaiting+1)
 	patch := func() {
-		resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+bigDoc, edit))
-		if err != nil {
-			codes <- 0
-			return
-		}
-		resp.Body.Close()
-		codes <- resp.StatusCode
+		codes <- patchStatus(srv.URL+"/api/docs/"+bigDoc, edit)
 	}
 	go patch()
 	<-docs.in // the first has the turn and reads
@@ -345,13 +349,7 @@ func TestPatchesThatEachFitAreMadeWhenSentAtOnce(t *testing.T) {
 	codes := make(chan int, n)
 	for range n {
 		go func() {
-			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+made.DocumentID, edit))
-			if err != nil {
-				codes <- 0
-				return
-			}
-			resp.Body.Close()
-			codes <- resp.StatusCode
+			codes <- patchStatus(srv.URL+"/api/docs/"+made.DocumentID, edit)
 		}()
 	}
 	for range n {
@@ -393,13 +391,7 @@ func TestABatchTheDocumentDoesNotTakeIsAnsweredAtOnce(t *testing.T) {
 	codes := make(chan int, n)
 	for i := range n {
 		go func() {
-			resp, err := http.DefaultClient.Do(mustRequest(t, "PATCH", srv.URL+"/api/docs/"+restDoc, fmt.Sprintf(`[{"op":"put","path":["k%d"],"value":1}]`, i)))
-			if err != nil {
-				codes <- 0
-				return
-			}
-			resp.Body.Close()
-			codes <- resp.StatusCode
+			codes <- patchStatus(srv.URL+"/api/docs/"+restDoc, fmt.Sprintf(`[{"op":"put","path":["k%d"],"value":1}]`, i))
 		}()
 	}
 	for range n {
