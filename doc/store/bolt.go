@@ -109,6 +109,7 @@ func (s *Bolt) Load(_ context.Context, documentID string) (Stored, error) {
 				return nil
 			})
 		}
+		dropResident(tx)
 		return err
 	})
 	return out, err
@@ -159,6 +160,10 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	defer s.db.View(func(tx *bbolt.Tx) error {
+		dropResident(tx)
+		return nil
+	})
 	return s.db.Update(func(tx *bbolt.Tx) error {
 		docs, snaps := tx.Bucket(bucketDocs), tx.Bucket(bucketSnap)
 		for _, w := range batch {
