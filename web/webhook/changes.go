@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -259,7 +260,8 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 	}
 	slices.Sort(ids)
 	var msgs []message
-	for _, id := range ids {
+	for i, id := range ids {
+		yieldEvery(i)
 		c := batch[id]
 		users := make([]string, 0, len(c.users))
 		for u := range c.users {
@@ -353,6 +355,22 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		}
 	}
 	return h.enqueue(ctx, tx, msgs)
+}
+
+// yieldBatch is how many documents a flush or a sweep works through
+// before it lets other goroutines run: about half a millisecond of work.
+const yieldBatch = 16
+
+// yieldEvery lets the goroutines waiting for this one's core run, once
+// every yieldBatch documents (i counts them). A flush of a thousand
+// documents' windows is several milliseconds of one core in SQLite; Go
+// has no priorities, so without a yield the presence and sync goroutines
+// queued behind it on a busy node wait for the whole of it, and their
+// tail latency grows by as much.
+func yieldEvery(i int) {
+	if i%yieldBatch == yieldBatch-1 {
+		runtime.Gosched()
+	}
 }
 
 // mergeUsers is the sorted union of two windows' users, with "" (one past
@@ -465,7 +483,8 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	defer st.close()
 	now := h.cfg.Now().UnixMilli()
 	var msgs []message
-	for _, d := range all {
+	for i, d := range all {
+		yieldEvery(i)
 		// A change this node holds unwritten, made after the window's
 		// last, keeps it open to the debounce after it (never past the
 		// maximum wait): a flush that takes longer than the debounce
