@@ -46,6 +46,13 @@ type Hooks struct {
 
 	handoff atomic.Int64 // intervals in handed
 
+	// wmu guards windows: on SQLite, where this node is the database's
+	// only writer, the open windows as this node last wrote them
+	// (changes_window.go).
+	wmu       sync.Mutex
+	windows   map[string]*knownWindow
+	forgotten map[string]bool // during a flush: the windows a sweep closed
+
 	bmu   sync.Mutex     // guards depth and added
 	depth map[string]int // by endpoint key: deliveries waiting at the last count
 	added map[string]int // by endpoint key: queued here since
@@ -79,6 +86,7 @@ func New(ctx context.Context, cfg Config) (*Hooks, error) {
 		m:       newMetrics(cfg.Registerer),
 		handed:  make(chan presenceItem, 1024),
 		pending: map[string]*docChange{},
+		windows: map[string]*knownWindow{},
 		depth:   map[string]int{}, added: map[string]int{},
 	}
 	for _, ep := range eps {
