@@ -85,6 +85,12 @@ func (h *Hooks) note(docID string, user string, by interface{ ID() string }, hea
 		h.pending[docID] = c
 		h.pendingBytes += cost
 		h.m.pending.Set(float64(len(h.pending)))
+		if 2*len(h.pending) >= h.cfg.MaxPendingDocuments || 2*h.pendingBytes >= h.cfg.MaxPendingBytes {
+			select { // a flush before the bounds drop changes
+			case h.flushSoon <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if local {
 		if !c.local {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // A node that still takes a window for open after a sweep closed it (the
@@ -68,4 +70,19 @@ func TestAKnownWindowKeepsItsUsersAndTheHeadsNotedLast(t *testing.T) {
 	if d := es[0].Data.(*DocumentChangedData); !reflect.DeepEqual(d.Users, []string{"ana", "bo"}) || !reflect.DeepEqual(d.Heads, []string{fmt.Sprintf("%x", head(3))}) {
 		t.Fatalf("users %v heads %v, want [ana bo] and the last heads", d.Users, d.Heads)
 	}
+}
+
+// Changes that fill half the pending bound are written at once, not at
+// the next FlushEvery, so that a node with many documents edited does not
+// drop their changes between flushes.
+func TestPendingHalfFullIsWrittenBeforeItsTime(t *testing.T) {
+	open, pg := sqliteBackend.open(t)
+	n := startNode(t, open(), pg, Config{Endpoints: []string{"http://127.0.0.1:1/hook"}, FlushEvery: time.Hour, MaxPendingDocuments: 4})
+	n.Hooks.noteChange("docA", "ana", testPeer("ana"), [][32]byte{head(1)}, false)
+	n.Hooks.noteChange("docB", "ana", testPeer("ana"), [][32]byte{head(2)}, false)
+	testenv.WaitFor(t, "both windows written", func() bool {
+		var c int
+		n.Hooks.store.db.QueryRow(`SELECT COUNT(*) FROM tandem_webhook_windows`).Scan(&c)
+		return c == 2
+	})
 }
