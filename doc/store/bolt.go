@@ -35,6 +35,7 @@ type Bolt struct {
 	// the whole mapping, and the pages one write reads are few.
 	dropEvery time.Duration
 	dropped   atomic.Int64 // when a write last let go, Unix ns
+	dropLater atomic.Bool  // a drop is due once dropEvery has passed
 }
 
 var _ Store = (*Bolt)(nil)
@@ -197,10 +198,22 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 }
 
 // dropAfterWrite lets go of the file's pages a write read, at most once
-// every dropEvery.
+// every dropEvery: a write within it has its drop done when it has
+// passed, so that the last write of a burst (a compaction reads every
+// chunk of its document) is not left holding what it read. A drop after
+// Close finds the store closed and does nothing.
 func (s *Bolt) dropAfterWrite() {
 	now, last := time.Now().UnixNano(), s.dropped.Load()
-	if now-last < int64(s.dropEvery) || !s.dropped.CompareAndSwap(last, now) {
+	if wait := int64(s.dropEvery) - (now - last); wait > 0 {
+		if s.dropLater.CompareAndSwap(false, true) {
+			time.AfterFunc(time.Duration(wait), func() {
+				s.dropLater.Store(false)
+				s.dropAfterWrite()
+			})
+		}
+		return
+	}
+	if !s.dropped.CompareAndSwap(last, now) {
 		return
 	}
 	s.db.View(func(tx *bbolt.Tx) error {

@@ -74,6 +74,7 @@ func (h *Hooks) note(docID string, user string, by interface{ ID() string }, hea
 	now := h.cfg.Now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	defer h.flushIfHalfFull()
 	c := h.pending[docID]
 	if c == nil {
 		cost := docCost + len(docID) // the heads are charged below
@@ -85,12 +86,6 @@ func (h *Hooks) note(docID string, user string, by interface{ ID() string }, hea
 		h.pending[docID] = c
 		h.pendingBytes += cost
 		h.m.pending.Set(float64(len(h.pending)))
-		if 2*len(h.pending) >= h.cfg.MaxPendingDocuments || 2*h.pendingBytes >= h.cfg.MaxPendingBytes {
-			select { // a flush before the bounds drop changes
-			case h.flushSoon <- struct{}{}:
-			default:
-			}
-		}
 	}
 	if local {
 		if !c.local {
@@ -129,6 +124,19 @@ func (h *Hooks) note(docID string, user string, by interface{ ID() string }, hea
 			c.unnamed = append(c.unnamed, by)
 			c.cost += peerCost
 			h.pendingBytes += peerCost
+		}
+	}
+}
+
+// flushIfHalfFull asks for a flush before its time once pending holds
+// half of what its bounds allow, so that a node with many documents
+// edited writes them before the bounds drop their changes. The caller
+// holds h.mu.
+func (h *Hooks) flushIfHalfFull() {
+	if 2*len(h.pending) >= h.cfg.MaxPendingDocuments || 2*h.pendingBytes >= h.cfg.MaxPendingBytes {
+		select {
+		case h.flushSoon <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -443,6 +451,21 @@ func trimUsers(u []string) []string {
 	return u
 }
 
+// closeDue is the time (Unix ms) up to which a window due is closed now.
+// On PostgreSQL, where other nodes write the same windows, that is
+// FlushEvery ago: a change another node made before the window was due
+// reaches it at that node's next flush, and a sweep here knows nothing
+// of it (heldLast is this node's), so a window closed at once would
+// leave that change to open a second one. On SQLite the node is alone,
+// and heldLast keeps a window open for what it holds.
+func (h *Hooks) closeDue() int64 {
+	now := h.cfg.Now().UnixMilli()
+	if h.store.postgres {
+		return now - h.cfg.FlushEvery.Milliseconds()
+	}
+	return now
+}
+
 // sweepBatch bounds the windows one sweep transaction closes.
 const sweepBatch = 256
 
@@ -453,7 +476,7 @@ func (h *Hooks) sweep(ctx context.Context) {
 	// whole database's) four times a second.
 	var one int
 	err := h.store.db.QueryRowContext(ctx, h.store.q(`SELECT 1 FROM tandem_webhook_windows WHERE due_at <= ? LIMIT 1`),
-		h.cfg.Now().UnixMilli()).Scan(&one)
+		h.closeDue()).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return
 	}
@@ -488,7 +511,7 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	if s.postgres {
 		query += " FOR UPDATE SKIP LOCKED"
 	}
-	rows, err := tx.QueryContext(ctx, s.q(query), h.cfg.Now().UnixMilli(), sweepBatch)
+	rows, err := tx.QueryContext(ctx, s.q(query), h.closeDue(), sweepBatch)
 	if err != nil {
 		return nil, err
 	}

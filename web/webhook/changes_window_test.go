@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,21 @@ func TestPendingHalfFullIsWrittenBeforeItsTime(t *testing.T) {
 		var c int
 		n.Hooks.store.db.QueryRow(`SELECT COUNT(*) FROM tandem_webhook_windows`).Scan(&c)
 		return c == 2
+	})
+}
+
+// The same when the bytes fill half their bound, on one document whose
+// users add up.
+func TestPendingBytesHalfFullAreWrittenBeforeTheirTime(t *testing.T) {
+	open, pg := sqliteBackend.open(t)
+	n := startNode(t, open(), pg, Config{Endpoints: []string{"http://127.0.0.1:1/hook"}, FlushEvery: time.Hour, MaxPendingBytes: 4096})
+	for i := range 20 {
+		user := fmt.Sprintf("%03d%s", i, strings.Repeat("u", 100))
+		n.Hooks.noteChange("docA", user, testPeer(user), [][32]byte{head(1)}, false)
+	}
+	testenv.WaitFor(t, "the window written", func() bool {
+		var c int
+		n.Hooks.store.db.QueryRow(`SELECT COUNT(*) FROM tandem_webhook_windows`).Scan(&c)
+		return c == 1
 	})
 }
