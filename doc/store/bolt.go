@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bbolt "go.etcd.io/bbolt"
@@ -29,6 +30,11 @@ type Bolt struct {
 	db        *bbolt.DB
 	closeOnce sync.Once
 	closeErr  error
+	// A write lets go of the file's pages it read (dropResident) if the
+	// last one that did was dropEvery ago or more: each costs a walk of
+	// the whole mapping, and the pages one write reads are few.
+	dropEvery time.Duration
+	dropped   atomic.Int64 // when a write last let go, Unix ns
 }
 
 var _ Store = (*Bolt)(nil)
@@ -68,7 +74,7 @@ func OpenBolt(dir string) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &Bolt{db: db}, nil
+	return &Bolt{db: db, dropEvery: 100 * time.Millisecond}, nil
 }
 
 // Load implements Store.
@@ -109,6 +115,7 @@ func (s *Bolt) Load(_ context.Context, documentID string) (Stored, error) {
 				return nil
 			})
 		}
+		dropResident(tx)
 		return err
 	})
 	return out, err
@@ -159,6 +166,7 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 	if len(batch) == 0 {
 		return nil
 	}
+	defer s.dropAfterWrite()
 	return s.db.Update(func(tx *bbolt.Tx) error {
 		docs, snaps := tx.Bucket(bucketDocs), tx.Bucket(bucketSnap)
 		for _, w := range batch {
@@ -184,6 +192,19 @@ func (s *Bolt) Write(_ context.Context, batch []Write) error {
 				}
 			}
 		}
+		return nil
+	})
+}
+
+// dropAfterWrite lets go of the file's pages a write read, at most once
+// every dropEvery.
+func (s *Bolt) dropAfterWrite() {
+	now, last := time.Now().UnixNano(), s.dropped.Load()
+	if now-last < int64(s.dropEvery) || !s.dropped.CompareAndSwap(last, now) {
+		return
+	}
+	s.db.View(func(tx *bbolt.Tx) error {
+		dropResident(tx)
 		return nil
 	})
 }

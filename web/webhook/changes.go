@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -84,6 +85,12 @@ func (h *Hooks) note(docID string, user string, by interface{ ID() string }, hea
 		h.pending[docID] = c
 		h.pendingBytes += cost
 		h.m.pending.Set(float64(len(h.pending)))
+		if 2*len(h.pending) >= h.cfg.MaxPendingDocuments || 2*h.pendingBytes >= h.cfg.MaxPendingBytes {
+			select { // a flush before the bounds drop changes
+			case h.flushSoon <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if local {
 		if !c.local {
@@ -171,13 +178,22 @@ func (h *Hooks) flush(ctx context.Context) {
 		}
 		c.unnamed = nil
 	}
-	err := h.decide(ctx, func(tx *sql.Tx) ([]message, error) { return h.writeWindows(ctx, tx, batch) })
+	h.startLearning()
+	var wrote map[string]*knownWindow
+	err := h.decide(ctx, func(tx *sql.Tx) ([]message, error) {
+		var msgs []message
+		var err error
+		msgs, wrote, err = h.writeWindows(ctx, tx, batch)
+		return msgs, err
+	})
 	if err == nil {
+		h.learn(wrote)
 		h.mu.Lock()
 		h.flushing = nil
 		h.mu.Unlock()
 		return
 	}
+	h.unlearn(batch)
 	if ctx.Err() == nil {
 		h.log.Warn("webhook: writing document changes", "documents", len(batch), "err", err)
 	}
@@ -248,8 +264,9 @@ func (h *Hooks) due(opened, last int64) int64 {
 
 // writeWindows writes a batch of documents' changes to their windows, in
 // the documents' order (so that nodes lock rows in one order), and claims
-// the documents created.
-func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*docChange) ([]message, error) {
+// the documents created. On SQLite it also returns the windows as it
+// wrote them, for learn (nil: one it no longer knows).
+func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*docChange) ([]message, map[string]*knownWindow, error) {
 	s := h.store
 	st := s.stmts(ctx, tx)
 	defer st.close()
@@ -259,7 +276,9 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 	}
 	slices.Sort(ids)
 	var msgs []message
-	for _, id := range ids {
+	wrote := map[string]*knownWindow{}
+	for i, id := range ids {
+		yieldEvery(i)
 		c := batch[id]
 		users := make([]string, 0, len(c.users))
 		for u := range c.users {
@@ -278,12 +297,12 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			res, err := st.exec(`INSERT INTO tandem_webhook_documents (document, at) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 				id, c.first.UnixMilli())
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if n, _ := res.RowsAffected(); n == 1 {
 				m, err := newMessage(DocumentCreated, c.first, DocumentCreatedData{DocumentID: id, Users: trimUsers(users)})
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				msgs = append(msgs, m)
 			}
@@ -299,6 +318,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		if !c.local {
 			// Heads alone: newer ones name an open window's, which they
 			// never open.
+			wrote[id] = nil
 			var opened, last int64
 			var stored string
 			err := st.queryRow(lock, id).Scan(&opened, &last, &stored)
@@ -306,7 +326,7 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 				continue
 			}
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			var old window
 			json.Unmarshal([]byte(stored), &old)
@@ -316,28 +336,38 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 			old.Heads, old.HeadsAt = heads, headsAt
 			w, _ := json.Marshal(old)
 			if _, err := st.exec(`UPDATE tandem_webhook_windows SET state = ? WHERE document = ?`, string(w), id); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
+		}
+		if kw := h.known(id); kw != nil {
+			next, err := h.moveKnown(st, id, kw, c, users, heads)
+			if err != nil {
+				return nil, nil, err
+			}
+			if wrote[id] = next; next != nil {
+				continue
+			}
 		}
 		first, last := c.first.UnixMilli(), c.last.UnixMilli()
 		w, _ := json.Marshal(window{Users: users, Heads: heads, HeadsAt: headsAt})
 		res, err := st.exec(`INSERT INTO tandem_webhook_windows (document, opened_at, last_at, due_at, state)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, id, first, last, h.due(first, last), string(w))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
+			wrote[id] = &knownWindow{opened: first, last: last, window: window{Users: users, Heads: heads, HeadsAt: headsAt}}
 			continue // opened
 		}
 		var opened, was int64
 		var stored string
 		err = st.queryRow(lock, id).Scan(&opened, &was, &stored)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, errors.New("webhook: a window closed under a write; written again next time")
+			return nil, nil, errors.New("webhook: a window closed under a write; written again next time")
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var old window
 		json.Unmarshal([]byte(stored), &old)
@@ -346,13 +376,32 @@ func (h *Hooks) writeWindows(ctx context.Context, tx *sql.Tx, batch map[string]*
 		if old.HeadsAt > headsAt {
 			heads, headsAt = old.Heads, old.HeadsAt // noted later, on another node
 		}
-		w, _ = json.Marshal(window{Users: merged, Heads: heads, HeadsAt: headsAt})
+		now := &knownWindow{opened: opened, last: last, window: window{Users: merged, Heads: heads, HeadsAt: headsAt}}
+		w, _ = json.Marshal(now.window)
 		if _, err := st.exec(`UPDATE tandem_webhook_windows SET last_at = ?, due_at = ?, state = ? WHERE document = ?`,
 			last, h.due(opened, last), string(w), id); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		wrote[id] = now
 	}
-	return h.enqueue(ctx, tx, msgs)
+	msgs, err := h.enqueue(ctx, tx, msgs)
+	return msgs, wrote, err
+}
+
+// yieldBatch is how many documents a flush or a sweep works through
+// before it lets other goroutines run: about half a millisecond of work.
+const yieldBatch = 16
+
+// yieldEvery lets the goroutines waiting for this one's core run, once
+// every yieldBatch documents (i counts them). A flush of a thousand
+// documents' windows is several milliseconds of one core in SQLite; Go
+// has no priorities, so without a yield the presence and sync goroutines
+// queued behind it on a busy node wait for the whole of it, and their
+// tail latency grows by as much.
+func yieldEvery(i int) {
+	if i%yieldBatch == yieldBatch-1 {
+		runtime.Gosched()
+	}
 }
 
 // mergeUsers is the sorted union of two windows' users, with "" (one past
@@ -465,7 +514,8 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 	defer st.close()
 	now := h.cfg.Now().UnixMilli()
 	var msgs []message
-	for _, d := range all {
+	for i, d := range all {
+		yieldEvery(i)
 		// A change this node holds unwritten, made after the window's
 		// last, keeps it open to the debounce after it (never past the
 		// maximum wait): a flush that takes longer than the debounce
@@ -477,6 +527,7 @@ func (h *Hooks) closeWindows(ctx context.Context, tx *sql.Tx) ([]message, error)
 			}
 			continue
 		}
+		h.forget(d.doc)
 		if _, err := st.exec(`DELETE FROM tandem_webhook_windows WHERE document = ?`, d.doc); err != nil {
 			return nil, err
 		}

@@ -56,7 +56,9 @@ type Config struct {
 	BacklogEvery time.Duration
 	// MaxPendingDocuments and MaxPendingBytes bound the changes this node
 	// holds before it writes them to their windows (every FlushEvery,
-	// default 250ms): the documents (default 10,000) and the bytes their
+	// default half the Debounce, from 250ms to 1s: each write rewrites
+	// the windows' pages, whose disk writes the node's other stores then
+	// wait behind): the documents (default 10,000) and the bytes their
 	// entries take, user ids and heads counted (default 8 MiB). A change
 	// past either is dropped, or for a document already held its user,
 	// counted under reason "pending".
@@ -136,7 +138,7 @@ func (c *Config) setDefaults() error {
 		c.MaxPendingBytes = 8 << 20
 	}
 	if c.FlushEvery <= 0 {
-		c.FlushEvery = 250 * time.Millisecond
+		c.FlushEvery = min(max(c.Debounce/2, 250*time.Millisecond), time.Second)
 	}
 	if c.MaxHandoff <= 0 {
 		c.MaxHandoff = 1 << 16

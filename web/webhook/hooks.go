@@ -39,12 +39,21 @@ type Hooks struct {
 	mu           sync.Mutex // guards pending, pendingBytes and flushing
 	pending      map[string]*docChange
 	pendingBytes int // what pending's entries are charged (docChange.cost)
+	// flushSoon asks for a flush before its time: pending is half full.
+	flushSoon chan struct{}
 	// flushing is the batch a flush is writing, taken out of pending:
 	// the sweep asks both whether a window's document has changes here
 	// that are not written yet.
 	flushing map[string]*docChange
 
 	handoff atomic.Int64 // intervals in handed
+
+	// wmu guards windows: on SQLite, where this node is the database's
+	// only writer, the open windows as this node last wrote them
+	// (changes_window.go).
+	wmu       sync.Mutex
+	windows   map[string]*knownWindow
+	forgotten map[string]bool // during a flush: the windows a sweep closed
 
 	bmu   sync.Mutex     // guards depth and added
 	depth map[string]int // by endpoint key: deliveries waiting at the last count
@@ -74,12 +83,14 @@ func New(ctx context.Context, cfg Config) (*Hooks, error) {
 	}
 	h := &Hooks{
 		cfg: cfg, keys: keys, eps: eps, byKey: map[string]*endpoint{}, sends: map[string]bool{},
-		store:   &store{db: cfg.DB, postgres: cfg.Postgres},
-		log:     cfg.Logger.With("component", "webhook"),
-		m:       newMetrics(cfg.Registerer),
-		handed:  make(chan presenceItem, 1024),
-		pending: map[string]*docChange{},
-		depth:   map[string]int{}, added: map[string]int{},
+		store:     &store{db: cfg.DB, postgres: cfg.Postgres},
+		log:       cfg.Logger.With("component", "webhook"),
+		m:         newMetrics(cfg.Registerer),
+		handed:    make(chan presenceItem, 1024),
+		pending:   map[string]*docChange{},
+		windows:   map[string]*knownWindow{},
+		flushSoon: make(chan struct{}, 1),
+		depth:     map[string]int{}, added: map[string]int{},
 	}
 	for _, ep := range eps {
 		h.byKey[ep.key] = ep
@@ -118,7 +129,7 @@ func (h *Hooks) Run(ctx context.Context) error {
 	}
 	return h.loop.Run(ctx, func(ctx context.Context) error {
 		var wg sync.WaitGroup
-		every := func(d time.Duration, f func(context.Context)) {
+		every := func(d time.Duration, early <-chan struct{}, f func(context.Context)) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -129,14 +140,15 @@ func (h *Hooks) Run(ctx context.Context) error {
 					case <-ctx.Done():
 						return
 					case <-t.C:
-						f(ctx)
+					case <-early:
 					}
+					f(ctx)
 				}
 			}()
 		}
-		every(h.cfg.FlushEvery, h.flush)
-		every(h.cfg.SweepEvery, h.sweep)
-		every(h.cfg.BacklogEvery, h.countBacklog)
+		every(h.cfg.FlushEvery, h.flushSoon, h.flush)
+		every(h.cfg.SweepEvery, nil, h.sweep)
+		every(h.cfg.BacklogEvery, nil, h.countBacklog)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

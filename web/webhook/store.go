@@ -94,8 +94,8 @@ func (s *store) migrate(ctx context.Context) error {
 // txStmts prepares each query a transaction runs once, the first time it
 // is run: a loop over a batch of documents then runs prepared statements.
 // SQLite would otherwise parse and plan every statement at every call,
-// which cost more than the statements' own work (1,000 documents written
-// at once: three statements each, four times a second).
+// which cost more than the statements' own work (a flush of 1,000
+// documents' windows: a statement or three each).
 type txStmts struct {
 	ctx context.Context
 	tx  *sql.Tx
