@@ -57,6 +57,9 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	if len(added) > 0 {
 		r.record(added) // first: what the queue held and the log took leaves it
 	}
+	if local > 0 {
+		r.saveTaken(h) // before the observer reads the changes
+	}
 	peer := ""
 	if from != nil {
 		peer = from.ID()

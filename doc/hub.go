@@ -55,6 +55,9 @@ type Hub struct {
 	// savesPending counts the rooms whose save is decided and not done
 	// (saved.go): waiting for quiet, for the saver, or running.
 	savesPending prometheus.Gauge
+	// copiedSave is held by the one save that copied its room's changes
+	// when it was decided rather than at its turn (saved.go).
+	copiedSave atomic.Bool
 	// saves and savesFailed count the saved documents made for new
 	// readers (saved.go).
 	saves, savesFailed prometheus.Counter

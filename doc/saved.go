@@ -99,7 +99,7 @@ func (r *room) waitForSave(h *Hub, m *member) bool {
 	if r.saving {
 		r.hurryNow()
 	} else {
-		r.save(h, true)
+		r.save(h, true, false)
 	}
 	if !r.waitTimer {
 		r.waitTimer = true
@@ -221,7 +221,7 @@ func (r *room) maybeSave(h *Hub, quiet bool) {
 	size := r.log.Bytes()
 	switch grown := size - r.saveTried; {
 	case grown > r.saveTried/savedGrowShare && !quiet:
-		r.save(h, false)
+		r.save(h, false, false)
 	case grown > size/savedQuietShare:
 		r.saveWhenQuiet(h)
 	}
@@ -263,7 +263,7 @@ func (r *room) saveWhenQuiet(h *Hub) {
 			}
 			r.setQuietDue(h, false)
 			if size := r.log.Bytes(); !r.saving && !r.evicted && r.savable() && size-r.saveTried > size/savedQuietShare {
-				r.save(h, false)
+				r.save(h, false, false)
 			}
 		})
 	})
@@ -289,8 +289,29 @@ func (r *room) setQuietDue(h *Hub, due bool) {
 	r.quietDue = due
 }
 
+// saveTaken is maybeSave for the changes a local peer's message just
+// brought, before the room's observer reads them: a save due now (after a
+// paste, say) starts while the observer reads and the message still holds
+// the room (save, copyNow). The caller holds r.mu.
+func (r *room) saveTaken(h *Hub) {
+	if h.cfg.SaveDocument == nil || r.saving || r.evicted || !r.savable() {
+		return
+	}
+	if r.log.Bytes()-r.saveTried > r.saveTried/savedGrowShare {
+		r.save(h, false, true)
+	}
+}
+
 // save takes a save of the document. The caller holds r.mu.
-func (r *room) save(h *Hub, urgent bool) {
+//
+// A save takes the room's changes when the saver is ready for them, under
+// the room's lock, so that saves waiting their turn hold no copies and a
+// room that leaves memory meanwhile is not copied. But one decided while
+// the room's lock is held for long (copyNow: the message that brought a
+// paste, which the observer reads next) would wait for the lock: so the
+// first such save in the node (copiedSave, one at a time) copies the
+// changes as it is decided, and starts at once if the saver is free.
+func (r *room) save(h *Hub, urgent, copyNow bool) {
 	r.stopQuiet(h)
 	r.saving = true
 	hurry := make(chan struct{})
@@ -299,7 +320,17 @@ func (r *room) save(h *Hub, urgent bool) {
 		r.hurryNow()
 	}
 	h.savesPending.Inc()
+	var copied []byte
+	copiedN := 0
+	if copyNow && h.copiedSave.CompareAndSwap(false, true) {
+		copiedN = r.log.Len()
+		r.saveTried = r.log.Bytes()
+		copied = joinChanges(r.log, span(0, copiedN))
+	}
 	go h.background.Do(func() {
+		if copied != nil {
+			defer h.copiedSave.Store(false)
+		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		ctx = amdoc.Hurry(ctx, hurry) // not paced once a reader waits for it
@@ -312,6 +343,12 @@ func (r *room) save(h *Hub, urgent bool) {
 		}()
 		n := 0
 		saved, err := h.cfg.SaveDocument(ctx, func() ([]byte, error) {
+			if copied != nil {
+				n = copiedN
+				b := copied
+				copied = nil
+				return b, nil
+			}
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if r.evicted {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"iter"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/automerge/automerge-go"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/tandemhq/tandem/doc/amcheck"
 	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 	"github.com/tandemhq/tandem/doc/amdoc"
 	"github.com/tandemhq/tandem/doc/amsync"
@@ -754,5 +756,51 @@ func TestAReadForTheSavedFormIsGivenTheRoomsSave(t *testing.T) {
 	}
 	if d, _ := h.Read(ctx, testDoc, ReadQuery{Saved: true}); d.Saved != nil || len(d.Changes) == 0 {
 		t.Fatal("a read for the saved form of a document grown past its save was not given its changes")
+	}
+}
+
+// appliedObserver is an Observer whose Applied calls applied.
+type appliedObserver struct {
+	funcObserver
+	applied func()
+}
+
+func (o *appliedObserver) Applied(Peer, iter.Seq[*amcheck.Change], bool) { o.applied() }
+
+// The save of a paste starts as the room takes it, while the observer
+// reads the changes and the message still holds the room: the save that
+// a new reader will wait for does not wait for the observer too.
+func TestAPastesSaveStartsWhileTheObserverReadsIt(t *testing.T) {
+	paste := amtest.Paste(300_000)
+	c, err := amcheck.ParseSyncChange(paste, amcheck.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := make(chan []byte, 1)
+	obs := &appliedObserver{applied: func() {
+		select {
+		case <-took:
+		case <-time.After(10 * time.Second):
+			t.Error("the save took no changes while the observer read them")
+		}
+	}}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{
+		Observe:   func(Room) Observer { return obs },
+		SaveQuiet: time.Hour,
+		SaveDocument: func(ctx context.Context, changes func() ([]byte, error)) ([]byte, error) {
+			b, err := changes()
+			if err == nil {
+				took <- b
+			}
+			return amdoc.SaveContext(ctx, b)
+		},
+	})
+	msg := (&amsync.Message{Heads: []amsync.Hash{c.Hash}, Have: []amsync.Have{{}}, Changes: [][]byte{paste}}).Encode()
+	if err := h.Sync(context.Background(), &fakePeer{id: "writer"}, SyncMessage{DocumentID: testDoc, Data: msg}); err != nil {
+		t.Fatal(err)
+	}
+	r := roomOf(t, h, testDoc)
+	if n, _ := savedDocument(t, r); n != 1 {
+		t.Fatalf("a saved document of %d changes, want the paste's one", n)
 	}
 }

@@ -112,7 +112,7 @@ func semantic(err error) bool {
 	return strings.Contains(err.Error(), "deps should already be in the document")
 }
 
-var fuzzLimits = Limits{MaxOps: 10_000, MaxExpandedBytes: 1 << 20}
+var fuzzLimits = Limits{MaxOps: 10_000, MaxExpandedBytes: 1 << 20, ListOps: true}
 
 func fuzzOne(t *testing.T, data []byte) {
 	start := time.Now()

@@ -78,73 +78,148 @@ type Op struct {
 }
 
 // listOps decodes every op of a change whose columns checkOps accepted.
+// It fills the list a column at a time, each stretch of rows with one
+// value in one loop, over a block of rows that stays in the cache: a
+// paste of a megabyte is a few such stretches per column, and walking
+// the columns side by side, row by row, cost several times as much.
 func (o *opsCheck) listOps() error {
 	ops := make([]Op, o.rows)
-	preds := make([]OpID, 0, min(o.preds, 1<<16))
 	var (
 		err    error // the first a column met; the columns were checked, so none is expected
-		objA   = rowsOf(o.col(cObjActor), &err)
-		objC   = rowsOf(o.col(cObjCtr), &err)
-		keyA   = rowsOf(o.col(cKeyActor), &err)
-		keyC   = rowsOf(o.col(cKeyCtr), &err)
-		keyS   = rowsOf(o.col(cKeyStr), &err)
-		ins    = rowsOf(o.col(cInsert), &err)
-		act    = rowsOf(o.col(cAction), &err)
-		meta   = rowsOf(o.col(cValMeta), &err)
-		pnum   = rowsOf(o.col(cPredNum), &err)
-		predA  = rowsOf(o.col(cPredActor), &err)
-		predC  = rowsOf(o.col(cPredCtr), &err)
-		mark   = rowsOf(o.col(cMarkName), &err)
-		expand = rowsOf(o.col(cExpand), &err)
 		keyAbs int64
-		prdAbs int64
 		valAt  uint64
 	)
-	for i := range ops {
-		op := &ops[i]
-		if oa, oc := objA.row(), objC.row(); !oa.null {
-			op.Obj = OpID{Counter: uint32(oc.u), Actor: uint32(oa.u)}
+	// Each column sets its fields of rows [from, to), which hold one
+	// value. The object's actor comes after its counter and says whether
+	// there is one (the root has neither); an element's counter sums the
+	// deltas of every row before it, and is named where there is a key
+	// actor and no map key.
+	fills := []struct {
+		rows colRows
+		set  func(from, to int, s seg)
+	}{
+		{rowsOf(o.col(cObjCtr), &err), func(from, to int, s seg) {
+			if !s.null {
+				for k := from; k < to; k++ {
+					ops[k].Obj.Counter = uint32(s.u)
+				}
+			}
+		}},
+		{rowsOf(o.col(cObjActor), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				if s.null {
+					ops[k].Obj = OpID{}
+				} else {
+					ops[k].Obj.Actor = uint32(s.u)
+				}
+			}
+		}},
+		{rowsOf(o.col(cKeyCtr), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				if !s.null {
+					keyAbs += s.d
+				}
+				ops[k].Elem.Counter = uint32(keyAbs)
+			}
+		}},
+		{rowsOf(o.col(cKeyActor), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				if s.null {
+					ops[k].Elem = OpID{}
+				} else {
+					ops[k].Elem.Actor = uint32(s.u)
+				}
+			}
+		}},
+		{rowsOf(o.col(cKeyStr), &err), func(from, to int, s seg) {
+			if s.null {
+				return
+			}
+			key := string(s.s)
+			for k := from; k < to; k++ {
+				ops[k].MapKey, ops[k].Key, ops[k].Elem = true, key, OpID{}
+			}
+		}},
+		{rowsOf(o.col(cInsert), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				ops[k].Insert = s.u == 1
+			}
+		}},
+		{rowsOf(o.col(cAction), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				ops[k].Action = Action(s.u)
+			}
+		}},
+		{rowsOf(o.col(cValMeta), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				ops[k].Value = ValueType(s.u & 0xf)
+				ops[k].ValueAt, ops[k].ValueLen = uint32(valAt), uint32(s.u>>4)
+				valAt += s.u >> 4
+			}
+		}},
+		{rowsOf(o.col(cMarkName), &err), func(from, to int, s seg) {
+			if s.null {
+				return
+			}
+			name := string(s.s)
+			for k := from; k < to; k++ {
+				ops[k].MarkStart, ops[k].Key = true, name
+			}
+		}},
+		{rowsOf(o.col(cExpand), &err), func(from, to int, s seg) {
+			for k := from; k < to; k++ {
+				ops[k].Expand = s.u == 1
+			}
+		}},
+	}
+	const block = 2048 // rows: 150 KB of ops
+	for from := 0; from < len(ops) && err == nil; from += block {
+		to := min(from+block, len(ops))
+		for i := range fills {
+			fills[i].rows.stretches(from, to, fills[i].set)
 		}
-		ka, kc, ks := keyA.row(), keyC.row(), keyS.row()
-		if !kc.null {
-			keyAbs += kc.d
-		}
-		switch {
-		case !ks.null:
-			op.MapKey, op.Key = true, string(ks.s)
-		case !ka.null:
-			op.Elem = OpID{Counter: uint32(keyAbs), Actor: uint32(ka.u)}
-		}
-		op.Insert = ins.row().u == 1
-		op.Action = Action(act.row().u)
-		m := meta.row().u
-		op.Value = ValueType(m & 0xf)
-		op.ValueAt, op.ValueLen = uint32(valAt), uint32(m>>4)
-		valAt += m >> 4
-		if name := mark.row(); !name.null {
-			op.MarkStart, op.Key = true, string(name.s)
-		}
-		op.Expand = expand.row().u == 1
-		n := pnum.row().u
-		if n > math.MaxUint32 {
-			return malformed("op %d: %d predecessors", i, n)
-		}
-		start := len(preds)
-		for range n {
-			pa, pc := predA.row(), predC.row()
-			prdAbs += pc.d
-			preds = append(preds, OpID{Counter: uint32(prdAbs), Actor: uint32(pa.u)})
-		}
-		if err != nil {
-			return err
-		}
-		if len(preds) > start {
-			op.Preds = preds[start:len(preds):len(preds)]
-		}
+	}
+	if err == nil {
+		err = o.listPreds(ops)
+	}
+	if err != nil {
+		return err
 	}
 	o.c.OpList = ops
 	o.c.Values = append([]byte(nil), o.data[cValRaw]...)
 	return nil
+}
+
+// listPreds decodes each op's predecessors: the pred group says how many
+// of the pred columns' rows are the op's.
+func (o *opsCheck) listPreds(ops []Op) error {
+	var (
+		err    error // the first a column met
+		pnum   = rowsOf(o.col(cPredNum), &err)
+		predA  = rowsOf(o.col(cPredActor), &err)
+		predC  = rowsOf(o.col(cPredCtr), &err)
+		prdAbs int64
+	)
+	preds := make([]OpID, 0, min(o.preds, 1<<16))
+	pnum.stretches(0, len(ops), func(from, to int, s seg) {
+		switch {
+		case err != nil || s.u == 0:
+			return
+		case s.u > math.MaxUint32:
+			err = malformed("op %d: %d predecessors", from, s.u)
+			return
+		}
+		for k := from; k < to && err == nil; k++ {
+			start := len(preds)
+			for range s.u {
+				pa, pc := predA.row(), predC.row()
+				prdAbs += pc.d
+				preds = append(preds, OpID{Counter: uint32(prdAbs), Actor: uint32(pa.u)})
+			}
+			ops[k].Preds = preds[start:len(preds):len(preds)]
+		}
+	})
+	return err
 }
 
 // colRows hands out a column's values row by row; the first error it
@@ -177,4 +252,26 @@ func (r *colRows) row() seg {
 	}
 	r.left--
 	return r.cur
+}
+
+// stretches hands set the column's rows [from, to), the next rows it has
+// not handed out, a stretch of rows with one value at a time. Past the
+// first error it hands out nothing.
+func (r *colRows) stretches(from, to int, set func(from, to int, s seg)) {
+	for from < to && *r.err == nil {
+		if r.left == 0 {
+			r.row() // reads the next segment and hands out its first row
+			if *r.err != nil {
+				return
+			}
+			r.left++
+		}
+		n := to
+		if r.left < uint64(to-from) {
+			n = from + int(r.left)
+		}
+		set(from, n, r.cur)
+		r.left -= uint64(n - from)
+		from = n
+	}
 }

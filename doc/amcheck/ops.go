@@ -144,9 +144,16 @@ func checkOps(c *Change, actors [][]byte, cols []colMeta, data []byte, lim Limit
 		if err := o.listOps(); err != nil {
 			return err
 		}
+		if listed != nil {
+			listed(o)
+		}
 	}
 	return nil
 }
+
+// listed, when set (by the tests), is called with each change's columns
+// once its ops are listed.
+var listed func(o *opsCheck)
 
 type objKey struct {
 	actor   uint64

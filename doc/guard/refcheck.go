@@ -86,10 +86,30 @@ func (x *refIndex) check(c *amcheck.Change) error {
 		mine.actors = int(self) + 1
 	}
 	lookup := func(g uint64) (opRun, bool) { return mine.op(g) }
+	// runObj is the object of the op before, if it was an element
+	// inserted into a list or text and indexed as one (runs is set).
+	var runObj uint64
+	runs := false
 	for i := range c.OpList {
 		op := &c.OpList[i]
 		ctr := c.StartOp + uint64(i)
 		id := uint64(self)<<32 | ctr
+
+		// The rest of a run: an element inserted, with no predecessors,
+		// right after the op before, which is an element of the same
+		// object (a paste, text typed). The checks below would pass it
+		// as they passed the op before: the same object, resolved the
+		// same way, older than both; an element that is the op before,
+		// of that object, older, not an overwrite; no mark. So it is
+		// indexed as they would index it.
+		if runs && op.Insert && !op.MapKey && len(op.Preds) == 0 && op.Obj == c.OpList[i-1].Obj &&
+			op.Elem.Actor == 0 && op.Elem.Counter != 0 && uint64(op.Elem.Counter) == ctr-1 {
+			if kind, ok := opKind(op); ok && roleOf(kind) == roleElem && holdsOf(kind) != holdsTable {
+				mine.addOp(id, runObj, id-1, kind)
+				continue
+			}
+		}
+		runs = false
 		older := func(g uint64) bool { return uint64(uint32(g)) < ctr }
 
 		switch {
@@ -217,6 +237,7 @@ func (x *refIndex) check(c *amcheck.Change) error {
 		}
 
 		if kind, ok := opKind(op); ok {
+			runs, runObj = op.Insert && !op.MapKey && roleOf(kind) == roleElem, obj
 			mine.addOp(id, obj, elem, kind)
 			if roleOf(kind) == rolePut {
 				if op.MapKey {

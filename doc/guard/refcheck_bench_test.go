@@ -156,3 +156,11 @@ func benchAdmit(b *testing.B, l *Ledger, next []byte) {
 		}
 	}
 }
+
+// BenchmarkAdmitPaste measures the guard's checks of one change that
+// pastes a megabyte of text into a new document (parse, operations
+// listed, references), as repo.create({text}) makes it.
+func BenchmarkAdmitPaste(b *testing.B) {
+	paste := amtest.Paste(1 << 20)
+	benchAdmit(b, &Ledger{}, paste)
+}

@@ -305,3 +305,111 @@ func TestElementsAreOrderedAsAutomergeOrdersThem(t *testing.T) {
 		}
 	}
 }
+
+// A run of insertions, each right after the op before in the same object
+// (a paste, text typed), is checked as a run, not op by op; a change
+// that breaks the run anywhere is checked op by op from there, and each
+// forged run below is refused as its ops alone would be. The elements of
+// an honest run are indexed as its ops one by one would index them: a
+// later change may insert after any of them, and after nothing past them.
+func TestRunsOfInsertionsAreCheckedAsStrictlyAsEachOp(t *testing.T) {
+	base, baseHash := refBase()
+	text, m, list := amtest.ID(1, 1), amtest.ID(4, 1), amtest.ID(7, 1)
+	// run is n characters inserted into obj, the first after elem, each
+	// after the one before, from op 9 on (by B).
+	run := func(obj, elem amcheck.OpID, n int) []amtest.Op {
+		ops := make([]amtest.Op, n)
+		for i := range ops {
+			ops[i] = amtest.Insert(obj, elem, "x")
+			elem = amtest.ID(uint32(9+i), 0)
+		}
+		return ops
+	}
+	with := func(ops []amtest.Op, more ...amtest.Op) []amtest.Op {
+		return append(append([]amtest.Op(nil), ops...), more...)
+	}
+	v, raw := amtest.Int(1)
+	forged := map[string][]byte{
+		"a run that goes on in another object": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Insert(list, amtest.ID(13, 0), "x"))...),
+		"a run that goes on in a map": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Insert(m, amtest.ID(13, 0), "x"))...),
+		"a run whose last op names itself": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Insert(text, amtest.ID(14, 0), "x"))...),
+		"a run whose last op names the one after it": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Insert(text, amtest.ID(15, 0), "x"), amtest.Insert(text, amtest.ID(13, 0), "x"))...),
+		"a run whose last op has a predecessor": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Op{Obj: text, Elem: amtest.ID(13, 0), Insert: true, Action: amcheck.Put, Value: v, Raw: raw, Preds: []amcheck.OpID{amtest.ID(13, 0)}})...),
+		"a run that goes on after a deletion": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Op{Obj: text, Elem: amtest.ID(2, 1), Action: amcheck.Delete, Preds: []amcheck.OpID{amtest.ID(2, 1)}},
+			amtest.Insert(text, amtest.ID(14, 0), "x"))...),
+		"a run that goes on after an overwrite": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Op{Obj: text, Elem: amtest.ID(13, 0), Action: amcheck.Put, Value: v, Raw: raw, Preds: []amcheck.OpID{amtest.ID(13, 0)}},
+			amtest.Insert(text, amtest.ID(14, 0), "x"))...),
+		"a run that goes on in the text it inserted": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Op{Obj: text, Elem: amtest.ID(13, 0), Insert: true, Action: amcheck.MakeText},
+			amtest.Insert(amtest.ID(14, 0), amtest.ID(14, 0), "x"))...),
+		"a run that names the op before in another actor's numbering": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Insert(text, amtest.ID(13, 1), "x"))...),
+		"a run that inserts a table": byB(baseHash, with(run(list, amtest.ID(8, 1), 5),
+			amtest.Op{Obj: list, Elem: amtest.ID(13, 0), Insert: true, Action: amcheck.MakeTable})...),
+		"a run that goes on after a mark's end": byB(baseHash, with(run(text, amtest.ID(3, 1), 5),
+			amtest.Op{Obj: text, Elem: amtest.ID(13, 0), Insert: true, Action: amcheck.Mark, Value: amcheck.ValueNull},
+			amtest.Insert(text, amtest.ID(14, 0), "x"))...),
+		"a run that starts in an element never made": byB(baseHash, run(text, amtest.ID(50, 1), 5)...),
+		"a run in an object never made":              byB(baseHash, run(amtest.ID(99, 1), amtest.ID(0, 0), 5)...),
+	}
+	for name, c := range forged {
+		var l Ledger
+		if err := admitOne(t, &l, base); err != nil {
+			t.Fatal(err)
+		}
+		if err := admitOne(t, &l, c); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+
+	// An honest run of 1,000 characters, then a run in the list after it
+	// in the same change: each indexed in its object.
+	var l Ledger
+	if err := admitOne(t, &l, base); err != nil {
+		t.Fatal(err)
+	}
+	ops := with(run(text, amtest.ID(3, 1), 1000), amtest.Insert(list, amtest.ID(8, 1), "y"), amtest.Insert(list, amtest.ID(1009, 0), "y"))
+	pasted, pastedHash := amtest.Encode(amtest.Change{Deps: [][32]byte{baseHash}, Actors: [][]byte{amtest.ActorB, amtest.ActorA}, Seq: 1, StartOp: 9, Ops: ops})
+	if err := admitOne(t, &l, pasted); err != nil {
+		t.Fatalf("the honest runs: %v", err)
+	}
+	next := func(ops ...amtest.Op) []byte {
+		c, _ := amtest.Encode(amtest.Change{Deps: [][32]byte{pastedHash}, Actors: [][]byte{amtest.ActorC, amtest.ActorB, amtest.ActorA}, Seq: 1, StartOp: 1011, Ops: ops})
+		return c
+	}
+	for _, ok := range []struct {
+		obj  amcheck.OpID
+		elem uint32
+	}{{text, 9}, {text, 500}, {text, 1008}, {list, 1009}, {list, 1010}} {
+		var l2 Ledger
+		for _, c := range [][]byte{base, pasted} {
+			if err := admitOne(t, &l2, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := admitOne(t, &l2, next(amtest.Insert(amcheck.OpID{Counter: ok.obj.Counter, Actor: 2}, amtest.ID(ok.elem, 1), "z"))); err != nil {
+			t.Errorf("an insertion after element %d of the run: %v", ok.elem, err)
+		}
+	}
+	for _, bad := range []struct {
+		obj  amcheck.OpID
+		elem uint32
+	}{{text, 1009}, {list, 1008}, {text, 1011}, {list, 1011}} {
+		var l2 Ledger
+		for _, c := range [][]byte{base, pasted} {
+			if err := admitOne(t, &l2, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := admitOne(t, &l2, next(amtest.Insert(amcheck.OpID{Counter: bad.obj.Counter, Actor: 2}, amtest.ID(bad.elem, 1), "z"))); err == nil {
+			t.Errorf("an insertion after %d, not an element of object %d: accepted", bad.elem, bad.obj.Counter)
+		}
+	}
+}
