@@ -366,7 +366,7 @@ func (l *loader) readOps() error {
 	insert, expand := boolReader{b: cols[specInsert]}, boolReader{b: cols[specExpand]}
 	l.keyCol, l.markCol, l.valueCol = cols[specKeyStr], cols[specMarkName], cols[specValRaw]
 	n := int(rowsOf(cols[specAction]))
-	l.ops = make([]ldOp, 0, n)
+	l.ops = make([]ldOp, 0, n+1) // and the end; deletions grow it
 	actorOf := func(a uint64, null bool) (uint32, bool) {
 		return uint32(a), !null && a < uint64(len(l.actors))
 	}
