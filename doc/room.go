@@ -266,7 +266,11 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
 		defer r.guard.Release() // once the message is done with its changes' lists
-		if ad, err = r.guard.Admit(h.cfg.Limits, sm.changes, r.log.HasBytes); err != nil {
+		var changes [][]byte
+		if changes, err = r.expandDocuments(h.cfg.Limits, sm.changes); err != nil {
+			return err
+		}
+		if ad, err = r.guard.Admit(h.cfg.Limits, changes, r.log.HasBytes); err != nil {
 			return err
 		}
 		if len(ad.Apply) > 0 && r.storeBehind() {

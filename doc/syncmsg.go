@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/tandemhq/tandem/doc/amdoc"
 	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/guard"
 )
 
 // Sync messages are read here, in Go, once, outside any lock
@@ -40,3 +42,58 @@ func parseSyncMessage(b []byte) (*syncMessage, error) {
 // bare reports whether the message says its peer has nothing of the
 // document: no heads and no changes (a request, or a peer's reset).
 func (m *syncMessage) bare() bool { return len(m.msg.Heads) == 0 && len(m.changes) == 0 }
+
+// isDocument reports whether a chunk is a document chunk.
+func isDocument(b []byte) bool { return len(b) > 8 && b[8] == 0 }
+
+// expandDocuments returns the message's chunks with each document chunk
+// (what a peer that reads version 2 sends a server that has nothing of
+// the document, or lacks a third of it) replaced by its changes, read in
+// Go (amdoc.Load), for the guard to check each as it checks any. A
+// document whose heads the log has brings nothing and is left out, as
+// automerge leaves it out. Reading one is charged to the budgets a
+// message's changes are: what it writes to what the document may still
+// hold (its changes' bytes never pass their cost), what it holds while it
+// runs to the memory the node checks with, each before it is held. A
+// document that does not read is left as it is: the guard refuses it.
+// The caller holds r.applyMu and r.mu.
+func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, error) {
+	out := chunks
+	for i, b := range chunks {
+		if !isDocument(b) {
+			if len(out) != len(chunks) {
+				out = append(out, b)
+			}
+			continue
+		}
+		if len(out) == len(chunks) {
+			out = append(make([][]byte, 0, len(chunks)), chunks[:i]...)
+		}
+		heads, err := amsync.DocumentHeads(b)
+		if err != nil {
+			out = append(out, b)
+			continue
+		}
+		if len(r.log.Missing(heads)) == 0 {
+			continue
+		}
+		changes, err := amdoc.Load(b, amdoc.LoadLimits{
+			MaxBytes:   r.guard.Headroom(lim) + int64(len(b)),
+			MaxOps:     int(min(lim.DocumentBytes/guard.OpBytes, 1<<25)),
+			MaxChanges: int(min(lim.DocumentChanges, 1<<25)),
+			BeforeOps: func(ops, changes int) error {
+				return r.guard.ChargeRead(lim, int64(ops)*amdoc.LoadOpBytes+int64(changes)*amdoc.LoadChangeBytes)
+			},
+		})
+		switch {
+		case errors.Is(err, amdoc.ErrLoadLimit):
+			return nil, fmt.Errorf("%w: a document it sent: %v", ErrLimit, err)
+		case errors.Is(err, amdoc.ErrNotDocument):
+			return nil, fmt.Errorf("%w: a document it sent: %v", ErrRefused, err)
+		case err != nil:
+			return nil, err // the guard's own refusal (ErrLimit, ErrBusy)
+		}
+		out = append(out, changes...)
+	}
+	return out, nil
+}

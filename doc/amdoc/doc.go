@@ -27,12 +27,20 @@
 // takes time linear in the ops, and n log n for what it sorts: a map's
 // keys (ranked once), an element's children, the objects.
 //
+// Load (load.go) goes the other way: a document chunk read back into its
+// changes, each rebuilt as automerge rebuilds it when it loads the
+// document, byte for byte, so that their hashes are the document's
+// (checked against the heads it states). It is bounded before it holds:
+// columns inflate within a byte budget the caller gives, which also
+// bounds the changes written, and ops and changes are counted, capped as
+// Save caps them and told to the caller before they are held.
+//
 // View (view.go) reads the same op set for the document's content, as
 // automerge's toJS shows it; Change (edit.go) makes a backend's edits
 // (put, delete, splice, increment) as one change on it, encoded as
 // automerge encodes a change (change.go). Both cost what a save costs.
 //
-// Save, View and Change are pure functions, safe for concurrent use. A Saver (saver.go)
+// Save, Load, View and Change are pure functions, safe for concurrent use. A Saver (saver.go)
 // runs saves one at a time, paced, and ends one early when its context
 // ends.
 package amdoc

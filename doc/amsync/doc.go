@@ -1,4 +1,4 @@
-// Package amsync speaks automerge's sync protocol (message version 1) in
+// Package amsync speaks automerge's sync protocol (message versions 1 and 2) in
 // Go, over a document's change log rather than its content.
 //
 // A sync server needs no document to sync one: the protocol works on
@@ -27,13 +27,19 @@
 //
 // Bloom filters are bit for bit automerge's (10 bits per entry, 7
 // probes). Hashes in heads, need and lastSync are sorted by their bytes,
-// as automerge sorts them. Messages carry no flags section: a peer that
-// sees none keeps sending version 1 messages, one change per entry. A
-// peer whose own messages carry one (automerge 0.6 and later) reads each
-// entry of a message's changes as automerge's load_incremental does,
-// which takes change chunks one after another: its changes go in one
-// entry, which it decodes as one byte string instead of one per change
-// (see Outgoing.Joined).
+// as automerge sorts them. Every message ends with a flags section
+// saying it reads version 2 messages (and nothing else: not sync reset),
+// as automerge 0.6 and later write and read one; automerge 0.5 reads past
+// it. A peer whose own messages carry one (automerge 0.6 and later) is
+// sent version 2 messages (0x43), its changes in one entry, change chunks
+// one after another (see Outgoing.Joined), which it reads as automerge's
+// load_incremental does; a peer that sends none (automerge 0.5) gets
+// version 1, one change per entry. Such a peer sends back version 2
+// messages: all its changes in one entry, and, to a server that has
+// nothing of the document or lacks more than a third of it, the whole
+// document saved (one document chunk). Decode splits each entry into its
+// chunks; a document chunk is the caller's to read into its changes
+// (doc/amdoc's Load) before they are checked and added like any others.
 //
 // A Log and the Peers made for it are not safe for concurrent use: one
 // owner (a document's room, under its lock) calls them.

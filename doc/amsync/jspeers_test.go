@@ -189,14 +189,34 @@ func TestAPeerThatSendsFlagsGetsItsChangesInOneEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(m.Changes) != tc.entries {
-			t.Errorf("%s: sent %d changes in %d entries, want %d", tc.name, len(changes), len(m.Changes), tc.entries)
+		if n := entryCount(t, msg); n != tc.entries || len(m.Changes) != len(changes) {
+			t.Errorf("%s: sent %d changes in %d entries, want %d in %d", tc.name, len(m.Changes), n, len(changes), tc.entries)
+		}
+		if m.V2 != (tc.entries == 1) {
+			t.Errorf("%s: a message of version 2: %v", tc.name, m.V2)
 		}
 		p.receive(msg)
 		if got := p.heads(); !slices.Equal(got, s.heads()) {
 			t.Errorf("%s: at %x after the message, want the server's %x", tc.name, got, s.heads())
 		}
 	}
+}
+
+// entryCount returns the number of entries of a message's changes.
+func entryCount(t testing.TB, msg []byte) int {
+	t.Helper()
+	r := &reader{b: msg, off: 1}
+	r.hashes()
+	r.hashes()
+	for range r.uvarint() {
+		r.hashes()
+		r.bytes(r.uvarint())
+	}
+	n := r.uvarint()
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return int(n)
 }
 
 // A peer that has nothing and reads a message's changes as one is sent
@@ -254,7 +274,7 @@ func TestAFreshPeerIsSentTheSavedDocument(t *testing.T) {
 				t.Fatal(err)
 			}
 			if round == 0 {
-				got := len(m.Changes) == 1 && bytes.HasPrefix(m.Changes[0], saved)
+				got := entryCount(t, out) == 1 && bytes.Equal(m.Changes[0], saved)
 				if got != tc.saved {
 					t.Errorf("%s: sent the saved document: %v, want %v", tc.name, got, tc.saved)
 				}
@@ -263,6 +283,86 @@ func TestAFreshPeerIsSentTheSavedDocument(t *testing.T) {
 		}
 		if got := p.heads(); !slices.Equal(got, s.heads()) {
 			t.Errorf("%s: at %x, want the server's %x", tc.name, got, s.heads())
+		}
+	}
+}
+
+// TestAStockPeerSendsUsVersion2 has a stock automerge 3.5 peer, holding a
+// document the server lacks, read the server's flags section: it then
+// sends version 2 messages, and the whole document saved, in one entry,
+// as it does to a peer that has nothing and reads version 2; the server
+// takes it (its changes) and ends at the peer's heads.
+func TestAStockPeerSendsUsVersion2(t *testing.T) {
+	changes := editedChanges(t, 30)
+	var base [][]byte
+	for _, c := range changes {
+		base = append(base, c.Save())
+	}
+	s := newGoServer(t)
+	p := startJS(t).peers()(0, base, 0)
+	sawDocument := false
+	for round := 0; round < 10; round++ {
+		msg := p.generate()
+		if msg == nil {
+			break
+		}
+		m, err := Decode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round > 0 && !m.V2 {
+			t.Errorf("round %d: the peer sent version 1 after our flags", round)
+		}
+		for _, c := range m.Changes {
+			if c[8] == 0 {
+				sawDocument = true
+				if n := entryCount(t, msg); n != 1 {
+					t.Errorf("the document came in %d entries", n)
+				}
+			}
+		}
+		s.receive(0, msg)
+		out := s.generate(0, time.Unix(int64(round), 0))
+		if out == nil {
+			break
+		}
+		p.receive(out)
+	}
+	if !sawDocument {
+		t.Error("the peer never sent its document saved")
+	}
+	if got := p.heads(); !slices.Equal(got, s.heads()) || s.log.Len() != len(changes) {
+		t.Errorf("the server at %x with %d changes, want the peer's %x with %d", s.heads(), s.log.Len(), got, len(changes))
+	}
+}
+
+// TestDecodeSplitsEntriesIntoChunks reads a version 2 message whose one
+// entry holds change chunks one after another, and keeps an entry that
+// does not split into whole chunks as it is.
+func TestDecodeSplitsEntriesIntoChunks(t *testing.T) {
+	changes := editedChanges(t, 3)
+	var joined []byte
+	for _, c := range changes {
+		joined = append(joined, c.Save()...)
+	}
+	for _, tc := range []struct {
+		name  string
+		entry []byte
+		want  int
+	}{
+		{"joined", joined, 3},
+		{"cut short", joined[:len(joined)-1], 1},
+	} {
+		msg := (&Message{V2: true, Changes: [][]byte{tc.entry}}).Encode()
+		if msg[0] != MessageV2 || !bytes.HasSuffix(msg, ourFlags) {
+			t.Fatalf("%s: encoded as %x…%x", tc.name, msg[:1], msg[len(msg)-2:])
+		}
+		m, err := Decode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.V2 || !m.HasFlags || len(m.Changes) != tc.want || !bytes.Equal(bytes.Join(m.Changes, nil), tc.entry) {
+			t.Errorf("%s: read %d chunks (v2 %v, flags %v), want %d", tc.name, len(m.Changes), m.V2, m.HasFlags, tc.want)
 		}
 	}
 }

@@ -6,8 +6,21 @@ import (
 	"fmt"
 )
 
-// MessageV1 is the first byte of a version 1 sync message.
-const MessageV1 = 0x42
+// The first byte of a sync message: version 1, or version 2, whose
+// changes automerge sends as one entry (change chunks one after another,
+// or a whole document chunk).
+const (
+	MessageV1 = 0x42
+	MessageV2 = 0x43
+)
+
+// ourFlags is the flags section every message ends with: one byte, the
+// capability "reads version 2 messages" as automerge 0.6 wrote it, which
+// every automerge since reads as a flags section (its presence says the
+// peer reads version 2; the byte itself has no bit of the later bitfield
+// set). It advertises nothing else: not sync reset, whose meaning the
+// engine does not keep.
+var ourFlags = []byte{1, 0x02}
 
 // ErrFormat is returned for a message that does not read as a sync
 // message.
@@ -38,6 +51,9 @@ type Have struct {
 
 // Message is a sync message. Its hash lists are sorted.
 type Message struct {
+	// V2 says the message is version 2 (MessageV2). Decode sets it from
+	// the message; Encode writes it.
+	V2      bool
 	Heads   []Hash
 	Need    []Hash
 	Have    []Have
@@ -108,15 +124,20 @@ func (r *reader) hashes() []Hash {
 	return out
 }
 
-// Decode reads a version 1 sync message. Changes and blooms alias b.
-// A bloom filter automerge would refuse, or one past the bounds, fails
-// the message.
+// Decode reads a sync message of version 1 or 2. Changes and blooms
+// alias b. Each entry of the changes is split into the chunks it holds
+// one after another (automerge reads all of them as one stream, and a
+// version 2 message sends all its changes in one entry): Changes holds
+// one chunk each, a change or a document; an entry that does not split
+// into whole chunks is kept as it is, for the guard to refuse. A bloom
+// filter automerge would refuse, or one past the bounds, fails the
+// message.
 func Decode(b []byte) (*Message, error) {
-	if len(b) == 0 || b[0] != MessageV1 {
-		return nil, fmt.Errorf("%w: not a version 1 sync message", ErrFormat)
+	if len(b) == 0 || (b[0] != MessageV1 && b[0] != MessageV2) {
+		return nil, fmt.Errorf("%w: not a sync message of version 1 or 2", ErrFormat)
 	}
 	r := &reader{b: b, off: 1}
-	m := &Message{}
+	m := &Message{V2: b[0] == MessageV2}
 	m.Heads = r.hashes()
 	m.Need = r.hashes()
 	n := r.uvarint()
@@ -144,7 +165,7 @@ func Decode(b []byte) (*Message, error) {
 		if size < minChange {
 			r.fail("change %d of %d bytes: too short to be a change", i, size)
 		}
-		m.Changes = append(m.Changes, r.bytes(size))
+		m.Changes = appendChunks(m.Changes, r.bytes(size))
 	}
 	if r.err == nil && r.off < len(b) {
 		m.HasFlags = true
@@ -160,8 +181,38 @@ func Decode(b []byte) (*Message, error) {
 	return m, nil
 }
 
-// Encode returns the message's bytes. A message never carries a flags
-// section (see the package comment).
+// appendChunks appends the chunks of entry, one after another, or the
+// entry whole if it does not split into whole chunks (each at least
+// minChange bytes, so the slices cost at most a few times the bytes).
+func appendChunks(out [][]byte, entry []byte) [][]byte {
+	n := len(out)
+	for b := entry; len(b) > 0; {
+		size := chunkLen(b)
+		if size == 0 {
+			return append(out[:n], entry)
+		}
+		out = append(out, b[:size:size])
+		b = b[size:]
+	}
+	return out
+}
+
+// chunkLen returns the length of the chunk at the start of b (its magic,
+// checksum, type, length and body), or 0 if b does not start with a
+// whole one.
+func chunkLen(b []byte) int {
+	if len(b) < minChange || string(b[:4]) != string(chunkMagic) {
+		return 0
+	}
+	size, k := binary.Uvarint(b[9:])
+	if k <= 0 || size > uint64(len(b)-9-k) {
+		return 0
+	}
+	return 9 + k + int(size)
+}
+
+// Encode returns the message's bytes, with the flags section every
+// message carries (ourFlags).
 func (m *Message) Encode() []byte {
 	size := 0
 	for _, c := range m.Changes {
@@ -172,7 +223,7 @@ func (m *Message) Encode() []byte {
 		b = binary.AppendUvarint(b, uint64(len(c)))
 		b = append(b, c...)
 	}
-	return b
+	return append(b, ourFlags...)
 }
 
 // size bounds the message's encoded bytes.
@@ -186,17 +237,21 @@ func (m *Message) size() int {
 
 // headerSize bounds what appendHeader appends.
 func (m *Message) headerSize() int {
-	n := 1 + 3*binary.MaxVarintLen64 + 32*(len(m.Heads)+len(m.Need))
+	n := 1 + 3*binary.MaxVarintLen64 + 32*(len(m.Heads)+len(m.Need)) + len(ourFlags)
 	for _, h := range m.Have {
 		n += 2*binary.MaxVarintLen64 + 32*len(h.LastSync) + len(h.Bloom)
 	}
 	return n
 }
 
-// appendHeader appends all but the changes' bytes: the version, heads,
-// need, have and the number of changes.
+// appendHeader appends all but the changes' bytes and the flags: the
+// version, heads, need, have and the number of changes.
 func (m *Message) appendHeader(b []byte, changes int) []byte {
-	b = append(b, MessageV1)
+	if m.V2 {
+		b = append(b, MessageV2)
+	} else {
+		b = append(b, MessageV1)
+	}
 	b = appendHashes(b, m.Heads)
 	b = appendHashes(b, m.Need)
 	b = appendHaves(b, m.Have)

@@ -521,7 +521,7 @@ func (o *Outgoing) Encode() []byte {
 		}
 		b = o.log.AppendChange(b, x)
 	}
-	return b
+	return append(b, ourFlags...)
 }
 
 // Generate returns the next message for the peer, or nil if it needs
@@ -583,7 +583,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	}
 
 	if p.heard && p.have == haveReset {
-		return &Outgoing{Message: Message{Heads: ours, Have: []Have{{}}}, log: l}
+		return &Outgoing{Message: Message{V2: p.joins, Heads: ours, Have: []Have{{}}}, log: l}
 	}
 	if p.heard && p.have == haveFilter && len(p.unknownSet) == 0 {
 		// Its heads came since its message: they say exactly what it
@@ -626,7 +626,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	if exact || !allTheirs {
 		p.ours = ownFilter{} // not needed while its heads say what it lacks
 	}
-	out := &Outgoing{Message: Message{Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
+	out := &Outgoing{Message: Message{V2: p.joins, Heads: ours, Need: ourNeed, Have: have}, Indices: send, Joined: p.joins, log: l}
 	if n, saved := l.Saved(); n > 0 && p.joins && p.heard && len(p.theirHeads) == 0 && p.sent.empty() && len(send) == l.Len() && sortedFrom0(send[:n]) {
 		out.Saved, out.saved = n, saved // a peer that has nothing: the saved document, then what came since
 	}

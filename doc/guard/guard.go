@@ -399,19 +399,24 @@ func (l *Ledger) replay(lim Limits, fresh []Change, known func(hash []byte) bool
 // message being checked, before the list is made (Limits.CheckBytes).
 func (l *Ledger) chargeList(lim Limits) func(ops, preds int) error {
 	return func(ops, preds int) error {
-		n := int64(ops)*OpListBytes + int64(preds)*8
-		if l.checked+n > lim.CheckBytes {
-			return fmt.Errorf("%w: checking its changes would hold %d bytes of operations, over %d, what one message may", ErrLimit, l.checked+n, lim.CheckBytes)
-		}
-		if l.checking != nil {
-			if l.checking.Add(n) > lim.CheckBytes {
-				l.checking.Add(-n)
-				return fmt.Errorf("%w: the node is checking as many operations as it may at once", ErrBusy)
-			}
-		}
-		l.checked += n
-		return nil
+		return l.charge(lim, int64(ops)*OpListBytes+int64(preds)*8, "checking its changes")
 	}
+}
+
+// charge charges n bytes held while the message is checked (what doing
+// says), to the message and the node (Limits.CheckBytes).
+func (l *Ledger) charge(lim Limits, n int64, doing string) error {
+	if l.checked+n > lim.CheckBytes {
+		return fmt.Errorf("%w: %s would hold %d bytes, over %d, what one message may", ErrLimit, doing, l.checked+n, lim.CheckBytes)
+	}
+	if l.checking != nil {
+		if l.checking.Add(n) > lim.CheckBytes {
+			l.checking.Add(-n)
+			return fmt.Errorf("%w: the node is checking as many operations as it may at once", ErrBusy)
+		}
+	}
+	l.checked += n
+	return nil
 }
 
 // Release gives back what the message checked held: its changes'
@@ -421,4 +426,20 @@ func (l *Ledger) Release() {
 		l.checking.Add(-l.checked)
 	}
 	l.checked = 0
+}
+
+// Headroom is what a message's changes may still cost in the document:
+// its limit less what its changes and those that wait cost. A whole
+// document a peer sends is read into its changes within it (their bytes
+// never pass their cost).
+func (l *Ledger) Headroom(lim Limits) int64 {
+	return max(lim.DocumentBytes-l.bytes-l.queuedBytes, 0)
+}
+
+// ChargeRead charges n bytes, what reading a message's changes out of a
+// whole document holds while it runs, to the message being checked and
+// the node (Limits.CheckBytes), as the lists of operations are charged,
+// before it is held; Release, or the next Admit, gives it back.
+func (l *Ledger) ChargeRead(lim Limits, n int64) error {
+	return l.charge(lim, n, "reading a document into its changes")
 }

@@ -138,6 +138,22 @@ func (o *Oracle) Save(t testing.TB, changes [][]byte) []byte {
 	return b
 }
 
+// Changes returns the changes stock automerge gives for the document it
+// loads from doc (getAllChanges), in its order.
+func (o *Oracle) Changes(t testing.TB, doc []byte) [][]byte {
+	var res struct{ Changes []string }
+	o.Call(t, map[string]any{"op": "changes", "doc": base64.StdEncoding.EncodeToString(doc)}, &res)
+	out := make([][]byte, len(res.Changes))
+	for i, c := range res.Changes {
+		b, err := base64.StdEncoding.DecodeString(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}
+
 // LoadsAs reports whether stock automerge loads doc as the document the
 // changes make: the same heads, changes and content, and the same bytes
 // when it saves it again.

@@ -13,6 +13,8 @@
 //        concurrent insertions by actors whose IDs prefix each other).
 //   {"op":"save","changes":[b64...]} → {"doc":b64}: the document the
 //        changes make, as automerge saves it.
+//   {"op":"changes","doc":b64} → {"changes":[b64...]}: the changes
+//        automerge gives for the document it loads (getAllChanges).
 //   {"op":"load","changes":[b64...],"doc":b64} → {"ok":true} if automerge
 //        loads doc as the document the changes make: the same heads, the
 //        same changes, the same content, and after one more change by
@@ -209,6 +211,7 @@ rl.on('line', (line) => {
   }
   else if (req.op === 'cases') res = { cases: Object.fromEntries(Object.entries(cases()).map(([k, v]) => [k, v.map(b64)])) }
   else if (req.op === 'save') res = { doc: b64(A.save(A.applyChanges(A.init(), req.changes.map(unb64))[0])) }
+  else if (req.op === 'changes') res = { changes: A.getAllChanges(A.load(unb64(req.doc))).map(b64) }
   else if (req.op === 'scalars') {
     let d = A.change(A.init({ actor: '01' }), (x) => {
       x.s = { n: null, t: true, f: false, fl: 1.5, neg: -3, big: 2 ** 40, d: new Date(1700000000123), c: new A.Counter(5) }

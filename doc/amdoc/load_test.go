@@ -1,0 +1,111 @@
+package amdoc
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+)
+
+// sameChanges reports how two lists of change chunks differ as sets.
+func sameChanges(got, want [][]byte) string {
+	g, w := slices.Clone(got), slices.Clone(want)
+	slices.SortFunc(g, bytes.Compare)
+	slices.SortFunc(w, bytes.Compare)
+	if len(g) != len(w) {
+		return "a different number of changes"
+	}
+	for i := range g {
+		if !bytes.Equal(g[i], w[i]) {
+			return "different bytes"
+		}
+	}
+	return ""
+}
+
+// TestALoadedDocumentsChangesAreAutomergesOwn has stock automerge save
+// random editing sessions (text, marks, maps, lists, counters, nested
+// objects, deletions, by several actors merging now and then) and reads
+// each saved document back into its changes in Go: byte for byte the
+// changes stock automerge gives for it, each after those it depends on.
+func TestALoadedDocumentsChangesAreAutomergesOwn(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	check := func(name string, changes [][]byte) {
+		t.Helper()
+		doc := o.Save(t, changes)
+		got, err := Load(doc, LoadLimits{MaxBytes: 1 << 30})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diff := sameChanges(got, o.Changes(t, doc)); diff != "" {
+			t.Fatalf("%s: the changes differ from automerge's: %s", name, diff)
+		}
+		if diff := sameChanges(got, changes); diff != "" {
+			t.Fatalf("%s: the changes differ from those saved: %s", name, diff)
+		}
+		if _, err := Save(join(got)); err != nil { // in an order a log takes
+			t.Fatalf("%s: the changes do not come each after its dependencies: %v", name, err)
+		}
+	}
+	for seed := 1; seed <= 60; seed++ {
+		check("seed "+string(rune('0'+seed%10)), o.Trace(t, seed, 40+seed*5))
+	}
+	for name, cs := range o.Cases(t) {
+		check(name, cs)
+	}
+	check("scalars", o.Scalars(t))
+	check("typing", amtest.Typing(2000))
+	check("paste", [][]byte{amtest.Paste(100_000)})
+}
+
+// TestADocumentSavedInGoLoadsBack reads back what Save writes.
+func TestADocumentSavedInGoLoadsBack(t *testing.T) {
+	o := amtest.StockAutomerge(t)
+	changes := o.Trace(t, 7, 300)
+	doc, err := Save(join(changes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(doc, LoadLimits{MaxBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := sameChanges(got, changes); diff != "" {
+		t.Fatalf("the changes differ from those saved: %s", diff)
+	}
+}
+
+// TestALoadIsBounded refuses a document past each of its limits before
+// it holds what they bound.
+func TestALoadIsBounded(t *testing.T) {
+	doc, err := Save(amtest.Paste(50_000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(doc, LoadLimits{MaxBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	for name, lim := range map[string]LoadLimits{
+		"bytes": {MaxBytes: 20_000},
+		"ops":   {MaxBytes: 1 << 30, MaxOps: 10_000},
+	} {
+		if _, err := Load(doc, lim); !errors.Is(err, ErrLoadLimit) {
+			t.Errorf("%s: %v, want ErrLoadLimit", name, err)
+		}
+	}
+	if _, err := Load(bomb(8<<20), LoadLimits{MaxBytes: 1 << 20}); !errors.Is(err, ErrLoadLimit) {
+		t.Errorf("a compression bomb: %v, want ErrLoadLimit", err)
+	}
+	told := errors.New("told")
+	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 30, BeforeOps: func(ops, changes int) error {
+		if ops < 50_000 || changes != 1 {
+			t.Errorf("told %d ops and %d changes", ops, changes)
+		}
+		return told
+	}})
+	if !errors.Is(err, told) {
+		t.Errorf("BeforeOps's refusal: %v", err)
+	}
+}
