@@ -69,8 +69,15 @@ var ErrLoadLimit = errors.New("amdoc: the document is past the load's limits")
 // the document's order (each after the changes it depends on). They are
 // slices of one buffer. A document that does not read, whose changes do
 // not rebuild, or whose rebuilt changes' heads are not the heads it
-// states is refused.
-func Load(doc []byte, lim LoadLimits) ([][]byte, error) {
+// states is refused. A panic in reading it (a fault of Load's own on
+// bytes a peer crafted) is returned as ErrNotDocument: it must not take
+// the node down with every document it serves.
+func Load(doc []byte, lim LoadLimits) (changes [][]byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			changes, err = nil, fmt.Errorf("%w: reading it failed: %v", ErrNotDocument, p)
+		}
+	}()
 	if lim.MaxOps <= 0 || lim.MaxOps > maxOps {
 		lim.MaxOps = maxOps
 	}

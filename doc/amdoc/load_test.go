@@ -109,3 +109,17 @@ func TestALoadIsBounded(t *testing.T) {
 		t.Errorf("BeforeOps's refusal: %v", err)
 	}
 }
+
+// A fault inside a load (here one BeforeOps raises, standing in for a
+// bug on bytes a peer crafted) refuses the document instead of ending
+// the process.
+func TestAPanicInALoadRefusesTheDocument(t *testing.T) {
+	doc, err := Save(amtest.Paste(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 20, BeforeOps: func(int, int) error { panic("a fault") }})
+	if !errors.Is(err, ErrNotDocument) {
+		t.Fatalf("%v, want ErrNotDocument", err)
+	}
+}
