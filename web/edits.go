@@ -257,6 +257,7 @@ type editQueues struct {
 
 type editQueue struct {
 	waiting []*pendingEdit
+	making  int // the PATCHes of the batch being made
 }
 
 // pendingEdit is a PATCH waiting to be made.
@@ -369,6 +370,7 @@ func (a *docsAPI) workEdits(id string, e *editQueue) {
 			q.mu.Unlock()
 			return
 		}
+		e.making = len(batch)
 		q.mu.Unlock()
 		a.makeEdits(id, batch)
 	}

@@ -361,14 +361,21 @@ func TestPatchesThatEachFitAreMadeWhenSentAtOnce(t *testing.T) {
 
 // busyDocuments is a document store that takes no change (ErrBusy),
 // counting its reads.
-type busyDocuments struct{ reads atomic.Int32 }
+// busyDocuments takes no change (ErrBusy). Its first read waits for
+// gate, if set, so that a test can queue PATCHes behind it.
+type busyDocuments struct {
+	reads atomic.Int32
+	gate  chan struct{}
+}
 
 func (b *busyDocuments) Size(context.Context, string) (doc.Size, error) {
 	return doc.Size{Ops: 1, Bytes: 1}, nil
 }
 
 func (b *busyDocuments) Read(context.Context, string, doc.ReadQuery) (doc.Read, error) {
-	b.reads.Add(1)
+	if b.reads.Add(1) == 1 && b.gate != nil {
+		<-b.gate
+	}
 	return doc.Read{}, nil
 }
 
@@ -381,7 +388,7 @@ func (b *busyDocuments) Flush(context.Context) error { return nil }
 // A batch whose change the document does not take answers every PATCH of
 // it with why, rather than make the rest again one pass each.
 func TestABatchTheDocumentDoesNotTakeIsAnsweredAtOnce(t *testing.T) {
-	docs := &busyDocuments{}
+	docs := &busyDocuments{gate: make(chan struct{})}
 	a := newDocsAPI(docs, DocumentLimits{}, newMetrics(nil), testenv.QuietLogger())
 	r := chi.NewRouter()
 	r.Patch("/api/docs/{documentID}", a.patch)
@@ -394,6 +401,15 @@ func TestABatchTheDocumentDoesNotTakeIsAnsweredAtOnce(t *testing.T) {
 			codes <- patchStatus(srv.URL+"/api/docs/"+restDoc, fmt.Sprintf(`[{"op":"put","path":["k%d"],"value":1}]`, i))
 		}()
 	}
+	// The first batch reads the document and waits there until the
+	// other PATCHes wait behind it: they then make one batch.
+	testenv.WaitFor(t, "the other PATCHes queued", func() bool {
+		a.edits.mu.Lock()
+		defer a.edits.mu.Unlock()
+		e := a.edits.docs[restDoc]
+		return docs.reads.Load() == 1 && e != nil && e.making+len(e.waiting) == n
+	})
+	close(docs.gate)
 	for range n {
 		if c := <-codes; c != http.StatusServiceUnavailable {
 			t.Fatalf("a PATCH answered %d, want 503 (busy)", c)
