@@ -53,12 +53,16 @@ func isDocument(b []byte) bool { return len(b) > 8 && b[8] == 0 }
 // document whose heads the log has brings nothing and is left out, as
 // automerge leaves it out. Reading one is charged to the budgets a
 // message's changes are: what it writes to what the document may still
-// hold (its changes' bytes never pass their cost), what it holds while it
-// runs to the memory the node checks with, each before it is held. A
-// document that does not read is left as it is: the guard refuses it.
+// hold (its changes' bytes never pass their cost), shared by every
+// document of the message, and what it holds while it runs to the memory
+// the node checks with, each before it is held. A document whose heads
+// an earlier one of the message stated is left out too. A document that
+// does not read is left as it is: the guard refuses it.
 // The caller holds r.applyMu and r.mu.
 func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, error) {
 	out := chunks
+	var written int64        // by the documents read so far: they share the headroom
+	var seen map[string]bool // the heads of the documents read so far
 	for i, b := range chunks {
 		if !isDocument(b) {
 			if len(out) != len(chunks) {
@@ -74,17 +78,23 @@ func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, err
 			out = append(out, b)
 			continue
 		}
-		if len(r.log.Missing(heads)) == 0 {
-			continue
+		key := headsKey(heads)
+		if seen[key] || len(r.log.Missing(heads)) == 0 {
+			continue // it brings nothing the log or an earlier one does not
 		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[key] = true
 		changes, err := amdoc.Load(b, amdoc.LoadLimits{
-			MaxBytes:   r.guard.Headroom(lim) + int64(len(b)),
+			MaxBytes:   max(r.guard.Headroom(lim)-written, 0) + int64(len(b)),
 			MaxOps:     int(min(lim.DocumentBytes/guard.OpBytes, 1<<25)),
 			MaxChanges: int(min(lim.DocumentChanges, 1<<25)),
-			BeforeOps: func(ops, changes int) error {
-				return r.guard.ChargeRead(lim, int64(ops)*amdoc.LoadOpBytes+int64(changes)*amdoc.LoadChangeBytes)
-			},
+			BeforeOps:  func(held int64) error { return r.guard.ChargeRead(lim, held) },
 		})
+		for _, c := range changes {
+			written += int64(len(c))
+		}
 		switch {
 		case errors.Is(err, amdoc.ErrLoadLimit):
 			return nil, fmt.Errorf("%w: a document it sent: %v", ErrLimit, err)
@@ -96,4 +106,13 @@ func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, err
 		out = append(out, changes...)
 	}
 	return out, nil
+}
+
+// headsKey is a set of heads as a map key.
+func headsKey(heads []amsync.Hash) string {
+	b := make([]byte, 0, 32*len(heads))
+	for _, h := range heads {
+		b = append(b, h[:]...)
+	}
+	return string(b)
 }

@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/automerge/automerge-go"
@@ -167,4 +169,64 @@ func amdocWithHeads(doc []byte, head automerge.ChangeHash) ([]byte, error) {
 	sum := sha256.Sum256(doc[8:])
 	copy(doc[4:8], sum[:4])
 	return doc, nil
+}
+
+// TestTheDocumentsOfAMessageShareItsHeadroom sends, in one entry, many
+// documents that each write a megabyte of changes from a kilobyte: the
+// same one over and over, then many of their own. The same one is read
+// once; different ones share what the document may still hold, so the
+// message holds no more than that however many it carries (found by
+// attacking the node from outside: 2.9 MB held 3.5 GB).
+func TestTheDocumentsOfAMessageShareItsHeadroom(t *testing.T) {
+	const copies = 16
+	zeros := func(actor byte) []byte {
+		d := automerge.New()
+		d.SetActorID(fmt.Sprintf("%032x", actor))
+		if err := d.RootMap().Set("blob", make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Commit("blob"); err != nil {
+			t.Fatal(err)
+		}
+		return d.Save()
+	}
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Limits: guard.Limits{DocumentBytes: 8 << 20}})
+	p := newClient("p")
+
+	one := zeros(1)
+	var entry []byte
+	for range copies {
+		entry = append(entry, one...)
+	}
+	var err error
+	n := allocated(func() {
+		err = h.Sync(context.Background(), p.peer, SyncMessage{DocumentID: testDoc, Data: v2Message(nil, entry)})
+	})
+	if err != nil {
+		t.Fatalf("the same document %d times: %v", copies, err)
+	}
+	if n > 32<<20 { // 128 MB when each copy was read
+		t.Errorf("the same document %d times allocated %d MB", copies, n>>20)
+	}
+
+	entry = entry[:0]
+	for i := range copies {
+		entry = append(entry, zeros(byte(2+i))...)
+	}
+	n = allocated(func() {
+		err = h.Sync(context.Background(), p.peer, SyncMessage{DocumentID: testDoc, Data: v2Message(nil, entry)})
+	})
+	if !errors.Is(err, ErrLimit) {
+		t.Errorf("%d documents of a megabyte into 8 MB: %v, want ErrLimit", copies, err)
+	}
+	if n > 64<<20 { // 128 MB when each had the whole headroom
+		t.Errorf("%d documents allocated %d MB", copies, n>>20)
+	}
 }

@@ -42,18 +42,24 @@ type LoadLimits struct {
 	MaxOps int
 	// MaxChanges bounds the changes; at most (and by default) 2^25.
 	MaxChanges int
-	// BeforeOps, if set, is told the document's ops and changes once they
-	// are counted, before Load holds anything for them (LoadOpBytes per
-	// op, LoadChangeBytes per change, besides the bytes it writes); an
-	// error it returns ends the load.
-	BeforeOps func(ops, changes int) error
+	// BeforeOps, if set, is told what Load will hold besides the columns
+	// it inflates and the bytes it writes (LoadOpBytes per op,
+	// LoadSuccBytes per successor, LoadDepBytes per dependency and
+	// LoadChangeBytes per change), once the columns have said how many
+	// there are and before it holds anything for them; an error it
+	// returns ends the load.
+	BeforeOps func(bytes int64) error
 }
 
 // What Load holds, besides the inflated columns and the chunks it
 // writes: per op (its record, its place in its change's order and a
-// share of the predecessors), and per change.
+// share of the predecessors); per successor an op names (its place among
+// those pending, the map that finds them, the deletion it may make and
+// its place among the predecessors); per dependency; and per change.
 const (
 	LoadOpBytes     = 96
+	LoadSuccBytes   = 144
+	LoadDepBytes    = 8
 	LoadChangeBytes = 160
 )
 
@@ -290,8 +296,19 @@ func (l *loader) readChanges() error {
 	if ops > uint64(l.lim.MaxOps) {
 		return fmt.Errorf("%w: %d ops, over %d", ErrLoadLimit, ops, l.lim.MaxOps)
 	}
+	// What the count columns say is to come, each bounded as the ops
+	// are, before anything is held for it: a few bytes of a run-length
+	// column can say millions.
+	succs, deps := sumOf(l.opCols[specSuccNum]), sumOf(l.chCols[specChDepsNum])
+	if succs > uint64(l.lim.MaxOps) {
+		return fmt.Errorf("%w: %d successors, over %d", ErrLoadLimit, succs, l.lim.MaxOps)
+	}
+	if deps > uint64(l.lim.MaxOps) {
+		return fmt.Errorf("%w: %d dependencies, over %d", ErrLoadLimit, deps, l.lim.MaxOps)
+	}
 	if l.lim.BeforeOps != nil {
-		if err := l.lim.BeforeOps(int(ops), int(n)); err != nil {
+		held := int64(ops)*LoadOpBytes + int64(succs)*LoadSuccBytes + int64(deps)*LoadDepBytes + int64(n)*LoadChangeBytes
+		if err := l.lim.BeforeOps(held); err != nil {
 			return err
 		}
 	}

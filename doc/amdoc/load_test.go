@@ -3,6 +3,8 @@ package amdoc
 import (
 	"bytes"
 	"errors"
+	"os"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -99,9 +101,9 @@ func TestALoadIsBounded(t *testing.T) {
 		t.Errorf("a compression bomb: %v, want ErrLoadLimit", err)
 	}
 	told := errors.New("told")
-	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 30, BeforeOps: func(ops, changes int) error {
-		if ops < 50_000 || changes != 1 {
-			t.Errorf("told %d ops and %d changes", ops, changes)
+	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 30, BeforeOps: func(held int64) error {
+		if held < 50_000*LoadOpBytes+LoadChangeBytes {
+			t.Errorf("told it holds %d bytes", held)
 		}
 		return told
 	}})
@@ -118,8 +120,44 @@ func TestAPanicInALoadRefusesTheDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 20, BeforeOps: func(int, int) error { panic("a fault") }})
+	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 20, BeforeOps: func(int64) error { panic("a fault") }})
 	if !errors.Is(err, ErrNotDocument) {
 		t.Fatalf("%v, want ErrNotDocument", err)
+	}
+}
+
+// A document of 129 bytes whose one op names 16 million successors
+// (testdata/succ-bomb.bin, run-length columns; found by attacking the
+// node from outside) is told to BeforeOps as what it holds before any of
+// it is held, so that it is refused at once, not after gigabytes.
+func TestSuccessorsAreChargedBeforeTheyAreHeld(t *testing.T) {
+	doc, err := os.ReadFile("testdata/succ-bomb.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var told int64
+	refused := errors.New("refused")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = Load(doc, LoadLimits{MaxBytes: 1 << 30, BeforeOps: func(held int64) error {
+		told = held
+		if held > 64<<20 {
+			return refused
+		}
+		return nil
+	}})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, refused) {
+		t.Fatalf("%v (told %d bytes), want BeforeOps's refusal", err, told)
+	}
+	if told < 16_000_000*LoadSuccBytes {
+		t.Errorf("told %d bytes for 16M successors", told)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("allocated %d bytes before the refusal", n)
+	}
+	// Past MaxOps, the successors alone refuse it.
+	if _, err := Load(doc, LoadLimits{MaxBytes: 1 << 30, MaxOps: 1 << 20}); !errors.Is(err, ErrLoadLimit) {
+		t.Errorf("with MaxOps 2^20: %v, want ErrLoadLimit", err)
 	}
 }

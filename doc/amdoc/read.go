@@ -195,6 +195,54 @@ func rowsOf(b []byte) uint64 {
 	return rows
 }
 
+// sumOf returns the sum of an unsigned integer column's values (nulls
+// count nothing), saturating at 2^62: what a count column (successors,
+// dependencies) says is to come, read in time linear in its bytes, a run
+// of repeats as one product.
+func sumOf(b []byte) uint64 {
+	const most = 1 << 62
+	var sum uint64
+	add := func(v, times uint64) {
+		if v != 0 && times > (most-sum)/v {
+			sum = most
+			return
+		}
+		sum += v * times
+	}
+	for len(b) > 0 && sum < most {
+		n, k := sleb(b)
+		if k <= 0 {
+			return sum
+		}
+		b = b[k:]
+		switch {
+		case n == 0: // nulls
+			_, k := binary.Uvarint(b)
+			if k <= 0 {
+				return sum
+			}
+			b = b[k:]
+		case n > 0: // one value, n times
+			v, k := binary.Uvarint(b)
+			if k <= 0 {
+				return sum
+			}
+			b = b[k:]
+			add(v, uint64(n))
+		default: // -n values
+			for range -n {
+				v, k := binary.Uvarint(b)
+				if k <= 0 {
+					return sum
+				}
+				b = b[k:]
+				add(v, 1)
+			}
+		}
+	}
+	return sum
+}
+
 // boolReader reads a boolean column: alternating run lengths, false
 // first.
 type boolReader struct {
