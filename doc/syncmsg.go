@@ -97,7 +97,7 @@ func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, err
 		}
 		switch {
 		case errors.Is(err, amdoc.ErrLoadLimit):
-			return nil, fmt.Errorf("%w: a document it sent: %v", ErrLimit, err)
+			return nil, fmt.Errorf("%w: a document it sent: %w", ErrLimit, err)
 		case errors.Is(err, amdoc.ErrNotDocument):
 			return nil, fmt.Errorf("%w: a document it sent: %v", ErrRefused, err)
 		case err != nil:

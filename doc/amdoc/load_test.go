@@ -153,7 +153,7 @@ func TestSuccessorsAreChargedBeforeTheyAreHeld(t *testing.T) {
 	if told < 16_000_000*LoadSuccBytes {
 		t.Errorf("told %d bytes for 16M successors", told)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+	if n := after.TotalAlloc - before.TotalAlloc; n > 16<<20 { // gigabytes when they were held first
 		t.Errorf("allocated %d bytes before the refusal", n)
 	}
 	// Past MaxOps, the successors alone refuse it.
