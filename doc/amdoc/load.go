@@ -391,8 +391,11 @@ func (l *loader) readOps() error {
 	l.keyCol, l.markCol, l.valueCol = cols[specKeyStr], cols[specMarkName], cols[specValRaw]
 	n := int(rowsOf(cols[specAction]))
 	l.ops = make([]ldOp, 0, n+1) // and the end; deletions grow it
-	actorOf := func(a uint64, null bool) (uint32, bool) {
-		return uint32(a), !null && a < uint64(len(l.actors))
+	// opID reads an op ID from its actor and counter columns' values:
+	// an actor of the document and a counter from 1 to 2^32-1.
+	opID := func(a uint64, aNull bool, c uint64, cNull bool) (id, bool) {
+		ok := !aNull && a < uint64(len(l.actors)) && !cNull && c != 0 && c < 1<<32
+		return id{ctr: uint32(c), actor: uint32(a)}, ok
 	}
 	// Successors met and not yet listed, in the current key's group:
 	// each successor's predecessors, in the document's order.
@@ -435,19 +438,16 @@ func (l *loader) readOps() error {
 		o.action = amcheck.Action(a)
 		ia, iaNull := idA.next()
 		ic, icNull := idC.next()
-		ga, ok := actorOf(ia, iaNull)
-		if !ok || icNull || ic == 0 || ic >= 1<<32 {
+		var ok bool
+		if o.id, ok = opID(ia, iaNull, ic, icNull); !ok {
 			return fmt.Errorf("%w: op %d: no ID", ErrNotDocument, i)
 		}
-		o.id = id{ctr: uint32(ic), actor: ga}
 		oa, oaNull := objA.next()
 		oc, ocNull := objC.next()
 		if !oaNull || !ocNull {
-			g, ok := actorOf(oa, oaNull)
-			if !ok || ocNull || oc == 0 || oc >= 1<<32 {
+			if o.obj, ok = opID(oa, oaNull, oc, ocNull); !ok {
 				return fmt.Errorf("%w: op %d: its object does not read", ErrNotDocument, i)
 			}
-			o.obj = id{ctr: uint32(oc), actor: g}
 		}
 		ka, kaNull := keyA.next()
 		kc, kcNull := keyC.next()
@@ -457,11 +457,9 @@ func (l *loader) readOps() error {
 			o.flags |= ldMapKey
 			o.keyAt, o.keyLen = uint32(cap(l.keyCol)-cap(keyS.str)), uint32(len(keyS.str))
 		case !kaNull:
-			g, ok := actorOf(ka, false)
-			if !ok || kcNull || kc == 0 || kc >= 1<<32 {
+			if o.elem, ok = opID(ka, false, kc, kcNull); !ok {
 				return fmt.Errorf("%w: op %d: its element does not read", ErrNotDocument, i)
 			}
-			o.elem = id{ctr: uint32(kc), actor: g}
 		case kcNull || kc != 0:
 			return fmt.Errorf("%w: op %d: no key", ErrNotDocument, i)
 		}
@@ -505,11 +503,10 @@ func (l *loader) readOps() error {
 		for range ns {
 			sa, saNull := succA.next()
 			sc, scNull := succC.next()
-			ga, ok := actorOf(sa, saNull)
-			if !ok || scNull || sc == 0 || sc >= 1<<32 {
+			s, ok := opID(sa, saNull, sc, scNull)
+			if !ok {
 				return fmt.Errorf("%w: op %d: a successor does not read", ErrNotDocument, i)
 			}
-			s := id{ctr: uint32(sc), actor: ga}
 			pend = append(pend, pending{pred: o.id, next: -1})
 			k := int32(len(pend) - 1)
 			if f, ok := firstOf[s]; ok {
