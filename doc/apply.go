@@ -98,7 +98,7 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 // local peers. It reports whether the document changed.
 func (r *room) applyStored(h *Hub, cs []guard.Change) bool {
 	r.applyMu.Lock()
-	defer r.applyMu.Unlock()
+	defer r.unlockApply()
 	if r.obs != nil {
 		r.obs.Applying(nil)
 	}

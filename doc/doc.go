@@ -32,10 +32,12 @@
 // not one for the hub (as presence has): one document's work must not hold
 // up another's. A room has three, taken in this order: catchMu (one
 // catch-up from the store at a time), applyMu (whoever changes the
-// document holds it; the room's observer works under it alone) and mu
-// (the log, the members and their sync states). Acknowledgements and
-// fan-outs take mu alone, briefly; a sync message is parsed before any
-// lock. Peer methods are called with mu held and must not block: they
+// document holds it; the room's observer works under it alone, and a
+// message's changes are read and checked under it alone, so that a large
+// one holds up the document's next change, not its room) and mu (the
+// log, the members and their sync states). Acknowledgements, fan-outs
+// and ephemerals take mu alone, briefly; a sync message is parsed before
+// any lock. Peer methods are called with mu held and must not block: they
 // queue the message or drop the peer.
 //
 // A room tells its Observer (observer.go; Config.Observe makes one per

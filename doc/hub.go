@@ -49,6 +49,9 @@ type Hub struct {
 	// for a dependency (Limits.WaitingBytes); checking what the messages
 	// being checked hold (Limits.CheckBytes).
 	waiting, checking atomic.Int64
+	// checkHook, if set (tests), is called as a message's changes are
+	// about to be read and checked, without the room's lock (room.admit).
+	checkHook func(documentID string)
 	// repeats counts requests left unanswered: their peer had not yet
 	// answered the whole document it was sent (member.repeats).
 	repeats prometheus.Counter

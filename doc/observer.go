@@ -79,7 +79,7 @@ func (o observed) DocumentID() string { return o.r.id }
 
 func (o observed) Hold(f func()) {
 	o.r.applyMu.Lock()
-	defer o.r.applyMu.Unlock()
+	defer o.r.unlockApply()
 	f()
 }
 

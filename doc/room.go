@@ -41,10 +41,14 @@ type room struct {
 	// vacant is set while members is empty, as it is from the load until
 	// a peer joins: written under mu, read without it (arrive).
 	vacant atomic.Bool
+	// leftApplying is set, under mu, while left holds peers to drop the
+	// waiting changes of (dropLeft).
+	leftApplying atomic.Bool
 
 	mu         sync.Mutex // guards everything below
 	log        *amsync.Log
-	exists     bool // the document has content: stored, or changes received
+	left       []string // peers that left while applyMu was held (dropLeft)
+	exists     bool     // the document has content: stored, or changes received
 	members    map[string]*member
 	emptySince time.Time
 	evicted    bool
@@ -227,7 +231,7 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) error {
 	if len(sm.changes) > 0 {
 		r.applyMu.Lock()
-		defer r.applyMu.Unlock()
+		defer r.unlockApply()
 		// A read-only peer's changes are refused: the observer is not told.
 		if r.obs != nil && !msg.ReadOnly {
 			r.obs.Applying(p)
@@ -266,11 +270,18 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
 		defer r.guard.Release() // once the message is done with its changes' lists
-		var changes [][]byte
-		if changes, err = r.expandDocuments(h.cfg.Limits, sm.changes); err != nil {
-			return err
-		}
-		if ad, err = r.guard.Admit(h.cfg.Limits, changes, r.log.HasBytes); err != nil {
+		// The changes are read and checked without the room's lock:
+		// applyMu keeps the log and the guard's ledger still meanwhile
+		// (whatever changes them holds it), while acknowledgements,
+		// fan-outs, ephemerals, leaves and the hub's writes, which take
+		// the lock alone, go on. A large document, or a crafted one,
+		// takes its reader's time, not the room's.
+		lock.Observe(time.Since(locked).Seconds())
+		r.mu.Unlock()
+		ad, err = r.admit(h, sm.changes)
+		r.mu.Lock()
+		locked = time.Now()
+		if err != nil {
 			return err
 		}
 		if len(ad.Apply) > 0 && r.storeBehind() {
@@ -302,6 +313,47 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		return ErrReadOnly
 	}
 	return nil
+}
+
+// admit reads a message's changes, each whole document among them into
+// its changes, and has the guard check them. The caller holds r.applyMu,
+// not r.mu: nothing it reads changes without the first (the log, the
+// ledger but for the waiting changes of a peer that leaves, which leave
+// leaves to whoever holds applyMu: dropLeft), and every other reader
+// takes the second.
+func (r *room) admit(h *Hub, chunks [][]byte) (*guard.Admission, error) {
+	if h.checkHook != nil {
+		h.checkHook(r.id)
+	}
+	changes, err := r.expandDocuments(h.cfg.Limits, chunks)
+	if err != nil {
+		return nil, err
+	}
+	return r.guard.Admit(h.cfg.Limits, changes, r.log.HasBytes)
+}
+
+// unlockApply lets go of r.applyMu, first dropping the waiting changes
+// of the peers that left while it was held (dropLeft).
+func (r *room) unlockApply() {
+	if r.leftApplying.Load() {
+		r.mu.Lock()
+		r.dropLeft()
+		r.mu.Unlock()
+	}
+	r.applyMu.Unlock()
+}
+
+// dropLeft drops the waiting changes of the peers that left while
+// r.applyMu was held, but for those that are back. The caller holds
+// r.applyMu and r.mu.
+func (r *room) dropLeft() {
+	for _, id := range r.left {
+		if r.members[id] == nil {
+			r.guard.DropFrom(id)
+		}
+	}
+	r.left = r.left[:0]
+	r.leftApplying.Store(false)
 }
 
 // record follows the changes the log took in the guard's ledger.
@@ -369,6 +421,14 @@ func (r *room) relayEphemeral(h *Hub, p Peer, e Ephemeral) error {
 }
 
 func (r *room) leave(h *Hub, p Peer) {
+	// The peer's waiting changes are the ledger's, which a message's
+	// check reads under applyMu alone: dropped now if no change is
+	// under way, else by whoever holds applyMu, as it lets go (dropLeft).
+	// A leave never waits for a check.
+	applying := r.applyMu.TryLock()
+	if applying {
+		defer r.applyMu.Unlock()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.obs != nil {
@@ -377,7 +437,12 @@ func (r *room) leave(h *Hub, p Peer) {
 	if m := r.members[p.ID()]; m != nil && m.peer == p {
 		m.release(h)
 		delete(r.members, p.ID())
-		r.guard.DropFrom(p.ID())
+		if applying {
+			r.guard.DropFrom(p.ID())
+		} else {
+			r.left = append(r.left, p.ID())
+			r.leftApplying.Store(true)
+		}
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
 			r.vacant.Store(true) // in a cluster, the bus stops carrying it
@@ -392,6 +457,10 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 	// Under the hub's lock: a room busy now (a large message being
 	// admitted, say) is not idle, and waiting for it would hold up
 	// every other document's acquire.
+	if !r.applyMu.TryLock() {
+		return false // a change under way: its check reads the ledger
+	}
+	defer r.applyMu.Unlock()
 	if !r.mu.TryLock() {
 		return false
 	}

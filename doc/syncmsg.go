@@ -58,7 +58,7 @@ func isDocument(b []byte) bool { return len(b) > 8 && b[8] == 0 }
 // the node checks with, each before it is held. A document whose heads
 // an earlier one of the message stated is left out too. A document that
 // does not read is left as it is: the guard refuses it.
-// The caller holds r.applyMu and r.mu.
+// The caller holds r.applyMu (room.admit).
 func (r *room) expandDocuments(lim guard.Limits, chunks [][]byte) ([][]byte, error) {
 	out := chunks
 	var written int64        // by the documents read so far: they share the headroom

@@ -19,7 +19,9 @@ type actorClock struct {
 // Ledger is the guard's account of a room's document: every actor's clock,
 // the operations it holds, what its ops may name (refcheck.go), and the
 // changes it keeps back until their dependencies arrive. The room's
-// mutex guards it.
+// locks guard it: Admit, which reads it without changing it (but for
+// what the message holds, Release's to give back), may run beside the
+// methods that only read it, not beside one that changes it.
 type Ledger struct {
 	actors  map[string]actorClock
 	ops     int64  // operations taken

@@ -1,0 +1,201 @@
+package doc
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
+	"github.com/tandemhq/tandem/doc/amsync"
+	"github.com/tandemhq/tandem/doc/store"
+)
+
+// A message's changes are read and checked without the room's lock: a
+// large document, or one crafted to take long, takes its sender's time,
+// not its room's or the node's.
+
+// checkBlocker makes h stop each message's check until released, and
+// reports each stop on entered.
+type checkBlocker struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+// blockChecks stops h's checks until the test releases them, or ends.
+func blockChecks(t *testing.T, h *Hub) *checkBlocker {
+	b := &checkBlocker{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	h.checkHook = func(string) {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	t.Cleanup(b.free) // before the hub's: a failed test's check ends first
+	return b
+}
+
+func (b *checkBlocker) free() { b.once.Do(func() { close(b.release) }) }
+
+// within fails the test if f does not return within 10 s: it would be
+// waiting for the check held up.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s waited for another peer's changes to be checked", what)
+	}
+}
+
+// oneChange is a change by its own actor, depending on nothing, and its
+// hash.
+func oneChange(actor string) ([]byte, amsync.Hash) {
+	c, hash := amtest.Encode(amtest.Change{Actors: [][]byte{[]byte(actor)}, Seq: 1, StartOp: 1,
+		Ops: []amtest.Op{amtest.Put(amcheck.OpID{}, actor)}})
+	return c, hash
+}
+
+func TestTheRoomGoesOnWhileAMessageIsChecked(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{})
+	ctx := context.Background()
+	b, c := newClient("b"), newClient("c")
+	b.sync(t, h, true)
+	c.sync(t, h, true)
+	// The room has a change not yet written: the hub's writes take the
+	// room's lock to find it.
+	w := &fakePeer{id: "w", told: make(chan struct{}, 1)}
+	wChange, wHash := oneChange("w-actor")
+	if err := sendChanges(h, testDoc, w, wChange); err != nil {
+		t.Fatal(err)
+	}
+	blocked := blockChecks(t, h)
+	a := &fakePeer{id: "a", told: make(chan struct{}, 1)}
+	sent := make(chan error, 1)
+	go func() { sent <- sendChanges(h, testDoc, a, amtest.Chain(3, 10, 0)...) }()
+	select {
+	case <-blocked.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a's changes were never checked")
+	}
+
+	within(t, "an ephemeral", func() {
+		if err := h.Ephemeral(ctx, b.peer, testDoc, Ephemeral{SenderID: "b", SessionID: "s", Count: 1, Data: []byte{0xa0}}); err != nil {
+			t.Error(err)
+		}
+	})
+	c.peer.mu.Lock()
+	got := len(c.peer.ephemerals)
+	c.peer.mu.Unlock()
+	if got != 1 {
+		t.Fatalf("c got %d ephemerals, want b's", got)
+	}
+	var stored store.Stored
+	within(t, "the hub's write", func() { stored = flushedStored(t, h, s) })
+	if !storedHolds(stored, []amsync.Hash{wHash}) {
+		t.Fatal("the store lacks w's change")
+	}
+	within(t, "an acknowledgement", func() { c.sync(t, h, false) })
+	within(t, "a leave", func() { h.Leave(c.peer, testDoc) })
+
+	blocked.free()
+	if err := <-sent; err != nil {
+		t.Fatalf("a's changes, once checked: %v", err)
+	}
+	h.checkHook = nil
+	b.sync(t, h, false)
+	if got := b.doc.Heads(); len(got) != 2 {
+		t.Fatalf("b holds %d heads, want w's change's and a's chain's", len(got))
+	}
+}
+
+// The changes of a peer that leaves while another peer's message is
+// checked, waiting for a dependency, are let go once that check is done.
+func TestAPeerLeavingDuringACheckHasItsWaitingChangesDropped(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{})
+	b := &fakePeer{id: "b", told: make(chan struct{}, 1)}
+	if err := sendChanges(h, testDoc, b, waitingChange(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if h.waiting.Load() == 0 {
+		t.Fatal("b's change does not wait")
+	}
+	blocked := blockChecks(t, h)
+	a := &fakePeer{id: "a", told: make(chan struct{}, 1)}
+	sent := make(chan error, 1)
+	aChange, _ := oneChange("a-actor")
+	go func() { sent <- sendChanges(h, testDoc, a, aChange) }()
+	<-blocked.entered
+	within(t, "b's leave", func() { h.Leave(b, testDoc) })
+	if h.waiting.Load() == 0 {
+		t.Fatal("b's waiting change was dropped while a's changes were checked")
+	}
+	blocked.free()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.waiting.Load(); n != 0 {
+		t.Fatalf("%d bytes still wait for b, who left", n)
+	}
+}
+
+// Checks run beside everything that takes the room's lock alone, round
+// after round: acknowledgements, ephemerals, writes, and peers leaving
+// with changes that wait (go test -race finds what they share).
+func TestChecksRunBesideTheRoomsOtherWork(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	h := newTestHub(t, s, Config{})
+	ctx := context.Background()
+	c := newClient("c")
+	c.sync(t, h, true)
+	a := &fakePeer{id: "a", told: make(chan struct{}, 1)}
+	const rounds = 100
+	chain := amtest.Chain(rounds, 1000, 0) // each takes a while to check
+	for i := range rounds {
+		var wg sync.WaitGroup
+		wg.Add(3)
+		go func() {
+			defer wg.Done()
+			if err := sendChanges(h, testDoc, a, chain[i]); err != nil {
+				t.Error(err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			b := &fakePeer{id: "b", told: make(chan struct{}, 1)}
+			if err := sendChanges(h, testDoc, b, waitingChange(i, 5)); err != nil {
+				t.Error(err)
+			}
+			h.Leave(b, testDoc)
+		}()
+		go func() {
+			defer wg.Done()
+			if err := h.Ephemeral(ctx, c.peer, testDoc, Ephemeral{SenderID: "c", SessionID: "s", Count: uint64(i + 1), Data: []byte{0xa0}}); err != nil {
+				t.Error(err)
+			}
+			if err := h.Flush(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+	}
+	c.sync(t, h, false)
+	if n := h.waiting.Load(); n != 0 {
+		t.Fatalf("%d bytes still wait for peers that left", n)
+	}
+	cs, err := c.doc.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != rounds || len(c.doc.Heads()) != 1 {
+		t.Fatalf("c holds %d changes and %d heads, want the chain's %d and one", len(cs), len(c.doc.Heads()), rounds)
+	}
+}
