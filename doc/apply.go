@@ -75,11 +75,7 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	}
 	r.exists = true
 	if r.obs != nil {
-		by := from
-		if local == 0 {
-			by = nil
-		}
-		r.obs.Applied(by, changesOf(added), local < len(added))
+		r.tellApplied(from, added)
 	}
 	if local == 0 {
 		return true
@@ -91,6 +87,40 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 		r.sendWhenStored(outgoing{changes: joinChanges(r.log, r.unstored[len(r.unstored)-local:])})
 	}
 	return true
+}
+
+// tellApplied tells the observer what the log took, in its order, a
+// run of one author's changes at a time: a peer's message may release
+// changes another peer sent before what they depend on (waiting in the
+// guard), and so may stored ones. Each change is its sender's, from's
+// when it came in from's message. A change whose sender left meanwhile
+// is told with no peer, as its own run. The caller holds r.applyMu and
+// r.mu.
+func (r *room) tellApplied(from Peer, added []guard.Change) {
+	author := func(c *guard.Change) (Peer, bool) {
+		if c.Stored {
+			return nil, true
+		}
+		if id := c.From(); id != "" {
+			if m := r.members[id]; m != nil {
+				return m.peer, false
+			}
+			return nil, false
+		}
+		return from, false
+	}
+	for start := 0; start < len(added); {
+		by, stored := author(&added[start])
+		end := start + 1
+		for end < len(added) {
+			if p, st := author(&added[end]); p != by || st != stored {
+				break
+			}
+			end++
+		}
+		r.obs.Applied(by, changesOf(added[start:end]), stored)
+		start = end
+	}
 }
 
 // applyStored adds changes from the store or another node to the log,

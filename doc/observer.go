@@ -31,9 +31,12 @@ type Observer interface {
 	Applying(p Peer)
 	// Applied is called, under both of the room's locks (or while a
 	// loading room is not shared yet), with the changes the log took, in
-	// its order. by is the local peer whose changes are among them, nil
-	// if none is; elsewhere says that some came from the store or another
-	// node. The changes may be read only during the call.
+	// its order, once for each run of one author's: by is the local peer
+	// that sent them, and elsewhere says that they came from the store or
+	// another node (by nil). A peer's message may release changes another
+	// peer sent before what they depend on, and so may stored changes:
+	// those are their sender's (by nil, elsewhere false, if it has left).
+	// The changes may be read only during the call.
 	Applied(by Peer, changes iter.Seq[*amcheck.Change], elsewhere bool)
 	// Left is called, under the room's main lock, when p leaves the room.
 	Left(p Peer)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tandemhq/tandem/doc/amcheck"
+	"github.com/tandemhq/tandem/doc/amcheck/amtest"
 )
 
 // funcObserver is an Observer that calls applying, if set, and notes
@@ -108,5 +111,93 @@ func TestReadOnlyChangesAreNotObserved(t *testing.T) {
 	}
 	if n := told.Load(); n != 0 {
 		t.Fatalf("the observer was told of a read-only peer's refused changes %d times", n)
+	}
+}
+
+// notingObserver notes each Applied call: its peer's id ("" for none),
+// its changes' hashes and elsewhere.
+type notingObserver struct {
+	funcObserver
+	mu    sync.Mutex
+	calls []appliedCall
+}
+
+type appliedCall struct {
+	by        string
+	changes   [][32]byte
+	elsewhere bool
+}
+
+func (o *notingObserver) Applied(by Peer, changes iter.Seq[*amcheck.Change], elsewhere bool) {
+	c := appliedCall{elsewhere: elsewhere}
+	if by != nil {
+		c.by = by.ID()
+	}
+	for ch := range changes {
+		c.changes = append(c.changes, ch.Hash)
+	}
+	o.mu.Lock()
+	o.calls = append(o.calls, c)
+	o.mu.Unlock()
+}
+
+func (o *notingObserver) take() []appliedCall {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.calls
+	o.calls = nil
+	return c
+}
+
+// changeAfter is a change by its own actor putting one key at op
+// counter op, after dep (none if zero), and its hash.
+func changeAfter(actor string, op uint64, dep [32]byte) ([]byte, [32]byte) {
+	c := amtest.Change{Actors: [][]byte{[]byte(actor)}, Seq: 1, StartOp: op,
+		Ops: []amtest.Op{amtest.Put(amcheck.OpID{}, actor)}}
+	if dep != ([32]byte{}) {
+		c.Deps = [][32]byte{dep}
+	}
+	return amtest.Encode(c)
+}
+
+// A change that waited for another is its sender's: the observer is
+// told the changes a message or another node's changes released a run of
+// one author's at a time, each under its sender (mentions and webhooks
+// name the user behind each).
+func TestReleasedChangesAreTheirSendersToTheObserver(t *testing.T) {
+	obs := &notingObserver{}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Cluster: &fakeCluster{}, Observe: func(Room) Observer { return obs }})
+	x := &fakePeer{id: "x", told: make(chan struct{}, 1)}
+	y := &fakePeer{id: "y", told: make(chan struct{}, 1)}
+
+	// y's change releases x's, which waited for it.
+	yChange, yHash := changeAfter("y-actor", 1, [32]byte{})
+	xChange, xHash := changeAfter("x-actor", 2, yHash)
+	if err := sendChanges(h, testDoc, x, xChange); err != nil {
+		t.Fatal(err)
+	}
+	if calls := obs.take(); len(calls) != 0 {
+		t.Fatalf("told %+v of a change that waits", calls)
+	}
+	if err := sendChanges(h, testDoc, y, yChange); err != nil {
+		t.Fatal(err)
+	}
+	want := []appliedCall{{by: "y", changes: [][32]byte{yHash}}, {by: "x", changes: [][32]byte{xHash}}}
+	if got := obs.take(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("told %+v, want %+v", got, want)
+	}
+
+	// Another node's change releases x's.
+	sChange, sHash := changeAfter("s-actor", 3, xHash)
+	x2Change, x2Hash := changeAfter("x2-actor", 4, sHash)
+	if err := sendChanges(h, testDoc, x, x2Change); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.applyRemoteChanges(testDoc, sChange); err != nil {
+		t.Fatal(err)
+	}
+	want = []appliedCall{{changes: [][32]byte{sHash}, elsewhere: true}, {by: "x", changes: [][32]byte{x2Hash}}}
+	if got := obs.take(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("told %+v, want %+v", got, want)
 	}
 }

@@ -19,6 +19,10 @@ type Change struct {
 	from string
 }
 
+// From is the local peer that sent a change that waited for a
+// dependency; "" for one that did not wait, or a stored one.
+func (c *Change) From() string { return c.from }
+
 var (
 	// ErrSeqTaken is the error of a stored change left out because the
 	// document holds another change of its actor's sequence number.

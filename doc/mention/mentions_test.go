@@ -2,6 +2,7 @@ package mention
 
 import (
 	"bytes"
+	"context"
 	"reflect"
 	"slices"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/fxamacker/cbor/v2"
 
 	"github.com/tandemhq/tandem/doc"
+	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/internal/testenv"
 )
 
@@ -261,4 +263,51 @@ func receiveChanges(t *testing.T, h *doc.Hub, d *automerge.Doc) {
 		}
 		return true
 	})
+}
+
+// A change that reaches the node before what it depends on waits for it
+// (two tabs of one browser pass changes to each other first): once it
+// applies, its mentions are its author's, not those of the peer whose
+// change released it.
+func TestAChangeThatWaitedKeepsItsAuthorsMentions(t *testing.T) {
+	got := make(chan Report, 10)
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(m Report) error { got <- m; return nil }, Settle: time.Hour})
+	ana, bo := newClient("peer-ana"), newClient("peer-bo")
+	ana.splice(t, 0, 0, "notes ")
+	ana.sync(t, h, false)
+	bo.sync(t, h, true)
+	bo.splice(t, 6, 0, "@cy ")
+	// Ana has bo's change before the node does, and writes after it.
+	if _, err := ana.doc.Merge(bo.doc); err != nil {
+		t.Fatal(err)
+	}
+	before := ana.doc.Heads()
+	ana.splice(t, 0, 0, "@dee ")
+	cs, err := ana.doc.Changes(before...)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("ana's change: %d, %v", len(cs), err)
+	}
+	msg := amsync.Message{Heads: []amsync.Hash{amsync.Hash(cs[0].Hash())}, Changes: [][]byte{cs[0].Save()}}
+	if err := h.Sync(context.Background(), ana.peer, doc.SyncMessage{DocumentID: testDoc, Data: msg.Encode()}); err != nil {
+		t.Fatal(err)
+	}
+	bo.sync(t, h, false) // bo's change releases ana's
+	if heads, _ := h.Heads(testDoc); len(heads) != 1 || !bytes.Equal(heads[0], ana.doc.Heads()[0][:]) {
+		t.Fatal("ana's change was not applied")
+	}
+	h.Leave(ana.peer, testDoc) // reports at once
+	h.Leave(bo.peer, testDoc)
+	byPeer := map[string][]string{}
+	timeout := time.After(10 * time.Second)
+	for len(byPeer) < 2 {
+		select {
+		case m := <-got:
+			byPeer[m.Peer.ID()] = append(byPeer[m.Peer.ID()], m.Users...)
+		case <-timeout:
+			t.Fatalf("reports within 10 s: %v", byPeer)
+		}
+	}
+	if !reflect.DeepEqual(byPeer, map[string][]string{"peer-ana": {"dee"}, "peer-bo": {"cy"}}) {
+		t.Fatalf("mentions by peer = %v", byPeer)
+	}
 }

@@ -135,12 +135,17 @@ func (r *room) fire(peerID string, gen uint64) {
 	r.t.background.Do(func() { r.report(peerID, gen) })
 }
 
-// Applying implements doc.Observer. Before p's change (p not nil), the
-// counts start again from the text if a change nobody local made came
-// since the last count, and another peer's pending changes are counted
-// for it; before changes from elsewhere (p nil), the pending changes are
-// counted for their author. The text is read only then.
-func (r *room) Applying(p doc.Peer) {
+// Applying implements doc.Observer: what the text's mentions need
+// counted before p's changes apply is counted (settle).
+func (r *room) Applying(p doc.Peer) { r.settle(p) }
+
+// settle counts what the text's mentions need counted before p's changes
+// apply. Before p's (p not nil), the counts start again from the text if
+// a change nobody local made came since the last count, and another
+// peer's pending changes are counted for it; before changes from
+// elsewhere (p nil), the pending changes are counted for their author.
+// The text is read only then.
+func (r *room) settle(p doc.Peer) {
 	r.mu.Lock()
 	need := !r.gone && (p == nil && r.pending != nil || p != nil && (r.stale || r.pending != nil && r.pending != p))
 	r.mu.Unlock()
@@ -164,19 +169,23 @@ func (r *room) Applying(p doc.Peer) {
 }
 
 // Applied implements doc.Observer: the text follows the changes; changes
-// from elsewhere make the counts stale (their mentions are theirs to
-// report), and a local peer's start or extend its burst, reported (on
-// another goroutine) when the peer's edits settle.
+// from elsewhere, or of a peer that left, make the counts stale (their
+// mentions are not this node's peers' to report), and a local peer's
+// start or extend its burst, reported (on another goroutine) when the
+// peer's edits settle. The changes of one message may be several
+// authors' (a change that waited for another's): Applying settled the
+// counts for the first, and each other is settled here, reading the
+// text under the room's lock, which only such a message pays.
 func (r *room) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], elsewhere bool) {
+	r.settle(by)
 	r.text.take(changes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if elsewhere {
+	if by == nil {
 		r.stale = true
+		return
 	}
-	if by != nil {
-		r.changed(by)
-	}
+	r.changed(by)
 }
 
 // changed records a local peer's accepted change. The caller holds r.mu.
