@@ -2,7 +2,9 @@ package doc
 
 import (
 	"context"
+	"iter"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,7 +50,7 @@ func within(t *testing.T, what string, f func()) {
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s waited for another peer's changes to be checked", what)
+		t.Fatalf("%s waited for another peer's message", what)
 	}
 }
 
@@ -197,5 +199,64 @@ func TestChecksRunBesideTheRoomsOtherWork(t *testing.T) {
 	}
 	if len(cs) != rounds || len(c.doc.Heads()) != 1 {
 		t.Fatalf("c holds %d changes and %d heads, want the chain's %d and one", len(cs), len(c.doc.Heads()), rounds)
+	}
+}
+
+// blockingObserver blocks in Applied while block is set, reporting on
+// entered.
+type blockingObserver struct {
+	funcObserver
+	block            atomic.Bool
+	entered, release chan struct{}
+}
+
+func (o *blockingObserver) Applied(Peer, iter.Seq[*amcheck.Change], bool) {
+	if o.block.Load() {
+		o.entered <- struct{}{}
+		<-o.release
+	}
+}
+
+// The observer is told what the log took under the apply lock alone:
+// while it reads (the mention tracker may read the text several times for
+// one message), the room goes on, and a peer that leaves meanwhile has
+// its waiting changes dropped once the message is done.
+func TestTheRoomGoesOnWhileTheObserverIsTold(t *testing.T) {
+	obs := &blockingObserver{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var once sync.Once
+	free := func() { once.Do(func() { close(obs.release) }) }
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Observe: func(Room) Observer { return obs }})
+	t.Cleanup(free) // before the hub's: a failed test's message ends first
+	ctx := context.Background()
+	c := newClient("c")
+	c.sync(t, h, true)
+	b := &fakePeer{id: "b", told: make(chan struct{}, 1)}
+	if err := sendChanges(h, testDoc, b, waitingChange(1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	obs.block.Store(true)
+	a := &fakePeer{id: "a", told: make(chan struct{}, 1)}
+	aChange, _ := oneChange("a-actor")
+	sent := make(chan error, 1)
+	go func() { sent <- sendChanges(h, testDoc, a, aChange) }()
+	select {
+	case <-obs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the observer was never told of a's change")
+	}
+	within(t, "an ephemeral", func() {
+		if err := h.Ephemeral(ctx, c.peer, testDoc, Ephemeral{SenderID: "c", SessionID: "s", Count: 1, Data: []byte{0xa0}}); err != nil {
+			t.Error(err)
+		}
+	})
+	within(t, "an acknowledgement", func() { c.sync(t, h, false) })
+	within(t, "b's leave", func() { h.Leave(b, testDoc) })
+	obs.block.Store(false)
+	free()
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.waiting.Load(); n != 0 {
+		t.Fatalf("%d bytes still wait for b, who left", n)
 	}
 }

@@ -75,7 +75,7 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	}
 	r.exists = true
 	if r.obs != nil {
-		r.tellApplied(from, added)
+		r.noteApplied(from, added)
 	}
 	if local == 0 {
 		return true
@@ -89,14 +89,22 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 	return true
 }
 
-// tellApplied tells the observer what the log took, in its order, a
+// appliedRun is a run of one author's changes the log took, for the
+// observer (Observer.Applied).
+type appliedRun struct {
+	by      Peer
+	changes []guard.Change
+	stored  bool
+}
+
+// noteApplied notes what the log took for the observer, in its order, a
 // run of one author's changes at a time: a peer's message may release
 // changes another peer sent before what they depend on (waiting in the
 // guard), and so may stored ones. Each change is its sender's, from's
-// when it came in from's message. A change whose sender left meanwhile
-// is told with no peer, as its own run. The caller holds r.applyMu and
-// r.mu.
-func (r *room) tellApplied(from Peer, added []guard.Change) {
+// when it came in from's message; one whose sender left meanwhile is
+// noted with no peer. The caller holds r.applyMu and r.mu, and calls
+// tellApplied once it has let go of r.mu.
+func (r *room) noteApplied(from Peer, added []guard.Change) {
 	author := func(c *guard.Change) (Peer, bool) {
 		if c.Stored {
 			return nil, true
@@ -118,9 +126,21 @@ func (r *room) tellApplied(from Peer, added []guard.Change) {
 			}
 			end++
 		}
-		r.obs.Applied(by, changesOf(added[start:end]), stored)
+		r.untold = append(r.untold, appliedRun{by: by, changes: added[start:end], stored: stored})
 		start = end
 	}
+}
+
+// tellApplied tells the observer the runs noteApplied noted, under
+// r.applyMu alone (or while a loading room is not shared yet): what it
+// does with them (the mention tracker reads the text between two
+// authors' runs) holds up the document's next change, not its room.
+func (r *room) tellApplied() {
+	for _, run := range r.untold {
+		r.obs.Applied(run.by, changesOf(run.changes), run.stored)
+	}
+	clear(r.untold)
+	r.untold = r.untold[:0]
 }
 
 // applyStored adds changes from the store or another node to the log,
@@ -132,12 +152,13 @@ func (r *room) applyStored(h *Hub, cs []guard.Change) bool {
 	if r.obs != nil {
 		r.obs.Applying(nil)
 	}
+	defer r.guard.Release()
+	defer r.tellApplied() // once r.mu is let go
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {
 		return false
 	}
-	defer r.guard.Release()
 	if !r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, cs, r.log.HasBytes)) {
 		return false
 	}

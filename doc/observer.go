@@ -19,19 +19,21 @@ import (
 // whoever changes the document, and its main lock (the log, the members
 // and their sync states), which every acknowledgement and fan-out takes
 // too. A method called under the main lock must be quick and must not
-// block. Applying is called under the apply lock alone, so that what it
-// takes (reading a large text, say) holds up the next change to the
-// document, not the acknowledgements and fan-outs of the others; Loaded
-// is part of the load, which those who want the document wait for.
+// block. Applying and Applied are called under the apply lock alone, so
+// that what they take (reading a large text, say) holds up the next
+// change to the document, not the acknowledgements and fan-outs of the
+// others; Loaded is part of the load, which those who want the document
+// wait for.
 type Observer interface {
 	// Applying is called before changes apply, under the room's apply
 	// lock and not its main lock: p's (a local peer's), or, for p nil,
 	// changes from the store or another node. Until Applied, nothing else
 	// changes the document.
 	Applying(p Peer)
-	// Applied is called, under both of the room's locks (or while a
-	// loading room is not shared yet), with the changes the log took, in
-	// its order, once for each run of one author's: by is the local peer
+	// Applied is called, under the room's apply lock and not its main
+	// lock (or while a loading room is not shared yet), after the log
+	// took changes, with them, in its order, once for each run of one
+	// author's: by is the local peer
 	// that sent them, and elsewhere says that they came from the store or
 	// another node (by nil). A peer's message may release changes another
 	// peer sent before what they depend on, and so may stored changes:

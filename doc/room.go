@@ -41,14 +41,15 @@ type room struct {
 	// vacant is set while members is empty, as it is from the load until
 	// a peer joins: written under mu, read without it (arrive).
 	vacant atomic.Bool
-	// leftApplying is set, under mu, while left holds peers to drop the
-	// waiting changes of (dropLeft).
-	leftApplying atomic.Bool
 
-	mu         sync.Mutex // guards everything below
-	log        *amsync.Log
-	left       []string // peers that left while applyMu was held (dropLeft)
-	exists     bool     // the document has content: stored, or changes received
+	mu   sync.Mutex // guards everything below
+	log  *amsync.Log
+	left []string // peers that left while applyMu was held (dropLeft)
+	// untold are the runs of changes the log took that the observer is
+	// yet to be told of (tellApplied): written by take, read by
+	// tellApplied, under applyMu.
+	untold     []appliedRun
+	exists     bool // the document has content: stored, or changes received
 	members    map[string]*member
 	emptySince time.Time
 	evicted    bool
@@ -182,6 +183,7 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub, early *earlyRead
 		}
 	}
 	r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, all, r.log.HasBytes))
+	r.tellApplied()
 	r.guard.Release()
 	r.chunks = len(stored.Chunks)
 	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
@@ -236,11 +238,25 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 		if r.obs != nil && !msg.ReadOnly {
 			r.obs.Applying(p)
 		}
+		if !msg.ReadOnly {
+			// Deferred calls run last first: once the room's lock is let
+			// go, the observer is told what the log took, then the
+			// message gives back what its changes' lists held.
+			defer r.guard.Release()
+			defer r.tellApplied()
+		}
 	}
+	return r.receiveLocked(h, p, msg, sm, counted)
+}
+
+// receiveLocked is receiveSync under the room's lock, but for the check
+// of the message's changes (admitUnlocked).
+func (r *room) receiveLocked(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, counted bool) error {
 	r.mu.Lock()
 	locked, lock := time.Now(), h.lockSync
+	var held time.Duration // before the check, if any
 	defer func() {
-		lock.Observe(time.Since(locked).Seconds())
+		lock.Observe((held + time.Since(locked)).Seconds())
 		r.mu.Unlock()
 	}()
 	defer r.resumeDeferred(h) // deferred calls run last first: after the count below
@@ -261,28 +277,28 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	if err := amsync.CheckHeads(r.log, sm.msg); err != nil {
 		return fmt.Errorf("%w: %w: %w", ErrRefused, errUnsafe, err)
 	}
-	if !h.syncStates.fits(p, holds(sm.msg)) {
-		return fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
+	fits := func() error {
+		if !h.syncStates.fits(p, holds(sm.msg)) {
+			return fmt.Errorf("%w: %w: it may keep %d bytes of them", ErrRefused, errSyncState, h.cfg.SyncStateBytes)
+		}
+		return nil
+	}
+	if err := fits(); err != nil {
+		return err
 	}
 	var ad *guard.Admission
 	var err error
 	changed := false
 	refused := msg.ReadOnly && len(sm.changes) > 0
 	if len(sm.changes) > 0 && !msg.ReadOnly {
-		defer r.guard.Release() // once the message is done with its changes' lists
-		// The changes are read and checked without the room's lock:
-		// applyMu keeps the log and the guard's ledger still meanwhile
-		// (whatever changes them holds it), while acknowledgements,
-		// fan-outs, ephemerals, leaves and the hub's writes, which take
-		// the lock alone, go on. A large document, or a crafted one,
-		// takes its reader's time, not the room's.
-		lock.Observe(time.Since(locked).Seconds())
-		r.mu.Unlock()
-		ad, err = r.admit(h, sm.changes)
-		r.mu.Lock()
+		held = time.Since(locked)
+		ad, err = r.admitUnlocked(h, sm.changes)
 		locked = time.Now()
 		if err != nil {
 			return err
+		}
+		if err := fits(); err != nil {
+			return err // what it is owed grew meanwhile
 		}
 		if len(ad.Apply) > 0 && r.storeBehind() {
 			return ErrStoreBehind
@@ -315,13 +331,19 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 	return nil
 }
 
-// admit reads a message's changes, each whole document among them into
-// its changes, and has the guard check them. The caller holds r.applyMu,
-// not r.mu: nothing it reads changes without the first (the log, the
-// ledger but for the waiting changes of a peer that leaves, which leave
-// leaves to whoever holds applyMu: dropLeft), and every other reader
-// takes the second.
-func (r *room) admit(h *Hub, chunks [][]byte) (*guard.Admission, error) {
+// admitUnlocked reads a message's changes, each whole document among
+// them into its changes, and has the guard check them, without the room's
+// lock, which the caller holds and holds again once they are checked
+// (even if the check panics). applyMu, which the caller holds too, keeps
+// the log and the guard's ledger still meanwhile: whatever changes them
+// holds it, but for the waiting changes of a peer that leaves, which
+// leave leaves to whoever holds applyMu (dropLeft). Acknowledgements,
+// fan-outs, ephemerals, leaves and the hub's writes, which take the lock
+// alone, go on: a large document, or one crafted to take long, takes its
+// sender's time, not its room's.
+func (r *room) admitUnlocked(h *Hub, chunks [][]byte) (*guard.Admission, error) {
+	r.mu.Unlock()
+	defer r.mu.Lock()
 	if h.checkHook != nil {
 		h.checkHook(r.id)
 	}
@@ -332,15 +354,15 @@ func (r *room) admit(h *Hub, chunks [][]byte) (*guard.Admission, error) {
 	return r.guard.Admit(h.cfg.Limits, changes, r.log.HasBytes)
 }
 
-// unlockApply lets go of r.applyMu, first dropping the waiting changes
-// of the peers that left while it was held (dropLeft).
+// unlockApply lets go of r.applyMu, under r.mu, first dropping the
+// waiting changes of the peers that left while it was held (dropLeft).
+// applyMu is let go only under mu, so that a leave that found it held,
+// and then takes mu, finds it held still, and left to drop, or free.
 func (r *room) unlockApply() {
-	if r.leftApplying.Load() {
-		r.mu.Lock()
-		r.dropLeft()
-		r.mu.Unlock()
-	}
+	r.mu.Lock()
+	r.dropLeft()
 	r.applyMu.Unlock()
+	r.mu.Unlock()
 }
 
 // dropLeft drops the waiting changes of the peers that left while
@@ -352,8 +374,7 @@ func (r *room) dropLeft() {
 			r.guard.DropFrom(id)
 		}
 	}
-	r.left = r.left[:0]
-	r.leftApplying.Store(false)
+	r.left = nil
 }
 
 // record follows the changes the log took in the guard's ledger.
@@ -426,11 +447,11 @@ func (r *room) leave(h *Hub, p Peer) {
 	// under way, else by whoever holds applyMu, as it lets go (dropLeft).
 	// A leave never waits for a check.
 	applying := r.applyMu.TryLock()
-	if applying {
-		defer r.applyMu.Unlock()
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if applying {
+		defer r.applyMu.Unlock() // under mu (unlockApply)
+	}
 	if r.obs != nil {
 		r.obs.Left(p)
 	}
@@ -441,7 +462,10 @@ func (r *room) leave(h *Hub, p Peer) {
 			r.guard.DropFrom(p.ID())
 		} else {
 			r.left = append(r.left, p.ID())
-			r.leftApplying.Store(true)
+			if r.applyMu.TryLock() { // let go before this took mu
+				r.dropLeft()
+				r.applyMu.Unlock()
+			}
 		}
 		if len(r.members) == 0 {
 			r.emptySince = time.Now()
@@ -457,14 +481,14 @@ func (r *room) evictable(h *Hub, now time.Time) bool {
 	// Under the hub's lock: a room busy now (a large message being
 	// admitted, say) is not idle, and waiting for it would hold up
 	// every other document's acquire.
-	if !r.applyMu.TryLock() {
-		return false // a change under way: its check reads the ledger
-	}
-	defer r.applyMu.Unlock()
 	if !r.mu.TryLock() {
 		return false
 	}
 	defer r.mu.Unlock()
+	if !r.applyMu.TryLock() {
+		return false // a change under way: its check reads the ledger
+	}
+	defer r.applyMu.Unlock() // under mu (unlockApply)
 	after := h.cfg.EvictAfter
 	select {
 	case <-r.loaded: // the load writes the log without the lock

@@ -25,8 +25,8 @@
 // Concurrency: Tracker methods are safe for concurrent use. A room's
 // observer methods are called by the hub under the room's locks as
 // doc.Observer says; they take the room's own lock (room.mu) after them,
-// and read the text only under the room's apply lock (in Applying, or in
-// doc.Room.Hold), never under its main lock. Config.Report is called on
+// and read the text only under the room's apply lock (in Applying and
+// Applied, or in doc.Room.Hold), never under its main lock. Config.Report is called on
 // the tracker's own goroutines with no lock held, one hand-over per room
 // at a time; it may block, which holds up only that room's next
 // hand-over. Close stops the timers and hands the last reports over; the

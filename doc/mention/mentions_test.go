@@ -3,6 +3,7 @@ package mention
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -309,5 +310,59 @@ func TestAChangeThatWaitedKeepsItsAuthorsMentions(t *testing.T) {
 	}
 	if !reflect.DeepEqual(byPeer, map[string][]string{"peer-ana": {"dee"}, "peer-bo": {"cy"}}) {
 		t.Fatalf("mentions by peer = %v", byPeer)
+	}
+}
+
+// A message whose changes release other peers' that waited for them,
+// alternating authors, has the text read before each author's run only
+// up to maxRunsCounted runs: a crafted one cannot have it read once a
+// change.
+func TestAlternatingAuthorsInOneMessageAreCountedBoundedly(t *testing.T) {
+	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(Report) error { return nil }, Settle: time.Hour})
+	x, y := newClient("peer-x"), newClient("peer-y")
+	y.splice(t, 0, 0, "start ")
+	y.sync(t, h, false)
+	x.sync(t, h, true)
+	base := y.doc.Heads()
+	// y's i+1-th change follows x's i-th, which follows y's i-th.
+	const n = 20 // 2n runs, well past maxRunsCounted
+	for i := range n {
+		y.splice(t, 0, 0, "y")
+		if _, err := x.doc.Merge(y.doc); err != nil {
+			t.Fatal(err)
+		}
+		x.splice(t, 0, 0, fmt.Sprintf("@u%d ", i))
+		if _, err := y.doc.Merge(x.doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(c *client) {
+		cs, err := c.doc.Changes(base...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var own [][]byte
+		for _, ch := range cs {
+			if ch.ActorID() == c.doc.ActorID() {
+				own = append(own, ch.Save())
+			}
+		}
+		if len(own) != n {
+			t.Fatalf("%s has %d changes of its own, want %d", c.peer.id, len(own), n)
+		}
+		msg := amsync.Message{Heads: []amsync.Hash{amsync.Hash(c.doc.Heads()[0])}, Changes: own}
+		if err := h.Sync(context.Background(), c.peer, doc.SyncMessage{DocumentID: testDoc, Data: msg.Encode()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := roomOf(t, h, testDoc)
+	send(x) // every change of x's waits for one of y's
+	before := r.reads
+	send(y) // and y's release them: 2n runs
+	if heads, _ := h.Heads(testDoc); len(heads) != 1 || !bytes.Equal(heads[0], y.doc.Heads()[0][:]) {
+		t.Fatal("the changes of both did not apply")
+	}
+	if reads := r.reads - before; reads > maxRunsCounted {
+		t.Fatalf("one message read the text %d times", reads)
 	}
 }

@@ -45,6 +45,10 @@ type room struct {
 	// text is the mention fields' values (content.go), changed by Applied
 	// and read under the room's apply lock.
 	text *content
+	// runs counts the runs of the message under way (Applied), and reads
+	// the times the text was read to count its mentions (settle), under
+	// the room's apply lock.
+	runs, reads int
 
 	// roundMu makes one caller at a time hand the room's reports over
 	// (handover.go); taken before mu.
@@ -137,7 +141,18 @@ func (r *room) fire(peerID string, gen uint64) {
 
 // Applying implements doc.Observer: what the text's mentions need
 // counted before p's changes apply is counted (settle).
-func (r *room) Applying(p doc.Peer) { r.settle(p) }
+func (r *room) Applying(p doc.Peer) {
+	r.runs = 0
+	r.settle(p)
+}
+
+// maxRunsCounted bounds the runs of one message's changes (Applied) whose
+// mentions are told apart: a message whose changes released changes of
+// other peers' that waited for them counts the text before each author's
+// run, and one crafted to alternate two authors' changes a thousand
+// times would have it read a thousand times. Past the bound the counts
+// go stale: what those runs mention is reported by no one.
+const maxRunsCounted = 8
 
 // settle counts what the text's mentions need counted before p's changes
 // apply. Before p's (p not nil), the counts start again from the text if
@@ -152,6 +167,7 @@ func (r *room) settle(p doc.Peer) {
 	if !need {
 		return
 	}
+	r.reads++
 	now := countMentions(r.text.mentionText())
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -174,14 +190,20 @@ func (r *room) settle(p doc.Peer) {
 // start or extend its burst, reported (on another goroutine) when the
 // peer's edits settle. The changes of one message may be several
 // authors' (a change that waited for another's): Applying settled the
-// counts for the first, and each other is settled here, reading the
-// text under the room's lock, which only such a message pays.
+// counts for the first, and each other's is settled here, reading the
+// text, which only such a message pays (up to maxRunsCounted runs).
 func (r *room) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], elsewhere bool) {
-	r.settle(by)
+	if r.runs++; r.runs <= maxRunsCounted {
+		r.settle(by)
+	} else {
+		r.mu.Lock()
+		r.pending, r.stale = nil, true
+		r.mu.Unlock()
+	}
 	r.text.take(changes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if by == nil {
+	if by == nil || r.runs > maxRunsCounted {
 		r.stale = true
 		return
 	}

@@ -49,7 +49,7 @@ const (
 )
 
 // noteChange notes that a local peer changed a document, which now has
-// these heads. It is called under the room's locks: it only updates a
+// these heads. It is called under the room's apply lock: it only updates a
 // map, or drops the change (counted) past MaxPendingDocuments or
 // MaxPendingBytes.
 func (h *Hooks) noteChange(docID string, user string, by interface{ ID() string }, heads [][32]byte, created bool) {
@@ -62,7 +62,7 @@ func (h *Hooks) noteChange(docID string, user string, by interface{ ID() string 
 // noteHeads notes a document's heads after changes from the store or
 // another node, for the window its local changes opened: a window that
 // several nodes write names the heads noted last, which may take in
-// every node's changes. Called under the room's locks, as noteChange.
+// every node's changes. Called under the room's apply lock, as noteChange.
 func (h *Hooks) noteHeads(docID string, heads [][32]byte) {
 	if h.sends[DocumentChanged] {
 		h.note(docID, "", nil, heads, false, false)

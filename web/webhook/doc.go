@@ -29,7 +29,7 @@
 // created once (a unique row).
 //
 // Concurrency: Hooks methods are safe for concurrent use. The room
-// observers' methods are called under the room's locks and only update a
+// observers' methods are called under a room's lock and only update a
 // map under a mutex (or drop, counted, past the bounds); Tee hands the
 // recorder's batches to a bounded queue without waiting. Everything that
 // touches the database or the network runs on the Hooks' own goroutines

@@ -21,7 +21,7 @@ type roomObserver struct {
 	h    *Hooks
 	room doc.Room
 
-	// Owned by Applied, which the room calls under both of its locks.
+	// Owned by Applied, which the room calls under its apply lock.
 	heads     [][32]byte
 	seen      bool      // the log took a change
 	lastLocal time.Time // when a local peer's change was last noted
