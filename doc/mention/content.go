@@ -23,8 +23,7 @@ import (
 // Every change it takes passed the guard (or came from the store or
 // another node, where it had), in an order in which each comes after
 // what it depends on. Its methods are called under the room's apply lock
-// (doc.Room.Hold): take with the room's main lock too, the readers
-// without it.
+// (Applying, Applied, doc.Room.Hold).
 type content struct {
 	paths    [][]string        // the text field's keys, then the title field's
 	keys     map[string]bool   // every key on the paths

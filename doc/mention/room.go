@@ -30,7 +30,7 @@ var maxWait = 10 * time.Second // a var for tests
 //
 // Reading the text takes milliseconds in a large document
 // (BenchmarkMentionCount), so it is not done under the room's main lock:
-// it is read under the room's apply lock alone (Applying, doc.Room.Hold),
+// it is read under the room's apply lock alone (Applying, Applied, doc.Room.Hold),
 // which every change to the document takes, and the counts change under
 // mu. The read holds up the next change to the document, not the
 // acknowledgements and fan-outs of the others.
