@@ -38,7 +38,7 @@ func (o *roomObserver) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], e
 		o.heads = slices.DeleteFunc(o.heads, func(h [32]byte) bool { return slices.Contains(c.Deps, h) })
 		o.heads = append(o.heads, c.Hash)
 	}
-	if by == nil {
+	if elsewhere {
 		// The store's or another node's: their node tells them. While
 		// this node's window may be open, the heads they make name it.
 		if !o.lastLocal.IsZero() && o.h.cfg.Now().Sub(o.lastLocal) <= o.h.cfg.MaxWait {
@@ -47,13 +47,19 @@ func (o *roomObserver) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], e
 		return
 	}
 	o.lastLocal = o.h.cfg.Now()
+	// A local peer's; by is nil for one that left before its change,
+	// which waited for another, applied: its user is not known.
 	user := ""
-	if id, ok := by.(awareness.Identified); ok {
-		user = id.Identity().UserID
+	var author interface{ ID() string }
+	if by != nil {
+		author = by
+		if id, ok := by.(awareness.Identified); ok {
+			user = id.Identity().UserID
+		}
 	}
 	// A document is created where its first changes come from a peer:
 	// the room had none, from the store or another node.
-	o.h.noteChange(o.room.DocumentID(), user, by, o.heads, fresh && !elsewhere)
+	o.h.noteChange(o.room.DocumentID(), user, author, o.heads, fresh)
 }
 
 func (o *roomObserver) Left(doc.Peer)                             {}

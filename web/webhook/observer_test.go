@@ -78,3 +78,17 @@ func TestTheObserverFollowsHeadsAndNotesLocalChanges(t *testing.T) {
 		t.Fatal("the observer keeps a room or journals")
 	}
 }
+
+// A local peer's change that waited for another and applied after its
+// peer left is still this node's to tell, for a user not known.
+func TestALocalChangeOfAPeerThatLeftIsNoted(t *testing.T) {
+	open, _ := sqliteBackend.open(t)
+	h := newHooks(t, open(), false, &captured{}, Config{Now: newClock().Now})
+	o := h.Observe(testRoom("docA"))
+	o.Applied(identified{"p1", "ana"}, changes(&amcheck.Change{Hash: head(1)}), false)
+	h.pending = map[string]*docChange{}
+	o.Applied(nil, changes(&amcheck.Change{Hash: head(2), Deps: [][32]byte{head(1)}}), false)
+	if c := h.pending["docA"]; c == nil || !c.local || len(c.users) != 0 || !reflect.DeepEqual(c.heads, [][32]byte{head(2)}) {
+		t.Fatalf("noted as %+v, want a local change for nobody known", c)
+	}
+}
