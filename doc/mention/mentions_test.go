@@ -137,9 +137,10 @@ func TestMentionsFromOtherNodesAreNotReported(t *testing.T) {
 	}
 }
 
-// Two peers edit in turn: each mention counts for the peer whose change
-// inserted it, though the text is read only when the author changes.
-func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
+// anaThenBoMentioningCy starts a hub whose reports go to got, where ana
+// wrote "notes " and bo, who has it, then inserted "@cy " and has not
+// sent it.
+func anaThenBoMentioningCy(t *testing.T) (chan Report, *doc.Hub, *client, *client) {
 	got := make(chan Report, 10)
 	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(m Report) error { got <- m; return nil }, Settle: time.Hour})
 	ana, bo := newClient("peer-ana"), newClient("peer-bo")
@@ -147,6 +148,13 @@ func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
 	ana.sync(t, h, false)
 	bo.sync(t, h, true)
 	bo.splice(t, 6, 0, "@cy ")
+	return got, h, ana, bo
+}
+
+// Two peers edit in turn: each mention counts for the peer whose change
+// inserted it, though the text is read only when the author changes.
+func TestMentionsOfTwoAuthorsInTurn(t *testing.T) {
+	got, h, ana, bo := anaThenBoMentioningCy(t)
 	bo.sync(t, h, false)
 	ana.sync(t, h, false)
 	ana.splice(t, 0, 0, "@dee ")
@@ -271,13 +279,7 @@ func receiveChanges(t *testing.T, h *doc.Hub, d *automerge.Doc) {
 // applies, its mentions are its author's, not those of the peer whose
 // change released it.
 func TestAChangeThatWaitedKeepsItsAuthorsMentions(t *testing.T) {
-	got := make(chan Report, 10)
-	h, _ := newTestHub(t, openStore(t, t.TempDir()), Config{Report: func(m Report) error { got <- m; return nil }, Settle: time.Hour})
-	ana, bo := newClient("peer-ana"), newClient("peer-bo")
-	ana.splice(t, 0, 0, "notes ")
-	ana.sync(t, h, false)
-	bo.sync(t, h, true)
-	bo.splice(t, 6, 0, "@cy ")
+	got, h, ana, bo := anaThenBoMentioningCy(t)
 	// Ana has bo's change before the node does, and writes after it.
 	if _, err := ana.doc.Merge(bo.doc); err != nil {
 		t.Fatal(err)
