@@ -13,12 +13,14 @@
 // client holds them, and the server has gone quiet (its saves done): what
 // a keystroke costs into a long history. With --record FILE the sync
 // messages each reader received (the setup's and the window's) go to
-// FILE.tandem.json and FILE.stock.json, for repo-replay.mjs.
+// FILE.tandem.json and FILE.stock.json, for repo-replay.mjs. With
+// --stock-storage the stock server keeps its documents on disk, as
+// automerge-repo's sync server does, and so announces a storageId too.
 //
 //   node cmd/tandem-bench/repo-typing.mjs [--typists 4] [--readers 20]
 //     [--rate 5] [--duration 10] [--history 0] [--tandem-bin bin/tandem]
 //     [--stock-dir cmd/tandem-bench/stock] [--only tandem|stock]
-//     [--record FILE]
+//     [--record FILE] [--stock-storage]
 //     [--tandem-flags=--presence-tick=100ms]
 import { parseArgs } from "node:util"
 import { writeFileSync } from "node:fs"
@@ -35,6 +37,7 @@ const { values: opt } = parseArgs({
     duration: { type: "string", default: "10" },
     history: { type: "string", default: "0" },
     record: { type: "string" },
+    "stock-storage": { type: "boolean", default: false },
     ...serverOptions,
   },
 })
@@ -189,7 +192,7 @@ if (await eachServer(opt, (t, s, ratio) => {
   ratio("server CPU a keystroke", t.perKeystroke, s.perKeystroke)
 })) process.exit(0)
 
-const server = await startServer(opt)
+const server = await startServer(opt, { stored: opt["stock-storage"] })
 try {
   console.log(JSON.stringify(await run(opt.only, server.url, server.proc.pid)))
 } finally {
