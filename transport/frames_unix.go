@@ -13,7 +13,7 @@ import (
 )
 
 // readWhenReady reads into a buffer taken from the pool only once the
-// socket has bytes: a reader waiting on a quiet socket (for parkGrace, or
+// socket has bytes: a reader waiting on a quiet socket (mid-message, or
 // for ever with parking off) holds none, where a Read into a buffer would
 // hold one for the whole wait. It tries the socket first, and only if it has
 // nothing waits for it through the runtime's poller, which keeps the read
@@ -39,6 +39,48 @@ func (f *frameConn) readWhenReady() (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readNow reads what the socket holds, without waiting, into a buffer
+// taken for it; nothing is buffered when it is called. It reports
+// errWouldBlock, holding no buffer, when the socket holds nothing, and
+// io.EOF at its end.
+func (f *frameConn) readNow() (int, error) {
+	if f.raw == nil {
+		return 0, errWouldBlock // not a plain socket: it never parks
+	}
+	if f.nowFn == nil {
+		f.nowFn = f.readRawNow // bound once, as readFn
+	}
+	err := f.raw.Control(f.nowFn)
+	n, rerr := f.rn, f.rerr
+	f.rn, f.rerr = 0, nil
+	switch {
+	case err != nil: // the socket closed
+		return 0, err
+	case rerr == unix.EAGAIN:
+		return 0, errWouldBlock
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: f.LocalAddr().Network(), Source: f.LocalAddr(), Addr: f.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n <= 0:
+		return 0, io.EOF
+	}
+	f.got(n)
+	return n, nil
+}
+
+// readRawNow is readNow's read, on the socket's descriptor.
+func (f *frameConn) readRawNow(fd uintptr) {
+	f.getBuffer()
+	for {
+		f.rn, f.rerr = unix.Read(int(fd), *f.buf)
+		if f.rerr != unix.EINTR {
+			break
+		}
+	}
+	if f.rn <= 0 {
+		f.putBuffer()
+	}
 }
 
 // rawWrite is one non-blocking write through a raw connection. fn is its
