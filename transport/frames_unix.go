@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,7 +74,7 @@ func (f *frameConn) readNow() (int, error) {
 func (f *frameConn) readRawNow(fd uintptr) {
 	f.getBuffer()
 	for {
-		f.rn, f.rerr = unix.Read(int(fd), *f.buf)
+		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
 		if f.rerr != unix.EINTR {
 			break
 		}
@@ -81,6 +82,33 @@ func (f *frameConn) readRawNow(fd uintptr) {
 	if f.rn <= 0 {
 		f.putBuffer()
 	}
+}
+
+// readNoWait and writeNoWait are read(2) and write(2) on a non-blocking
+// socket. They never wait, so they skip what the runtime does around a
+// system call that may (unix.Read's): marking the thread as in a system
+// call, which lets the runtime give its core to another thread that it
+// may have to wake for it, then taking it back.
+func readNoWait(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+func writeNoWait(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
 }
 
 // rawWrite is one non-blocking write through a raw connection. fn is its
@@ -101,7 +129,7 @@ var rawWrites = sync.Pool{New: func() any {
 
 func (w *rawWrite) write(fd uintptr) bool {
 	for {
-		w.n, w.err = unix.Write(int(fd), w.b)
+		w.n, w.err = writeNoWait(int(fd), w.b)
 		if w.err != unix.EINTR {
 			break
 		}
@@ -115,7 +143,7 @@ func (w *rawWrite) write(fd uintptr) bool {
 func (f *frameConn) readRaw(fd uintptr) bool {
 	f.getBuffer()
 	for {
-		f.rn, f.rerr = unix.Read(int(fd), *f.buf)
+		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
 		if f.rerr != unix.EINTR {
 			break
 		}

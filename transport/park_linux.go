@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -70,8 +71,13 @@ func newPoller(log *slog.Logger) (*poller, error) {
 // when there are none, and the runtime's poller waits for more.
 func (p *poller) wait(fd uintptr) bool {
 	for {
-		p.n, p.err = unix.EpollWait(int(fd), p.events, 0)
-		if p.err != unix.EINTR {
+		// As readNoWait: a wait of 0 never blocks.
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&p.events[0])), uintptr(len(p.events)), 0, 0, 0)
+		p.n, p.err = int(n), nil
+		if e != 0 {
+			p.n, p.err = 0, e
+		}
+		if e != unix.EINTR {
 			break
 		}
 	}
