@@ -32,8 +32,7 @@ type poller struct {
 	rc     syscall.RawConn // set's
 	waitFn func(fd uintptr) bool
 	events []unix.EpollEvent
-	n      int   // events the last wait took
-	err    error // what failed it
+	err    error // what failed the set
 	done   chan struct{}
 	log    *slog.Logger
 	dead   atomic.Bool // run failed: nothing may park
@@ -67,25 +66,43 @@ func newPoller(log *slog.Logger) (*poller, error) {
 	return p, nil
 }
 
-// wait takes the events the set holds, without waiting; it reports false
-// when there are none, and the runtime's poller waits for more.
+// wait takes the events the set holds, without waiting, and hands each
+// socket to its connection, until the set holds none; it then reports
+// false, and the runtime's poller waits for more, or true when the set
+// failed (p.err). It runs inside one RawRead for as long as the poller
+// waits: the runtime resets what it knows of the set's readiness only
+// when a RawRead starts, so an event that comes after a take, however
+// soon, wakes the next wait, and a take that found the set emptied needs
+// no second one to see that it is empty.
 func (p *poller) wait(fd uintptr) bool {
 	for {
 		// As readNoWait: a wait of 0 never blocks.
 		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&p.events[0])), uintptr(len(p.events)), 0, 0, 0)
-		p.n, p.err = int(n), nil
-		if e != 0 {
-			p.n, p.err = 0, e
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		default:
+			p.err = e
+			return true
 		}
-		if e != unix.EINTR {
-			break
+		for _, ev := range p.events[:n] {
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			p.mu.Lock()
+			c := p.conns[id]
+			p.mu.Unlock()
+			if c != nil {
+				c.ready(ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
+			}
+		}
+		if int(n) < len(p.events) {
+			return false // emptied
 		}
 	}
-	return p.err != nil || p.n > 0
 }
 
 // run waits for watched sockets to have something and hands each to its
-// connection, until close.
+// connection (wait), until close.
 func (p *poller) run() {
 	defer close(p.done)
 	for {
@@ -100,31 +117,20 @@ func (p *poller) run() {
 		if err == nil {
 			err = p.err
 		}
-		if err != nil {
-			// Nothing parks from now on (watch refuses), and what is
-			// parked is woken to read with a goroutine again.
-			p.dead.Store(true)
-			p.log.Error("the poller of idle connections failed: every connection keeps its reader from now on", "err", err)
-			p.mu.Lock()
-			parked := make([]*conn, 0, len(p.conns))
-			for _, c := range p.conns {
-				parked = append(parked, c)
-			}
-			p.mu.Unlock()
-			for _, c := range parked {
-				c.wake()
-			}
-			return
+		// Nothing parks from now on (watch refuses), and what is parked
+		// is woken to read with a goroutine again.
+		p.dead.Store(true)
+		p.log.Error("the poller of idle connections failed: every connection keeps its reader from now on", "err", err)
+		p.mu.Lock()
+		parked := make([]*conn, 0, len(p.conns))
+		for _, c := range p.conns {
+			parked = append(parked, c)
 		}
-		for _, ev := range p.events[:p.n] {
-			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			p.mu.Lock()
-			c := p.conns[id]
-			p.mu.Unlock()
-			if c != nil {
-				c.ready(ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
-			}
+		p.mu.Unlock()
+		for _, c := range parked {
+			c.wake()
 		}
+		return
 	}
 }
 
