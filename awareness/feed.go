@@ -99,6 +99,10 @@ type Feed struct {
 		from, to uint64
 		batch    *Batch
 	}
+	// What deliver works in, kept from take to take: what it met of a
+	// range (replaced) and which entries are live.
+	met  replaced
+	live []bool
 }
 
 // readyPeer is a peer to tell that a feed has something for it.
@@ -373,16 +377,24 @@ func (f *Feed) deliverOne(p Peer, e *entry) Delivery {
 //go:noinline
 func (f *Feed) deliver(p Peer, from, to uint64) Delivery {
 	es := f.entries[from-f.base : to-f.base]
-	var buf [32]bool
-	live := newest(es, buf[:0])
+	f.live = f.met.newest(es, f.live)
+	live := f.live
 	var d Delivery
-	superseded := 0
+	superseded, n := 0, 0
 	for i, e := range es {
 		switch {
 		case e.msg.SenderID == p.ID():
 		case !live[i]:
 			superseded++
 		default:
+			n++
+		}
+	}
+	if n > 0 {
+		d.Messages = make([]Message, 0, n) // the caller's: the one allocation of a take of several
+	}
+	for i, e := range es {
+		if e.msg.SenderID != p.ID() && live[i] {
 			d.Messages = append(d.Messages, e.msg)
 			f.hub.metrics.sentBy(e.typ).Inc()
 		}
@@ -415,13 +427,12 @@ func takesBatches(p Peer) bool {
 }
 
 // newest reports, for each of es, whether no later one of them replaces
-// it (replaces), in live (appended to, from its length 0).
-func newest(es []entry, live []bool) []bool {
-	live = append(live[:0], make([]bool, len(es))...)
-	var r replaced
-	var seen [manyKeys]senderChannel
-	var ended [manyKeys]senderEnd
-	r.seen, r.ended = seen[:0], ended[:0]
+// it (replaces), in live (appended to, from its length 0). r is reused
+// from call to call: what it met before is forgotten first.
+func (r *replaced) newest(es []entry, live []bool) []bool {
+	r.seen, r.ended = r.seen[:0], r.ended[:0]
+	r.seenM, r.endM = nil, nil
+	live = slices.Grow(live[:0], len(es))[:len(es)]
 	for i := len(es) - 1; i >= 0; i-- {
 		live[i] = !r.stale(&es[i])
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tandemhq/tandem/internal/testenv"
 )
 
 // gate keeps the feeds a peer is told of while it is held, as a
@@ -369,7 +371,8 @@ func TestWhatReplacesWhat(t *testing.T) {
 		{"a snapshot not a goodbye", []entry{up("a", "x"), bye, whole}, "[false true true]"},
 		{"a goodbye a goodbye", []entry{bye, up("a", "x"), bye}, "[false false true]"},
 	} {
-		if got := fmt.Sprint(newest(tc.es, nil)); got != tc.want {
+		var r replaced
+		if got := fmt.Sprint(r.newest(tc.es, nil)); got != tc.want {
 			t.Errorf("%s: kept %s, want %s", tc.name, got, tc.want)
 		}
 	}
@@ -406,6 +409,8 @@ func TestNewestFollowsTheRule(t *testing.T) {
 		}
 		return !covered(es, i, es[i].channel)
 	}
+	var r replaced
+	var live []bool
 	for round := range 2000 {
 		n := 1 + rng.IntN(120)
 		senders, channels := 1+rng.IntN(10), 1+rng.IntN(6)
@@ -431,7 +436,8 @@ func TestNewestFollowsTheRule(t *testing.T) {
 			}
 			es[i] = e
 		}
-		got := newest(es, nil)
+		live = r.newest(es, live) // one replaced for every round: what it met before is forgotten
+		got := live
 		for i := range es {
 			if got[i] != want(es, i) {
 				t.Fatalf("round %d, entry %d of %d (%+v): live %v, want %v", round, i, n, es[i], got[i], !got[i])
@@ -596,5 +602,64 @@ func TestABigRoomIsToldOnSeveralGoroutines(t *testing.T) {
 		if c := cursors(t, got, "w"); len(c) == 0 || c[len(c)-1] != uint64(50) {
 			t.Fatalf("%s had not got w's last cursor when Close returned", m.id)
 		}
+	}
+}
+
+// lazyPeer takes only when the test says: it keeps the feed it was told of.
+type lazyPeer struct {
+	id   string
+	told *Feed
+}
+
+func (p *lazyPeer) ID() string            { return p.id }
+func (p *lazyPeer) PresenceReady(f *Feed) { p.told = f }
+
+// A member that takes several entries at once costs one allocation, the
+// list of what it is sent: what a take works in is kept from take to take.
+func TestTakingSeveralEntriesAllocatesOnlyTheirList(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(0, 0)}
+	h := newHub(t, Config{Now: clock.Now, TTL: 1000 * time.Hour, Logger: testenv.QuietLogger()})
+	member := &lazyPeer{id: "m"}
+	h.Join(member, doc1)
+	for i := range 4 {
+		sender := nopPeer{fmt.Sprint("s", i)}
+		h.Join(sender, doc1)
+		for n := uint64(1); n <= 2; n++ { // the second replaces the first
+			data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": n}})
+			h.Receive(sender, doc1, Message{SenderID: sender.id, SessionID: "s", Count: n, Data: data})
+			clock.Advance(50 * time.Millisecond)
+			h.Tick()
+		}
+	}
+	f := member.told
+	if f == nil {
+		t.Fatal("the member was never told")
+	}
+	f.Take(member) // the greeting
+	for i := range 4 {
+		data, _ := cbor.Marshal(map[string]any{"__presence": map[string]any{"type": "update", "channel": "cursor", "value": 10 + i}})
+		for n := uint64(3); n <= 4; n++ {
+			h.Receive(nopPeer{fmt.Sprint("s", i)}, doc1, Message{SenderID: fmt.Sprint("s", i), SessionID: "s", Count: n, Data: data})
+		}
+		clock.Advance(50 * time.Millisecond)
+		h.Tick()
+	}
+	f.mu.Lock()
+	from, to := f.readers["m"].next, f.end()
+	f.mu.Unlock()
+	if to-from < 4 {
+		t.Fatalf("%d entries waiting for the member, want several", to-from)
+	}
+	var d Delivery
+	allocs := testing.AllocsPerRun(100, func() {
+		f.mu.Lock()
+		d = f.deliver(member, from, to)
+		f.mu.Unlock()
+	})
+	if len(d.Messages) != 4 {
+		t.Fatalf("a take of %d messages, want each sender's newest of 4", len(d.Messages))
+	}
+	if allocs > 1 {
+		t.Errorf("a take of several entries made %v allocations, want 1", allocs)
 	}
 }

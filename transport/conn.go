@@ -30,7 +30,8 @@ type conn struct {
 
 	// Parking (park.go), guarded by parkMu.
 	parkMu    sync.Mutex
-	parked    bool   // no reader runs: the poller wakes one
+	parked    bool   // no reader runs: the poller reads, and starts one
+	pending   bool   // the socket had news while a reader ran: it reads before it parks
 	pollID    uint64 // the poller's name for it; 0 when not watched
 	unwatched bool   // the socket is closing: it never parks again
 

@@ -4,11 +4,13 @@
 // has a reader goroutine while there is something to read: it decodes
 // frames (frames.go hands gorilla one frame at a time) and hands them to
 // the document layer (the Documents interface) and to presence; with
-// nothing buffered, an idle connection gives its reader up and waits on
-// the node's epoll set (park.go, Linux; elsewhere the reader stays). A
-// writer goroutine runs only while frames wait to be written (writer.go):
-// it alone writes to the socket, every waiting frame in one write. Pings
-// run on a timer.
+// nothing buffered, it gives its reader up and waits on the node's epoll
+// set (park.go, Linux; elsewhere the reader stays). The poller reads a
+// parked connection's socket itself, takes its pongs and drops the
+// messages the client passes back, and starts a reader only for the
+// rest. A writer goroutine runs only while frames wait to be written
+// (writer.go): it alone writes to the socket, every waiting frame in one
+// write. Pings run on a timer.
 //
 // Document sync, errors and relayed ephemerals wait in the lossless lane
 // (writer.go), in order and bounded in frames and in bytes

@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// errWouldBlock is readNow's when the socket holds nothing.
+var errWouldBlock = errors.New("the socket holds nothing to read")
+
 // The socket as the reader sees it: gorilla/websocket reads through it
 // and parses frames as ever, but it never hands gorilla a byte past the
 // frame gorilla is reading. So once gorilla has read a message, nothing
@@ -18,19 +21,16 @@ import (
 // no goroutine, no stack and no read buffer.
 //
 // Between frames it reads the next frame's header itself, and answers
-// pings and takes pongs there: a pong arriving at an idle connection so
-// costs no trip into gorilla, whose reader would wait on for the next
-// frame. Every other frame, close frames and malformed ones included,
-// is gorilla's to read and judge.
+// pings, takes pongs and drops the messages a client passes back there
+// (passedon.go): none of them costs a trip into gorilla. While the
+// connection is parked, the poller does the same without waking a reader
+// (drain), and starts one only for what gorilla is to read. Every other
+// frame, close frames and malformed ones included, is gorilla's to read
+// and judge.
 
 // readChunk is how much the reader asks the socket for at a time, into a
 // buffer taken from a pool only while bytes wait in it.
 const readChunk = 4 << 10
-
-// parkGrace is how long a reader waits for more before it parks: a
-// connection that talks several times a second (a moving cursor) keeps
-// its reader rather than parking and waking for every message.
-const parkGrace = 200 * time.Millisecond
 
 // clockBase makes the monotonic times frameConn keeps as integers.
 var clockBase = time.Now()
@@ -48,15 +48,18 @@ type frameConn struct {
 	off, end int
 	left     int64        // bytes of the current frame not yet handed to gorilla
 	mustRead bool         // set on waking: read the socket before parking again
+	unread   bool         // the socket may hold bytes that no read took: read them, without waiting, before parking
+	err      error        // what ended the poller's read (drain), for the reader
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
 	control controlHandler  // takes the pings and pongs read between frames; nil drops them
 	budget  *readBudget     // charged the buffer's bytes while it is taken; may be nil
 	raw     syscall.RawConn // the socket, for the writer's tryWrite; nil when not a plain one
 
-	// The reader's raw read (readWhenReady, Unix): the function, bound
-	// once, and what its last call read.
+	// The reader's raw reads (readWhenReady, readNow; Unix): the
+	// functions, bound once, and what the last call read.
 	readFn func(fd uintptr) bool
+	nowFn  func(fd uintptr)
 	rn     int
 	rerr   error
 
@@ -162,26 +165,47 @@ func (f *frameConn) endMessage() {
 	f.msgDeadline, f.armed = time.Time{}, false
 }
 
+// parking is what park did with the connection.
+type parking int
+
+const (
+	notParked parking = iota // the reader waits on the socket itself
+	parkedNow                // the poller has the connection: the reader returns
+	readFirst                // the socket had news while the reader ran: read it, without waiting, then park
+)
+
 // await reads until the header of a frame for gorilla is buffered,
-// answering pings and taking pongs on the way. With park set, when
-// nothing at all is buffered (and the socket was read since mustRead was
-// set) and the socket has been quiet for parkGrace, it calls park instead
-// of waiting on the socket, and reports true if park took the connection.
-func (f *frameConn) await(park func() bool) (parked bool, err error) {
+// answering pings, taking pongs and dropping messages passed back on the
+// way. With park set, when nothing at all is buffered (and the socket was
+// read since mustRead was set), it calls park instead of waiting on the
+// socket, and reports true if park took the connection.
+func (f *frameConn) await(park func() parking) (parked bool, err error) {
 	for {
 		if f.left > 0 {
 			return false, nil
 		}
-		graced := false
-		if f.off == f.end && park != nil && !f.mustRead {
-			quiet := time.Duration(monotonic() - f.lastRead.Load())
-			if quiet >= parkGrace {
-				if park() {
-					return true, nil
+		if f.off == f.end {
+			if err := f.err; err != nil { // the poller's read ended the socket
+				f.err = nil
+				return false, err
+			}
+			if park != nil && !f.mustRead {
+				if !f.unread {
+					switch park() {
+					case parkedNow:
+						return true, nil
+					case readFirst:
+						f.unread = true
+					}
 				}
-			} else {
-				f.Conn.SetReadDeadline(time.Now().Add(parkGrace - quiet))
-				graced = true
+				if f.unread { // read what the socket holds, without waiting, before parking
+					n, err := f.readNow()
+					if err != nil && err != errWouldBlock {
+						return false, err
+					}
+					f.unread = n == readChunk // a full read may have left more
+					continue
+				}
 			}
 		}
 		if f.frame(park != nil) {
@@ -190,17 +214,46 @@ func (f *frameConn) await(park func() bool) (parked bool, err error) {
 		if f.left > 0 {
 			return false, nil
 		}
-		err := f.fill()
-		if graced {
-			f.Conn.SetReadDeadline(time.Time{}) // gorilla's reads wait as long as it takes
-			if isTimeout(err) {
-				continue // quiet for parkGrace: park now
-			}
-		}
-		if err != nil {
+		if err := f.fill(); err != nil {
 			return false, err
 		}
 	}
+}
+
+// maxDrainReads bounds the reads drain makes of one socket for one event
+// of the poller: a socket that has more is a busy one, whose reader goes
+// on, and the poller goes on to the others.
+const maxDrainReads = 4
+
+// drain reads what a parked connection's socket holds, without waiting,
+// and takes what the reader would take between messages without gorilla:
+// pings, pongs and messages passed back, each buffered whole. It runs on
+// the poller. It reports whether a reader is needed: a frame for gorilla
+// is buffered, or part of one, or the socket ended (kept in err for the
+// reader), or it holds more than drain reads at once (unread). A short
+// read empties the socket, so one read does unless hup (the peer closed,
+// or the socket failed): then it reads on until the end.
+func (f *frameConn) drain(hup bool) bool {
+	for range maxDrainReads {
+		n, err := f.readNow()
+		switch {
+		case err == errWouldBlock:
+			return false
+		case err != nil:
+			f.err = err
+			return true
+		}
+		f.unread = n == readChunk || hup
+		for f.frame(true) {
+		}
+		if f.left > 0 || f.off < f.end {
+			return true
+		}
+		if !f.unread {
+			return false
+		}
+	}
+	return true
 }
 
 func isTimeout(err error) bool {
@@ -297,13 +350,27 @@ func (f *frameConn) fill() error {
 	if f.buf == nil {
 		n, err = f.readWhenReady()
 	} else {
-		if f.off > 0 {
-			f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
-			f.off = 0
-		}
+		f.compact()
 		n, err = f.Conn.Read((*f.buf)[f.end:])
 	}
-	f.end += n
+	f.got(n)
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// compact moves what waits in the buffer to its start.
+func (f *frameConn) compact() {
+	if f.off > 0 {
+		f.end = copy(*f.buf, (*f.buf)[f.off:f.end])
+		f.off = 0
+	}
+}
+
+// got notes n bytes read into the buffer after what waited there.
+func (f *frameConn) got(n int) {
+	f.end += max(n, 0)
 	if n > 0 {
 		f.mustRead = false
 		f.lastRead.Store(monotonic())
@@ -311,10 +378,6 @@ func (f *frameConn) fill() error {
 	if f.off == f.end {
 		f.putBuffer()
 	}
-	if n > 0 {
-		return nil
-	}
-	return err
 }
 
 // getBufferAndRead takes a buffer and reads the socket into it, holding

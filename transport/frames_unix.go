@@ -8,12 +8,13 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // readWhenReady reads into a buffer taken from the pool only once the
-// socket has bytes: a reader waiting on a quiet socket (for parkGrace, or
+// socket has bytes: a reader waiting on a quiet socket (mid-message, or
 // for ever with parking off) holds none, where a Read into a buffer would
 // hold one for the whole wait. It tries the socket first, and only if it has
 // nothing waits for it through the runtime's poller, which keeps the read
@@ -41,6 +42,75 @@ func (f *frameConn) readWhenReady() (int, error) {
 	return n, nil
 }
 
+// readNow reads what the socket holds, without waiting, into a buffer
+// taken for it; nothing is buffered when it is called. It reports
+// errWouldBlock, holding no buffer, when the socket holds nothing, and
+// io.EOF at its end.
+func (f *frameConn) readNow() (int, error) {
+	if f.raw == nil {
+		return 0, errWouldBlock // not a plain socket: it never parks
+	}
+	if f.nowFn == nil {
+		f.nowFn = f.readRawNow // bound once, as readFn
+	}
+	err := f.raw.Control(f.nowFn)
+	n, rerr := f.rn, f.rerr
+	f.rn, f.rerr = 0, nil
+	switch {
+	case err != nil: // the socket closed
+		return 0, err
+	case rerr == unix.EAGAIN:
+		return 0, errWouldBlock
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: f.LocalAddr().Network(), Source: f.LocalAddr(), Addr: f.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n <= 0:
+		return 0, io.EOF
+	}
+	f.got(n)
+	return n, nil
+}
+
+// readRawNow is readNow's read, on the socket's descriptor.
+func (f *frameConn) readRawNow(fd uintptr) {
+	f.getBuffer()
+	for {
+		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
+		if f.rerr != unix.EINTR {
+			break
+		}
+	}
+	if f.rn <= 0 {
+		f.putBuffer()
+	}
+}
+
+// readNoWait and writeNoWait are read(2) and write(2) on a non-blocking
+// socket. They never wait, so they skip what the runtime does around a
+// system call that may (unix.Read's): marking the thread as in a system
+// call, which lets the runtime give its core to another thread that it
+// may have to wake for it, then taking it back.
+func readNoWait(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
+func writeNoWait(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(n), nil
+}
+
 // rawWrite is one non-blocking write through a raw connection. fn is its
 // write method, bound once: a closure made for each write would be an
 // allocation for each.
@@ -59,7 +129,7 @@ var rawWrites = sync.Pool{New: func() any {
 
 func (w *rawWrite) write(fd uintptr) bool {
 	for {
-		w.n, w.err = unix.Write(int(fd), w.b)
+		w.n, w.err = writeNoWait(int(fd), w.b)
 		if w.err != unix.EINTR {
 			break
 		}
@@ -73,7 +143,7 @@ func (w *rawWrite) write(fd uintptr) bool {
 func (f *frameConn) readRaw(fd uintptr) bool {
 	f.getBuffer()
 	for {
-		f.rn, f.rerr = unix.Read(int(fd), *f.buf)
+		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
 		if f.rerr != unix.EINTR {
 			break
 		}

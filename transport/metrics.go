@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	connections prometheus.Gauge
 	parked      prometheus.Gauge
+	woken       prometheus.Counter
 	received    *prometheus.CounterVec
 	sent        *prometheus.CounterVec
 	errors      *prometheus.CounterVec
@@ -41,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		parked: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tandem_connections_parked",
 			Help: "Open connections with nothing to read, waiting without a goroutine.",
+		}),
+		woken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tandem_readers_started_total",
+			Help: "Readers started for parked connections: for a message to read, part of one, or the connection's end. What the poller takes itself (pongs, messages passed back) starts none.",
 		}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tandem_messages_received_total",
@@ -85,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connections, m.parked, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.docsRefused, m.denied, m.syncBytes, m.sendWait)
+		reg.MustRegister(m.connections, m.parked, m.woken, m.received, m.sent, m.errors, m.dropped, m.disconnects, m.refused, m.docsRefused, m.denied, m.syncBytes, m.sendWait)
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tandem_read_buffer_bytes",
 			Help: "Bytes of read buffers the connections' readers hold: only while bytes wait in them, never while a plain TCP socket is quiet.",

@@ -5,22 +5,37 @@ package transport
 import (
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// poller watches parked connections' sockets with an epoll set of its
-// own, one-shot: a socket that becomes readable (or closes) is taken out
-// of the watch until its reader parks it again. The Go runtime keeps
-// watching the socket too, for the reads the reader makes when it runs.
+// poller watches the sockets of connections that have parked with an
+// epoll set of its own, edge-triggered: a socket is added at its first
+// park and stays until it closes, and each time bytes arrive the poller
+// hears of it once, parked or not (conn.ready). Parking so costs no
+// system call. The Go runtime watches the socket too, for the reads a
+// reader makes when it runs.
+//
+// The poller's goroutine waits for the set through the runtime's own
+// poller, as a reader waits for its socket: it holds no thread and no
+// core while it waits, and the readers it starts run on the core it
+// leaves as soon as it does.
 type poller struct {
-	epfd, wakefd int
-	done         chan struct{}
-	log          *slog.Logger
-	dead         atomic.Bool // run failed: nothing may park
+	epfd   int
+	set    *os.File        // epfd, for the runtime's poller; closing it stops run
+	rc     syscall.RawConn // set's
+	waitFn func(fd uintptr) bool
+	events []unix.EpollEvent
+	err    error // what failed the set
+	done   chan struct{}
+	log    *slog.Logger
+	dead   atomic.Bool // run failed: nothing may park
 
 	mu    sync.Mutex
 	conns map[uint64]*conn // by id, the connections ever parked and still open
@@ -34,86 +49,109 @@ func newPoller(log *slog.Logger) (*poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	wakefd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, err
+	}
+	set := os.NewFile(uintptr(epfd), "tandem-poller") // non-blocking: the runtime's poller waits for it
+	rc, err := set.SyscallConn()
 	if err != nil {
-		unix.Close(epfd)
+		set.Close()
 		return nil, err
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil { // id 0: the wake
-		unix.Close(epfd)
-		unix.Close(wakefd)
-		return nil, err
-	}
-	p := &poller{epfd: epfd, wakefd: wakefd, done: make(chan struct{}), log: log, conns: make(map[uint64]*conn), next: 1}
+	p := &poller{epfd: epfd, set: set, rc: rc, events: make([]unix.EpollEvent, 256),
+		done: make(chan struct{}), log: log, conns: make(map[uint64]*conn), next: 1}
+	p.waitFn = p.wait
 	go p.run()
 	return p, nil
 }
 
-// run waits for parked sockets to become readable and wakes their
-// connections, until close.
-func (p *poller) run() {
-	defer close(p.done)
-	events := make([]unix.EpollEvent, 256)
+// wait takes the events the set holds, without waiting, and hands each
+// socket to its connection, until the set holds none; it then reports
+// false, and the runtime's poller waits for more, or true when the set
+// failed (p.err). It runs inside one RawRead for as long as the poller
+// waits: the runtime resets what it knows of the set's readiness only
+// when a RawRead starts, so an event that comes after a take, however
+// soon, wakes the next wait, and a take that found the set emptied needs
+// no second one to see that it is empty.
+func (p *poller) wait(fd uintptr) bool {
 	for {
-		n, err := unix.EpollWait(p.epfd, events, -1)
-		if errors.Is(err, unix.EINTR) {
+		// As readNoWait: a wait of 0 never blocks.
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&p.events[0])), uintptr(len(p.events)), 0, 0, 0)
+		switch e {
+		case 0:
+		case unix.EINTR:
 			continue
+		default:
+			p.err = e
+			return true
 		}
-		if err != nil {
-			// Nothing parks from now on (watch refuses), and what is
-			// parked is woken to read with a goroutine again.
-			p.dead.Store(true)
-			p.log.Error("the poller of idle connections failed: every connection keeps its reader from now on", "err", err)
-			p.mu.Lock()
-			parked := make([]*conn, 0, len(p.conns))
-			for _, c := range p.conns {
-				parked = append(parked, c)
-			}
-			p.mu.Unlock()
-			for _, c := range parked {
-				c.wake()
-			}
-			return
-		}
-		for _, ev := range events[:n] {
+		for _, ev := range p.events[:n] {
 			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
-			if id == 0 {
-				return // close
-			}
 			p.mu.Lock()
 			c := p.conns[id]
 			p.mu.Unlock()
 			if c != nil {
-				c.wake()
+				c.ready(ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
 			}
+		}
+		if int(n) < len(p.events) {
+			return false // emptied
 		}
 	}
 }
 
-// watch arms c's socket, adding it to the set the first time. Called with
-// c.parkMu held, while the socket is open.
+// run waits for watched sockets to have something and hands each to its
+// connection (wait), until close.
+func (p *poller) run() {
+	defer close(p.done)
+	for {
+		err := p.rc.Read(p.waitFn)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.set.SetReadDeadline(time.Time{})
+			continue // a look asked for (tests): wait again
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return // close
+		}
+		if err == nil {
+			err = p.err
+		}
+		// Nothing parks from now on (watch refuses), and what is parked
+		// is woken to read with a goroutine again.
+		p.dead.Store(true)
+		p.log.Error("the poller of idle connections failed: every connection keeps its reader from now on", "err", err)
+		p.mu.Lock()
+		parked := make([]*conn, 0, len(p.conns))
+		for _, c := range p.conns {
+			parked = append(parked, c)
+		}
+		p.mu.Unlock()
+		for _, c := range parked {
+			c.wake()
+		}
+		return
+	}
+}
+
+// watch adds c's socket to the set. Called with c.parkMu held, while the
+// socket is open, once: the socket stays until forget.
 func (p *poller) watch(c *conn) error {
 	if p.dead.Load() {
 		return errPollerDead
 	}
-	op := unix.EPOLL_CTL_MOD
-	if c.pollID == 0 {
-		p.mu.Lock()
-		c.pollID = p.next
-		p.next++
-		p.conns[c.pollID] = c
-		p.mu.Unlock()
-		op = unix.EPOLL_CTL_ADD
-	}
+	p.mu.Lock()
+	c.pollID = p.next
+	p.next++
+	p.conns[c.pollID] = c
+	p.mu.Unlock()
 	ev := unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET,
 		Fd:     int32(uint32(c.pollID)), Pad: int32(uint32(c.pollID >> 32)),
 	}
-	err := c.control(func(fd int) error { return unix.EpollCtl(p.epfd, op, fd, &ev) })
-	if err != nil && op == unix.EPOLL_CTL_ADD {
-		// Never added: the next attempt adds again, rather than
-		// modifying what is not there.
+	err := c.control(func(fd int) error { return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) })
+	if err != nil {
+		// Never added: the next attempt adds it again.
 		p.mu.Lock()
 		delete(p.conns, c.pollID)
 		p.mu.Unlock()
@@ -138,12 +176,8 @@ func (p *poller) forget(c *conn) {
 // close stops run and waits for it. The sockets are the connections' to
 // close.
 func (p *poller) close() {
-	var one [8]byte
-	one[0] = 1
-	unix.Write(p.wakefd, one[:])
+	p.set.Close()
 	<-p.done
-	unix.Close(p.epfd)
-	unix.Close(p.wakefd)
 }
 
 // control runs fn on the socket's descriptor, which cannot be closed

@@ -5,11 +5,12 @@ package transport
 import (
 	"errors"
 	"log/slog"
+	"sync/atomic"
 )
 
 // poller is Linux's (park_linux.go). Elsewhere a connection never parks:
 // its reader keeps its goroutine.
-type poller struct{}
+type poller struct{ dead atomic.Bool }
 
 func newPoller(*slog.Logger) (*poller, error) { return nil, errors.ErrUnsupported }
 

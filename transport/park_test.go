@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -233,5 +234,132 @@ func TestAConnectionEndingMidFrameGivesBackItsBuffer(t *testing.T) {
 	testenv.WaitFor(t, "both connections finished", func() bool { return s.Connections() == 0 })
 	if b := s.metrics.readBuffers.Load(); b != 0 {
 		t.Errorf("%d bytes of read buffers held after every connection finished", b)
+	}
+}
+
+// What a client passes back to a parked connection, and its pongs, the
+// poller reads and drops itself: no reader starts for them. A message of
+// the client's own starts one.
+func TestWhatAParkedConnectionIsPassedBackStartsNoReader(t *testing.T) {
+	s := newTestServer(t, Config{})
+	listener := dial(t, s.url)
+	join(t, listener, "l")
+	sendEphemeral(t, listener, "l", 1, []byte{0xa0}) // in the document
+	testenv.WaitFor(t, "the listener in the document", func() bool { return s.hub.Stats().Peers == 1 })
+	movers := dialJoined(t, s, 4)
+	for i, ws := range movers {
+		for n := uint64(1); n <= 4; n++ {
+			sendEphemeral(t, ws, fmt.Sprint("p", i), n, []byte{0x01})
+		}
+	}
+	var got []*wire.Message
+	for range 4 * len(movers) {
+		m := recv(t, listener)
+		if m.Type != wire.TypeEphemeral {
+			t.Fatalf("the listener got %+v", m)
+		}
+		got = append(got, m)
+	}
+	parked := func() float64 { return testutil.ToFloat64(s.metrics.parked) }
+	testenv.WaitFor(t, "every connection parked", func() bool { return parked() == float64(1+len(movers)) })
+	started := testutil.ToFloat64(s.metrics.woken)
+	for _, m := range got {
+		passBack(t, listener, m)
+	}
+	if err := listener.WriteControl(websocket.PongMessage, nil, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	dropped := func() float64 { return testutil.ToFloat64(s.metrics.droppedForeign) }
+	testenv.WaitFor(t, "all passed back dropped", func() bool { return dropped() == float64(len(got)) })
+	if n := testutil.ToFloat64(s.metrics.woken) - started; n != 0 {
+		t.Errorf("%v readers started for what was passed back", n)
+	}
+	heartbeatEach(t, []*websocket.Conn{listener}, 1)
+	if n := testutil.ToFloat64(s.metrics.woken) - started; n != 1 {
+		t.Errorf("%v readers started for a heartbeat, want 1", n)
+	}
+}
+
+// A parked connection sent more than the poller reads at once is read to
+// the end: it parks again only with nothing left on its socket. Its frames
+// end where the chunks it is read in end, so that the reader empties its
+// buffer at each chunk's end with the rest still on the socket.
+func TestAParkedConnectionReadsAllThatArrivesAtOnce(t *testing.T) {
+	s := newTestServer(t, Config{MessageRate: 1e6, MessageBurst: 1e6, SendQueue: 4096})
+	// A peer id and seqs of one width that make each heartbeat's frame
+	// 128 bytes: 32 of them a chunk.
+	const frameSize = 128
+	peer, base := "", uint64(0)
+	for _, b := range []uint64{300, 70000} { // seqs of 3 bytes of CBOR, or 5
+		for p := "a"; len(p) < 100 && base == 0; p += "a" {
+			if len(clientFrame(0x2, true, heartbeatFrame(t, p, b))) == frameSize {
+				peer, base = p, b
+			}
+		}
+	}
+	if base == 0 || readChunk%frameSize != 0 {
+		t.Fatalf("no heartbeat frame of %d bytes, or a read chunk of %d not a multiple of it", frameSize, readChunk)
+	}
+	ws := dial(t, s.url)
+	join(t, ws, peer)
+	for round := range 3 {
+		testenv.WaitFor(t, "the connection parked", func() bool { return testutil.ToFloat64(s.metrics.parked) == 1 })
+		const n = 4 * maxDrainReads * readChunk / frameSize
+		first := base + uint64(round*n) // the same size for every seq
+		var stream []byte
+		for i := range uint64(n) {
+			stream = append(stream, clientFrame(0x2, true, heartbeatFrame(t, peer, first+i))...)
+		}
+		if _, err := ws.UnderlyingConn().Write(stream); err != nil {
+			t.Fatal(err)
+		}
+		for i := range uint64(n) {
+			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != first+i {
+				t.Fatalf("round %d: got %s %d, want the ack of %d", round, m.Type, m.Seq, first+i)
+			}
+		}
+	}
+}
+
+// Messages that arrive while a reader runs, each in a write of its own,
+// are read before it parks: many connections sending at once, none
+// waiting for its answers, all answered.
+func TestWhatArrivesWhileAReaderRunsIsRead(t *testing.T) {
+	s := newTestServer(t, Config{MessageRate: 1e6, MessageBurst: 1e6, SendQueue: 1024})
+	conns := dialJoined(t, s, 8)
+	const n = 300
+	errs := make(chan error, 2*len(conns))
+	for i, ws := range conns {
+		peer := fmt.Sprint("p", i)
+		go func() {
+			for seq := uint64(1); seq <= n; seq++ {
+				b, _ := wire.Encode(&wire.Message{Type: wire.TypeHeartbeat, SenderID: peer, TargetID: serverID, Seq: seq})
+				if err := ws.WriteMessage(websocket.BinaryMessage, b); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+		go func() {
+			for seq := uint64(1); seq <= n; seq++ {
+				ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, b, err := ws.ReadMessage()
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", peer, err)
+					return
+				}
+				if m, err := wire.Decode(b); err != nil || m.Type != wire.TypeHeartbeatAck || m.Seq != seq {
+					errs <- fmt.Errorf("%s: got %+v (%v), want the ack of %d", peer, m, err, seq)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 2 * len(conns) {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -12,8 +12,9 @@ import "github.com/tandemhq/tandem/transport/wire"
 //
 // A connection is owed as many as it was sent (passOns): each of those
 // is recognized without decoding it (wire.PassedOn) and dropped before
-// anything else is done with it: by the reader, as it finds the frame
-// whole in its buffer, before gorilla reads it (frameConn.frame); by
+// anything else is done with it: by the reader, or by the poller for a
+// parked connection, as it finds the frame whole in its buffer, before
+// gorilla reads it (frameConn.frame, frameConn.drain); by
 // handle for a message that is not read so. It does not count against
 // the connection's message rate, since it is the server's own traffic
 // coming back, not the client's. Past what it is owed, a message in

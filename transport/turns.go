@@ -15,15 +15,15 @@ import (
 // own work. So turns run on goroutines that stay, with the stack they
 // grew, for about turnIdle after their last turn (one to two), and take
 // the next turn that comes; then they end, so a quiet node keeps none.
-// A woken reader (park.go) starts a goroutine of its own: it stays up to
-// parkGrace, long enough for a pool to hold hundreds of them idle.
+// The readers the poller starts for what it read (park.go) take turns
+// here too.
 
 // turnIdle is how long a goroutine waits for another turn, at least.
 const turnIdle = time.Second
 
-// turn is one turn: a connection's writer. The nil turn ends the
-// goroutine that gets it.
-type turn interface{ write() }
+// turn is one turn: a connection's writer or reader. The nil turn ends
+// the goroutine that gets it.
+type turn interface{ runTurn() }
 
 // turns is the server's pool of goroutines for turns.
 type turns struct {
@@ -63,7 +63,7 @@ func (p *turns) run(t turn) {
 func (p *turns) work(t turn) {
 	w := &turner{next: make(chan turn, 1)}
 	for t != nil {
-		t.write()
+		t.runTurn()
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()

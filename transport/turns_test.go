@@ -16,7 +16,7 @@ type gateTurn struct {
 	gate chan struct{}
 }
 
-func (t *gateTurn) write() {
+func (t *gateTurn) runTurn() {
 	if t.gate != nil {
 		<-t.gate
 	}

@@ -207,6 +207,9 @@ func (c *conn) shutChan() <-chan struct{} {
 	return c.shutDone
 }
 
+// runTurn implements turn: the writer's turn on the pool (turns.go).
+func (c *conn) runTurn() { c.write() }
+
 // write is a writer's turn on the pool (turns.go): it writes what a write
 // at once left (writeNow), then what is queued until the queue is empty,
 // or until the close frame, after which it closes the socket. The taking
