@@ -29,11 +29,14 @@ type conn struct {
 	ip  string     // the remote address's host, counted in the server's perIP
 
 	// Parking (park.go), guarded by parkMu.
-	parkMu    sync.Mutex
-	parked    bool   // no reader runs: the poller reads, and starts one
-	pending   bool   // the socket had news while a reader ran: it reads before it parks
-	pollID    uint64 // the poller's name for it; 0 when not watched
-	unwatched bool   // the socket is closing: it never parks again
+	parkMu  sync.Mutex
+	parked  bool // no reader runs: the poller reads, and starts one
+	pending bool // the socket had news while a reader ran: it reads before it parks
+	// pendingToEnd: that news may leave bytes a short read does not take
+	// (ready): the reader reads until the socket has nothing.
+	pendingToEnd bool
+	pollID       uint64 // the poller's name for it; 0 when not watched
+	unwatched    bool   // the socket is closing: it never parks again
 
 	// The writer (writer.go). wmu guards out, feed, feeds, feedsAt, writing,
 	// told, closing, shut, shutDone, the timers, movedTo and the lane's

@@ -49,6 +49,7 @@ type frameConn struct {
 	left     int64        // bytes of the current frame not yet handed to gorilla
 	mustRead bool         // set on waking: read the socket before parking again
 	unread   bool         // the socket may hold bytes that no read took: read them, without waiting, before parking
+	toEnd    bool         // with unread: a short read does not prove the socket empty (ready); read until it has nothing
 	err      error        // what ended the poller's read (drain), for the reader
 	lastRead atomic.Int64 // when the socket last gave bytes (monotonic)
 
@@ -203,7 +204,9 @@ func (f *frameConn) await(park func() parking) (parked bool, err error) {
 					if err != nil && err != errWouldBlock {
 						return false, err
 					}
-					f.unread = n == readChunk // a full read may have left more
+					// A full read may have left more; with toEnd, any read.
+					f.unread = n == readChunk || n > 0 && f.toEnd
+					f.toEnd = f.toEnd && f.unread
 					continue
 				}
 			}
@@ -231,19 +234,23 @@ const maxDrainReads = 4
 // the poller. It reports whether a reader is needed: a frame for gorilla
 // is buffered, or part of one, or the socket ended (kept in err for the
 // reader), or it holds more than drain reads at once (unread). A short
-// read empties the socket, so one read does unless hup (the peer closed,
-// or the socket failed): then it reads on until the end.
-func (f *frameConn) drain(hup bool) bool {
+// read empties the socket, so one read does unless toEnd (the peer
+// closed, the socket failed, or urgent data came, at whose mark a read
+// stops): then it reads on until the socket has nothing, and so does the
+// reader it starts.
+func (f *frameConn) drain(toEnd bool) bool {
+	f.toEnd = toEnd
 	for range maxDrainReads {
 		n, err := f.readNow()
 		switch {
 		case err == errWouldBlock:
+			f.unread, f.toEnd = false, false
 			return false
 		case err != nil:
 			f.err = err
 			return true
 		}
-		f.unread = n == readChunk || hup
+		f.unread = n == readChunk || f.toEnd
 		for f.frame(true) {
 		}
 		if f.left > 0 || f.off < f.end {

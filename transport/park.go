@@ -30,7 +30,8 @@ func (c *conn) park() parking {
 		return notParked
 	}
 	if c.pending {
-		c.pending = false
+		c.fr.toEnd = c.pendingToEnd
+		c.pending, c.pendingToEnd = false, false
 		return readFirst
 	}
 	if c.pollID == 0 {
@@ -43,20 +44,23 @@ func (c *conn) park() parking {
 	return parkedNow
 }
 
-// ready runs on the poller when c's socket has something to read (or
-// closed; hup): if c is parked, the poller reads it (frameConn.drain)
-// and starts a reader if what it read needs one; if not, the reader
-// running reads it before it parks.
-func (c *conn) ready(hup bool) {
+// ready runs on the poller when c's socket has something to read:
+// if c is parked, the poller reads it (frameConn.drain) and starts a
+// reader if what it read needs one; if not, the reader running reads it
+// before it parks. toEnd says that a short read may not have emptied the
+// socket (it closed, or urgent data came: a read stops at its mark): it
+// is read until it has nothing.
+func (c *conn) ready(toEnd bool) {
 	c.parkMu.Lock()
 	if !c.parked {
 		c.pending = true
+		c.pendingToEnd = c.pendingToEnd || toEnd
 		c.parkMu.Unlock()
 		return
 	}
 	c.parked = false // the poller's: wake leaves it be
 	c.parkMu.Unlock()
-	if !c.fr.drain(hup) {
+	if !c.fr.drain(toEnd) {
 		c.parkMu.Lock()
 		if !c.closed.Load() && !c.unwatched {
 			c.parked = true

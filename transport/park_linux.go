@@ -92,7 +92,9 @@ func (p *poller) wait(fd uintptr) bool {
 			c := p.conns[id]
 			p.mu.Unlock()
 			if c != nil {
-				c.ready(ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
+				// A hang-up, or urgent data (a read stops at its mark),
+				// leaves bytes a short read does not take.
+				c.ready(ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR|unix.EPOLLPRI) != 0)
 			}
 		}
 		if int(n) < len(p.events) {
@@ -146,7 +148,7 @@ func (p *poller) watch(c *conn) error {
 	p.conns[c.pollID] = c
 	p.mu.Unlock()
 	ev := unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET,
+		Events: unix.EPOLLIN | unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLET,
 		Fd:     int32(uint32(c.pollID)), Pad: int32(uint32(c.pollID >> 32)),
 	}
 	err := c.control(func(fd int) error { return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) })

@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tandemhq/tandem/internal/testenv"
+	"github.com/tandemhq/tandem/transport/wire"
 )
 
 // When the poller fails, every parked connection gets its reader back and
@@ -48,4 +50,42 @@ func TestAFailedPollerHandsEveryConnectionItsReaderBack(t *testing.T) {
 		ws.Close()
 	}
 	testenv.WaitFor(t, "closed connections finished", func() bool { return s.Connections() == 0 })
+}
+
+// TCP urgent data stops a read at its mark while more bytes wait, so a
+// short read does not always empty the socket: a message that follows
+// urgent data is read at once, whether the connection was parked or its
+// reader ran. Repeated: the poller must find the urgent data and the
+// message after it together.
+func TestAMessageAfterUrgentDataIsRead(t *testing.T) {
+	s := newTestServer(t, Config{})
+	if s.poller == nil {
+		t.Fatal("no poller: connections cannot park here")
+	}
+	ws := dial(t, s.url)
+	join(t, ws, "a")
+	rc, err := ws.UnderlyingConn().(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := uint64(1); round <= 30; round++ {
+		a := clientFrame(0x2, true, heartbeatFrame(t, "a", 2*round-1))
+		b := clientFrame(0x2, true, heartbeatFrame(t, "a", 2*round))
+		var werr error
+		if err := rc.Write(func(fd uintptr) bool {
+			if _, werr = unix.Write(int(fd), a); werr == nil {
+				if werr = unix.Sendto(int(fd), []byte{0}, unix.MSG_OOB, nil); werr == nil {
+					_, werr = unix.Write(int(fd), b)
+				}
+			}
+			return true
+		}); err != nil || werr != nil {
+			t.Fatal(err, werr)
+		}
+		for _, seq := range []uint64{2*round - 1, 2 * round} {
+			if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != seq {
+				t.Fatalf("round %d: got %s %d, want the ack of %d", round, m.Type, m.Seq, seq)
+			}
+		}
+	}
 }
