@@ -124,7 +124,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.PresenceTick, "presence-tick", 50*time.Millisecond,
 		"presence coalescing period: per peer and channel at most one update per tick, newest wins")
 	fs.BoolVar(&c.ParkIdle, "park-idle", true,
-		"an idle connection gives up its reader goroutine and waits on an epoll set (Linux); false keeps a reader per connection")
+		"a connection with nothing to read gives up its reader goroutine and waits on an epoll set, whose poller reads it, takes pongs and drops what the client passes back, and starts a reader for the rest (Linux); false keeps a reader per connection")
 	fs.BoolVar(&c.GCTune, "gc-tune", true,
 		"the garbage collector's headroom follows the load: the least GOGC, from 10 up to GOGC (default 100), at which collections take at most 2% of a core at the allocation rate of the moment; a quiet node gives back the memory idle connections do not need")
 	fs.DurationVar(&c.AwayAfter, "away-after", 5*time.Minute, "a connected peer without activity for this long is away")
