@@ -18,25 +18,44 @@ import (
 // large document, or one crafted to take long, takes its sender's time,
 // not its room's or the node's.
 
-// checkBlocker makes h stop each message's check until released, and
-// reports each stop on entered.
-type checkBlocker struct {
+// gate stops whoever passes it until the test frees it, or ends.
+type gate struct {
 	entered, release chan struct{}
 	once             sync.Once
 }
 
-// blockChecks stops h's checks until the test releases them, or ends.
-func blockChecks(t *testing.T, h *Hub) *checkBlocker {
-	b := &checkBlocker{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	h.checkHook = func(string) {
-		b.entered <- struct{}{}
-		<-b.release
-	}
-	t.Cleanup(b.free) // before the hub's: a failed test's check ends first
-	return b
+// newGate returns a closed gate; t's end frees it. Made after the hub, it
+// is freed before the hub closes: a failed test's message ends first.
+func newGate(t *testing.T) *gate {
+	g := &gate{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(g.free)
+	return g
 }
 
-func (b *checkBlocker) free() { b.once.Do(func() { close(b.release) }) }
+// pass reports the caller on entered and waits until the gate is freed.
+func (g *gate) pass() {
+	g.entered <- struct{}{}
+	<-g.release
+}
+
+// reached waits, up to 10 s, for someone to reach the gate.
+func (g *gate) reached(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never reached the gate", what)
+	}
+}
+
+func (g *gate) free() { g.once.Do(func() { close(g.release) }) }
+
+// blockChecks stops h's checks at a gate.
+func blockChecks(t *testing.T, h *Hub) *gate {
+	g := newGate(t)
+	h.checkHook = func(string) { g.pass() }
+	return g
+}
 
 // within fails the test if f does not return within 10 s: it would be
 // waiting for the check held up.
@@ -80,11 +99,7 @@ func TestTheRoomGoesOnWhileAMessageIsChecked(t *testing.T) {
 	a := &fakePeer{id: "a", told: make(chan struct{}, 1)}
 	sent := make(chan error, 1)
 	go func() { sent <- sendChanges(h, testDoc, a, amtest.Chain(3, 10, 0)...) }()
-	select {
-	case <-blocked.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's changes were never checked")
-	}
+	blocked.reached(t, "a's check")
 
 	within(t, "an ephemeral", func() {
 		if err := h.Ephemeral(ctx, b.peer, testDoc, Ephemeral{SenderID: "b", SessionID: "s", Count: 1, Data: []byte{0xa0}}); err != nil {
@@ -132,7 +147,7 @@ func TestAPeerLeavingDuringACheckHasItsWaitingChangesDropped(t *testing.T) {
 	sent := make(chan error, 1)
 	aChange, _ := oneChange("a-actor")
 	go func() { sent <- sendChanges(h, testDoc, a, aChange) }()
-	<-blocked.entered
+	blocked.reached(t, "a's check")
 	within(t, "b's leave", func() { h.Leave(b, testDoc) })
 	if h.waiting.Load() == 0 {
 		t.Fatal("b's waiting change was dropped while a's changes were checked")
@@ -202,18 +217,16 @@ func TestChecksRunBesideTheRoomsOtherWork(t *testing.T) {
 	}
 }
 
-// blockingObserver blocks in Applied while block is set, reporting on
-// entered.
+// blockingObserver stops in Applied at its gate while block is set.
 type blockingObserver struct {
 	funcObserver
-	block            atomic.Bool
-	entered, release chan struct{}
+	block atomic.Bool
+	gate  *gate
 }
 
 func (o *blockingObserver) Applied(Peer, iter.Seq[*amcheck.Change], bool) {
 	if o.block.Load() {
-		o.entered <- struct{}{}
-		<-o.release
+		o.gate.pass()
 	}
 }
 
@@ -222,11 +235,9 @@ func (o *blockingObserver) Applied(Peer, iter.Seq[*amcheck.Change], bool) {
 // one message), the room goes on, and a peer that leaves meanwhile has
 // its waiting changes dropped once the message is done.
 func TestTheRoomGoesOnWhileTheObserverIsTold(t *testing.T) {
-	obs := &blockingObserver{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	var once sync.Once
-	free := func() { once.Do(func() { close(obs.release) }) }
+	obs := &blockingObserver{}
 	h := newTestHub(t, openStore(t, t.TempDir()), Config{Observe: func(Room) Observer { return obs }})
-	t.Cleanup(free) // before the hub's: a failed test's message ends first
+	obs.gate = newGate(t)
 	ctx := context.Background()
 	c := newClient("c")
 	c.sync(t, h, true)
@@ -239,11 +250,7 @@ func TestTheRoomGoesOnWhileTheObserverIsTold(t *testing.T) {
 	aChange, _ := oneChange("a-actor")
 	sent := make(chan error, 1)
 	go func() { sent <- sendChanges(h, testDoc, a, aChange) }()
-	select {
-	case <-obs.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the observer was never told of a's change")
-	}
+	obs.gate.reached(t, "the observer, told of a's change,")
 	within(t, "an ephemeral", func() {
 		if err := h.Ephemeral(ctx, c.peer, testDoc, Ephemeral{SenderID: "c", SessionID: "s", Count: 1, Data: []byte{0xa0}}); err != nil {
 			t.Error(err)
@@ -252,7 +259,7 @@ func TestTheRoomGoesOnWhileTheObserverIsTold(t *testing.T) {
 	within(t, "an acknowledgement", func() { c.sync(t, h, false) })
 	within(t, "b's leave", func() { h.Leave(b, testDoc) })
 	obs.block.Store(false)
-	free()
+	obs.gate.free()
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
