@@ -89,22 +89,15 @@ func (f *frameConn) readRawNow(fd uintptr) {
 // system call that may (unix.Read's): marking the thread as in a system
 // call, which lets the runtime give its core to another thread that it
 // may have to wake for it, then taking it back.
-func readNoWait(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
+func readNoWait(fd int, p []byte) (int, error)  { return noWait(unix.SYS_READ, fd, p) }
+func writeNoWait(fd int, p []byte) (int, error) { return noWait(unix.SYS_WRITE, fd, p) }
 
-func writeNoWait(fd int, p []byte) (int, error) {
+// noWait is the system call trap (read or write) on fd and p.
+func noWait(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return -1, e
 	}
