@@ -193,17 +193,18 @@ func (r *room) settle(p doc.Peer) {
 // counts for the first, and each other's is settled here, reading the
 // text, which only such a message pays (up to maxRunsCounted runs).
 func (r *room) Applied(by doc.Peer, changes iter.Seq[*amcheck.Change], elsewhere bool) {
-	if r.runs++; r.runs <= maxRunsCounted {
+	r.runs++
+	counted := r.runs <= maxRunsCounted
+	if counted {
 		r.settle(by)
-	} else {
-		r.mu.Lock()
-		r.pending, r.stale = nil, true
-		r.mu.Unlock()
 	}
 	r.text.take(changes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if by == nil || r.runs > maxRunsCounted {
+	if by == nil || !counted {
+		if !counted {
+			r.pending = nil // what it wrote since the last count is not told apart
+		}
 		r.stale = true
 		return
 	}
