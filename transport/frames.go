@@ -27,10 +27,20 @@ var errWouldBlock = errors.New("the socket holds nothing to read")
 // (drain), and starts one only for what gorilla is to read. Every other
 // frame, close frames and malformed ones included, is gorilla's to read
 // and judge.
+//
+// The bytes of a frame's header, or of a ping or pong, that came without
+// the rest wait in the connection itself (part), not in a buffer: a peer
+// that sends a frame's first bytes and stops, or drips them, holds what
+// an idle connection holds, no buffer charged to the read budget and no
+// reader, however long it takes.
 
 // readChunk is how much the reader asks the socket for at a time, into a
 // buffer taken from a pool only while bytes wait in it.
 const readChunk = 4 << 10
+
+// maxPart is the most a frame not yet whole keeps in frameConn.part: a
+// header (14 bytes at most) and a ping's or pong's payload (125).
+const maxPart = 14 + 125
 
 // clockBase makes the monotonic times frameConn keeps as integers.
 var clockBase = time.Now()
@@ -44,8 +54,10 @@ var chunkPool = sync.Pool{New: func() any { b := make([]byte, readChunk); return
 // reader calls Read and await; lastRead is read by the ping timer.
 type frameConn struct {
 	net.Conn
-	buf      *[]byte // bytes read and not yet handed on are (*buf)[off:end]; nil when none
+	buf      *[]byte // bytes read and not yet handed on are (*buf)[off:end]; nil when none but part's
 	off, end int
+	part     [maxPart]byte // with no buf, the first nPart bytes of a frame not yet whole (stash)
+	nPart    uint8
 	left     int64        // bytes of the current frame not yet handed to gorilla
 	mustRead bool         // set on waking: read the socket before parking again
 	unread   bool         // the socket may hold bytes that no read took: read them, without waiting, before parking
@@ -177,9 +189,10 @@ const (
 
 // await reads until the header of a frame for gorilla is buffered,
 // answering pings, taking pongs and dropping messages passed back on the
-// way. With park set, when nothing at all is buffered (and the socket was
-// read since mustRead was set), it calls park instead of waiting on the
-// socket, and reports true if park took the connection.
+// way. With park set, when nothing is buffered but the start of a frame
+// (kept in part), and the socket was read since mustRead was set, it
+// calls park instead of waiting on the socket, and reports true if park
+// took the connection.
 func (f *frameConn) await(park func() parking) (parked bool, err error) {
 	for {
 		if f.left > 0 {
@@ -205,7 +218,7 @@ func (f *frameConn) await(park func() parking) (parked bool, err error) {
 						return false, err
 					}
 					// A full read may have left more; with toEnd, any read.
-					f.unread = n == readChunk || n > 0 && f.toEnd
+					f.unread = f.full() || n > 0 && f.toEnd
 					f.toEnd = f.toEnd && f.unread
 					continue
 				}
@@ -216,6 +229,9 @@ func (f *frameConn) await(park func() parking) (parked bool, err error) {
 		}
 		if f.left > 0 {
 			return false, nil
+		}
+		if park != nil && !f.mustRead && f.off < f.end && f.stash() {
+			continue // the start of a frame, kept in part: park with it
 		}
 		if err := f.fill(); err != nil {
 			return false, err
@@ -231,9 +247,11 @@ const maxDrainReads = 4
 // drain reads what a parked connection's socket holds, without waiting,
 // and takes what the reader would take between messages without gorilla:
 // pings, pongs and messages passed back, each buffered whole. It runs on
-// the poller. It reports whether a reader is needed: a frame for gorilla
-// is buffered, or part of one, or the socket ended (kept in err for the
-// reader), or it holds more than drain reads at once (unread). A short
+// the poller. It reports whether a reader is needed: the header of a
+// frame for gorilla is buffered, or the socket ended (kept in err for the
+// reader), or it holds more than drain reads at once (unread). The start
+// of a frame that has not all come is kept in part: the rest wakes the
+// poller again. A short
 // read empties the socket, so one read does unless toEnd (the peer
 // closed, the socket failed, or urgent data came, at whose mark a read
 // stops): then it reads on until the socket has nothing, and so does the
@@ -241,7 +259,7 @@ const maxDrainReads = 4
 func (f *frameConn) drain(toEnd bool) bool {
 	f.toEnd = toEnd
 	for range maxDrainReads {
-		n, err := f.readNow()
+		_, err := f.readNow()
 		switch {
 		case err == errWouldBlock:
 			f.unread, f.toEnd = false, false
@@ -250,10 +268,10 @@ func (f *frameConn) drain(toEnd bool) bool {
 			f.err = err
 			return true
 		}
-		f.unread = n == readChunk || f.toEnd
+		f.unread = f.full() || f.toEnd
 		for f.frame(true) {
 		}
-		if f.left > 0 || f.off < f.end {
+		if f.left > 0 || !f.stash() {
 			return true
 		}
 		if !f.unread {
@@ -350,11 +368,11 @@ func (f *frameConn) buffered() []byte {
 }
 
 // fill reads what the socket has into the buffer, after what waits there.
-// With nothing buffered it waits holding no buffer (readWhenReady).
+// It waits holding no buffer (readWhenReady), what waits kept in part.
 func (f *frameConn) fill() error {
 	var n int
 	var err error
-	if f.buf == nil {
+	if f.stash() {
 		n, err = f.readWhenReady()
 	} else {
 		f.compact()
@@ -391,17 +409,38 @@ func (f *frameConn) got(n int) {
 // it while it waits.
 func (f *frameConn) getBufferAndRead() (int, error) {
 	f.getBuffer()
-	return f.Conn.Read(*f.buf)
+	return f.Conn.Read((*f.buf)[f.end:])
 }
 
-// getBuffer gets an empty buffer from the pool.
+// getBuffer gets a buffer from the pool, holding what part kept.
 func (f *frameConn) getBuffer() {
 	f.buf = chunkPool.Get().(*[]byte)
-	f.off, f.end = 0, 0
+	f.off, f.end = 0, copy(*f.buf, f.part[:f.nPart])
+	f.nPart = 0
 	if f.budget != nil {
 		f.budget.charge(readChunk)
 	}
 }
+
+// stash keeps what waits in the buffer, the start of a frame not yet
+// whole, in part, and gives the buffer back. It reports whether no buffer
+// is held now: false when what waits is more than part takes.
+func (f *frameConn) stash() bool {
+	if f.buf == nil {
+		return true
+	}
+	b := f.buffered()
+	if len(b) > maxPart {
+		return false
+	}
+	f.nPart = uint8(copy(f.part[:], b))
+	f.putBuffer()
+	return true
+}
+
+// full reports whether the last read filled the buffer: the socket may
+// hold more.
+func (f *frameConn) full() bool { return f.buf != nil && f.end == len(*f.buf) }
 
 // putBuffer gives the empty buffer back to the pool.
 func (f *frameConn) putBuffer() {

@@ -43,9 +43,9 @@ func (f *frameConn) readWhenReady() (int, error) {
 }
 
 // readNow reads what the socket holds, without waiting, into a buffer
-// taken for it; nothing is buffered when it is called. It reports
-// errWouldBlock, holding no buffer, when the socket holds nothing, and
-// io.EOF at its end.
+// taken for it, after what part kept; nothing else is buffered when it is
+// called. It reports errWouldBlock, holding no buffer, when the socket
+// holds nothing, and io.EOF at its end.
 func (f *frameConn) readNow() (int, error) {
 	if f.raw == nil {
 		return 0, errWouldBlock // not a plain socket: it never parks
@@ -74,13 +74,13 @@ func (f *frameConn) readNow() (int, error) {
 func (f *frameConn) readRawNow(fd uintptr) {
 	f.getBuffer()
 	for {
-		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
+		f.rn, f.rerr = readNoWait(int(fd), (*f.buf)[f.end:])
 		if f.rerr != unix.EINTR {
 			break
 		}
 	}
 	if f.rn <= 0 {
-		f.putBuffer()
+		f.stash()
 	}
 }
 
@@ -136,13 +136,13 @@ func (w *rawWrite) write(fd uintptr) bool {
 func (f *frameConn) readRaw(fd uintptr) bool {
 	f.getBuffer()
 	for {
-		f.rn, f.rerr = readNoWait(int(fd), *f.buf)
+		f.rn, f.rerr = readNoWait(int(fd), (*f.buf)[f.end:])
 		if f.rerr != unix.EINTR {
 			break
 		}
 	}
 	if f.rerr == unix.EAGAIN {
-		f.putBuffer() // nothing yet: wait with no buffer
+		f.stash() // nothing yet: wait with no buffer
 		return false
 	}
 	return true

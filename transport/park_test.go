@@ -151,6 +151,97 @@ func TestFramesArriveWholeHoweverTheBytesDo(t *testing.T) {
 	}
 }
 
+// The start of a frame that has not all come, the first bytes of a
+// header or a ping without the rest of its payload, waits in the
+// connection: no read buffer is held for it and, with parking, no reader,
+// however long the rest takes. The frame is taken whole once it comes.
+// Each cut comes alone (the poller reads it) and after a message (the
+// reader started for the message finds it).
+func TestTheStartOfAFrameHoldsNoBuffer(t *testing.T) {
+	type cut struct {
+		ping  bool // a ping with the largest payload, then a message; else a message
+		at    int  // bytes sent first
+		after bool // sent after a whole message
+	}
+	var cuts []cut
+	for _, after := range []bool{false, true} {
+		for _, at := range []int{1, 2, 4, 6, 60, 130} { // in the header, at its end, in the payload, a byte short
+			cuts = append(cuts, cut{ping: true, at: at, after: after})
+		}
+		for _, at := range []int{1, 2} {
+			cuts = append(cuts, cut{at: at, after: after})
+		}
+	}
+	payload := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 125) }
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprint("KeepReaders=", keep), func(t *testing.T) {
+			s := newTestServer(t, Config{KeepReaders: keep})
+			conns := dialJoined(t, s, len(cuts))
+			pongs := make([]chan string, len(cuts))
+			rests := make([][]byte, len(cuts))
+			before := monotonic()
+			for i, ws := range conns {
+				pongs[i] = make(chan string, 1)
+				ws.SetPongHandler(func(p string) error { pongs[i] <- p; return nil })
+				c := cuts[i]
+				var frames []byte
+				if c.after {
+					frames = clientFrame(websocket.BinaryMessage, true, heartbeatFrame(t, fmt.Sprint("p", i), 1))
+				}
+				first := len(frames)
+				if c.ping {
+					frames = append(frames, clientFrame(websocket.PingMessage, true, payload(i))...)
+				}
+				frames = append(frames, clientFrame(websocket.BinaryMessage, true, heartbeatFrame(t, fmt.Sprint("p", i), 2))...)
+				if _, err := ws.UnderlyingConn().Write(frames[:first+c.at]); err != nil {
+					t.Fatal(err)
+				}
+				rests[i] = frames[first+c.at:]
+			}
+			testenv.WaitFor(t, "the first bytes read", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				for c := range s.conns {
+					if c.fr.lastRead.Load() <= before {
+						return false
+					}
+				}
+				return true
+			})
+			for i, ws := range conns {
+				if cuts[i].after {
+					if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != 1 {
+						t.Fatalf("%+v: got %s %d, want the ack of the message before the cut", cuts[i], m.Type, m.Seq)
+					}
+				}
+			}
+			testenv.WaitFor(t, "no read buffer held", func() bool { return s.metrics.readBuffers.Load() == 0 })
+			if !keep {
+				testenv.WaitFor(t, "every connection parked", func() bool { return testutil.ToFloat64(s.metrics.parked) == float64(len(cuts)) })
+			}
+			for i, ws := range conns {
+				if _, err := ws.UnderlyingConn().Write(rests[i]); err != nil {
+					t.Fatal(err)
+				}
+				if m := recv(t, ws); m.Type != wire.TypeHeartbeatAck || m.Seq != 2 {
+					t.Fatalf("%+v: got %s %d, want the ack of the message after the cut", cuts[i], m.Type, m.Seq)
+				}
+				if !cuts[i].ping {
+					continue
+				}
+				select {
+				case got := <-pongs[i]:
+					if got != string(payload(i)) {
+						t.Fatalf("%+v: pong %q, want %q", cuts[i], got, payload(i))
+					}
+				default:
+					t.Fatalf("%+v: no pong for the ping", cuts[i])
+				}
+			}
+		})
+	}
+}
+
 // A control frame the reader does not take (a ping over 125 bytes) is
 // gorilla's to refuse, and the connection closes as broken.
 func TestAnOversizedPingIsRefused(t *testing.T) {
