@@ -170,6 +170,10 @@ type Config struct {
 	// than twice the rate for long is closed. Defaults 100/s and 200.
 	MessageRate  float64
 	MessageBurst int
+
+	// maxHold bounds how long presence waits for a client to pass back
+	// what it was last sent (presence.go); default 1s. Set by tests.
+	maxHold time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -195,6 +199,9 @@ func (c *Config) setDefaults() error {
 		c.ReadBudgetBytes = 8 * c.MaxMessageBytes
 	} else if c.ReadBudgetBytes < 2*c.MaxMessageBytes {
 		return fmt.Errorf("transport: Config.ReadBudgetBytes %d is less than twice MaxMessageBytes (%d)", c.ReadBudgetBytes, c.MaxMessageBytes)
+	}
+	if c.maxHold <= 0 {
+		c.maxHold = time.Second
 	}
 	if c.MessageReadTimeout <= 0 {
 		c.MessageReadTimeout = 60 * time.Second

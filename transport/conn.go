@@ -54,6 +54,7 @@ type conn struct {
 	shut     bool              // the writer closed the socket
 	pinger   *time.Timer
 	expiry   *time.Timer
+	holdEnd  *time.Timer   // ends a hold the client's passing back has not (presence.go)
 	shutDone chan struct{} // made by the first to wait for shut (awaitShut); closed with it
 	closed   atomic.Bool   // close ran: the first reason won; read on as the connection's end
 	reason   string        // the reason's Name, set once by close (read after awaitShut)
@@ -67,6 +68,13 @@ type conn struct {
 	// The ephemerals sent that a stock client may pass back: written by
 	// whoever sends them, read by the reader (passedon.go).
 	passOns atomic.Int64
+	// Presence paced by what the client passes back (presence.go): held
+	// is set, under wmu, while presence waits in the feeds for it;
+	// passing, while the client passes back in time; releaseAt is the
+	// passOns at or under which the presence last written has all come
+	// back.
+	held, passing atomic.Bool
+	releaseAt     atomic.Int64
 
 	grant   *auth.Grant // what the token allows; nil when running open
 	limiter bucket      // the message rate: excess ephemerals dropped

@@ -6,9 +6,10 @@ import "github.com/tandemhq/tandem/transport/wire"
 // it receives on to its other peers of the document, under the original
 // sender; a client's one peer is the server, which sent it. So a stock
 // client sends back one message for each ephemeral it is sent, presence
-// included, and Tandem's JS client one for each message of a presence
-// batch. The server sent them and drops them; they are most of what it
-// reads from a busy room's clients.
+// included, once it has taken it (Tandem's JS client's network adapter
+// keeps them in). The server sent them and drops them; they are most of
+// what it reads from a busy room's stock clients, and they tell it how
+// far each has read (presence.go paces presence by them).
 //
 // A connection is owed as many as it was sent (passOns): each of those
 // is recognized without decoding it (wire.PassedOn) and dropped before
@@ -45,9 +46,16 @@ func (c *conn) passedOn(data []byte) bool {
 	if c.peerID == "" || c.passOns.Load() <= 0 || !wire.PassedOn(data, c.peerID) {
 		return false
 	}
-	if c.passOns.Add(-1) < 0 {
+	left := c.passOns.Add(-1)
+	if left < 0 {
 		c.passOns.Add(1)
 		return false
+	}
+	if !c.passing.Load() {
+		c.passing.Store(true)
+	}
+	if c.held.Load() && left <= c.releaseAt.Load() {
+		c.release() // the client has passed back what it was last sent
 	}
 	c.srv.metrics.receivedEphemeral.Inc()
 	c.srv.metrics.droppedForeign.Inc()

@@ -27,6 +27,18 @@ import (
 // so never waits for company or a timer, and never fills the lossless
 // lane: a connection cannot be closed for the presence it is sent, and
 // holds none of it itself.
+//
+// Each client is also sent presence at its own pace. A stock client
+// passes back every ephemeral it is sent, once it has read it
+// (passedon.go): so while one that passes back has not passed back the
+// presence it was last sent, what comes for it waits in the feeds (hold),
+// each peer's newest value only, and goes in one write once it has
+// (release). A client that reads as fast as presence comes owes nothing
+// when the next comes, and is written each at once; a busy one gets
+// fewer, fuller writes, and no stale values to read. A client that has
+// passed back nothing of what it was last sent for Config.maxHold (1 s)
+// is written to at once again, until it passes something back; one that
+// passes nothing back is never held.
 
 // PresenceReady implements awareness.Peer: f has presence for this
 // connection, which the writer takes. If no writer runs, the caller takes
@@ -43,7 +55,50 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 		c.feeds = append(c.feeds, f)
 	}
 	if !c.writing {
+		if c.passing.Load() && c.passOns.Load() > c.releaseAt.Load() {
+			c.hold()
+			return
+		}
 		c.writing, c.told = true, true
+	}
+}
+
+// hold leaves what the feeds have for the connection in them until the
+// client has passed back the presence it was last sent (release), or
+// Config.maxHold has passed: then a client that has not is written to at
+// once again, until it passes something back. The caller holds c.wmu.
+func (c *conn) hold() {
+	if c.held.Load() {
+		return
+	}
+	c.held.Store(true)
+	if c.holdEnd == nil {
+		c.holdEnd = time.AfterFunc(c.srv.cfg.maxHold, c.holdExpired)
+	} else {
+		c.holdEnd.Reset(c.srv.cfg.maxHold)
+	}
+}
+
+// release writes what a hold kept, at once (writeNow), unless the
+// writer has taken it meanwhile.
+func (c *conn) release() {
+	c.wmu.Lock()
+	if !c.held.Load() || c.writing || c.closing {
+		c.wmu.Unlock()
+		return
+	}
+	c.held.Store(false)
+	c.writing = true
+	c.wmu.Unlock()
+	c.writeNow()
+}
+
+// holdExpired ends a hold the client has not ended in time: it no longer
+// counts as passing back until it passes something back.
+func (c *conn) holdExpired() {
+	if c.held.Load() {
+		c.passing.Store(false)
+		c.release()
 	}
 }
 
@@ -67,12 +122,15 @@ func (c *conn) PresenceBatches() bool { return c.batches }
 
 // takePresence takes what the feeds hold for this connection, as frames
 // appended to out: feed's, then those of feeds. It runs in the writer,
-// without c.wmu.
+// without c.wmu. Until the client has passed them back, presence posted
+// for it waits in the feeds (PresenceReady).
 func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out []outFrame) []outFrame {
+	before := c.passOns.Load()
 	out = c.appendDelivery(out, feed.Document(), feed.Take(c))
 	for _, f := range feeds {
 		out = c.appendDelivery(out, f.Document(), f.Take(c))
 	}
+	c.releaseAt.Store(before)
 	return out
 }
 

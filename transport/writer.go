@@ -177,6 +177,9 @@ func (c *conn) close(r CloseReason, drain bool) {
 	if c.expiry != nil {
 		c.expiry.Stop()
 	}
+	if c.holdEnd != nil {
+		c.holdEnd.Stop()
+	}
 	c.wmu.Unlock()
 	if r == ReasonSlow || r == ReasonPingTimeout {
 		// The peer is not reading: a write to it may be blocked
@@ -283,6 +286,9 @@ func (c *conn) take(batch []outFrame) ([]outFrame, time.Time, bool) {
 	}
 	batch = append(batch, c.out...)
 	clear(c.out)
+	if feed != nil {
+		c.held.Store(false) // what a hold kept is taken now
+	}
 	c.out, c.feed, c.feeds = nil, nil, nil
 	c.writingBytes, c.outBytes = c.outBytes, 0
 	c.wmu.Unlock()
