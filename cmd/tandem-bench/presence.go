@@ -370,7 +370,7 @@ func sendCursors(ctx context.Context, c presenceClient, rate float64) uint64 {
 
 // passOn is --pass-on: whether the peers send every ephemeral they take
 // back to the server, as stock clients do (peer.passOn).
-var passOn = flag.Bool("pass-on", true, "presence: peers send every ephemeral they take back to the server under its sender, as automerge-repo's Repo does over its stock network adapter (Tandem's JS client's adapter keeps them in); false: they do not, which spares the server a message per delivery")
+var passOn = flag.Bool("pass-on", true, "presence: peers send every ephemeral they take back to the server under its sender, as automerge-repo's Repo does over its stock network adapter (Tandem's JS client's adapter keeps them in: with --batches, peers so cost the server more than that client does); false: they do not, which spares the server a message per delivery")
 
 // readPresence reads what the peer is sent as a stock automerge-repo
 // client does, at about its cost: every frame decoded whole (wire.Decode,
