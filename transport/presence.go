@@ -56,8 +56,12 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 	}
 	if !c.writing {
 		if c.passing.Load() && c.passOns.Load() > c.releaseAt.Load() {
-			c.hold()
-			return
+			if h := c.srv.holdHook.Load(); h != nil {
+				(*h)(c)
+			}
+			if c.hold() {
+				return
+			}
 		}
 		c.writing, c.told = true, true
 	}
@@ -66,17 +70,26 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 // hold leaves what the feeds have for the connection in them until the
 // client has passed back the presence it was last sent (release), or
 // Config.maxHold has passed: then a client that has not is written to at
-// once again, until it passes something back. The caller holds c.wmu.
-func (c *conn) hold() {
+// once again, until it passes something back. It reports false, holding
+// nothing, if the client has passed it back meanwhile. The caller holds
+// c.wmu.
+func (c *conn) hold() bool {
 	if c.held.Load() {
-		return
+		return true
 	}
+	// Set before passOns is looked at again: a pass-back that lowers it
+	// after this look sees held, and releases (passedOn).
 	c.held.Store(true)
+	if c.passOns.Load() <= c.releaseAt.Load() {
+		c.held.Store(false)
+		return false
+	}
 	if c.holdEnd == nil {
 		c.holdEnd = time.AfterFunc(c.srv.cfg.maxHold, c.holdExpired)
 	} else {
 		c.holdEnd.Reset(c.srv.cfg.maxHold)
 	}
+	return true
 }
 
 // release writes what a hold kept, at once (writeNow), unless the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,14 @@ func newPaceRoom(t *testing.T, movers int, cfg Config) *paceRoom {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { presence.Close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); presence.Run(ctx) }() // its ticks send what a tick held back
+	t.Cleanup(func() {
+		cancel()
+		<-ran
+		presence.Close(context.Background())
+	})
 	cfg.Presence, cfg.PingInterval = presence, time.Hour
 	r := &paceRoom{t: t, s: newTestServer(t, cfg), moved: map[string]bool{}}
 	r.listener = dial(t, r.s.url)
@@ -195,4 +203,97 @@ func TestAHoldEndsWhenTheClientStopsPassingBack(t *testing.T) {
 		t.Fatal("a move to a client that stopped passing back was not written at once")
 	}
 	r.readMoves(3)
+}
+
+// A pass-back that comes while the server decides to hold does not leave
+// the client held: the client has passed back all it was sent by the time
+// the hold is set, and the move goes at once.
+func TestAPassBackDuringTheHoldDecisionIsNotLost(t *testing.T) {
+	r := newPaceRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
+	r.move(0)
+	r.readMoves(0)
+	r.passBack()
+	r.move(1)
+	r.readMoves(1) // owed: the server is to hold the next move
+	unpassed := r.unpassed
+	r.unpassed = nil
+	hook := func(c *conn) {
+		if c.peerID != "l" {
+			return
+		}
+		r.s.holdHook.Store(nil)
+		for _, m := range unpassed {
+			passBack(t, r.listener, m)
+		}
+		testenv.WaitFor(t, "the pass-backs read", func() bool { return c.passOns.Load() <= c.releaseAt.Load() })
+	}
+	r.s.holdHook.Store(&hook)
+	r.move(2)
+	r.readMoves(2)
+}
+
+// Pass-backs racing moves never leave presence held: a listener that
+// passes back all it reads as it reads it gets every mover's last move,
+// though only a pass-back ends a hold.
+func TestPassBacksRacingMovesLeaveNothingHeld(t *testing.T) {
+	const moves = 300
+	r := newPaceRoom(t, 4, Config{maxHold: time.Hour, MessageRate: 1e5, MessageBurst: 1e5})
+	var mu sync.Mutex
+	last := map[string]uint64{}
+	go func() {
+		for {
+			_, b, err := r.listener.ReadMessage()
+			if err != nil {
+				return
+			}
+			m, err := wire.Decode(b)
+			if err != nil || m.Type != wire.TypeEphemeral {
+				continue
+			}
+			if err := r.listener.WriteMessage(websocket.BinaryMessage, mustEncode(t, &wire.Message{Type: wire.TypeEphemeral,
+				SenderID: m.SenderID, TargetID: serverID, DocumentID: m.DocumentID, SessionID: m.SessionID, Count: m.Count, Data: m.Data})); err != nil {
+				return
+			}
+			if v, ok := decodeUpdate(m.Data); ok {
+				mu.Lock()
+				last[m.SenderID] = v
+				mu.Unlock()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for i, ws := range r.movers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			peer := fmt.Sprint("m", i)
+			for v := uint64(1); v <= moves; v++ {
+				b := mustEncode(t, &wire.Message{Type: wire.TypeEphemeral, SenderID: peer, TargetID: serverID, DocumentID: testDoc,
+					SessionID: "session-" + peer, Count: v, Data: presencePayload(t, map[string]any{"type": "update", "channel": "cursor", "value": v})})
+				if err := ws.WriteMessage(websocket.BinaryMessage, b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	testenv.WaitFor(t, "every mover's last move at the listener", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range r.movers {
+			if last[fmt.Sprint("m", i)] != moves {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func mustEncode(t *testing.T, m *wire.Message) []byte {
+	b, err := wire.Encode(m)
+	if err != nil {
+		t.Error(err)
+	}
+	return b
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -30,6 +31,10 @@ type Server struct {
 	poller  *poller  // watches parked connections; nil where they cannot park
 	turns   *turns   // the goroutines that run connections' turns (turns.go)
 	budget  *readBudget
+
+	// holdHook, set by tests, runs as a connection is about to hold
+	// presence (PresenceReady), under its wmu.
+	holdHook atomic.Pointer[func(*conn)]
 
 	mu      sync.Mutex       // guards peers, conns, closing and perIP
 	peers   map[string]*conn // joined connections by peer id
