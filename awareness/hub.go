@@ -277,6 +277,10 @@ func (h *Hub) serverClock(pi *peerInfo) Clock {
 }
 
 // Touch records that p is alive (a pong, say) without any activity.
+// RelaySession returns the prefix of the sessions the hub sends presence
+// under: every room's is it, a dot, and the room's own name.
+func (h *Hub) RelaySession() string { return h.cfg.RelaySession + "." }
+
 func (h *Hub) Touch(p Peer) {
 	h.mu.Lock()
 	if pi := h.peers[p.ID()]; pi != nil && pi.conn == p {

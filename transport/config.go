@@ -48,6 +48,9 @@ type Presence interface {
 	// RemoteUser returns the user of a peer id connected to another
 	// node, if the presence layer knows it.
 	RemoteUser(peerID string) (userID string, ok bool)
+	// RelaySession returns the prefix of the ephemeral sessions presence
+	// is sent under: what a client passes back of presence carries it.
+	RelaySession() string
 }
 
 var _ Presence = (*awareness.Hub)(nil)

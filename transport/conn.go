@@ -68,13 +68,13 @@ type conn struct {
 	// The ephemerals sent that a stock client may pass back: written by
 	// whoever sends them, read by the reader (passedon.go).
 	passOns atomic.Int64
-	// Presence paced by what the client passes back (presence.go): held
-	// is set, under wmu, while presence waits in the feeds for it;
-	// passing, while the client passes back in time; releaseAt is the
-	// passOns at or under which the presence last written has all come
-	// back.
-	held, passing atomic.Bool
-	releaseAt     atomic.Int64
+	// Presence paced by what the client passes back (presence.go):
+	// presOwed counts the presence messages of passOns; held is set,
+	// under wmu, while presence waits in the feeds for it; passing, while
+	// the client passes presence back in time; releaseAt is the presOwed
+	// at or under which the presence last written has all come back.
+	presOwed, releaseAt atomic.Int64
+	held, passing       atomic.Bool
 
 	grant   *auth.Grant // what the token allows; nil when running open
 	limiter bucket      // the message rate: excess ephemerals dropped

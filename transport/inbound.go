@@ -218,6 +218,13 @@ func (c *conn) join(ctx context.Context, m *wire.Message) {
 		c.close(ReasonUnsupported, true)
 		return
 	}
+	if c.peerID == c.srv.cfg.PeerID {
+		// Ephemerals in the server's name are never passed back by a
+		// stock client: others would count them owed (presence.go).
+		c.violation(ReasonPeerTaken, fmt.Sprintf("peer id %q is the server's", c.peerID))
+		c.peerID = ""
+		return
+	}
 	if !c.claim(ctx) || !c.srv.bind(c) {
 		if c.unclaim != nil {
 			c.unclaim()

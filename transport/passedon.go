@@ -1,6 +1,10 @@
 package transport
 
-import "github.com/tandemhq/tandem/transport/wire"
+import (
+	"bytes"
+
+	"github.com/tandemhq/tandem/transport/wire"
+)
 
 // What stock clients pass on. automerge-repo's Repo sends every ephemeral
 // it receives on to its other peers of the document, under the original
@@ -34,6 +38,35 @@ func (c *conn) owePassOns(n int) {
 	}
 }
 
+// owePresence notes that the connection was sent n presence messages,
+// under the presence layer's relay session: the debt its pacing reads
+// (presence.go). Other ephemerals are left out of it: a stock client does
+// not pass back one it has had before or one in the server's name, and
+// any member may send those.
+func (c *conn) owePresence(n int) {
+	c.owePassOns(n)
+	if c.presOwed.Add(int64(n)) > maxPassOns {
+		c.presOwed.Store(maxPassOns)
+	}
+}
+
+// presencePassedOn takes a passed-back presence message off the debt, and
+// releases what waits for it once the client has passed back all it was
+// last sent.
+func (c *conn) presencePassedOn() {
+	left := c.presOwed.Add(-1)
+	if left < 0 {
+		c.presOwed.Add(1)
+		return
+	}
+	if !c.passing.Load() {
+		c.passing.Store(true)
+	}
+	if c.held.Load() && left <= c.releaseAt.Load() {
+		c.release()
+	}
+}
+
 // owed implements controlHandler: the connection was sent ephemerals it
 // may pass back.
 func (c *conn) owed() bool { return c.passOns.Load() > 0 }
@@ -43,19 +76,19 @@ func (c *conn) owed() bool { return c.passOns.Load() > 0 }
 // it. The reader (frameConn.frame) asks it of every small message read
 // whole between messages, before gorilla reads it; handle, of the others.
 func (c *conn) passedOn(data []byte) bool {
-	if c.peerID == "" || c.passOns.Load() <= 0 || !wire.PassedOn(data, c.peerID) {
+	if c.peerID == "" || c.passOns.Load() <= 0 {
 		return false
 	}
-	left := c.passOns.Add(-1)
-	if left < 0 {
+	session, ok := wire.PassedOn(data, c.peerID)
+	if !ok {
+		return false
+	}
+	if c.passOns.Add(-1) < 0 {
 		c.passOns.Add(1)
 		return false
 	}
-	if !c.passing.Load() {
-		c.passing.Store(true)
-	}
-	if c.held.Load() && left <= c.releaseAt.Load() {
-		c.release() // the client has passed back what it was last sent
+	if c.srv.relay != "" && bytes.HasPrefix(session, []byte(c.srv.relay)) {
+		c.presencePassedOn()
 	}
 	c.srv.metrics.receivedEphemeral.Inc()
 	c.srv.metrics.droppedForeign.Inc()

@@ -55,7 +55,7 @@ func (c *conn) PresenceReady(f *awareness.Feed) {
 		c.feeds = append(c.feeds, f)
 	}
 	if !c.writing {
-		if c.passing.Load() && c.passOns.Load() > c.releaseAt.Load() {
+		if c.passing.Load() && c.presOwed.Load() > c.releaseAt.Load() {
 			if h := c.srv.holdHook.Load(); h != nil {
 				(*h)(c)
 			}
@@ -77,10 +77,10 @@ func (c *conn) hold() bool {
 	if c.held.Load() {
 		return true
 	}
-	// Set before passOns is looked at again: a pass-back that lowers it
-	// after this look sees held, and releases (passedOn).
+	// Set before presOwed is looked at again: a pass-back that lowers it
+	// after this look sees held, and releases (presencePassedOn).
 	c.held.Store(true)
-	if c.passOns.Load() <= c.releaseAt.Load() {
+	if c.presOwed.Load() <= c.releaseAt.Load() {
 		c.held.Store(false)
 		return false
 	}
@@ -138,7 +138,7 @@ func (c *conn) PresenceBatches() bool { return c.batches }
 // without c.wmu. Until the client has passed them back, presence posted
 // for it waits in the feeds (PresenceReady).
 func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out []outFrame) []outFrame {
-	before := c.passOns.Load()
+	before := c.presOwed.Load()
 	out = c.appendDelivery(out, feed.Document(), feed.Take(c))
 	for _, f := range feeds {
 		out = c.appendDelivery(out, f.Document(), f.Take(c))
@@ -153,7 +153,7 @@ func (c *conn) takePresence(feed *awareness.Feed, feeds []*awareness.Feed, out [
 // targetId.
 func (c *conn) appendDelivery(out []outFrame, documentID string, d awareness.Delivery) []outFrame {
 	if len(d.Messages) > 0 {
-		c.owePassOns(len(d.Messages)) // a client passes on every one (passedon.go)
+		c.owePresence(len(d.Messages)) // a client passes on every one (passedon.go)
 	}
 	if d.Batch != nil { // it holds d.Messages
 		if msgs := d.Batch.Messages; len(msgs) > wire.MaxBatchEntries {

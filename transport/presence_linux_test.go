@@ -225,10 +225,37 @@ func TestAPassBackDuringTheHoldDecisionIsNotLost(t *testing.T) {
 		for _, m := range unpassed {
 			passBack(t, r.listener, m)
 		}
-		testenv.WaitFor(t, "the pass-backs read", func() bool { return c.passOns.Load() <= c.releaseAt.Load() })
+		testenv.WaitFor(t, "the pass-backs read", func() bool { return c.presOwed.Load() <= c.releaseAt.Load() })
 	}
 	r.s.holdHook.Store(&hook)
 	r.move(2)
+	r.readMoves(2)
+}
+
+// Only presence counts in a client's pace: an ephemeral of a peer's own
+// that a stock client does not pass back (one whose count it has seen, or
+// one in the server's name) does not hold the presence that comes after it.
+func TestAnEphemeralNotPassedBackDoesNotHoldPresence(t *testing.T) {
+	r := newPaceRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
+	r.move(0)
+	r.readMoves(0)
+	r.passBack()
+	// {"x": 1}, not presence: relayed to the document's peers, the
+	// listener one once it has sent one itself.
+	sendEphemeral(t, r.listener, "l", 2, []byte{0xa1, 0x61, 0x78, 0x01})
+	r.fence(r.listener, "l")
+	sendEphemeral(t, r.movers[1], "m1", 1, []byte{0xa1, 0x61, 0x78, 0x01})
+	r.fence(r.movers[1], "m1")
+	for {
+		m := recv(t, r.listener)
+		if m.Type == wire.TypeEphemeral && m.SenderID == "m1" {
+			break // not passed back
+		}
+	}
+	r.move(2)
+	if r.waiting() == 0 {
+		t.Fatal("a move held for an ephemeral the client does not pass back")
+	}
 	r.readMoves(2)
 }
 

@@ -512,3 +512,13 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// A client cannot join under the server's own peer id, which the server
+// announces to every client: what it sent in that name no stock client
+// would pass back.
+func TestTheServersPeerIDIsRefused(t *testing.T) {
+	s := newTestServer(t, Config{})
+	ws := dial(t, s.url)
+	send(t, ws, &wire.Message{Type: wire.TypeJoin, SenderID: serverID, SupportedProtocolVersions: []string{"1"}})
+	expectClose(t, ws, ReasonPeerTaken.Code)
+}

@@ -32,6 +32,8 @@ type Server struct {
 	turns   *turns   // the goroutines that run connections' turns (turns.go)
 	budget  *readBudget
 
+	relay string // the sessions presence is sent under start so (Presence.RelaySession)
+
 	// holdHook, set by tests, runs as a connection is about to hold
 	// presence (PresenceReady), under its wmu.
 	holdHook atomic.Pointer[func(*conn)]
@@ -80,6 +82,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.budget = &readBudget{limit: cfg.ReadBudgetBytes, held: &s.metrics.readBuffers}
+	if cfg.Presence != nil {
+		s.relay = cfg.Presence.RelaySession()
+	}
 	s.members = newMembers(&s.cfg)
 	s.turns = newTurns()
 	if !cfg.KeepReaders {

@@ -44,7 +44,7 @@ func FuzzValidateDocumentID(f *testing.F) {
 
 // FuzzPassedOn feeds PassedOn arbitrary frames. It must never panic, and
 // it must agree with Decode on every frame Decode takes: an ephemeral in
-// another sender's name, and nothing else.
+// another sender's name, and nothing else, and its session.
 func FuzzPassedOn(f *testing.F) {
 	entries, err := os.ReadDir(filepath.Join("testdata", "frames"))
 	if err != nil {
@@ -56,14 +56,17 @@ func FuzzPassedOn(f *testing.F) {
 	f.Add([]byte{}, "")
 	f.Add(nested(20), "me")
 	f.Fuzz(func(t *testing.T, frame []byte, self string) {
-		got := PassedOn(frame, self)
+		session, got := PassedOn(frame, self)
 		m, err := Decode(frame)
-		if err != nil {
+		if err != nil || duplicateKeys(frame) {
 			return
 		}
 		want := m.Type == TypeEphemeral && m.SenderID != "" && m.SenderID != self
-		if got != want && !duplicateKeys(frame) {
+		if got != want {
 			t.Fatalf("PassedOn says %v for %+v from %q's view", got, m, self)
+		}
+		if got && string(session) != m.SessionID {
+			t.Fatalf("PassedOn read session %q of %+v", session, m)
 		}
 	})
 }

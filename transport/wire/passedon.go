@@ -4,38 +4,44 @@ package wire
 // sender other than self, read without decoding the frame: what a stock
 // client sends back of every ephemeral it receives (automerge-repo's Repo
 // passes each on to its other peers of the document, under the original
-// sender, and a client's one peer is the server that sent it). It reads
-// the frame's top-level map no further than its type and senderId, skips
-// every other value without allocating, and reports false for anything it
-// cannot read so (Decode then says what is wrong).
-func PassedOn(frame []byte, self string) bool {
+// sender, and a client's one peer is the server that sent it), and its
+// sessionId (nil if it has none). It reads the frame's top-level map no
+// further than its type, senderId and sessionId, skips every other value
+// without allocating, and reports false for anything it cannot read so
+// (Decode then says what is wrong).
+func PassedOn(frame []byte, self string) (session []byte, ok bool) {
 	s := skimmer{b: frame}
 	major, pairs, ok := s.head()
 	if !ok || major != majorMap {
-		return false
+		return nil, false
 	}
 	var typ, sender []byte
 	for ; pairs > 0; pairs-- {
 		key, ok := s.text()
 		if !ok {
-			return false
+			return nil, false
 		}
 		switch string(key) {
 		case "type":
 			typ, ok = s.text()
 		case "senderId":
 			sender, ok = s.text()
+		case "sessionId":
+			session, ok = s.text()
 		default:
 			ok = s.skip(1)
 		}
 		if !ok {
-			return false
+			return nil, false
 		}
-		if typ != nil && sender != nil {
+		if typ != nil && sender != nil && session != nil {
 			break
 		}
 	}
-	return string(typ) == TypeEphemeral && len(sender) > 0 && string(sender) != self
+	if string(typ) != TypeEphemeral || len(sender) == 0 || string(sender) == self {
+		return nil, false
+	}
+	return session, true
 }
 
 // CBOR major types (RFC 8949 section 3.1).
