@@ -56,6 +56,16 @@ func newPaceRoom(t *testing.T, movers int, cfg Config) *paceRoom {
 	return r
 }
 
+// newPacedRoom is newPaceRoom with a listener that has passed back the
+// first mover's move: a client that passes back, paced from now on.
+func newPacedRoom(t *testing.T, movers int, cfg Config) *paceRoom {
+	r := newPaceRoom(t, movers, cfg)
+	r.move(0)
+	r.readMoves(0)
+	r.passBack()
+	return r
+}
+
 // move has mover i move, and returns once the server has posted the move
 // to the document's peers: it has answered a heartbeat sent after it.
 // The move comes when the listener's writer is idle: what the listener
@@ -154,10 +164,7 @@ func (r *paceRoom) waiting() int {
 // pace: what comes before it has passed back the last it was sent waits,
 // and goes in one write once it has.
 func TestPresenceWaitsForTheClientToPassBack(t *testing.T) {
-	r := newPaceRoom(t, 4, Config{})
-	r.move(0)
-	r.readMoves(0)
-	r.passBack() // the listener passes back: from now on it is paced
+	r := newPacedRoom(t, 4, Config{})
 	r.move(1)
 	if r.waiting() == 0 {
 		t.Fatal("a move to a client that owes nothing was not written at once")
@@ -187,10 +194,7 @@ func TestAClientThatPassesNothingBackIsNotHeld(t *testing.T) {
 // A client that stops passing back is sent what waited for it once the
 // hold's bound has passed, and from then on each move at once.
 func TestAHoldEndsWhenTheClientStopsPassingBack(t *testing.T) {
-	r := newPaceRoom(t, 4, Config{maxHold: 100 * time.Millisecond})
-	r.move(0)
-	r.readMoves(0)
-	r.passBack()
+	r := newPacedRoom(t, 4, Config{maxHold: 100 * time.Millisecond})
 	r.move(1)
 	r.readMoves(1) // not passed back
 	r.move(2)
@@ -209,10 +213,7 @@ func TestAHoldEndsWhenTheClientStopsPassingBack(t *testing.T) {
 // the client held: the client has passed back all it was sent by the time
 // the hold is set, and the move goes at once.
 func TestAPassBackDuringTheHoldDecisionIsNotLost(t *testing.T) {
-	r := newPaceRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
-	r.move(0)
-	r.readMoves(0)
-	r.passBack()
+	r := newPacedRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
 	r.move(1)
 	r.readMoves(1) // owed: the server is to hold the next move
 	unpassed := r.unpassed
@@ -236,10 +237,7 @@ func TestAPassBackDuringTheHoldDecisionIsNotLost(t *testing.T) {
 // that a stock client does not pass back (one whose count it has seen, or
 // one in the server's name) does not hold the presence that comes after it.
 func TestAnEphemeralNotPassedBackDoesNotHoldPresence(t *testing.T) {
-	r := newPaceRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
-	r.move(0)
-	r.readMoves(0)
-	r.passBack()
+	r := newPacedRoom(t, 3, Config{maxHold: time.Hour}) // only a pass-back ends a hold
 	// {"x": 1}, not presence: relayed to the document's peers, the
 	// listener one once it has sent one itself.
 	sendEphemeral(t, r.listener, "l", 2, []byte{0xa1, 0x61, 0x78, 0x01})
