@@ -67,6 +67,10 @@ type Config struct {
 	// message (fanout.go); zero sends each as soon as the peer has
 	// answered the one before.
 	SyncSpacing time.Duration
+	// SyncGather is how long the first change after a quiet spell waits
+	// for the changes that come with it before it goes to a reader
+	// (amsync.State.Gather); zero sends it at once.
+	SyncGather time.Duration
 	// SaveDocument, when set, returns a document's changes (change chunks
 	// one after another, which it calls changes for when it is ready to
 	// take them) saved as automerge saves a document; a large document's

@@ -26,7 +26,10 @@ import (
 // over a document's peers at most every 100 ms, timed from the end of
 // the last pass, and an answer to each message a peer sends with what
 // came since), one that takes long to read less often. The first change
-// after a quiet spell goes at once. A member
+// after a quiet spell goes at once, or Config.SyncGather later with the
+// changes that came with it (typists' keystrokes come in clusters, and a
+// stock client pays about as much for a message of one change as for one
+// of several). A member
 // whose message brought changes is answered at once with everything it
 // lacks, as the stock server answers every sender.
 //

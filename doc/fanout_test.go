@@ -361,3 +361,52 @@ func TestChangesWithinTheSpacingGoTogether(t *testing.T) {
 		t.Fatalf("the spaced message came %v after b's answer, within the %v spacing", took, spacing)
 	}
 }
+
+// With Config.SyncGather, changes from two writers that come together
+// reach a reader in one message, the gather after the first; each writer
+// is answered at once.
+func TestChangesThatComeTogetherGoTogether(t *testing.T) {
+	const gather = 300 * time.Millisecond
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: 100 * time.Millisecond, SyncGather: gather})
+	a := newClient("a")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	// b and c hold the document already, so the room has never sent them
+	// changes: the next change comes after a quiet spell.
+	holder := func(id string) *client {
+		x := newClient(id)
+		d, err := automerge.Load(a.doc.Save())
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.doc, x.state = d, automerge.NewSyncState(d)
+		x.level(t, h, true)
+		return x
+	}
+	b, c := holder("b"), holder("c")
+	start := time.Now()
+	a.setText(t, "a", "1")
+	a.level(t, h, false)
+	c.setText(t, "c", "1")
+	c.level(t, h, false) // answered at once, with a's change
+	wrote := time.Since(start)
+	if c.get(t, "a") != "1" {
+		t.Fatal("the second writer was not answered at once with the first's change")
+	}
+	b.peer.waitUntil(t, "the gathered message", func() bool { return len(b.peer.syncsSoFar()) > 0 })
+	came := time.Since(start)
+	got := b.peer.takeSyncs()
+	if came < gather {
+		t.Fatalf("the reader got the changes %v after the first, within the %v gather", came, gather)
+	}
+	// Both writes came within the gather (unless the machine stalled the
+	// test that long): one message brings both.
+	if n := 0; wrote < gather {
+		for _, d := range got {
+			n += changesIn(t, d)
+		}
+		if len(got) != 1 || n != 2 {
+			t.Fatalf("the reader got %d messages with %d changes, want one with both", len(got), n)
+		}
+	}
+}

@@ -216,7 +216,7 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 			m.release(h) // an older connection of the same peer id
 		}
 		m = &member{peer: p, sync: amsync.NewState()}
-		m.sync.Spacing = h.cfg.SyncSpacing
+		m.sync.Spacing, m.sync.Gather = h.cfg.SyncSpacing, h.cfg.SyncGather
 		r.members[p.ID()] = m
 		r.vacant.Store(false)
 	}

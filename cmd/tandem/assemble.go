@@ -144,6 +144,7 @@ func assemble(ctx context.Context, cfg config, log *slog.Logger, verifier *auth.
 		Store: n.stores.docs, Logger: log, Registerer: reg,
 		UnavailableGrace: cfg.UnavailableGrace,
 		SyncSpacing:      cfg.SyncSpacing,
+		SyncGather:       cfg.SyncGather,
 		// The hub makes no room before the node serves, so after the
 		// tracker is made, below.
 		Observe: func(r doc.Room) doc.Observer {

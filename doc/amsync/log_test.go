@@ -477,6 +477,83 @@ func TestAPeerThatBringsChangesIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// With Gather, the first change after a quiet spell waits that long for
+// the changes that come with it, and they go in one message; a change
+// within the spacing goes at its end without a further wait; a sender's
+// answer and a new reader's first sync go at once.
+func TestGatherJoinsChangesThatComeTogether(t *testing.T) {
+	const spacing, gather = 100 * time.Millisecond, 10 * time.Millisecond
+	l := typedLog(3)
+	p := NewPeerAt(l.Heads())
+	p.Spacing, p.Gather = spacing, gather
+	p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	add := func(b byte) Hash {
+		h := Hash{b, 9}
+		if _, err := l.Add(h, l.Heads(), typedChange(h, l.Heads())); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	t0 := time.Unix(100, 0)
+	add(1)
+	if out := p.Generate(l, nil, nil, t0); out != nil {
+		t.Fatalf("the first change after a quiet spell went at once: %v", out)
+	}
+	if got := p.HeldUntil(); !got.Equal(t0.Add(gather)) {
+		t.Fatalf("held until %v, want %v", got, t0.Add(gather))
+	}
+	add(2)
+	if out := p.Generate(l, nil, nil, t0.Add(4*time.Millisecond)); out != nil || !p.HeldUntil().Equal(t0.Add(gather)) {
+		t.Fatalf("a change within the gather: %v, held until %v; want it held to %v", out, p.HeldUntil(), t0.Add(gather))
+	}
+	out := p.Generate(l, nil, nil, t0.Add(gather))
+	if out == nil || len(out.Indices) != 2 {
+		t.Fatalf("at the gather's end: %v, want both changes", out)
+	}
+	// It answers; a change within the spacing goes at its end, ungathered.
+	answered := t0.Add(15 * time.Millisecond)
+	p.Receive(l, &Message{Heads: out.Heads, Have: []Have{{LastSync: out.Heads}}}, l.Heads())
+	if out := p.Generate(l, nil, nil, answered); out != nil {
+		t.Fatalf("an answer that asked nothing was answered %v", out)
+	}
+	add(3)
+	if out := p.Generate(l, nil, nil, t0.Add(50*time.Millisecond)); out != nil || !p.HeldUntil().Equal(answered.Add(spacing)) {
+		t.Fatalf("a change within the spacing: %v, held until %v; want %v", out, p.HeldUntil(), answered.Add(spacing))
+	}
+	out = p.Generate(l, nil, nil, answered.Add(spacing))
+	if out == nil || len(out.Indices) != 1 {
+		t.Fatalf("at the spacing's end: %v, want the change at once", out)
+	}
+	p.Receive(l, &Message{Heads: out.Heads, Have: []Have{{LastSync: out.Heads}}}, l.Heads())
+	quiet := t0.Add(time.Second)
+	if out := p.Generate(l, nil, nil, quiet); out != nil {
+		t.Fatalf("nothing owed, sent %v", out)
+	}
+	// A quiet spell later the peer sends a change of its own while it is
+	// owed another's: it is answered at once with that one.
+	other := add(4)
+	mine := Hash{5, 9}
+	before := l.Heads()
+	if _, err := l.Add(mine, out.Heads, typedChange(mine, out.Heads)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Generate(l, nil, nil, quiet); got != nil {
+		t.Fatalf("the change after a quiet spell went at once: %v", got)
+	}
+	p.Receive(l, &Message{Heads: []Hash{mine}, Have: []Have{{LastSync: out.Heads}}, Changes: [][]byte{{5}}}, before)
+	got := p.Generate(l, nil, nil, quiet.Add(time.Millisecond))
+	if got == nil || len(got.Indices) != 1 || l.HashAt(got.Indices[0]) != other {
+		t.Fatalf("the peer that brought a change was answered %v, want the other change at once", got)
+	}
+	// A new reader is sent the document at once.
+	r := NewState()
+	r.Spacing, r.Gather = spacing, gather
+	r.Receive(l, &Message{Have: []Have{{}}}, l.Heads())
+	if got := r.Generate(l, nil, nil, quiet.Add(2*time.Millisecond)); got == nil || len(got.Indices) != l.Len() {
+		t.Fatalf("a new reader was sent %v, want the whole document at once", got)
+	}
+}
+
 // Changes whose hashes share their first 8 bytes (the index's key) are
 // told apart by the whole hash, as dependencies too.
 func TestHashesSharingAPrefixAreTold(t *testing.T) {

@@ -45,11 +45,21 @@ type State struct {
 	// fast is sent more often than one that takes long to read
 	// (TestSpacingRunsFromThePeersAnswer). One that has not answered
 	// waits for its answer (or AnswerWait, longer for a peer whose last
-	// answer was slow), then the spacing from the message. The first change after a quiet spell goes at once, and so
-	// does the answer to a message that brought changes (the stock server
-	// answers every sender at once; see
+	// answer was slow), then the spacing from the message. The first
+	// change after a quiet spell goes at once (or after Gather), and the
+	// answer to a message that brought changes goes at once (the stock
+	// server answers every sender at once; see
 	// TestAPeerThatBringsChangesIsAnsweredAtOnce).
 	Spacing time.Duration
+	// Gather, if set, is how long the first change after a quiet spell
+	// waits for the changes that come with it before it goes to the
+	// peer: typists' keystrokes arrive in clusters, and a stock client
+	// pays about as much for a message that brings one change as for one
+	// that brings several (TestGatherJoinsChangesThatComeTogether). It
+	// holds only changes the log took since the peer's last message: a
+	// peer's first sync, what it asked for and the answer to a message
+	// that brought changes go at once.
+	Gather time.Duration
 
 	shared   []Hash
 	lastSent []Hash
@@ -114,6 +124,14 @@ type State struct {
 	// when.
 	awaitUntil, lastChanges, answeredAt, heldUntil time.Time
 	awaiting, answered                             bool
+	// owedSince is when Generate first found the peer owed changes the
+	// log took since its last message (zero while it is owed none or
+	// anything else); Gather runs from it. heardAt is the log's length
+	// when that message came. brought says the message brought changes:
+	// its answer goes at once.
+	owedSince time.Time
+	heardAt   int32
+	brought   bool
 	// took is how long the peer took to answer the last message that
 	// brought it changes and was answered: its wait for the next answer
 	// is twice that, AnswerWait at the least.
@@ -225,13 +243,15 @@ func (p *State) Receive(l *Log, m *Message, before []Hash) {
 	p.answered = p.answered || p.awaiting
 	p.awaiting = false
 	p.joins = p.joins || m.HasFlags
+	p.heardAt = l.n
 	if m.Flags&flagSyncReset != 0 {
 		p.sent.clear()
 	}
 	if len(m.Changes) > 0 {
 		p.shared = advanceHeads(before, l.Heads(), p.shared)
-		// A sender is answered at once, unspaced.
+		// A sender is answered at once, unspaced, ungathered.
 		p.lastChanges, p.answeredAt, p.answered = time.Time{}, time.Time{}, false
+		p.brought = true
 	}
 	l.withoutAncestors(&p.sent, m.Heads, &p.work)
 	if len(m.Changes) == 0 && slices.Equal(m.Heads, before) {
@@ -594,6 +614,14 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 		p.exactLacks(l)
 	}
 	owed := p.heard && p.owes(l)
+	// Owed only what the log took since the peer's last message (owes
+	// has dropped the lacks already sent).
+	fresh := owed && !p.brought && len(p.asked) == 0 && len(p.lacks) == 0 && p.lacksFrom >= p.heardAt
+	if !fresh {
+		p.owedSince = time.Time{}
+	} else if p.owedSince.IsZero() {
+		p.owedSince = now
+	}
 
 	headsUnchanged := p.responded && slices.Equal(p.lastSent, ours)
 	headsEqual := p.heard && slices.Equal(p.theirHeads, ours)
@@ -607,6 +635,14 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	if next := p.spacedFrom().Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
 		p.heldUntil = next
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
+	}
+	if fresh && p.Gather > 0 && !p.owedSince.Before(p.spacedFrom().Add(p.Spacing)) {
+		// The first change after a quiet spell (one that came within the
+		// spacing goes at its end, gathered already).
+		if until := p.owedSince.Add(p.Gather); now.Before(until) {
+			p.heldUntil = until
+			return nil
+		}
 	}
 	var send []int32
 	exact := p.heard && p.have == haveExact
@@ -649,7 +685,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	// it asks again if it must.
 	p.asked, p.lacks, p.lacksFrom, p.refunded = nil, nil, l.n, 0
 	p.inFlight = true
-	p.awaitUntil, p.heldUntil = time.Time{}, time.Time{}
+	p.awaitUntil, p.heldUntil, p.owedSince, p.brought = time.Time{}, time.Time{}, time.Time{}, false
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(min(MaxAnswerWait, max(AnswerWait, 2*p.took)))
 		p.lastChanges = now
