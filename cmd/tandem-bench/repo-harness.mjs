@@ -68,6 +68,26 @@ export function clientCPU(since) {
   return (c.user + c.system) / 1e6
 }
 
+// bringsChanges reads whether a sync message carries changes from its
+// header (heads, need, have entries, then the changes' count), in plain
+// JS: cheap beside the client's own receive.
+export function bringsChanges(b) {
+  let off = 1 // the message type
+  const uleb = () => {
+    let n = 0, shift = 0, x
+    do { x = b[off++]; n += (x & 0x7f) * 2 ** shift; shift += 7 } while (x & 0x80)
+    return n
+  }
+  const skip = n => { off += n } // after uleb() has moved off past the count
+  skip(32 * uleb()) // heads
+  skip(32 * uleb()) // need
+  for (let haves = uleb(); haves > 0; haves--) {
+    skip(32 * uleb()) // last sync
+    skip(uleb()) // bloom
+  }
+  return off < b.length && uleb() > 0
+}
+
 export const pct = (xs, p) => xs.length ? xs[Math.min(xs.length - 1, Math.floor(xs.length * p / 100))] : NaN
 
 // run runs argv and resolves with the process once a line of its output

@@ -27,7 +27,7 @@ import { writeFileSync } from "node:fs"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import * as A from "@automerge/automerge"
-import { serverOptions, cpuSeconds, clientCPU, pct, startServer, eachServer, savesPending } from "./repo-harness.mjs"
+import { serverOptions, cpuSeconds, clientCPU, pct, startServer, eachServer, savesPending, bringsChanges } from "./repo-harness.mjs"
 
 const { values: opt } = parseArgs({
   options: {
@@ -45,26 +45,6 @@ const typists = Number(opt.typists), readers = Number(opt.readers)
 const rate = Number(opt.rate), duration = Number(opt.duration) * 1000
 const history = Number(opt.history)
 const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) => h === [...b].sort()[i])
-
-// bringsChanges reads whether a sync message carries changes from its
-// header (heads, need, have entries, then the changes' count), in plain
-// JS: cheap beside the client's own receive.
-function bringsChanges(b) {
-  let off = 1 // the message type
-  const uleb = () => {
-    let n = 0, shift = 0, x
-    do { x = b[off++]; n += (x & 0x7f) * 2 ** shift; shift += 7 } while (x & 0x80)
-    return n
-  }
-  const skip = n => { off += n } // after uleb() has moved off past the count
-  skip(32 * uleb()) // heads
-  skip(32 * uleb()) // need
-  for (let haves = uleb(); haves > 0; haves--) {
-    skip(32 * uleb()) // last sync
-    skip(uleb()) // bloom
-  }
-  return off < b.length && uleb() > 0
-}
 
 async function run(name, url, serverPid) {
   const repos = []
