@@ -80,9 +80,9 @@ func (b *readBudget) take(n int64) bool {
 	}
 }
 
-// acquire takes n bytes, waiting for room until deadline (errBudgetWait)
-// or until done is closed (errClosing).
-func (b *readBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) error {
+// acquire takes n bytes, waiting for room at most wait and not past
+// deadline (errBudgetWait), or until done is closed (errClosing).
+func (b *readBudget) acquire(n int64, wait time.Duration, deadline time.Time, done <-chan struct{}) error {
 	if b.take(n) {
 		return nil
 	}
@@ -102,7 +102,7 @@ func (b *readBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) 
 			return nil
 		}
 		if timer == nil {
-			timer = time.NewTimer(time.Until(deadline))
+			timer = time.NewTimer(min(wait, time.Until(deadline)))
 			defer timer.Stop()
 		}
 		select {
@@ -124,7 +124,10 @@ func (c *conn) readMessage(r io.Reader) (data []byte, charged int64, _ CloseReas
 	b := c.srv.budget
 	now := time.Now()
 	deadline := now.Add(c.srv.cfg.MessageReadTimeout)
-	waitUntil := now.Add(min(c.srv.cfg.MessageReadTimeout, 3*c.srv.cfg.PingInterval)) // the ping would call a longer wait silence
+	// A wait for room leaves the socket unread: the ping would call one
+	// longer than three intervals silence. Each wait is timed from its
+	// start, so a chunk late in a long message waits as long as the first.
+	maxWait := 3 * c.srv.cfg.PingInterval
 	c.fr.startMessage(deadline)
 	defer c.fr.endMessage()
 	fail := func(r CloseReason) ([]byte, int64, CloseReason, bool) {
@@ -147,7 +150,7 @@ func (c *conn) readMessage(r io.Reader) (data []byte, charged int64, _ CloseReas
 			n := chunkSize(total, c.fr.left, limit)
 			if charged+n <= readChunk {
 				b.charge(n)
-			} else if err := b.acquire(n, waitUntil, c.shutChan()); err != nil {
+			} else if err := b.acquire(n, maxWait, deadline, c.shutChan()); err != nil {
 				if errors.Is(err, errBudgetWait) {
 					c.srv.log.Warn("closing a connection the read budget cannot serve", "peer", c.peerID, "remote", c.remote(),
 						"read", total, "budget", b.limit)

@@ -130,16 +130,25 @@ func TestAFrameDrippedPastItsDeadlineCloses(t *testing.T) {
 // intervals; the holders, which drip a byte every 20 ms and answer no
 // ping, are silent only past three and a half: the interval is long
 // enough that a loaded machine's pauses do not make them so, and so free
-// the budget before the late reader gives up.
+// the budget before the late reader gives up. The late reader comes once
+// the holders hold all they will for what they sent (the chunks their
+// parts fill, the last with room for 35 KiB of drip): had it come sooner
+// it could take the room a holder's last chunk needed, and the holder,
+// not it, would wait and be closed.
 func TestAReaderTheBudgetCannotServeIsToldToComeBack(t *testing.T) {
 	const part = 1<<20 - 64<<10
 	s := newTestServer(t, Config{MaxMessageBytes: 1 << 20, ReadBudgetBytes: 2 << 20, MaxEphemeralBytes: 1 << 20, PingInterval: time.Second})
+	var each int64 // what a holder's chunks come to
+	for total := int64(0); total < part; {
+		n := chunkSize(total, 1<<20-total, 1<<20)
+		each, total = each+n, total+n
+	}
 	holders := dialJoined(t, s, 2)
 	for _, ws := range holders {
 		startFrame(t, ws, 1<<20, make([]byte, part))
 		drip(t, ws)
 	}
-	testenv.WaitFor(t, "the budget nearly full", func() bool { return s.metrics.readBuffers.Load() >= 2*part })
+	testenv.WaitFor(t, "the holders' chunks charged", func() bool { return s.metrics.readBuffers.Load() >= 2*each })
 	late := dial(t, s.url)
 	join(t, late, "late")
 	sendEphemeral(t, late, "late", 1, make([]byte, 512<<10))
@@ -156,4 +165,56 @@ func TestAReaderTheBudgetCannotServeIsToldToComeBack(t *testing.T) {
 	testenv.WaitFor(t, "every connection finished, the budget given back", func() bool {
 		return s.Connections() == 0 && s.metrics.readBuffers.Load() == 0
 	})
+}
+
+// A chunk late in a long message waits for room as long as the first
+// does: each wait is timed from its own start. It was timed from the
+// message's, so a message older than three ping intervals whose next
+// chunk found the budget full for a moment was closed at once (1013).
+func TestALateChunkOfALongMessageWaitsForRoom(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	s := newTestServer(t, Config{MaxMessageBytes: 256 << 10, ReadBudgetBytes: 1 << 20, MessageReadTimeout: time.Minute, PingInterval: interval})
+	held := func() int64 { return s.metrics.readBuffers.Load() }
+	long := dialJoined(t, s, 1)[0]
+	msg, err := wire.Encode(&wire.Message{Type: wire.TypeEphemeral, SenderID: "p0", TargetID: serverID,
+		DocumentID: testDoc, SessionID: "session-p0", Count: 1, Data: make([]byte, 16<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(b []byte) {
+		t.Helper()
+		if _, err := long.UnderlyingConn().Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A masked binary frame (its key zero) and 8 KiB of the message: two
+	// 4 KiB chunks filled and a third made.
+	write(append([]byte{0x82, 0x80 | 126, byte(len(msg) >> 8), byte(len(msg)), 0, 0, 0, 0}, msg[:8<<10]...))
+	testenv.WaitFor(t, "the third chunk charged", func() bool { return held() >= 12<<10 })
+	// The message goes on, a byte every 20 ms, for four ping intervals.
+	sent := 8 << 10
+	for start := time.Now(); time.Since(start) < 4*interval; sent++ {
+		write(msg[sent : sent+1])
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Other readers hold the rest of the budget; the message's next chunk
+	// must wait for it.
+	others := s.budget.limit - held()
+	s.budget.charge(others)
+	write(msg[sent : 12<<10+1])
+	sent = 12<<10 + 1
+	testenv.WaitFor(t, "the next chunk waiting for room", func() bool { return s.budget.waiting.Load() == 1 })
+	s.budget.release(others)
+	write(msg[sent:])
+	send(t, long, &wire.Message{Type: wire.TypeHeartbeat, SenderID: "p0", TargetID: serverID, Seq: 7})
+	long.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, b, err := long.ReadMessage()
+		if err != nil {
+			t.Fatalf("the long message's connection ended (%v), want it served", err)
+		}
+		if m, err := wire.Decode(b); err == nil && m.Type == wire.TypeHeartbeatAck && m.Seq == 7 {
+			return
+		}
+	}
 }
