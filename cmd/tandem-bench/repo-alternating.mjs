@@ -9,7 +9,8 @@
 // to 1.35 on a 2-core machine shared with other work).
 //
 // --servers names the servers, comma-separated: "tandem" or "stock",
-// a Tandem with flags of its own as "tandem:--sync-gather=0 --x=y". For
+// a Tandem with flags of its own as "tandem:--sync-gather=0 --x=y", one
+// of another build as "tandem@/tmp/tandem.old". For
 // each: keystroke-to-reader latency, the messages bringing changes the
 // readers received per delivered keystroke (what a stock client's CPU
 // follows), frames, the clients' CPU (this process, during that server's
@@ -48,8 +49,9 @@ const sameHeads = (a, b) => a.length === b.length && [...a].sort().every((h, i) 
 // history) and waits until every client holds it and the server is done
 // with the setup.
 async function setUp(spec) {
-  const [kind, flags = ""] = spec.split(/:(.*)/s)
-  const server = await startServer({ ...opt, only: kind, "tandem-flags": flags }, { stored: opt["stock-storage"] })
+  const [name, flags = ""] = spec.split(/:(.*)/s)
+  const [kind, bin = opt["tandem-bin"]] = name.split("@")
+  const server = await startServer({ ...opt, only: kind, "tandem-bin": bin, "tandem-flags": flags }, { stored: opt["stock-storage"] })
   const s = { spec, server, repos: [], handles: [], frames: 0, readerChanges: 0, latencies: [], stampsOf: {},
     keystrokes: 0, countFrom: Infinity, clientCPU: 0, serverCPU: 0, changeMsgs: 0, framesIn: 0, window: 0 }
   for (let i = 0; i < typists + readers; i++) {
