@@ -2,6 +2,7 @@ package doc
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tandemhq/tandem/doc/amsync"
 	"github.com/tandemhq/tandem/doc/guard"
@@ -74,6 +75,7 @@ func (r *room) take(h *Hub, from Peer, ad *guard.Admission) bool {
 		return false
 	}
 	r.exists = true
+	r.tookFrom(peer, time.Now())
 	if r.obs != nil {
 		r.noteApplied(from, added)
 	}

@@ -68,8 +68,9 @@ type Config struct {
 	// answered the one before.
 	SyncSpacing time.Duration
 	// SyncGather is how long the first change after a quiet spell waits
-	// for the changes that come with it before it goes to a reader
-	// (amsync.State.Gather); zero sends it at once.
+	// for the changes that come with it before it goes to a reader, while
+	// more than one peer writes the document (amsync.State.Gather,
+	// fanout.go); zero sends it at once.
 	SyncGather time.Duration
 	// SaveDocument, when set, returns a document's changes (change chunks
 	// one after another, which it calls changes for when it is ready to

@@ -26,10 +26,9 @@ import (
 // over a document's peers at most every 100 ms, timed from the end of
 // the last pass, and an answer to each message a peer sends with what
 // came since), one that takes long to read less often. The first change
-// after a quiet spell goes at once, or Config.SyncGather later with the
-// changes that came with it (typists' keystrokes come in clusters, and a
-// stock client pays about as much for a message of one change as for one
-// of several). A member
+// after a quiet spell goes at once; while several peers write, it goes
+// Config.SyncGather later with the changes that came with it (tookFrom).
+// A member
 // whose message brought changes is answered at once with everything it
 // lacks, as the stock server answers every sender.
 //
@@ -52,6 +51,21 @@ type SharedSender interface {
 	SendSharedSync(documentID string, s *SharedSync)
 }
 
+// gatherWriters is how close two writers' changes come for readers'
+// messages to gather: a document with one writer, or writers a second
+// apart, sends each change at once.
+const gatherWriters = time.Second
+
+// tookFrom notes that peer's change was taken at now. A peer's changes come
+// in messages its own client spaces (a stock Repo at most one every
+// 100 ms), so gathering joins changes only where several write at once:
+// then a change waits Config.SyncGather for the others' that come with it;
+// with one writer, nothing waits.
+func (r *room) tookFrom(peer string, now time.Time) {
+	r.gather = peer != r.writer && now.Sub(r.wroteAt) < gatherWriters
+	r.writer, r.wroteAt = peer, now
+}
+
 // answer sends m the message its sync state calls for, if any, sharing
 // the encoding with other members given the same message in this pass
 // (cache, nil for a message of its own); a message held back for the
@@ -60,6 +74,10 @@ type SharedSender interface {
 func (r *room) answer(h *Hub, m *member, cache map[string]*SharedSync) {
 	if r.waitForSave(h, m) {
 		return
+	}
+	m.sync.Gather = 0
+	if r.gather {
+		m.sync.Gather = h.cfg.SyncGather
 	}
 	out := m.sync.Generate(r.log, r.guard.MissingFrom(m.peer.ID(), r.known), r.guard.Waits, time.Now())
 	m.settle(h)

@@ -362,18 +362,13 @@ func TestChangesWithinTheSpacingGoTogether(t *testing.T) {
 	}
 }
 
-// With Config.SyncGather, changes from two writers that come together
-// reach a reader in one message, the gather after the first; each writer
-// is answered at once.
-func TestChangesThatComeTogetherGoTogether(t *testing.T) {
-	const gather = 300 * time.Millisecond
-	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: 100 * time.Millisecond, SyncGather: gather})
-	a := newClient("a")
-	a.setText(t, "n", "0")
-	a.level(t, h, false)
-	// b and c hold the document already, so the room has never sent them
-	// changes: the next change comes after a quiet spell.
-	holder := func(id string) *client {
+// holders returns clients that hold a's document already, level with
+// the room: the room has never sent them changes, so the next change
+// comes after a quiet spell.
+func holders(t *testing.T, h *Hub, a *client, ids ...string) []*client {
+	t.Helper()
+	var cs []*client
+	for _, id := range ids {
 		x := newClient(id)
 		d, err := automerge.Load(a.doc.Save())
 		if err != nil {
@@ -381,16 +376,30 @@ func TestChangesThatComeTogetherGoTogether(t *testing.T) {
 		}
 		x.doc, x.state = d, automerge.NewSyncState(d)
 		x.level(t, h, true)
-		return x
+		cs = append(cs, x)
 	}
-	b, c := holder("b"), holder("c")
-	start := time.Now()
-	a.setText(t, "a", "1")
+	return cs
+}
+
+// With Config.SyncGather, changes from two writers that come together
+// reach a reader in one message, the gather after the first; each writer
+// is answered at once.
+func TestChangesThatComeTogetherGoTogether(t *testing.T) {
+	const gather = 300 * time.Millisecond
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: 100 * time.Millisecond, SyncGather: gather})
+	began := time.Now()
+	a := newClient("a")
+	a.setText(t, "n", "0")
 	a.level(t, h, false)
-	c.setText(t, "c", "1")
-	c.level(t, h, false) // answered at once, with a's change
+	hs := holders(t, h, a, "b", "c")
+	b, c := hs[0], hs[1]
+	start := time.Now()
+	c.setText(t, "c", "1") // a wrote last: two writers
+	c.level(t, h, false)
+	a.setText(t, "a", "1")
+	a.level(t, h, false) // answered at once, with c's change
 	wrote := time.Since(start)
-	if c.get(t, "a") != "1" {
+	if a.get(t, "c") != "1" {
 		t.Fatal("the second writer was not answered at once with the first's change")
 	}
 	b.peer.waitUntil(t, "the gathered message", func() bool { return len(b.peer.syncsSoFar()) > 0 })
@@ -399,14 +408,30 @@ func TestChangesThatComeTogetherGoTogether(t *testing.T) {
 	if came < gather {
 		t.Fatalf("the reader got the changes %v after the first, within the %v gather", came, gather)
 	}
-	// Both writes came within the gather (unless the machine stalled the
-	// test that long): one message brings both.
-	if n := 0; wrote < gather {
+	// Both writes came within the gather, and a second after a's first
+	// (unless the machine stalled the test that long): one message
+	// brings both.
+	if n := 0; wrote < gather && time.Since(began) < gatherWriters {
 		for _, d := range got {
 			n += changesIn(t, d)
 		}
 		if len(got) != 1 || n != 2 {
 			t.Fatalf("the reader got %d messages with %d changes, want one with both", len(got), n)
 		}
+	}
+}
+
+// A document with one writer gathers nothing: each of its changes goes to
+// a reader at once, whatever Config.SyncGather says.
+func TestALoneWritersChangeGoesAtOnce(t *testing.T) {
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{SyncSpacing: 100 * time.Millisecond, SyncGather: time.Hour})
+	a := newClient("a")
+	a.setText(t, "n", "0")
+	a.level(t, h, false)
+	b := holders(t, h, a, "b")[0]
+	a.setText(t, "n", "1")
+	a.level(t, h, false)
+	if got := b.peer.takeSyncs(); len(got) != 1 || changesIn(t, got[0]) != 1 {
+		t.Fatalf("a lone writer's change: the reader got %d messages, want 1 at once", len(got))
 	}
 }

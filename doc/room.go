@@ -100,6 +100,13 @@ type room struct {
 	// paceAt is when a fan-out to peers held back for their answers is
 	// due (fanout.go); zero if none is scheduled.
 	paceAt time.Time
+	// writer and wroteAt are the peer that sent the log's last change
+	// ("" for the store, another node or the API) and when; gather says
+	// the one before came from another within a second: readers' messages
+	// gather (Config.SyncGather, fanout.go).
+	writer  string
+	wroteAt time.Time
+	gather  bool
 	// whole is the last copy of the whole document sent a peer that had
 	// nothing, while a connection's queue still holds it (fanout.go).
 	whole wholeCopy
@@ -216,7 +223,7 @@ func (r *room) join(h *Hub, p Peer, readOnly bool) *member {
 			m.release(h) // an older connection of the same peer id
 		}
 		m = &member{peer: p, sync: amsync.NewState()}
-		m.sync.Spacing, m.sync.Gather = h.cfg.SyncSpacing, h.cfg.SyncGather
+		m.sync.Spacing = h.cfg.SyncSpacing
 		r.members[p.ID()] = m
 		r.vacant.Store(false)
 	}

@@ -6,7 +6,10 @@
 // round of warm-up. What the busy, shared machine does to a run then
 // falls on every server alike, where repo-typing.mjs measures one server
 // after the other (its ratio for two identical binaries ranges from 0.87
-// to 1.35 on a 2-core machine shared with other work).
+// to 1.35 on a 2-core machine shared with other work). The typists start
+// a share of the keystroke interval apart, as people typing independently
+// do; --together starts them in one tick, so that their keystrokes reach
+// the server in clusters (as repo-typing.mjs's do).
 //
 // --servers names the servers, comma-separated: "tandem" or "stock",
 // a Tandem with flags of its own as "tandem:--sync-gather=0 --x=y", one
@@ -18,7 +21,7 @@
 //
 //   node cmd/tandem-bench/repo-alternating.mjs [--servers tandem,stock]
 //     [--typists 4] [--readers 20] [--rate 5] [--phase 3] [--phases 8]
-//     [--history 0] [--tandem-bin bin/tandem] [--stock-storage]
+//     [--history 0] [--together] [--tandem-bin bin/tandem] [--stock-storage]
 //     [--stock-dir cmd/tandem-bench/stock]
 import { parseArgs } from "node:util"
 import { Repo } from "@automerge/automerge-repo"
@@ -35,6 +38,7 @@ const { values: opt } = parseArgs({
     phase: { type: "string", default: "3" },
     phases: { type: "string", default: "8" },
     history: { type: "string", default: "0" },
+    together: { type: "boolean", default: false },
     "stock-storage": { type: "boolean", default: false },
     ...serverOptions,
   },
@@ -97,7 +101,8 @@ async function typeFor(s, counted) {
   const frames0 = s.frames, changes0 = s.readerChanges
   const cpu0 = process.cpuUsage(), server0 = cpuSeconds(s.server.proc.pid), at0 = Date.now()
   let keystrokes = 0
-  const timers = s.handles.slice(0, typists).map((h, i) => setInterval(() => {
+  const timers = []
+  const type = (h, i) => {
     keystrokes++
     const at = Math.max(Date.now(), (s.stampsOf[`t${i}`]?.at(-1) ?? 0) + 1)
     ;(s.stampsOf[`t${i}`] ??= []).push(at)
@@ -105,8 +110,17 @@ async function typeFor(s, counted) {
       A.splice(d, ["text"], d.text.length, 0, "x")
       d.stamps[`t${i}`] = at
     })
-  }, 1000 / rate))
+  }
+  // Typists are people apart: each starts a share of the interval after
+  // the one before (with --together, all in one tick).
+  s.handles.slice(0, typists).forEach((h, i) => {
+    timers.push(setTimeout(() => {
+      type(h, i)
+      timers.push(setInterval(() => type(h, i), 1000 / rate))
+    }, opt.together ? 0 : i * 1000 / rate / typists))
+  })
   await sleep(phase)
+  timers.forEach(clearTimeout)
   timers.forEach(clearInterval)
   await sleep(1000)
   if (!counted) return
@@ -131,7 +145,7 @@ try {
     await s.server.close()
   }
 }
-console.log(`${typists} typists at ${rate}/s, ${readers} readers, a history of ${history}, ${phases} phases of ${opt.phase} s each (+1 s) per server, stock automerge-repo clients`)
+console.log(`${typists} typists at ${rate}/s${opt.together ? " (in one tick)" : ""}, ${readers} readers, a history of ${history}, ${phases} phases of ${opt.phase} s each (+1 s) per server, stock automerge-repo clients`)
 console.log("server                         keystrokes arrivals  p50 ms  p99 ms  change msgs/reader/ks  frames/ks  clients µs/ks  server µs/ks")
 for (const s of all) {
   const lat = s.latencies.sort((a, b) => a - b)

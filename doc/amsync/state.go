@@ -53,9 +53,11 @@ type State struct {
 	Spacing time.Duration
 	// Gather, if set, is how long the first change after a quiet spell
 	// waits for the changes that come with it before it goes to the
-	// peer: typists' keystrokes arrive in clusters, and a stock client
-	// pays about as much for a message that brings one change as for one
-	// that brings several (TestGatherJoinsChangesThatComeTogether). It
+	// peer: where several people type, their keystrokes may come
+	// together, and a stock client pays far more for each message that
+	// brings changes than for each change in it
+	// (TestGatherJoinsChangesThatComeTogether). The caller may set it
+	// before each Generate (doc sets it while several peers write). It
 	// holds only changes the log took since the peer's last message: a
 	// peer's first sync, what it asked for and the answer to a message
 	// that brought changes go at once.
