@@ -59,11 +59,15 @@ const gatherWriters = time.Second
 // tookFrom notes that peer's change was taken at now. A peer's changes come
 // in messages its own client spaces (a stock Repo at most one every
 // 100 ms), so gathering joins changes only where several write at once:
-// then a change waits Config.SyncGather for the others' that come with it;
-// with one writer, nothing waits.
+// while another peer wrote within gatherWriters, a change waits
+// Config.SyncGather for the others' that come with it; with one writer,
+// nothing waits.
 func (r *room) tookFrom(peer string, now time.Time) {
-	r.gather = peer != r.writer && now.Sub(r.wroteAt) < gatherWriters
-	r.writer, r.wroteAt = peer, now
+	if peer != r.writer {
+		r.otherAt, r.writer = r.wroteAt, peer
+	}
+	r.wroteAt = now
+	r.gather = now.Sub(r.otherAt) < gatherWriters
 }
 
 // answer sends m the message its sync state calls for, if any, sharing

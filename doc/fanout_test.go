@@ -435,3 +435,30 @@ func TestALoneWritersChangeGoesAtOnce(t *testing.T) {
 		t.Fatalf("a lone writer's change: the reader got %d messages, want 1 at once", len(got))
 	}
 }
+
+// Readers' messages gather while another peer wrote within a second of
+// the change, whichever of them wrote last, and not for a lone writer.
+func TestGatherFollowsTheWriters(t *testing.T) {
+	var r room
+	t0 := time.Unix(100, 0)
+	steps := []struct {
+		peer   string
+		at     time.Duration
+		gather bool
+	}{
+		{"a", 0, false},
+		{"a", 100 * time.Millisecond, false}, // one writer
+		{"b", 200 * time.Millisecond, true},
+		{"b", 300 * time.Millisecond, true}, // a wrote 200 ms ago
+		{"a", 400 * time.Millisecond, true},
+		{"a", 1250 * time.Millisecond, true},  // b wrote 950 ms ago
+		{"a", 1500 * time.Millisecond, false}, // b quiet for over a second
+		{"", 1600 * time.Millisecond, true},   // another node's writer
+	}
+	for i, s := range steps {
+		r.tookFrom(s.peer, t0.Add(s.at))
+		if r.gather != s.gather {
+			t.Fatalf("step %d (%q at %v): gather %v, want %v", i, s.peer, s.at, r.gather, s.gather)
+		}
+	}
+}

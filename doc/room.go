@@ -101,12 +101,12 @@ type room struct {
 	// due (fanout.go); zero if none is scheduled.
 	paceAt time.Time
 	// writer and wroteAt are the peer that sent the log's last change
-	// ("" for the store, another node or the API) and when; gather says
-	// the one before came from another within a second: readers' messages
-	// gather (Config.SyncGather, fanout.go).
-	writer  string
-	wroteAt time.Time
-	gather  bool
+	// ("" for the store, another node or the API) and when, otherAt when
+	// another last did; gather says that was within a second: readers'
+	// messages gather (Config.SyncGather, fanout.go).
+	writer           string
+	wroteAt, otherAt time.Time
+	gather           bool
 	// whole is the last copy of the whole document sent a peer that had
 	// nothing, while a connection's queue still holds it (fanout.go).
 	whole wholeCopy
