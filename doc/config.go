@@ -69,7 +69,8 @@ type Config struct {
 	SyncSpacing time.Duration
 	// SyncGather is how long the first change after a quiet spell waits
 	// for the changes that come with it before it goes to a reader, while
-	// more than one peer writes the document (amsync.State.Gather,
+	// more than one peer writes the document (two peers' changes within
+	// ten seconds; amsync.State.Gather,
 	// fanout.go); zero sends it at once.
 	SyncGather time.Duration
 	// SaveDocument, when set, returns a document's changes (change chunks

@@ -52,9 +52,10 @@ type SharedSender interface {
 }
 
 // gatherWriters is how close two writers' changes come for readers'
-// messages to gather: a document with one writer, or writers a second
-// apart, sends each change at once.
-const gatherWriters = time.Second
+// messages to gather: a document with one writer, or writers this far
+// apart, sends each change at once. People typing together pause and go
+// on: the gather holds over their pauses.
+const gatherWriters = 10 * time.Second
 
 // tookFrom notes that peer's change was taken at now. A peer's changes come
 // in messages its own client spaces (a stock Repo at most one every

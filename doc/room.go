@@ -102,7 +102,7 @@ type room struct {
 	paceAt time.Time
 	// writer and wroteAt are the peer that sent the log's last change
 	// ("" for the store, another node or the API) and when, otherAt when
-	// another last did; gather says that was within a second: readers'
+	// another last did; gather says that was within gatherWriters: readers'
 	// messages gather (Config.SyncGather, fanout.go).
 	writer           string
 	wroteAt, otherAt time.Time
