@@ -13,11 +13,12 @@
 //
 // --servers names the servers, comma-separated: "tandem" or "stock",
 // a Tandem with flags of its own as "tandem:--sync-gather=0 --x=y", one
-// of another build as "tandem@/tmp/tandem.old". For
-// each: keystroke-to-reader latency, the messages bringing changes the
-// readers received per delivered keystroke (what a stock client's CPU
-// follows), frames, the clients' CPU (this process, during that server's
-// phases) and the server's, per delivered keystroke.
+// of another build as "tandem@/tmp/tandem.old". For each, per delivered
+// keystroke: the messages bringing changes the readers received (what a
+// stock client's CPU follows where typists cluster), the frames the
+// clients received and sent, the bytes they received, their CPU (this
+// process, during that server's phases) and the server's; and
+// keystroke-to-reader latency.
 //
 //   node cmd/tandem-bench/repo-alternating.mjs [--servers tandem,stock]
 //     [--typists 4] [--readers 20] [--rate 5] [--phase 3] [--phases 8]
@@ -57,11 +58,18 @@ async function setUp(spec) {
   const [kind, bin = opt["tandem-bin"]] = name.split("@")
   const server = await startServer({ ...opt, only: kind, "tandem-bin": bin, "tandem-flags": flags }, { stored: opt["stock-storage"] })
   const s = { spec, server, repos: [], handles: [], frames: 0, readerChanges: 0, latencies: [], stampsOf: {},
-    keystrokes: 0, countFrom: Infinity, clientCPU: 0, serverCPU: 0, changeMsgs: 0, framesIn: 0, window: 0 }
+    keystrokes: 0, countFrom: Infinity, sent: 0, sentOut: 0, bytes: 0, bytesIn: 0, clientCPU: 0, serverCPU: 0, changeMsgs: 0, framesIn: 0, window: 0 }
   for (let i = 0; i < typists + readers; i++) {
-    const repo = new Repo({ network: [new WebSocketClientAdapter(server.url)] })
+    const adapter = new WebSocketClientAdapter(server.url)
+    const send = adapter.send.bind(adapter)
+    adapter.send = m => {
+      s.sent++
+      return send(m)
+    }
+    const repo = new Repo({ network: [adapter] })
     repo.networkSubsystem.on("message", m => {
       s.frames++
+      s.bytes += m.data?.byteLength ?? 0
       if (i >= typists && m.type === "sync" && bringsChanges(m.data)) s.readerChanges++
     })
     s.repos.push(repo)
@@ -98,7 +106,7 @@ async function setUp(spec) {
 // last deliveries. Counted is false for the warm-up round.
 async function typeFor(s, counted) {
   if (counted && s.countFrom === Infinity) s.countFrom = Date.now()
-  const frames0 = s.frames, changes0 = s.readerChanges
+  const frames0 = s.frames, changes0 = s.readerChanges, sent0 = s.sent, bytes0 = s.bytes
   const cpu0 = process.cpuUsage(), server0 = cpuSeconds(s.server.proc.pid), at0 = Date.now()
   let keystrokes = 0
   const timers = []
@@ -126,6 +134,8 @@ async function typeFor(s, counted) {
   if (!counted) return
   s.keystrokes += keystrokes
   s.framesIn += s.frames - frames0
+  s.sentOut += s.sent - sent0
+  s.bytesIn += s.bytes - bytes0
   s.changeMsgs += s.readerChanges - changes0
   s.clientCPU += clientCPU(cpu0)
   s.serverCPU += cpuSeconds(s.server.proc.pid) - server0
@@ -146,12 +156,12 @@ try {
   }
 }
 console.log(`${typists} typists at ${rate}/s${opt.together ? " (in one tick)" : ""}, ${readers} readers, a history of ${history}, ${phases} phases of ${opt.phase} s each (+1 s) per server, stock automerge-repo clients`)
-console.log("server                         keystrokes arrivals  p50 ms  p99 ms  change msgs/reader/ks  frames/ks  clients µs/ks  server µs/ks")
+console.log("server                         keystrokes arrivals  p50 ms  p99 ms  change msgs/reader/ks  frames/ks  sent/ks  bytes/ks  clients µs/ks  server µs/ks")
 for (const s of all) {
   const lat = s.latencies.sort((a, b) => a - b)
   const per = x => x / Math.max(lat.length, 1)
   console.log(`${s.spec.padEnd(30)} ${String(s.keystrokes).padStart(10)} ${String(lat.length).padStart(8)} ${String(pct(lat, 50)).padStart(7)} ${String(pct(lat, 99)).padStart(7)}` +
-    ` ${per(s.changeMsgs).toFixed(3).padStart(22)} ${per(s.framesIn).toFixed(3).padStart(10)}` +
+    ` ${per(s.changeMsgs).toFixed(3).padStart(22)} ${per(s.framesIn).toFixed(3).padStart(10)} ${per(s.sentOut).toFixed(3).padStart(8)} ${per(s.bytesIn).toFixed(0).padStart(9)}` +
     ` ${(1e6 * per(s.clientCPU)).toFixed(0).padStart(14)} ${(1e6 * per(s.serverCPU)).toFixed(0).padStart(13)}`)
 }
 const base = all.find(s => s.spec === "stock")
