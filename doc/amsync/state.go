@@ -209,7 +209,8 @@ func (p *State) Shared() []Hash { return p.shared }
 func (p *State) TheirHeads() ([]Hash, bool) { return p.theirHeads, p.heard }
 
 // HeldUntil returns, when Generate last held a message back from the
-// peer to wait for its answer, when the wait ends; zero otherwise.
+// peer (for its answer, the spacing or the gather), when the hold ends;
+// zero otherwise.
 func (p *State) HeldUntil() time.Time { return p.heldUntil }
 
 // Kept returns the bytes the state holds, besides its fixed size: its
