@@ -113,16 +113,15 @@ func replicasKnown(addr string) int {
 // its cluster configuration in dir.
 func startClusterNode(t testing.TB, dir string, port int) *ClusterNode {
 	t.Helper()
-	if port == 0 {
-		port = freePort(t) // names its configuration file
-	}
-	port, cmd := startRedisServer(t, port,
-		"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
-		"--cluster-node-timeout", fmt.Sprint(clusterNodeTimeout.Milliseconds()),
-		// A replica syncs at once (not 5 s later), and may take over
-		// however long ago it last heard its master.
-		"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
-		"--dir", dir)
+	port, cmd := startRedisServer(t, port, func(port int) []string {
+		return []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", fmt.Sprintf("nodes-%d.conf", port),
+			"--cluster-node-timeout", fmt.Sprint(clusterNodeTimeout.Milliseconds()),
+			// A replica syncs at once (not 5 s later), and may take over
+			// however long ago it last heard its master.
+			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0",
+			"--dir", dir}
+	})
 	return &ClusterNode{Port: port, cmd: cmd}
 }
 
