@@ -62,10 +62,10 @@ type Config struct {
 	// Finder, when set, asks the other nodes of a cluster for a requested
 	// document before this node reports it unavailable.
 	Finder Finder
-	// SyncSpacing is the least time between a peer's answer to a sync
-	// message that brought it changes of a document and the next such
-	// message (fanout.go); zero sends each as soon as the peer has
-	// answered the one before.
+	// SyncSpacing is the least time between two sync messages that bring
+	// a peer changes of a document (fanout.go); each also waits for the
+	// peer's answer to the one before. Zero sends each as soon as the
+	// peer has answered the one before.
 	SyncSpacing time.Duration
 	// SyncGather is how long the first change after a quiet spell waits
 	// for the changes that come with it before it goes to a reader, while

@@ -18,14 +18,16 @@ import (
 // everything new since in one message. So each reader is paced by its
 // own reading: a slow one gets fewer, larger messages, never a queue of
 // small ones it cannot read. Config.SyncSpacing spaces the messages that
-// bring a member changes besides, from its answer to the last one: a
-// change that comes within the spacing of it goes at the spacing's end,
-// with whatever else came meanwhile. So the messages a member is sent
-// are its own round trip plus the spacing apart: one that answers at
-// once is sent about as often as the stock server sends a reader (a pass
+// bring a member changes besides: a change that comes within the spacing
+// of the last such message goes at the spacing's end, with whatever else
+// came meanwhile. So the messages a member is sent are the spacing or its
+// own round trip apart, whichever is longer: one that answers within the
+// spacing is sent as often as the stock server sends a reader (a pass
 // over a document's peers at most every 100 ms, timed from the end of
 // the last pass, and an answer to each message a peer sends with what
-// came since), one that takes long to read less often. The first change
+// came since), one that takes longer to read less often, and a lone
+// writer's changes, which its client sends about a spacing apart, go on
+// as they come. The first change
 // after a quiet spell goes at once; while several peers write, it goes
 // Config.SyncGather later with the changes that came with it (tookFrom).
 // A member

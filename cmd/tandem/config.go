@@ -142,7 +142,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.UnavailableGrace, "unavailable-grace", 200*time.Millisecond,
 		"how long a request for a document nobody has waits for it to arrive before doc-unavailable")
 	fs.DurationVar(&c.SyncSpacing, "sync-spacing", 100*time.Millisecond,
-		"the least time between a peer's answer to a sync message that brought it changes of a document and the next such message: the first change after a quiet spell goes at once, the next ones together at the end; 0 sends each as soon as the peer answered the last")
+		"the least time between two sync messages that bring a peer changes of a document, each sent once the peer answered the one before: the first change after a quiet spell goes at once, the next ones within the spacing together at its end; 0 sends each as soon as the peer answered the last")
 	fs.DurationVar(&c.SyncGather, "sync-gather", 25*time.Millisecond,
 		"while more than one peer writes a document (two peers' changes within ten seconds), how long the first change after a quiet spell waits for the changes that come with it before it goes to a reader (a stock client pays far more for each message that brings changes than for each change in it); a lone writer's changes, the answer to a peer that sent changes and a reader's first sync go at once; 0 sends it at once")
 	fs.BoolVar(&c.SaveDocs, "save-documents", true,

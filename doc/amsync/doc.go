@@ -17,9 +17,9 @@
 // answers (or the answer is overdue), so each peer is paced by its own
 // reading, and its next message carries everything new since; and, with
 // State.Spacing, a message that brings a peer changes goes at least that
-// long after its answer to the one before (the first after a quiet spell
-// goes at once, or State.Gather later with the changes that came with
-// it), so a peer's messages are its round trip and the spacing apart.
+// long after the one before (the first after a quiet spell goes at once,
+// or State.Gather later with the changes that came with it), so a peer's
+// messages are the spacing or its round trip apart, whichever is longer.
 //
 // What amsync does not do is read a change's operations or decide whether
 // a change may be admitted: callers parse and check changes and hand the

@@ -241,9 +241,10 @@ func TestWhatAPeerAsksForGoesAgain(t *testing.T) {
 	}
 }
 
-// With Spacing, a change that comes within it of the peer's answer to
-// the last one it was brought waits for its end, and goes with what came
-// meanwhile; the first after a quiet spell goes at once.
+// With Spacing, a change that comes within it of the last message that
+// brought the peer changes waits for its end (the peer has answered), and
+// goes with what came meanwhile; the first after a quiet spell goes at
+// once.
 func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	l := typedLog(1)
 	p := NewPeerAt(l.Heads())
@@ -272,13 +273,13 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	if out := p.Generate(l, nil, nil, t0.Add(30*time.Millisecond)); out != nil {
 		t.Fatalf("within the spacing the peer was sent %v", out)
 	}
-	if got, want := p.HeldUntil(), t0.Add(110*time.Millisecond); !got.Equal(want) {
-		t.Fatalf("held until %v, want %v (the spacing from its answer)", got, want)
+	if got, want := p.HeldUntil(), t0.Add(100*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("held until %v, want %v (the spacing from the last message)", got, want)
 	}
-	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out != nil {
-		t.Fatalf("the spacing from the message, not from its answer: %v", out)
+	if out := p.Generate(l, nil, nil, t0.Add(99*time.Millisecond)); out != nil {
+		t.Fatalf("before the spacing's end: %v", out)
 	}
-	if out := p.Generate(l, nil, nil, t0.Add(110*time.Millisecond)); out == nil || len(out.Indices) != 2 {
+	if out := p.Generate(l, nil, nil, t0.Add(100*time.Millisecond)); out == nil || len(out.Indices) != 2 {
 		t.Fatalf("at the end of the spacing: %v, want both changes", out)
 	}
 	if !p.HeldUntil().IsZero() {
@@ -286,26 +287,27 @@ func TestSpacingHoldsChangesUntilItsEnd(t *testing.T) {
 	}
 }
 
-// Each peer is paced by its own answers: with changes coming every
-// 25 ms, the next message that brings a peer changes goes the spacing
-// after it answered the last one. A peer that answers in 1 ms is sent
-// more often than one that takes 60 ms, each as often as its round trip
-// and the spacing allow, and every change reaches both, none waiting
-// longer than the spacing, its round trip and the gap between changes.
-func TestSpacingRunsFromThePeersAnswer(t *testing.T) {
-	const spacing, every = 100 * time.Millisecond, 25 * time.Millisecond
+// spacedReader is a reader in a simulation of the spacing: it answers
+// each message that brings it changes its round trip after it came.
+type spacedReader struct {
+	name    string
+	rtt     time.Duration
+	p       *State
+	answer  time.Time // when it answers the message it was sent, zero if none
+	heads   []Hash    // that message's heads
+	sent    []time.Time
+	has     int // changes it holds
+	longest time.Duration
+}
+
+// simulateSpacing adds a change every `every` for 3 s, then lets a quiet
+// second pass, generating for each reader every millisecond (more often
+// than the room does, so it must send no more than the room would). It
+// records when each reader was sent changes and how long the longest
+// change waited to go.
+func simulateSpacing(t *testing.T, spacing, every time.Duration, readers []*spacedReader) *Log {
+	t.Helper()
 	l := typedLog(1)
-	type reader struct {
-		name    string
-		rtt     time.Duration
-		p       *State
-		answer  time.Time // when it answers the message it was sent, zero if none
-		heads   []Hash    // that message's heads
-		sent    []time.Time
-		has     int // changes it holds
-		longest time.Duration
-	}
-	readers := []*reader{{name: "fast", rtt: time.Millisecond}, {name: "slow", rtt: 60 * time.Millisecond}}
 	for _, r := range readers {
 		r.p = NewPeerAt(l.Heads())
 		r.p.Spacing = spacing
@@ -314,7 +316,7 @@ func TestSpacingRunsFromThePeersAnswer(t *testing.T) {
 	}
 	t0 := time.Unix(100, 0)
 	added := map[int32]time.Time{}
-	for ms := range 4000 { // changes for 3 s, then a quiet second
+	for ms := range 4000 {
 		now := t0.Add(time.Duration(ms) * time.Millisecond)
 		if ms < 3000 && ms%int(every/time.Millisecond) == 0 {
 			h := Hash{byte(ms), byte(ms >> 8), 7}
@@ -328,9 +330,6 @@ func TestSpacingRunsFromThePeersAnswer(t *testing.T) {
 				r.p.Receive(l, &Message{Heads: r.heads, Have: []Have{{LastSync: r.heads}}}, l.Heads())
 				r.answer = time.Time{}
 			}
-			// The room generates after every answer and every change,
-			// and when a held message is due: every millisecond is more
-			// often than that, and must send no more.
 			out := r.p.Generate(l, nil, nil, now)
 			if out == nil || len(out.Indices) == 0 {
 				continue
@@ -344,22 +343,58 @@ func TestSpacingRunsFromThePeersAnswer(t *testing.T) {
 		}
 	}
 	for _, r := range readers {
-		for i := 1; i < len(r.sent); i++ {
-			if gap := r.sent[i].Sub(r.sent[i-1]); gap < spacing+r.rtt {
-				t.Fatalf("%s reader: messages %v apart, under its round trip %v and the spacing", r.name, gap, r.rtt)
-			}
-		}
-		if bound := spacing + r.rtt + every; r.longest > bound {
-			t.Errorf("%s reader: a change waited %v, over %v", r.name, r.longest, bound)
+		if r.has != l.Len() {
+			t.Fatalf("%s reader: holds %d of %d changes", r.name, r.has, l.Len())
 		}
 		t.Logf("%s reader: %d messages, the longest wait %v", r.name, len(r.sent), r.longest)
 	}
-	fast, slow := readers[0], readers[1]
-	if len(fast.sent) <= len(slow.sent) {
-		t.Fatalf("the fast reader was sent %d messages, the slow one %d: want more to the fast", len(fast.sent), len(slow.sent))
+	return l
+}
+
+// With changes coming every 25 ms, the messages that bring a peer
+// changes go the spacing apart, or its round trip apart if that is
+// longer: each waits for the peer's answer to the last. A peer that
+// answers in 1 ms or 60 ms is sent as often as the spacing allows, one
+// that takes 150 ms less often, and every change reaches each, none
+// waiting longer than the longer of the two and the gap between changes.
+func TestSpacingRunsFromTheLastMessage(t *testing.T) {
+	const spacing, every = 100 * time.Millisecond, 25 * time.Millisecond
+	readers := []*spacedReader{{name: "fast", rtt: time.Millisecond}, {name: "slow", rtt: 60 * time.Millisecond},
+		{name: "slower than the spacing", rtt: 150 * time.Millisecond}}
+	simulateSpacing(t, spacing, every, readers)
+	for _, r := range readers {
+		apart := max(spacing, r.rtt)
+		for i := 1; i < len(r.sent); i++ {
+			if gap := r.sent[i].Sub(r.sent[i-1]); gap < apart {
+				t.Fatalf("%s reader: messages %v apart, under %v", r.name, gap, apart)
+			}
+		}
+		if bound := apart + every; r.longest > bound {
+			t.Errorf("%s reader: a change waited %v, over %v", r.name, r.longest, bound)
+		}
 	}
-	if fast.has != l.Len() || slow.has != l.Len() {
-		t.Fatalf("of %d changes the fast reader holds %d, the slow %d", l.Len(), fast.has, slow.has)
+	fast, slow, slower := readers[0], readers[1], readers[2]
+	if d := len(fast.sent) - len(slow.sent); d < -1 || d > 1 {
+		t.Errorf("the fast reader was sent %d messages, the slow one %d: want as many", len(fast.sent), len(slow.sent))
+	}
+	if len(slower.sent) >= len(slow.sent) {
+		t.Errorf("the reader slower than the spacing was sent %d messages, the slow one %d: want fewer", len(slower.sent), len(slow.sent))
+	}
+}
+
+// One person typing sends a change about every spacing (a stock client
+// sends at most one message every 100 ms): each reaches a reader the
+// moment it comes, whatever the reader's round trip within the spacing.
+// Timed from the reader's answer, the spacing would hold each change a
+// round trip longer than the last until one waited a whole spacing.
+func TestASteadyWritersChangesAreNotHeld(t *testing.T) {
+	const spacing = 100 * time.Millisecond
+	readers := []*spacedReader{{name: "near", rtt: 2 * time.Millisecond}, {name: "far", rtt: 40 * time.Millisecond}}
+	simulateSpacing(t, spacing, spacing, readers)
+	for _, r := range readers {
+		if r.longest > 0 {
+			t.Errorf("%s reader: a change waited %v, want none held", r.name, r.longest)
+		}
 	}
 }
 
@@ -422,7 +457,7 @@ func TestAPeerThatAnsweredSlowlyIsWaitedForLonger(t *testing.T) {
 	add(2)
 	t1 := t0.Add(3200 * time.Millisecond)
 	if out := p.Generate(l, nil, nil, t1); out == nil || len(out.Indices) != 1 {
-		t.Fatalf("past the spacing from its answer: %v, want the second change", out)
+		t.Fatalf("answered, past the spacing: %v, want the second change", out)
 	}
 	add(3)
 	if out := p.Generate(l, nil, nil, t1.Add(AnswerWait)); out != nil {
@@ -511,16 +546,16 @@ func TestGatherJoinsChangesThatComeTogether(t *testing.T) {
 		t.Fatalf("at the gather's end: %v, want both changes", out)
 	}
 	// It answers; a change within the spacing goes at its end, ungathered.
-	answered := t0.Add(15 * time.Millisecond)
+	sentAt := t0.Add(gather)
 	p.Receive(l, &Message{Heads: out.Heads, Have: []Have{{LastSync: out.Heads}}}, l.Heads())
-	if out := p.Generate(l, nil, nil, answered); out != nil {
+	if out := p.Generate(l, nil, nil, t0.Add(15*time.Millisecond)); out != nil {
 		t.Fatalf("an answer that asked nothing was answered %v", out)
 	}
 	add(3)
-	if out := p.Generate(l, nil, nil, t0.Add(50*time.Millisecond)); out != nil || !p.HeldUntil().Equal(answered.Add(spacing)) {
-		t.Fatalf("a change within the spacing: %v, held until %v; want %v", out, p.HeldUntil(), answered.Add(spacing))
+	if out := p.Generate(l, nil, nil, t0.Add(50*time.Millisecond)); out != nil || !p.HeldUntil().Equal(sentAt.Add(spacing)) {
+		t.Fatalf("a change within the spacing: %v, held until %v; want %v", out, p.HeldUntil(), sentAt.Add(spacing))
 	}
-	out = p.Generate(l, nil, nil, answered.Add(spacing))
+	out = p.Generate(l, nil, nil, sentAt.Add(spacing))
 	if out == nil || len(out.Indices) != 1 {
 		t.Fatalf("at the spacing's end: %v, want the change at once", out)
 	}

@@ -37,19 +37,19 @@ type State struct {
 	// ReadOnly is set for a peer whose changes are not taken: it is never
 	// asked for them (automerge's read-only sync state).
 	ReadOnly bool
-	// Spacing, if set, is the least time between the peer's answer to a
-	// message that brought it changes and the next such message: a
-	// change that comes sooner waits for the end of it and goes with
-	// whatever else came meanwhile. So the messages a peer is sent are
-	// its own round trip plus the spacing apart: a peer that answers
-	// fast is sent more often than one that takes long to read
-	// (TestSpacingRunsFromThePeersAnswer). One that has not answered
-	// waits for its answer (or AnswerWait, longer for a peer whose last
-	// answer was slow), then the spacing from the message. The first
-	// change after a quiet spell goes at once (or after Gather), and the
-	// answer to a message that brought changes goes at once (the stock
-	// server answers every sender at once; see
-	// TestAPeerThatBringsChangesIsAnsweredAtOnce).
+	// Spacing, if set, is the least time between two messages that bring
+	// the peer changes: a change that comes sooner waits for the end of
+	// it and goes with whatever else came meanwhile. The next message
+	// also waits for the peer's answer to the last (or AnswerWait,
+	// longer for a peer whose last answer was slow). So the messages a
+	// peer is sent are the spacing or its own round trip apart, whichever
+	// is longer: a peer that answers within the spacing is sent as often
+	// as the stock server sends one, and a change that comes a spacing
+	// after the last goes at once, however long the peer's round trip
+	// (TestSpacingRunsFromTheLastMessage). The first change after a quiet
+	// spell goes at once (or after Gather), and the answer to a message
+	// that brought changes goes at once (the stock server answers every
+	// sender at once; see TestAPeerThatBringsChangesIsAnsweredAtOnce).
 	Spacing time.Duration
 	// Gather, if set, is how long the first change after a quiet spell
 	// waits for the changes that come with it before it goes to the
@@ -117,15 +117,14 @@ type State struct {
 	joins bool
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
-	// lastChanges is when a message last brought it changes, answeredAt
-	// when the peer answered it (zero until it has): the spacing runs
-	// from the later. awaiting says that message has not been answered;
-	// answered, that Receive took its answer and the next Generate,
-	// which follows at once, is to note the time (Receive is not told
-	// it). heldUntil is set when Generate held a message back, until
-	// when.
-	awaitUntil, lastChanges, answeredAt, heldUntil time.Time
-	awaiting, answered                             bool
+	// lastChanges is when a message last brought it changes: the
+	// spacing runs from it. awaiting says that message has not been
+	// answered; answered, that Receive took its answer and the next
+	// Generate, which follows at once, is to note how long it took
+	// (Receive is not told the time). heldUntil is set when Generate held
+	// a message back, until when.
+	awaitUntil, lastChanges, heldUntil time.Time
+	awaiting, answered                 bool
 	// owedSince is when Generate first found the peer owed changes the
 	// log took since its last message (zero while it is owed none or
 	// anything else); Gather runs from it. heardAt is the log's length
@@ -253,7 +252,7 @@ func (p *State) Receive(l *Log, m *Message, before []Hash) {
 	if len(m.Changes) > 0 {
 		p.shared = advanceHeads(before, l.Heads(), p.shared)
 		// A sender is answered at once, unspaced, ungathered.
-		p.lastChanges, p.answeredAt, p.answered = time.Time{}, time.Time{}, false
+		p.lastChanges, p.answered = time.Time{}, false
 		p.brought = true
 	}
 	l.withoutAncestors(&p.sent, m.Heads, &p.work)
@@ -563,7 +562,7 @@ func (o *Outgoing) Encode() []byte {
 func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
 	if p.answered {
-		p.answered, p.answeredAt = false, now
+		p.answered = false
 		p.took = now.Sub(p.lastChanges)
 	}
 	ours := l.Heads()
@@ -635,11 +634,11 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 		p.heldUntil = p.awaitUntil
 		return nil // paced: the next message goes when it answers
 	}
-	if next := p.spacedFrom().Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
+	if next := p.lastChanges.Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
 		p.heldUntil = next
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
-	if fresh && p.Gather > 0 && !p.owedSince.Before(p.spacedFrom().Add(p.Spacing)) {
+	if fresh && p.Gather > 0 && !p.owedSince.Before(p.lastChanges.Add(p.Spacing)) {
 		// The first change after a quiet spell (one that came within the
 		// spacing goes at its end, gathered already).
 		if until := p.owedSince.Add(p.Gather); now.Before(until) {
@@ -695,17 +694,6 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 		p.awaiting = true
 	}
 	return out
-}
-
-// spacedFrom is when the spacing before the next message that brings
-// the peer changes starts: its answer to the last one, or that message
-// if it has not answered (it then waited for the answer as long as
-// AnswerWait and its last answer say).
-func (p *State) spacedFrom() time.Time {
-	if p.answeredAt.After(p.lastChanges) {
-		return p.answeredAt
-	}
-	return p.lastChanges
 }
 
 // Key identifies the message among those made for peers of one log at
