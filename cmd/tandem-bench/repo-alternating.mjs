@@ -3,7 +3,8 @@
 // as each person's browser is: it holds one stock Repo (with the
 // WebSocket client adapter) per server, and the servers take turns,
 // --phase seconds of typing each then a second for the last deliveries,
-// for --phases rounds after one round of warm-up. What the busy, shared
+// for --phases rounds after one round of warm-up, every other round in
+// reverse order. What the busy, shared
 // machine does to a run then falls on every server alike, where
 // repo-typing.mjs measures one server after the other (its ratio for two
 // identical binaries ranges from 0.87 to 1.35 on a 2-core machine shared
@@ -23,14 +24,21 @@
 // clients received and sent, the bytes they received, their CPU (the
 // client processes', during that server's phases; in brackets the
 // system's share of it and the typists') and the server's; and
-// keystroke-to-reader latency.
+// keystroke-to-reader latency. With --profile N, V8's CPU profiler
+// samples each client process during each server's counted phases, and
+// the N functions where the readers spend most of their own time per
+// delivered keystroke are listed per server, then the N whose time
+// differs most between the first two servers (a sample's time is the
+// wall time since the one before, so time in a system call includes any
+// wait for the core).
 //
 //   node cmd/tandem-bench/repo-alternating.mjs [--servers tandem,stock]
 //     [--typists 4] [--readers 20] [--rate 5] [--phase 3] [--phases 8]
-//     [--history 0] [--together] [--tandem-bin bin/tandem]
+//     [--history 0] [--together] [--profile 0] [--tandem-bin bin/tandem]
 //     [--stock-storage] [--stock-dir cmd/tandem-bench/stock]
 import { parseArgs } from "node:util"
 import { fork } from "node:child_process"
+import { Session } from "node:inspector/promises"
 import { Repo } from "@automerge/automerge-repo"
 import { WebSocketClientAdapter } from "@automerge/automerge-repo-network-websocket"
 import * as A from "@automerge/automerge"
@@ -46,6 +54,7 @@ const { values: opt } = parseArgs({
     phases: { type: "string", default: "8" },
     history: { type: "string", default: "0" },
     together: { type: "boolean", default: false },
+    profile: { type: "string", default: "0" },
     "stock-storage": { type: "boolean", default: false },
     client: { type: "string" }, // set in a client process: its index
     ...serverOptions,
@@ -66,6 +75,12 @@ async function client(index) {
   const typist = index < typists
   let peers = [] // per server: { repo, handle, counters }
   let timers = [], at0, cpu0, counted = {}, seen = {}, stamps = [], sightings = []
+  const profiler = Number(opt.profile) > 0 && !typist ? new Session() : null
+  if (profiler) {
+    profiler.connect()
+    await profiler.post("Profiler.enable")
+    await profiler.post("Profiler.setSamplingInterval", { interval: 200 })
+  }
   const reply = (id, value) => process.send({ id, value })
   const handlers = {
     // connect opens a Repo on each server's URL.
@@ -117,7 +132,8 @@ async function client(index) {
     },
     // start begins a phase on server s: a typist types, each keystroke
     // stamped with its time, one later than its last.
-    start({ s, count }) {
+    async start({ s, count }) {
+      if (profiler && count) await profiler.post("Profiler.start")
       counted = { [s]: count }
       stamps = []
       sightings = []
@@ -146,10 +162,12 @@ async function client(index) {
       timers = []
     },
     // report gives what server s's phase cost this client and saw.
-    report(s) {
+    async report(s) {
       const c = process.cpuUsage(cpu0), p = peers[s]
+      const selfTime = profiler && counted[s] ? ownTime((await profiler.post("Profiler.stop")).profile) : {}
       counted = {}
       return {
+        selfTime,
         cpu: (c.user + c.system) / 1e6, sys: c.system / 1e6,
         frames: p.frames - at0.frames, sent: p.sent - at0.sent, bytes: p.bytes - at0.bytes, changeMsgs: p.changeMsgs - at0.changeMsgs,
         stamps: typist ? { [`t${index}`]: stamps } : {}, sightings,
@@ -163,6 +181,22 @@ async function client(index) {
   process.on("disconnect", () => process.exit(0))
 }
 
+// ownTime sums each function's own time in a V8 CPU profile, in seconds,
+// keyed by its name and place.
+function ownTime(profile) {
+  const key = new Map(profile.nodes.map(n => {
+    const f = n.callFrame
+    const where = f.url ? ` ${f.url.replace(/^.*node_modules\//, "")}:${f.lineNumber + 1}` : ""
+    return [n.id, `${f.functionName || "(anonymous)"}${where}`]
+  }))
+  const own = {}
+  profile.samples.forEach((id, i) => {
+    const k = key.get(id)
+    own[k] = (own[k] ?? 0) + profile.timeDeltas[i] / 1e6
+  })
+  return own
+}
+
 // drive starts the servers and the client processes, sets each server's
 // document up, runs the phases and reports.
 async function drive() {
@@ -172,7 +206,7 @@ async function drive() {
     const [kind, bin = opt["tandem-bin"]] = name.split("@")
     const server = await startServer({ ...opt, only: kind, "tandem-bin": bin, "tandem-flags": flags }, { stored: opt["stock-storage"] })
     all.push({ spec, server, keystrokes: 0, latencies: [], stampsOf: {}, sightings: [],
-      frames: 0, sent: 0, bytes: 0, changeMsgs: 0, clientCPU: 0, clientSys: 0, typistCPU: 0, serverCPU: 0 })
+      frames: 0, sent: 0, bytes: 0, changeMsgs: 0, clientCPU: 0, clientSys: 0, typistCPU: 0, serverCPU: 0, selfTime: new Map() })
   }
   const clients = []
   let next = 0
@@ -197,8 +231,13 @@ async function drive() {
       while (await savesPending(srv.server) > 0) await sleep(200)
     }
     await sleep(1000)
+    // Every other round goes in reverse, so that each server follows
+    // each other as often: a phase pays for some of what the one before
+    // left (its garbage, collected later).
     for (let round = 0; round <= phases; round++) {
-      for (const [s, srv] of all.entries()) {
+      const order = [...all.entries()]
+      if (round % 2 === 1) order.reverse()
+      for (const [s, srv] of order) {
         const count = round > 0
         const server0 = cpuSeconds(srv.server.proc.pid)
         await everyone("start", { s, count })
@@ -218,6 +257,7 @@ async function drive() {
             ;(srv.stampsOf[k] ??= []).push(...ts)
           }
           srv.sightings.push(...r.sightings)
+          for (const [k, t] of Object.entries(r.selfTime)) srv.selfTime.set(k, (srv.selfTime.get(k) ?? 0) + t)
         }
       }
     }
@@ -250,6 +290,25 @@ async function drive() {
       const per = (x, y) => x[y] / Math.max(x.latencies.length, 1)
       console.log(`${s.spec} / stock, per delivered keystroke: clients' CPU ${r(per(s, "clientCPU"), per(base, "clientCPU"))}×,` +
         ` messages bringing changes ${r(per(s, "changeMsgs"), per(base, "changeMsgs"))}×, frames ${r(per(s, "frames"), per(base, "frames"))}×`)
+    }
+  }
+  if (Number(opt.profile) > 0) {
+    const top = Number(opt.profile)
+    const perKs = (s, k) => 1e6 * (s.selfTime.get(k) ?? 0) / Math.max(s.latencies.length, 1)
+    for (const s of all) {
+      console.log(`== ${s.spec}: the readers' own time per delivered keystroke, by function (µs)`)
+      for (const k of [...s.selfTime.keys()].sort((a, b) => perKs(s, b) - perKs(s, a)).slice(0, top)) {
+        console.log(`${perKs(s, k).toFixed(1).padStart(8)}  ${k}`)
+      }
+    }
+    if (all.length >= 2) {
+      const [a, b] = all
+      console.log(`== ${a.spec} − ${b.spec}, per delivered keystroke (µs), the largest differences`)
+      const d = k => perKs(a, k) - perKs(b, k)
+      const keys = [...new Set([...a.selfTime.keys(), ...b.selfTime.keys()])]
+      for (const k of keys.sort((x, y) => Math.abs(d(y)) - Math.abs(d(x))).slice(0, top)) {
+        console.log(`${d(k).toFixed(1).padStart(8)}  (${perKs(a, k).toFixed(1)} against ${perKs(b, k).toFixed(1)})  ${k}`)
+      }
     }
   }
   process.exit(0)
