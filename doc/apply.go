@@ -136,13 +136,22 @@ func (r *room) noteApplied(from Peer, added []guard.Change) {
 // tellApplied tells the observer the runs noteApplied noted, under
 // r.applyMu alone (or while a loading room is not shared yet): what it
 // does with them (the mention tracker reads the text between two
-// authors' runs) holds up the document's next change, not its room.
-func (r *room) tellApplied() {
+// authors' runs) holds up the document's next change, not its room. A
+// write waits meanwhile (takeWrite); the room is queued for it after.
+func (r *room) tellApplied(h *Hub) {
+	if len(r.untold) == 0 {
+		return
+	}
 	for _, run := range r.untold {
 		r.obs.Applied(run.by, changesOf(run.changes), run.stored)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	clear(r.untold)
 	r.untold = r.untold[:0]
+	if r.dirty {
+		h.markDirty(r)
+	}
 }
 
 // applyStored adds changes from the store or another node to the log,
@@ -155,7 +164,7 @@ func (r *room) applyStored(h *Hub, cs []guard.Change) bool {
 		r.obs.Applying(nil)
 	}
 	defer r.guard.Release()
-	defer r.tellApplied() // once r.mu is let go
+	defer r.tellApplied(h) // once r.mu is let go
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.evicted {

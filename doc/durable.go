@@ -163,10 +163,19 @@ func (h *Hub) Flush(ctx context.Context) error {
 
 	writes := make([]roomWrite, 0, len(rooms))
 	batch := make([]store.Write, 0, len(rooms))
+	taken := rooms[:0]
 	for _, r := range rooms {
-		w := r.takeWrite(h.cfg.CompactAfter)
+		w, ok := r.takeWrite(h.cfg.CompactAfter)
+		if !ok {
+			continue // queued again once the observer is told (tellApplied)
+		}
+		taken = append(taken, r)
 		writes = append(writes, w)
 		batch = append(batch, w.Write)
+	}
+	rooms = taken
+	if len(rooms) == 0 {
+		return nil
 	}
 	start := time.Now()
 	err := h.cfg.Store.Write(ctx, batch)
@@ -201,10 +210,18 @@ type roomWrite struct {
 	pending int    // the room's pending chunks this write stores
 }
 
-// takeWrite takes the changes not yet stored out of the log.
-func (r *room) takeWrite(compactAfter int) roomWrite {
+// takeWrite takes the changes not yet stored out of the log. While the
+// observer is yet to be told of changes the log took (untold), it takes
+// nothing and reports false: the observer's journal that accounts for
+// them is to be stored in the same transaction, or a node that dies after
+// the write (and after acknowledging them) would lose what the journal
+// was to say (a mention). tellApplied queues the room again.
+func (r *room) takeWrite(compactAfter int) (roomWrite, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.untold) > 0 {
+		return roomWrite{}, false
+	}
 	w := roomWrite{Write: store.Write{DocumentID: r.id}, upTo: r.applied}
 	n := r.log.Len()
 	if len(r.unstored) > 0 {
@@ -228,7 +245,7 @@ func (r *room) takeWrite(compactAfter int) roomWrite {
 		_, w.Saved = r.log.Saved()
 		r.savedDirty = false
 	}
-	return w
+	return w, true
 }
 
 // wrote records the outcome of storing w.

@@ -201,3 +201,85 @@ func TestReleasedChangesAreTheirSendersToTheObserver(t *testing.T) {
 		t.Fatalf("told %+v, want %+v", got, want)
 	}
 }
+
+// journalingObserver's Applied waits, while hold is set, until the test
+// lets it go; its Journal checks, as the room's write takes it, that the
+// room has told it of every local change the write stores.
+type journalingObserver struct {
+	funcObserver
+	room      *room
+	told      atomic.Uint64 // Applied calls
+	hold      atomic.Bool
+	inApplied chan chan struct{}
+	mu        sync.Mutex
+	wrong     string // the first write that stored a change untold
+}
+
+func (o *journalingObserver) Applied(Peer, iter.Seq[*amcheck.Change], bool) {
+	if o.hold.Load() {
+		release := make(chan struct{})
+		o.inApplied <- release
+		<-release
+	}
+	o.told.Add(1)
+}
+
+func (o *journalingObserver) Journal() map[string][]byte {
+	told := o.told.Load()
+	if applied := o.room.applied; applied != told { // the caller holds the room's lock
+		o.mu.Lock()
+		if o.wrong == "" {
+			o.wrong = fmt.Sprintf("a write took %d local changes with a journal told of %d", applied, told)
+		}
+		o.mu.Unlock()
+	}
+	return map[string][]byte{"n": fmt.Append(nil, told)}
+}
+
+// A change is written in the same transaction as the observer's journal
+// that accounts for it (the mention tracker's): a write that comes while
+// the observer is being told of the change waits for it. Were the change
+// written first, the sender would be acknowledged and a node killed then
+// would lose what the journal was to say of it (a mention). Repeated.
+func TestAChangeIsWrittenWithTheJournalThatAccountsForIt(t *testing.T) {
+	obs := &journalingObserver{inApplied: make(chan chan struct{})}
+	h := newTestHub(t, openStore(t, t.TempDir()), Config{Observe: func(r Room) Observer {
+		obs.room = r.(observed).r
+		return obs
+	}})
+	a := newClient("a")
+	a.setText(t, "n", "start")
+	a.sync(t, h, false)
+	for round := range 50 {
+		a.setText(t, "n", fmt.Sprint(round))
+		m, ok := a.state.GenerateMessage()
+		if !ok {
+			t.Fatal("a has nothing to send")
+		}
+		obs.hold.Store(true)
+		done := make(chan error, 1)
+		go func() {
+			done <- h.Sync(context.Background(), a.peer, SyncMessage{DocumentID: testDoc, Data: m.Bytes()})
+		}()
+		var release chan struct{}
+		select {
+		case release = <-obs.inApplied:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the observer was never told of a's change", round)
+		}
+		obs.hold.Store(false)
+		if err := h.Flush(context.Background()); err != nil { // the writer's turn, while the observer is told
+			t.Fatal(err)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		a.sync(t, h, false)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.wrong != "" {
+		t.Fatal(obs.wrong)
+	}
+}

@@ -46,8 +46,9 @@ type room struct {
 	log  *amsync.Log
 	left []string // peers that left while applyMu was held (dropLeft)
 	// untold are the runs of changes the log took that the observer is
-	// yet to be told of (tellApplied): written by take, read by
-	// tellApplied, under applyMu.
+	// yet to be told of (tellApplied): written by take and emptied by
+	// tellApplied, under applyMu and mu; read by tellApplied under
+	// applyMu and by takeWrite under mu.
 	untold     []appliedRun
 	exists     bool // the document has content: stored, or changes received
 	members    map[string]*member
@@ -190,7 +191,7 @@ func (r *room) load(ctx context.Context, s store.Store, h *Hub, early *earlyRead
 		}
 	}
 	r.take(h, nil, r.guard.AdmitStored(h.cfg.Limits, all, r.log.HasBytes))
-	r.tellApplied()
+	r.tellApplied(h)
 	r.guard.Release()
 	r.chunks = len(stored.Chunks)
 	if stored.Snapshot != nil && savedChunk(stored.Snapshot) {
@@ -250,7 +251,7 @@ func (r *room) receiveSync(h *Hub, p Peer, msg SyncMessage, sm *syncMessage, cou
 			// go, the observer is told what the log took, then the
 			// message gives back what its changes' lists held.
 			defer r.guard.Release()
-			defer r.tellApplied()
+			defer r.tellApplied(h)
 		}
 	}
 	return r.receiveLocked(h, p, msg, sm, counted)
