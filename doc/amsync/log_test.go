@@ -699,3 +699,63 @@ func TestHashesSharingLowBitsDoNotPileUp(t *testing.T) {
 		t.Fatalf("a change is found %.1f slots past where its probe starts, on average", mean)
 	}
 }
+
+// A held message goes when the room's timer fires, a little after the
+// spacing's end; the next spacing runs from that end, not from the late
+// send. Else, with a writer whose client sends a little over a spacing
+// apart and a timer later than that margin, each change would be held a
+// little longer than the one before, until one waited a whole spacing.
+func TestALateTimerDoesNotDelayTheNextChange(t *testing.T) {
+	const spacing, late = 100 * time.Millisecond, 3 * time.Millisecond
+	l := typedLog(1)
+	p := NewPeerAt(l.Heads())
+	p.Spacing = spacing
+	p.Receive(l, &Message{Heads: l.Heads(), Have: []Have{{LastSync: l.Heads()}}}, l.Heads())
+	t0 := time.Unix(100, 0)
+	var heldUntil time.Time
+	added := map[int32]time.Time{}
+	waited := map[int32]time.Duration{}
+	send := func(now time.Time) {
+		out := p.Generate(l, nil, nil, now)
+		heldUntil = p.HeldUntil()
+		if out == nil || len(out.Indices) == 0 {
+			return
+		}
+		for _, x := range out.Indices {
+			waited[x] = now.Sub(added[x])
+		}
+		p.Receive(l, &Message{Heads: out.Heads, Have: []Have{{LastSync: out.Heads}}}, l.Heads()) // it answers at once
+		p.Generate(l, nil, nil, now)
+	}
+	add := func(at time.Time, b byte, c byte) {
+		h := Hash{b, c, 9}
+		if _, err := l.Add(h, l.Heads(), typedChange(h, l.Heads())); err != nil {
+			t.Fatal(err)
+		}
+		added[int32(l.Len()-1)] = at
+		send(at)
+	}
+	// The second change comes within the spacing of the first and is
+	// held; the rest come 101 ms apart, each held a millisecond less than
+	// the one before, until none is.
+	add(t0, 255, 255)
+	first := int32(l.Len())
+	next := t0.Add(50 * time.Millisecond)
+	for i := range 300 {
+		// The room's timer for a held message fires late, before the
+		// next change if it is due first.
+		if !heldUntil.IsZero() && heldUntil.Add(late).Before(next) {
+			send(heldUntil.Add(late))
+		}
+		add(next, byte(i), byte(i>>8))
+		next = next.Add(spacing + time.Millisecond)
+	}
+	for x := first + 1; x < int32(l.Len()); x++ {
+		if waited[x] > waited[first] {
+			t.Fatalf("change %d waited %v, longer than the first held (%v): the late timer's delay added up", x-first, waited[x], waited[first])
+		}
+	}
+	if w := waited[int32(l.Len()-1)]; w != 0 {
+		t.Fatalf("the last change waited %v, want none", w)
+	}
+}

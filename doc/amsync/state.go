@@ -118,13 +118,16 @@ type State struct {
 	// awaitUntil is set while a message that brought the peer changes
 	// awaits its answer: until then, or the answer, it is sent nothing.
 	// lastChanges is when a message last brought it changes: the
-	// spacing runs from it. awaiting says that message has not been
+	// spacing runs from it. spacedTo is set when the last Generate held
+	// a message for the spacing, until when: the message that goes at
+	// its end counts from it, not from the room's timer, which fires a
+	// little late. awaiting says that message has not been
 	// answered; answered, that Receive took its answer and the next
 	// Generate, which follows at once, is to note how long it took
 	// (Receive is not told the time). heldUntil is set when Generate held
 	// a message back, until when.
-	awaitUntil, lastChanges, heldUntil time.Time
-	awaiting, answered                 bool
+	awaitUntil, lastChanges, heldUntil, spacedTo time.Time
+	awaiting, answered                           bool
 	// owedSince is when Generate first found the peer owed changes the
 	// log took since its last message (zero while it is owed none or
 	// anything else); Gather runs from it. heardAt is the log's length
@@ -561,6 +564,8 @@ func (o *Outgoing) Encode() []byte {
 // gets everything new since in one message.
 func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Time) *Outgoing {
 	p.heldUntil = time.Time{}
+	spacedTo := p.spacedTo
+	p.spacedTo = time.Time{}
 	if p.answered {
 		p.answered = false
 		p.took = now.Sub(p.lastChanges)
@@ -635,7 +640,7 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 		return nil // paced: the next message goes when it answers
 	}
 	if next := p.lastChanges.Add(p.Spacing); owed && p.Spacing > 0 && now.Before(next) {
-		p.heldUntil = next
+		p.heldUntil, p.spacedTo = next, next
 		return nil // spaced: it goes at the end of the spacing, with what comes meanwhile
 	}
 	if fresh && p.Gather > 0 && !p.owedSince.Before(p.lastChanges.Add(p.Spacing)) {
@@ -691,6 +696,9 @@ func (p *State) Generate(l *Log, need []Hash, held func(Hash) bool, now time.Tim
 	if len(send) > 0 {
 		p.awaitUntil = now.Add(min(MaxAnswerWait, max(AnswerWait, 2*p.took)))
 		p.lastChanges = now
+		if late := now.Sub(spacedTo); !spacedTo.IsZero() && late >= 0 && late <= p.Spacing/4 {
+			p.lastChanges = spacedTo // released by the spacing, however late its timer
+		}
 		p.awaiting = true
 	}
 	return out
