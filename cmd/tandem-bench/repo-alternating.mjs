@@ -30,7 +30,8 @@
 // delivered keystroke are listed per server, then the N whose time
 // differs most between the first two servers (a sample's time is the
 // wall time since the one before, so time in a system call includes any
-// wait for the core).
+// wait for the core; the sampling itself costs the clients CPU and adds
+// to the run's latencies).
 //
 //   node cmd/tandem-bench/repo-alternating.mjs [--servers tandem,stock]
 //     [--typists 4] [--readers 20] [--rate 5] [--phase 3] [--phases 8]
@@ -177,7 +178,13 @@ async function client(index) {
       for (const p of peers) await p.repo.shutdown()
     },
   }
-  process.on("message", async ({ id, op, arg }) => reply(id, await handlers[op](arg)))
+  process.on("message", async ({ id, op, arg }) => {
+    try {
+      reply(id, await handlers[op](arg))
+    } catch (e) {
+      process.send({ id, error: `client ${index}, ${op}: ${e?.stack ?? e}` })
+    }
+  })
   process.on("disconnect", () => process.exit(0))
 }
 
@@ -211,18 +218,36 @@ async function drive() {
   const clients = []
   let next = 0
   const pending = new Map()
-  const ask = (c, op, arg) => new Promise(resolve => {
+  // ask sends a client a request and resolves with its answer; it
+  // rejects if the client fails the request or exits first.
+  const ask = (c, op, arg) => new Promise((resolve, reject) => {
     const id = next++
-    pending.set(id, resolve)
+    pending.set(id, { resolve, reject, c })
     c.send({ id, op, arg })
   })
   const args = process.argv.slice(2).filter(a => !a.startsWith("--client"))
   for (let i = 0; i < typists + readers; i++) {
     const c = fork(process.argv[1], [...args, `--client=${i}`])
-    c.on("message", ({ id, value }) => { pending.get(id)(value); pending.delete(id) })
+    c.on("message", ({ id, value, error }) => {
+      const p = pending.get(id)
+      pending.delete(id)
+      if (error) p.reject(new Error(error))
+      else p.resolve(value)
+    })
+    c.on("exit", code => {
+      for (const [id, p] of pending) {
+        if (p.c !== c) continue
+        pending.delete(id)
+        p.reject(new Error(`client ${i} exited (${code})`))
+      }
+    })
     clients.push(c)
   }
   const everyone = (op, arg) => Promise.all(clients.map(c => ask(c, op, arg)))
+  const readersThenTypists = async (op, arg) => { // so that a reader sees a phase's first keystroke
+    await Promise.all(clients.slice(typists).map(c => ask(c, op, arg)))
+    await Promise.all(clients.slice(0, typists).map(c => ask(c, op, arg)))
+  }
   try {
     await everyone("connect", all.map(s => s.server.url))
     for (const [s, srv] of all.entries()) {
@@ -231,16 +256,16 @@ async function drive() {
       while (await savesPending(srv.server) > 0) await sleep(200)
     }
     await sleep(1000)
-    // Every other round goes in reverse, so that each server follows
-    // each other as often: a phase pays for some of what the one before
-    // left (its garbage, collected later).
+    // Every other round goes in reverse: a phase pays for some of what
+    // the one before left (its garbage, collected later), and so each of
+    // two servers follows the other as often.
     for (let round = 0; round <= phases; round++) {
       const order = [...all.entries()]
       if (round % 2 === 1) order.reverse()
       for (const [s, srv] of order) {
         const count = round > 0
         const server0 = cpuSeconds(srv.server.proc.pid)
-        await everyone("start", { s, count })
+        await readersThenTypists("start", { s, count })
         await sleep(phase)
         await everyone("stop")
         await sleep(1000)
@@ -297,7 +322,7 @@ async function drive() {
     const perKs = (s, k) => 1e6 * (s.selfTime.get(k) ?? 0) / Math.max(s.latencies.length, 1)
     for (const s of all) {
       console.log(`== ${s.spec}: the readers' own time per delivered keystroke, by function (µs)`)
-      for (const k of [...s.selfTime.keys()].sort((a, b) => perKs(s, b) - perKs(s, a)).slice(0, top)) {
+      for (const k of [...s.selfTime.keys()].filter(k => k !== "(idle)").sort((a, b) => perKs(s, b) - perKs(s, a)).slice(0, top)) {
         console.log(`${perKs(s, k).toFixed(1).padStart(8)}  ${k}`)
       }
     }
@@ -305,7 +330,7 @@ async function drive() {
       const [a, b] = all
       console.log(`== ${a.spec} − ${b.spec}, per delivered keystroke (µs), the largest differences`)
       const d = k => perKs(a, k) - perKs(b, k)
-      const keys = [...new Set([...a.selfTime.keys(), ...b.selfTime.keys()])]
+      const keys = [...new Set([...a.selfTime.keys(), ...b.selfTime.keys()])].filter(k => k !== "(idle)")
       for (const k of keys.sort((x, y) => Math.abs(d(y)) - Math.abs(d(x))).slice(0, top)) {
         console.log(`${d(k).toFixed(1).padStart(8)}  (${perKs(a, k).toFixed(1)} against ${perKs(b, k).toFixed(1)})  ${k}`)
       }
