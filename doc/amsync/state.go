@@ -121,11 +121,11 @@ type State struct {
 	// spacing runs from it. spacedTo is set when the last Generate held
 	// a message for the spacing, until when: the message that goes at
 	// its end counts from it, not from the room's timer, which fires a
-	// little late. awaiting says that message has not been
-	// answered; answered, that Receive took its answer and the next
-	// Generate, which follows at once, is to note how long it took
-	// (Receive is not told the time). heldUntil is set when Generate held
-	// a message back, until when.
+	// little late. awaiting says that message has not been answered;
+	// answered, that Receive took its answer and the next Generate,
+	// which follows at once, is to note how long it took (Receive is not
+	// told the time). heldUntil is set when Generate held a message back,
+	// until when.
 	awaitUntil, lastChanges, heldUntil, spacedTo time.Time
 	awaiting, answered                           bool
 	// owedSince is when Generate first found the peer owed changes the
